@@ -1,0 +1,85 @@
+//! Pool and pipeline settings, with the defaults an operator of geth or reth would expect.
+
+use moat_common::config::ChainConfig;
+use std::time::Duration;
+
+/// Count and byte caps of one subpool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubPoolLimit {
+    pub max_txs: usize,
+    pub max_bytes: usize,
+}
+
+impl SubPoolLimit {
+    pub const fn new(max_txs: usize, max_bytes: usize) -> Self {
+        Self { max_txs, max_bytes }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub chain: ChainConfig,
+    pub pending: SubPoolLimit,
+    pub basefee: SubPoolLimit,
+    pub queued: SubPoolLimit,
+    /// Bytes here include the sidecars.
+    pub blob: SubPoolLimit,
+    /// Transactions one sender may have pooled; the next on-chain nonce is admitted anyway.
+    pub max_account_slots: usize,
+    /// Pooled transactions allowed to an EIP-7702-delegated sender, or to an authority of
+    /// a pooled authorization.
+    pub max_delegated_slots: usize,
+    /// Max authorizations in one EIP-7702 transaction (each costs an ECDSA recovery here).
+    pub max_authorizations: usize,
+    /// Fee bump (percent) a replacement needs on every fee field.
+    pub price_bump: u128,
+    /// The same for blob transactions.
+    pub blob_price_bump: u128,
+    /// Least tip per gas for non-local transactions.
+    pub min_tip: u128,
+    /// Queued transactions older than this are dropped.
+    pub queued_lifetime: Duration,
+    pub sender_cache_capacity: usize,
+    pub failure_cache_capacity: usize,
+    pub failure_ttl: Duration,
+    /// Admissions in progress at once (beyond that: busy, before decoding).
+    pub max_in_flight: usize,
+    /// Admissions in progress at once from one origin.
+    pub max_in_flight_per_origin: usize,
+    /// Max transactions verified in one KZG batch.
+    pub max_kzg_batch: usize,
+}
+
+impl PoolConfig {
+    pub fn new(chain: ChainConfig) -> Self {
+        Self {
+            chain,
+            pending: SubPoolLimit::new(10_000, 20 << 20),
+            basefee: SubPoolLimit::new(10_000, 20 << 20),
+            queued: SubPoolLimit::new(10_000, 20 << 20),
+            blob: SubPoolLimit::new(1_000, 800 << 20),
+            max_account_slots: 16,
+            max_delegated_slots: 1,
+            max_authorizations: 64,
+            price_bump: 10,
+            blob_price_bump: 100,
+            min_tip: 1,
+            queued_lifetime: Duration::from_secs(3 * 3600),
+            sender_cache_capacity: 131_072,
+            failure_cache_capacity: 65_536,
+            failure_ttl: Duration::from_secs(60),
+            max_in_flight: 4_096,
+            max_in_flight_per_origin: 256,
+            max_kzg_batch: 32,
+        }
+    }
+
+    pub(crate) fn limit(&self, sub: super::SubPool) -> SubPoolLimit {
+        match sub {
+            super::SubPool::Pending => self.pending,
+            super::SubPool::BaseFee => self.basefee,
+            super::SubPool::Queued => self.queued,
+            super::SubPool::Blob => self.blob,
+        }
+    }
+}

@@ -1,0 +1,595 @@
+//! The transaction pool: admission pipeline, subpools, shields and block-building view.
+//!
+//! Concurrency: the pool's state sits behind one mutex held for microseconds (no I/O, no
+//! crypto, no await inside). Decoding, ECDSA and state reads happen before it is taken;
+//! KZG runs on the blocking pool in batches ([`kzg`]). Shields are sharded or lock-free.
+
+mod best;
+mod config;
+mod error;
+mod kzg;
+mod metrics;
+mod pool;
+mod shields;
+mod state;
+
+pub use best::{BestTransactions, BlockBudget};
+pub use config::{PoolConfig, SubPoolLimit};
+pub use error::{AddResult, Added, Rejection, SubPool};
+pub use metrics::{Counter, PoolMetrics, Stage};
+pub use pool::Usage;
+pub use shields::{Backpressure, InFlight, RecentFailures, SenderCache};
+pub use state::{AccountState, CodeKind, HeadInfo, InMemoryState, StateView};
+
+use alloy_primitives::{Address, B256, B512, Bytes};
+use kzg::KzgBatcher;
+use moat_common::config::Fork;
+use moat_common::transaction::{
+    BlobRules, BlobsBundle, MAX_TX_SIZE, PooledTransaction, StatelessRules, TxType,
+    validate_stateless,
+};
+use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
+use parking_lot::{Mutex, RwLock};
+use pool::PoolInner;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::broadcast;
+
+/// Where a transaction came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxOrigin {
+    /// Submitted over RPC to this node.
+    Local,
+    /// Delivered by a peer (its node id).
+    Peer(B512),
+    /// Taken back from a block that left the canonical chain.
+    Reorg,
+    /// Reloaded from the local journal at start.
+    Journal,
+}
+
+impl TxOrigin {
+    /// Local transactions skip the minimum tip and are never evicted for price.
+    pub fn is_local(&self) -> bool {
+        matches!(self, TxOrigin::Local | TxOrigin::Journal)
+    }
+}
+
+/// What `add_transaction` takes: wire bytes (network form) or an already decoded tx.
+#[derive(Debug, Clone)]
+pub enum TxInput {
+    Raw(Bytes),
+    Decoded(Box<PooledTransaction>),
+}
+
+/// A pooled transaction with what admission learned about it.
+#[derive(Debug)]
+pub struct PoolTx {
+    pub tx: PooledTransaction,
+    pub sender: Address,
+    pub origin: TxOrigin,
+    pub added_at: Instant,
+    /// Recovered EIP-7702 authorities (invalid authorizations left out).
+    pub authorities: Vec<Address>,
+}
+
+impl PoolTx {
+    pub fn hash(&self) -> B256 {
+        self.tx.hash()
+    }
+
+    pub fn nonce(&self) -> u64 {
+        self.tx.tx().tx().nonce()
+    }
+
+    /// Network size, sidecar included.
+    pub fn size(&self) -> usize {
+        self.tx.size()
+    }
+
+    pub fn is_blob(&self) -> bool {
+        self.tx.tx_type() == TxType::Eip4844
+    }
+}
+
+/// One sender's pooled transactions in nonce order, each with its subpool.
+pub type SenderContent = (Address, Vec<(Arc<PoolTx>, SubPool)>);
+
+/// Counts and bytes per subpool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStatus {
+    pub pending: Usage,
+    pub basefee: Usage,
+    pub queued: Usage,
+    pub blob: Usage,
+}
+
+/// A head change as the pool needs it.
+#[derive(Debug, Clone, Default)]
+pub struct HeadUpdate {
+    pub head: HeadInfo,
+    /// Hashes of the transactions the new canonical blocks include.
+    pub mined: Vec<B256>,
+    /// Accounts whose state changed (senders of mined txs are added automatically).
+    pub touched: Vec<Address>,
+    /// Transactions of blocks that left the canonical chain, blob txs with their sidecars.
+    pub reorged: Vec<PooledTransaction>,
+}
+
+/// What a head change did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeadChangeOutcome {
+    pub removed: Vec<B256>,
+    pub reinjected: usize,
+}
+
+/// The rules of the next block, derived from the head.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    blob: Option<BlobRules>,
+    remote: StatelessRules,
+    local: StatelessRules,
+    max_blob_wire_size: usize,
+}
+
+impl Rules {
+    fn at(cfg: &PoolConfig, head: &HeadInfo) -> Self {
+        let (number, timestamp) = (head.number + 1, head.timestamp + 1);
+        let fork: Fork = cfg.chain.fork_at(number, timestamp);
+        let blob = BlobRules::at(&cfg.chain, number, timestamp);
+        let remote = StatelessRules {
+            fork,
+            chain_id: Some(cfg.chain.chain_id),
+            max_blobs_per_tx: blob.map(|b| b.max_blobs_per_tx),
+            block_gas_limit: (head.gas_limit > 0).then_some(head.gas_limit),
+            min_tip: cfg.min_tip,
+            max_tx_size: MAX_TX_SIZE,
+        };
+        // A blob on the wire: the blob, its commitment, and up to 128 cell proofs.
+        let per_blob = BYTES_PER_BLOB + 4 + 49 + 49 * CELLS_PER_EXT_BLOB;
+        let max_blob_wire_size =
+            MAX_TX_SIZE + per_blob * blob.map_or(0, |b| b.max_blobs_per_tx as usize);
+        Self {
+            blob,
+            remote,
+            local: StatelessRules {
+                min_tip: 0,
+                ..remote
+            },
+            max_blob_wire_size,
+        }
+    }
+}
+
+struct Shared {
+    cfg: Arc<PoolConfig>,
+    state: Arc<dyn StateView>,
+    pool: Mutex<PoolInner>,
+    rules: RwLock<Rules>,
+    sender_cache: SenderCache,
+    failures: RecentFailures,
+    in_flight: InFlight,
+    backpressure: Backpressure,
+    kzg: Arc<KzgBatcher>,
+    metrics: Arc<PoolMetrics>,
+    pending_events: broadcast::Sender<B256>,
+}
+
+/// The transaction pool. Cloning shares it.
+#[derive(Clone)]
+pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl Pool {
+    pub fn new(cfg: PoolConfig, state: Arc<dyn StateView>) -> Self {
+        Self::with_sender_cache(cfg, state, None)
+    }
+
+    /// A pool sharing a sender cache made elsewhere (block import reads the same one).
+    pub fn with_sender_cache(
+        cfg: PoolConfig,
+        state: Arc<dyn StateView>,
+        cache: Option<SenderCache>,
+    ) -> Self {
+        let cfg = Arc::new(cfg);
+        let head = state.head();
+        let metrics = Arc::new(PoolMetrics::default());
+        let shared = Shared {
+            rules: RwLock::new(Rules::at(&cfg, &head)),
+            pool: Mutex::new(PoolInner::new(Arc::clone(&cfg), head)),
+            sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
+            failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
+            in_flight: InFlight::default(),
+            backpressure: Backpressure::new(cfg.max_in_flight, cfg.max_in_flight_per_origin),
+            kzg: Arc::new(KzgBatcher::new(cfg.max_kzg_batch, Arc::clone(&metrics))),
+            metrics,
+            pending_events: broadcast::channel(4096).0,
+            state,
+            cfg,
+        };
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.shared.cfg
+    }
+
+    pub fn metrics(&self) -> &PoolMetrics {
+        &self.shared.metrics
+    }
+
+    /// The shared sender-recovery cache.
+    pub fn sender_cache(&self) -> &SenderCache {
+        &self.shared.sender_cache
+    }
+
+    /// Hashes of transactions as they become pending (for gossip and subscriptions).
+    pub fn subscribe_pending(&self) -> broadcast::Receiver<B256> {
+        self.shared.pending_events.subscribe()
+    }
+
+    /// Admits one transaction through every stage (DESIGN §2) and says where it went.
+    pub async fn add_transaction(&self, input: TxInput, origin: TxOrigin) -> AddResult {
+        let result = self.admit(input, origin).await;
+        match &result {
+            Ok(added) => {
+                self.shared.metrics.inc(Counter::added);
+                if added.replaced.is_some() {
+                    self.shared.metrics.inc(Counter::replaced);
+                }
+            }
+            Err(e) => self.shared.metrics.rejected(e),
+        }
+        result
+    }
+
+    /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
+    fn fail(&self, hash: B256, e: Rejection) -> Rejection {
+        if e.is_hash_determined() {
+            self.shared.failures.insert(hash, Instant::now());
+            self.shared.metrics.inc(Counter::failure_cache_inserts);
+        }
+        e
+    }
+
+    async fn admit(&self, input: TxInput, origin: TxOrigin) -> AddResult {
+        let s = &*self.shared;
+        let m = &*s.metrics;
+        let t = Instant::now();
+
+        // 1. Pre-flight: refuse before spending anything on decoding.
+        let _permit = s.backpressure.enter(origin).map_err(|r| match r {
+            shields::Refused::Global => Rejection::Busy,
+            shields::Refused::Origin => Rejection::OriginBusy,
+        })?;
+        let rules = *s.rules.read();
+        let t = m.stage(Stage::Preflight, t);
+
+        // 2. Hash, with a size cap on the wire bytes first. The hash of an envelope can be
+        //    taken without decoding it, so stages 3 and 4 turn repeats away before decoding.
+        let hash = match &input {
+            TxInput::Raw(bytes) => {
+                let max = if bytes.first() == Some(&(TxType::Eip4844 as u8)) {
+                    rules.max_blob_wire_size
+                } else {
+                    MAX_TX_SIZE
+                };
+                if bytes.len() > max {
+                    return Err(Rejection::Oversized {
+                        size: bytes.len(),
+                        max,
+                    });
+                }
+                match PooledTransaction::hash_of_envelope(bytes) {
+                    Some(hash) => hash,
+                    None => {
+                        let e = PooledTransaction::decode_2718(bytes).err();
+                        return Err(Rejection::Decode(
+                            e.unwrap_or(moat_common::DecodeError::Empty),
+                        ));
+                    }
+                }
+            }
+            TxInput::Decoded(p) => p.hash(),
+        };
+        let t = m.stage(Stage::Decode, t);
+
+        // 3. Recent failures (a reorg may legitimately revive a "nonce too low").
+        if origin != TxOrigin::Reorg && s.failures.contains(&hash, t) {
+            m.inc(Counter::failure_cache_hits);
+            return Err(Rejection::RecentlyFailed);
+        }
+        let t = m.stage(Stage::RecentFailure, t);
+
+        // 4. Dedup: pooled, or being admitted right now.
+        if s.pool.lock().contains(&hash) {
+            return Err(Rejection::AlreadyKnown);
+        }
+        let _claim = s.in_flight.claim(hash).ok_or(Rejection::AlreadyKnown)?;
+        let t = m.stage(Stage::Dedup, t);
+
+        // Stage 2's decoding proper, for what got past the cheap filters.
+        let pooled = match input {
+            TxInput::Decoded(p) => *p,
+            TxInput::Raw(bytes) => {
+                PooledTransaction::decode_2718(&bytes).map_err(Rejection::Decode)?
+            }
+        };
+        debug_assert_eq!(pooled.hash(), hash);
+        let t = m.stage(Stage::Decode, t);
+
+        // 5. Structural sidecar checks.
+        let is_blob = pooled.tx_type() == TxType::Eip4844;
+        if is_blob {
+            let blob_rules = rules.blob.ok_or(Rejection::BlobsNotActive)?;
+            pooled
+                .validate_cheap(&blob_rules)
+                .map_err(Rejection::Sidecar)?;
+        }
+        let t = m.stage(Stage::ValidateCheap, t);
+
+        // 6. Stateless rules of the next block's fork.
+        let stateless = if origin.is_local() {
+            &rules.local
+        } else {
+            &rules.remote
+        };
+        validate_stateless(pooled.tx(), stateless)
+            .map_err(|e| self.fail(hash, Rejection::Stateless(e)))?;
+        let auths = pooled.tx().tx().authorization_list();
+        if auths.len() > s.cfg.max_authorizations {
+            let e = Rejection::TooManyAuthorizations {
+                count: auths.len(),
+                max: s.cfg.max_authorizations,
+            };
+            return Err(self.fail(hash, e));
+        }
+        let t = m.stage(Stage::Stateless, t);
+
+        // 7. Sender: the cache, else ECDSA.
+        let sender = match s.sender_cache.get(&hash) {
+            Some(sender) => {
+                m.inc(Counter::sender_cache_hits);
+                sender
+            }
+            None => {
+                m.inc(Counter::sender_cache_misses);
+                m.inc(Counter::sender_recoveries);
+                let sender = pooled
+                    .tx()
+                    .recover_sender()
+                    .map_err(|e| self.fail(hash, Rejection::InvalidSender(e)))?;
+                s.sender_cache.insert(hash, sender);
+                sender
+            }
+        };
+        if !auths.is_empty() {
+            m.add(Counter::authority_recoveries, auths.len() as u64);
+        }
+        let authorities = auths.iter().filter_map(|a| a.recover_authority()).collect();
+        let t = m.stage(Stage::Sender, t);
+
+        // 8. Stateful checks. State is read outside the lock.
+        let known = s.pool.lock().known_account(&sender);
+        let account = known.unwrap_or_else(|| s.state.account(&sender));
+        let tx = Arc::new(PoolTx {
+            tx: pooled,
+            sender,
+            origin,
+            added_at: Instant::now(),
+            authorities,
+        });
+        if !is_blob {
+            // Check and insert in one critical section.
+            let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
+            m.stage(Stage::Stateful, t);
+            return r;
+        }
+        s.pool
+            .lock()
+            .check(&tx, account)
+            .map_err(|e| self.fail(hash, e))?;
+        let t = m.stage(Stage::Stateful, t);
+
+        // 9. KZG, once per unique blob tx (the in-flight claim guarantees it).
+        let bundle = Arc::clone(tx.tx.sidecar_shared().ok_or(Rejection::Sidecar(
+            moat_common::BlobsBundleError::MissingSidecar,
+        ))?);
+        match s.kzg.verify(bundle).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(Rejection::Sidecar(e)),
+            None => return Err(Rejection::Aborted),
+        }
+        let t = m.stage(Stage::Kzg, t);
+
+        // 10. Insert.
+        let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
+        m.stage(Stage::Insert, t);
+        r
+    }
+
+    /// Inserts under the lock, then publishes events with the lock released.
+    fn insert(&self, tx: Arc<PoolTx>, account: AccountState) -> AddResult {
+        let (result, evicted, pending) = {
+            let mut pool = self.shared.pool.lock();
+            let (result, evicted) = pool.insert(tx, account);
+            (result, evicted, std::mem::take(&mut pool.newly_pending))
+        };
+        if !evicted.is_empty() {
+            self.shared
+                .metrics
+                .add(Counter::evicted, evicted.len() as u64);
+        }
+        self.publish(pending);
+        result
+    }
+
+    fn publish(&self, hashes: Vec<B256>) {
+        for h in hashes {
+            // No subscriber is not an error.
+            let _ = self.shared.pending_events.send(h);
+        }
+    }
+
+    /// Applies a new head: drops mined and stale transactions, refreshes the touched
+    /// accounts, moves transactions between subpools, and re-admits reorged-out ones.
+    pub async fn on_head_change(&self, update: HeadUpdate) -> HeadChangeOutcome {
+        let s = &*self.shared;
+        *s.rules.write() = Rules::at(&s.cfg, &update.head);
+        let mut addresses = update.touched.clone();
+        {
+            let pool = s.pool.lock();
+            addresses.extend(
+                update
+                    .mined
+                    .iter()
+                    .filter_map(|h| pool.get(h).map(|e| e.tx.sender)),
+            );
+        }
+        addresses.sort_unstable();
+        addresses.dedup();
+        let accounts: Vec<(Address, AccountState)> = addresses
+            .into_iter()
+            .map(|a| (a, s.state.account(&a)))
+            .collect();
+        let (removed, pending) = {
+            let mut pool = s.pool.lock();
+            let removed = pool.apply_head(update.head, &update.mined, &accounts);
+            (removed, std::mem::take(&mut pool.newly_pending))
+        };
+        s.metrics.add(Counter::mined, removed.len() as u64);
+        self.publish(pending);
+        let mut reinjected = 0;
+        for tx in update.reorged {
+            s.metrics.inc(Counter::reinjected);
+            if self
+                .add_transaction(TxInput::Decoded(Box::new(tx)), TxOrigin::Reorg)
+                .await
+                .is_ok()
+            {
+                reinjected += 1;
+            }
+        }
+        HeadChangeOutcome {
+            removed,
+            reinjected,
+        }
+    }
+
+    /// Drops queued transactions older than the configured lifetime; returns how many.
+    pub fn remove_expired(&self, now: Instant) -> usize {
+        let removed = self
+            .shared
+            .pool
+            .lock()
+            .remove_expired(now, self.shared.cfg.queued_lifetime);
+        self.shared
+            .metrics
+            .add(Counter::expired, removed.len() as u64);
+        removed.len()
+    }
+
+    /// Removes a transaction and its sender's later ones (e.g. it failed in a block).
+    pub fn remove_with_descendants(&self, hash: &B256) -> Vec<B256> {
+        self.shared.pool.lock().remove_with_descendants(hash)
+    }
+
+    pub fn get(&self, hash: &B256) -> Option<Arc<PoolTx>> {
+        self.shared.pool.lock().get(hash).map(|e| Arc::clone(&e.tx))
+    }
+
+    pub fn contains(&self, hash: &B256) -> bool {
+        self.shared.pool.lock().contains(hash)
+    }
+
+    /// Known to the pool or being admitted: what the fetcher must not request again.
+    pub fn is_known_or_importing(&self, hash: &B256) -> bool {
+        self.contains(hash) || self.shared.in_flight.contains(hash)
+    }
+
+    pub fn subpool_of(&self, hash: &B256) -> Option<SubPool> {
+        self.shared.pool.lock().get(hash).map(|e| e.subpool)
+    }
+
+    pub fn len(&self) -> usize {
+        self.shared.pool.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        let p = self.shared.pool.lock();
+        PoolStatus {
+            pending: p.usage(SubPool::Pending),
+            basefee: p.usage(SubPool::BaseFee),
+            queued: p.usage(SubPool::Queued),
+            blob: p.usage(SubPool::Blob),
+        }
+    }
+
+    /// The next nonce for `address` counting its gapless pooled transactions.
+    pub fn pending_nonce(&self, address: &Address) -> u64 {
+        let state_nonce = self.shared.state.account(address).nonce;
+        self.shared.pool.lock().pending_nonce(address, state_nonce)
+    }
+
+    pub fn sender_txs(&self, address: &Address) -> Vec<Arc<PoolTx>> {
+        self.shared.pool.lock().sender_txs(address)
+    }
+
+    /// Every pooled transaction with its subpool, grouped by sender.
+    pub fn content(&self) -> Vec<SenderContent> {
+        self.shared.pool.lock().content()
+    }
+
+    /// The current head the pool validates against.
+    pub fn head(&self) -> HeadInfo {
+        self.shared.pool.lock().head
+    }
+
+    /// Pending transactions best first, for a block with `budget`.
+    pub fn best_transactions(&self, budget: BlockBudget) -> BestTransactions {
+        let groups = self.shared.pool.lock().pending_by_sender();
+        BestTransactions::new(groups, budget)
+    }
+
+    /// The sidecar holding the blob with versioned hash `vh`, and the blob's index in it.
+    pub fn blob_by_versioned_hash(&self, vh: &B256) -> Option<(Arc<BlobsBundle>, usize)> {
+        let pool = self.shared.pool.lock();
+        let tx = pool.tx_by_versioned_hash(vh)?;
+        let index = tx
+            .tx
+            .tx()
+            .tx()
+            .blob_versioned_hashes()
+            .iter()
+            .position(|h| h == vh)?;
+        Some((Arc::clone(tx.tx.sidecar_shared()?), index))
+    }
+
+    /// Every hash in the pool.
+    pub fn hashes(&self) -> Vec<B256> {
+        self.shared.pool.lock().hashes()
+    }
+
+    #[cfg(test)]
+    fn assert_consistent(&self) {
+        self.shared.pool.lock().assert_consistent();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,659 @@
+//! The pool's state: every pooled transaction by hash, each sender's transactions by
+//! nonce, the subpool of each, and the indices that make eviction and block building
+//! cheap. Everything here runs under the pool lock and does no I/O and no crypto.
+//!
+//! Classification walks a sender's transactions in nonce order from the state nonce:
+//!
+//! ```text
+//!  nonce:   n      n+1     n+2     (gap)   n+4
+//!  class:   Pending Pending BaseFee  ->     Queued
+//! ```
+//!
+//! A transaction is never in a better subpool than the one before it, so each subpool
+//! holds a contiguous nonce range of each sender. Eviction takes, among the non-local
+//! senders with transactions in a full subpool, the one whose last transaction there is
+//! the cheapest, and removes that sender's transactions from its highest nonce down to it:
+//! no gap is ever created below a pooled transaction.
+
+use super::PoolTx;
+use super::config::PoolConfig;
+use super::error::{Added, Rejection, SubPool};
+use super::state::{AccountState, CodeKind, HeadInfo};
+use alloy_primitives::{Address, B256, U256};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct SenderId(u32);
+
+/// Eviction order, worst first: tip at the current base fee, then fee cap, then the newest.
+type EvictKey = (u128, u128, u64);
+
+pub(crate) struct Entry {
+    pub tx: Arc<PoolTx>,
+    pub subpool: SubPool,
+    seq: u64,
+}
+
+struct Sender {
+    address: Address,
+    nonce: u64,
+    balance: U256,
+    code: CodeKind,
+    txs: BTreeMap<u64, B256>,
+    /// Holds a local transaction: exempt from eviction, as in geth.
+    local: bool,
+    /// Per subpool: the eviction key and nonce of this sender's last transaction there.
+    tails: [Option<(EvictKey, u64)>; 4],
+}
+
+/// Count and bytes held by a subpool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub txs: usize,
+    pub bytes: usize,
+}
+
+/// What the stateful checks decided for a newcomer.
+pub(crate) struct Plan {
+    pub replaces: Option<B256>,
+}
+
+pub(crate) struct PoolInner {
+    cfg: Arc<PoolConfig>,
+    pub head: HeadInfo,
+    by_hash: HashMap<B256, Entry>,
+    sender_ids: HashMap<Address, SenderId>,
+    senders: Vec<Option<Sender>>,
+    free_ids: Vec<u32>,
+    tails: [BTreeSet<(EvictKey, SenderId)>; 4],
+    usage: [Usage; 4],
+    blob_index: HashMap<B256, B256>,
+    /// Authority → pooled authorizations that name it.
+    authorities: HashMap<Address, usize>,
+    next_seq: u64,
+    /// Hashes that became pending since the last drain; published after the lock is released.
+    pub newly_pending: Vec<B256>,
+}
+
+fn priority(tx: &PoolTx, base_fee: u64) -> (u128, u128) {
+    let inner = tx.tx.tx().tx();
+    (
+        inner.effective_tip_per_gas(base_fee).unwrap_or(0),
+        inner.max_fee_per_gas(),
+    )
+}
+
+fn bumped(old: u128, percent: u128) -> u128 {
+    old.saturating_mul(100 + percent) / 100
+}
+
+impl PoolInner {
+    pub fn new(cfg: Arc<PoolConfig>, head: HeadInfo) -> Self {
+        Self {
+            cfg,
+            head,
+            by_hash: HashMap::new(),
+            sender_ids: HashMap::new(),
+            senders: Vec::new(),
+            free_ids: Vec::new(),
+            tails: Default::default(),
+            usage: [Usage::default(); 4],
+            blob_index: HashMap::new(),
+            authorities: HashMap::new(),
+            next_seq: 0,
+            newly_pending: Vec::new(),
+        }
+    }
+
+    pub fn contains(&self, hash: &B256) -> bool {
+        self.by_hash.contains_key(hash)
+    }
+
+    pub fn get(&self, hash: &B256) -> Option<&Entry> {
+        self.by_hash.get(hash)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_hash.len()
+    }
+
+    pub fn usage(&self, sub: SubPool) -> Usage {
+        self.usage[sub as usize]
+    }
+
+    fn sender(&self, id: SenderId) -> &Sender {
+        self.senders[id.0 as usize]
+            .as_ref()
+            .expect("sender ids in indices are live")
+    }
+
+    fn sender_mut(&mut self, id: SenderId) -> &mut Sender {
+        self.senders[id.0 as usize]
+            .as_mut()
+            .expect("sender ids in indices are live")
+    }
+
+    /// The account state the pool tracks for `address`, if it has transactions here.
+    pub fn known_account(&self, address: &Address) -> Option<AccountState> {
+        let s = self.sender(*self.sender_ids.get(address)?);
+        Some(AccountState {
+            nonce: s.nonce,
+            balance: s.balance,
+            code: s.code,
+        })
+    }
+
+    /// The next nonce of `address` counting its gapless pooled transactions.
+    pub fn pending_nonce(&self, address: &Address, state_nonce: u64) -> u64 {
+        let Some(id) = self.sender_ids.get(address) else {
+            return state_nonce;
+        };
+        let s = self.sender(*id);
+        let mut next = s.nonce.max(state_nonce);
+        while s.txs.contains_key(&next) {
+            next += 1;
+        }
+        next
+    }
+
+    /// Pooled transactions of `address`, in nonce order.
+    pub fn sender_txs(&self, address: &Address) -> Vec<Arc<PoolTx>> {
+        let Some(id) = self.sender_ids.get(address) else {
+            return Vec::new();
+        };
+        self.sender(*id)
+            .txs
+            .values()
+            .map(|h| Arc::clone(&self.by_hash[h].tx))
+            .collect()
+    }
+
+    /// Stage 8: the checks that need the sender's state and the pool's contents.
+    pub fn check(&self, tx: &PoolTx, account: AccountState) -> Result<Plan, Rejection> {
+        let cfg = &self.cfg;
+        let sender = self.sender_ids.get(&tx.sender).map(|id| self.sender(*id));
+        let account = sender
+            .map(|s| AccountState {
+                nonce: s.nonce,
+                balance: s.balance,
+                code: s.code,
+            })
+            .unwrap_or(account);
+        if account.code == CodeKind::Contract {
+            return Err(Rejection::SenderHasCode);
+        }
+        let nonce = tx.nonce();
+        if nonce < account.nonce {
+            return Err(Rejection::NonceTooLow {
+                state: account.nonce,
+                tx: nonce,
+            });
+        }
+        let existing = sender
+            .and_then(|s| s.txs.get(&nonce))
+            .map(|h| &self.by_hash[h]);
+        let others = sender.map_or(0, |s| s.txs.len()) - usize::from(existing.is_some());
+
+        // One kind of transaction per sender: blob or not.
+        if let Some(s) = sender {
+            let conflict = s
+                .txs
+                .iter()
+                .any(|(n, h)| *n != nonce && self.by_hash[h].tx.is_blob() != tx.is_blob());
+            if conflict {
+                return Err(Rejection::AlreadyReserved);
+            }
+        }
+        if let Some(old) = existing {
+            let bump = if tx.is_blob() {
+                cfg.blob_price_bump
+            } else {
+                cfg.price_bump
+            };
+            let (new, old) = (tx.tx.tx().tx(), old.tx.tx.tx().tx());
+            let blob_ok = match (new.max_fee_per_blob_gas(), old.max_fee_per_blob_gas()) {
+                (Some(n), Some(o)) => n >= bumped(o, bump),
+                _ => true,
+            };
+            if new.max_fee_per_gas() < bumped(old.max_fee_per_gas(), bump)
+                || new.max_priority_fee_per_gas() < bumped(old.max_priority_fee_per_gas(), bump)
+                || !blob_ok
+            {
+                return Err(Rejection::ReplacementUnderpriced);
+            }
+        } else if others >= cfg.max_account_slots && nonce != account.nonce {
+            return Err(Rejection::AccountLimit { slots: others });
+        }
+
+        // EIP-7702: delegated senders, and authorities with pooled authorizations, get few slots.
+        let delegated = matches!(account.code, CodeKind::Delegated(_))
+            || self.authorities.get(&tx.sender).is_some_and(|n| *n > 0);
+        if delegated && existing.is_none() && others >= cfg.max_delegated_slots {
+            return Err(Rejection::InflightLimit);
+        }
+        for authority in &tx.authorities {
+            if *authority == tx.sender {
+                continue;
+            }
+            let pooled = self
+                .sender_ids
+                .get(authority)
+                .map_or(0, |id| self.sender(*id).txs.len());
+            if pooled > cfg.max_delegated_slots {
+                return Err(Rejection::AuthorityReserved);
+            }
+        }
+
+        let cost = tx.tx.tx().tx().max_cost();
+        if cost > account.balance {
+            return Err(Rejection::InsufficientFunds {
+                balance: account.balance,
+                cost,
+            });
+        }
+        if let Some(s) = sender {
+            let pooled: U256 = s
+                .txs
+                .iter()
+                .filter(|(n, _)| **n != nonce)
+                .map(|(_, h)| self.by_hash[h].tx.tx.tx().tx().max_cost())
+                .fold(U256::ZERO, |a, c| a.saturating_add(c));
+            let total = pooled.saturating_add(cost);
+            if total > account.balance {
+                return Err(Rejection::Overdraft {
+                    balance: account.balance,
+                    cost: total,
+                });
+            }
+        }
+        Ok(Plan {
+            replaces: existing.map(|e| e.tx.hash()),
+        })
+    }
+
+    /// Stage 10: checks again (the pool may have changed since stage 8), inserts, and
+    /// enforces the subpool limits. Returns the hashes evicted along the way.
+    pub fn insert(
+        &mut self,
+        tx: Arc<PoolTx>,
+        account: AccountState,
+    ) -> (Result<Added, Rejection>, Vec<B256>) {
+        let plan = match self.check(&tx, account) {
+            Ok(p) => p,
+            Err(e) => return (Err(e), Vec::new()),
+        };
+        let id = match self.sender_ids.get(&tx.sender) {
+            Some(id) => *id,
+            None => self.new_sender(tx.sender, account),
+        };
+        if let Some(old) = plan.replaces {
+            self.remove_entry(&old);
+        }
+        let hash = tx.hash();
+        let nonce = tx.nonce();
+        let local = tx.origin.is_local();
+        let is_blob = tx.is_blob();
+        for vh in tx.tx.tx().tx().blob_versioned_hashes() {
+            self.blob_index.insert(*vh, hash);
+        }
+        for a in &tx.authorities {
+            *self.authorities.entry(*a).or_insert(0) += 1;
+        }
+        let provisional = if is_blob {
+            SubPool::Blob
+        } else {
+            SubPool::Queued
+        };
+        let u = &mut self.usage[provisional as usize];
+        u.txs += 1;
+        u.bytes += tx.size();
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.by_hash.insert(
+            hash,
+            Entry {
+                tx,
+                subpool: provisional,
+                seq,
+            },
+        );
+        let s = self.sender_mut(id);
+        s.txs.insert(nonce, hash);
+        s.local |= local;
+        self.reclassify(id);
+
+        let mut evicted = Vec::new();
+        for sub in SubPool::ALL {
+            while self.over_limit(sub) {
+                let Some(removed) = self.evict_worst(sub) else {
+                    break;
+                };
+                evicted.extend(removed);
+            }
+        }
+        if evicted.contains(&hash) {
+            return (
+                Err(Rejection::Underpriced),
+                evicted.into_iter().filter(|h| *h != hash).collect(),
+            );
+        }
+        let subpool = self.by_hash[&hash].subpool;
+        (
+            Ok(Added {
+                hash,
+                subpool,
+                replaced: plan.replaces,
+            }),
+            evicted,
+        )
+    }
+
+    fn over_limit(&self, sub: SubPool) -> bool {
+        let limit = self.cfg.limit(sub);
+        let u = self.usage[sub as usize];
+        u.txs > limit.max_txs || u.bytes > limit.max_bytes
+    }
+
+    fn new_sender(&mut self, address: Address, account: AccountState) -> SenderId {
+        let sender = Sender {
+            address,
+            nonce: account.nonce,
+            balance: account.balance,
+            code: account.code,
+            txs: BTreeMap::new(),
+            local: false,
+            tails: [None; 4],
+        };
+        let id = match self.free_ids.pop() {
+            Some(i) => {
+                self.senders[i as usize] = Some(sender);
+                SenderId(i)
+            }
+            None => {
+                self.senders.push(Some(sender));
+                SenderId((self.senders.len() - 1) as u32)
+            }
+        };
+        self.sender_ids.insert(address, id);
+        id
+    }
+
+    /// Removes one transaction from every index (not from its sender's classification:
+    /// callers reclassify the sender afterwards).
+    fn remove_entry(&mut self, hash: &B256) -> Option<Arc<PoolTx>> {
+        let entry = self.by_hash.remove(hash)?;
+        let u = &mut self.usage[entry.subpool as usize];
+        u.txs -= 1;
+        u.bytes -= entry.tx.size();
+        for vh in entry.tx.tx.tx().tx().blob_versioned_hashes() {
+            if self.blob_index.get(vh) == Some(hash) {
+                self.blob_index.remove(vh);
+            }
+        }
+        for a in &entry.tx.authorities {
+            if let Some(n) = self.authorities.get_mut(a) {
+                *n -= 1;
+                if *n == 0 {
+                    self.authorities.remove(a);
+                }
+            }
+        }
+        if let Some(id) = self.sender_ids.get(&entry.tx.sender).copied() {
+            self.sender_mut(id).txs.remove(&entry.tx.nonce());
+        }
+        Some(entry.tx)
+    }
+
+    /// Re-derives the subpool of each of a sender's transactions and its eviction keys;
+    /// frees the sender when it has none left.
+    fn reclassify(&mut self, id: SenderId) {
+        let base_fee = self.head.base_fee;
+        let blob_base_fee = self.head.blob_base_fee;
+        let s = self.senders[id.0 as usize].as_mut().expect("live sender");
+        for (sub, tail) in s.tails.iter_mut().enumerate() {
+            if let Some((key, _)) = tail.take() {
+                self.tails[sub].remove(&(key, id));
+            }
+        }
+        if s.txs.is_empty() {
+            let address = s.address;
+            self.senders[id.0 as usize] = None;
+            self.free_ids.push(id.0);
+            self.sender_ids.remove(&address);
+            return;
+        }
+        let mut expected = s.nonce;
+        let mut gapped = false;
+        let mut spent = U256::ZERO;
+        let mut floor = SubPool::Pending;
+        let mut tails: [Option<(EvictKey, u64)>; 4] = [None; 4];
+        for (nonce, hash) in &s.txs {
+            let entry = self
+                .by_hash
+                .get_mut(hash)
+                .expect("sender txs are indexed by hash");
+            let inner = entry.tx.tx.tx().tx();
+            gapped |= *nonce != expected;
+            expected = nonce + 1;
+            spent = spent.saturating_add(inner.max_cost());
+            let own = if gapped || spent > s.balance {
+                SubPool::Queued
+            } else if inner.max_fee_per_gas() < u128::from(base_fee)
+                || inner
+                    .max_fee_per_blob_gas()
+                    .is_some_and(|f| f < blob_base_fee)
+            {
+                SubPool::BaseFee
+            } else {
+                SubPool::Pending
+            };
+            floor = floor.max(own);
+            let sub = if entry.tx.is_blob() && floor != SubPool::Pending {
+                SubPool::Blob
+            } else {
+                floor
+            };
+            if entry.subpool != sub {
+                let size = entry.tx.size();
+                let from = &mut self.usage[entry.subpool as usize];
+                from.txs -= 1;
+                from.bytes -= size;
+                let to = &mut self.usage[sub as usize];
+                to.txs += 1;
+                to.bytes += size;
+                if sub == SubPool::Pending {
+                    self.newly_pending.push(*hash);
+                }
+                entry.subpool = sub;
+            }
+            let (tip, cap) = priority(&entry.tx, base_fee);
+            tails[sub as usize] = Some(((tip, cap, u64::MAX - entry.seq), *nonce));
+        }
+        s.tails = tails;
+        if !s.local {
+            for (sub, tail) in tails.iter().enumerate() {
+                if let Some((key, _)) = tail {
+                    self.tails[sub].insert((*key, id));
+                }
+            }
+        }
+    }
+
+    /// Evicts the worst sender's transactions from its top nonce down to its last one in
+    /// `sub`. `None` when no sender there can be evicted.
+    fn evict_worst(&mut self, sub: SubPool) -> Option<Vec<B256>> {
+        let (_, id) = *self.tails[sub as usize].first()?;
+        let (_, down_to) =
+            self.sender(id).tails[sub as usize].expect("a sender in tails has a tail");
+        let doomed: Vec<B256> = self
+            .sender(id)
+            .txs
+            .range(down_to..)
+            .map(|(_, h)| *h)
+            .collect();
+        for h in &doomed {
+            self.remove_entry(h);
+        }
+        self.reclassify(id);
+        Some(doomed)
+    }
+
+    /// Applies a new head: new fees, fresh state for `accounts`, mined hashes out.
+    /// Returns the hashes removed (mined or made stale by a higher state nonce).
+    pub fn apply_head(
+        &mut self,
+        head: HeadInfo,
+        mined: &[B256],
+        accounts: &[(Address, AccountState)],
+    ) -> Vec<B256> {
+        let fees_changed =
+            head.base_fee != self.head.base_fee || head.blob_base_fee != self.head.blob_base_fee;
+        self.head = head;
+        let mut removed = Vec::new();
+        let mut touched = BTreeSet::new();
+        for h in mined {
+            if let Some(tx) = self.remove_entry(h) {
+                removed.push(*h);
+                if let Some(id) = self.sender_ids.get(&tx.sender) {
+                    touched.insert(*id);
+                }
+            }
+        }
+        for (address, account) in accounts {
+            let Some(id) = self.sender_ids.get(address).copied() else {
+                continue;
+            };
+            let s = self.sender_mut(id);
+            s.nonce = account.nonce;
+            s.balance = account.balance;
+            s.code = account.code;
+            let stale: Vec<B256> = s.txs.range(..account.nonce).map(|(_, h)| *h).collect();
+            for h in stale {
+                self.remove_entry(&h);
+                removed.push(h);
+            }
+            touched.insert(id);
+        }
+        if fees_changed {
+            let all: Vec<SenderId> = self.sender_ids.values().copied().collect();
+            touched.extend(all);
+        }
+        for id in touched {
+            if self.senders[id.0 as usize].is_some() {
+                self.reclassify(id);
+            }
+        }
+        removed
+    }
+
+    /// Drops queued transactions (and the sender's later ones) older than `max_age`.
+    pub fn remove_expired(
+        &mut self,
+        now: std::time::Instant,
+        max_age: std::time::Duration,
+    ) -> Vec<B256> {
+        let expired: Vec<(SenderId, u64)> = self
+            .by_hash
+            .values()
+            .filter(|e| e.subpool == SubPool::Queued && !e.tx.origin.is_local())
+            .filter(|e| now.saturating_duration_since(e.tx.added_at) > max_age)
+            .filter_map(|e| Some((*self.sender_ids.get(&e.tx.sender)?, e.tx.nonce())))
+            .collect();
+        let mut lowest: HashMap<SenderId, u64> = HashMap::new();
+        for (id, n) in expired {
+            let e = lowest.entry(id).or_insert(n);
+            *e = (*e).min(n);
+        }
+        let mut removed = Vec::new();
+        for (id, from) in lowest {
+            let doomed: Vec<B256> = self.sender(id).txs.range(from..).map(|(_, h)| *h).collect();
+            for h in &doomed {
+                self.remove_entry(h);
+            }
+            removed.extend(doomed);
+            self.reclassify(id);
+        }
+        removed
+    }
+
+    /// Removes one transaction and everything its sender has above it.
+    pub fn remove_with_descendants(&mut self, hash: &B256) -> Vec<B256> {
+        let Some(entry) = self.by_hash.get(hash) else {
+            return Vec::new();
+        };
+        let Some(id) = self.sender_ids.get(&entry.tx.sender).copied() else {
+            return Vec::new();
+        };
+        let doomed: Vec<B256> = self
+            .sender(id)
+            .txs
+            .range(entry.tx.nonce()..)
+            .map(|(_, h)| *h)
+            .collect();
+        for h in &doomed {
+            self.remove_entry(h);
+        }
+        self.reclassify(id);
+        doomed
+    }
+
+    /// Pending transactions grouped by sender, each group in nonce order.
+    pub fn pending_by_sender(&self) -> Vec<Vec<Arc<PoolTx>>> {
+        self.senders
+            .iter()
+            .flatten()
+            .map(|s| {
+                s.txs
+                    .values()
+                    .map(|h| &self.by_hash[h])
+                    .take_while(|e| e.subpool == SubPool::Pending)
+                    .map(|e| Arc::clone(&e.tx))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|g| !g.is_empty())
+            .collect()
+    }
+
+    /// Every transaction with its subpool, grouped by sender in nonce order.
+    pub fn content(&self) -> Vec<super::SenderContent> {
+        self.senders
+            .iter()
+            .flatten()
+            .map(|s| {
+                let txs = s
+                    .txs
+                    .values()
+                    .map(|h| (Arc::clone(&self.by_hash[h].tx), self.by_hash[h].subpool));
+                (s.address, txs.collect())
+            })
+            .collect()
+    }
+
+    pub fn tx_by_versioned_hash(&self, vh: &B256) -> Option<&Arc<PoolTx>> {
+        self.blob_index.get(vh).map(|h| &self.by_hash[h].tx)
+    }
+
+    /// Every hash in the pool.
+    pub fn hashes(&self) -> Vec<B256> {
+        self.by_hash.keys().copied().collect()
+    }
+
+    #[cfg(test)]
+    pub fn assert_consistent(&self) {
+        let mut usage = [Usage::default(); 4];
+        for (h, e) in &self.by_hash {
+            assert_eq!(*h, e.tx.hash());
+            let u = &mut usage[e.subpool as usize];
+            u.txs += 1;
+            u.bytes += e.tx.size();
+            let id = self.sender_ids[&e.tx.sender];
+            assert_eq!(self.sender(id).txs.get(&e.tx.nonce()), Some(h));
+        }
+        assert_eq!(usage, self.usage);
+        for s in self.senders.iter().flatten() {
+            assert!(!s.txs.is_empty(), "empty senders are freed");
+            assert!(s.txs.keys().all(|n| *n >= s.nonce), "no stale nonces");
+        }
+    }
+}

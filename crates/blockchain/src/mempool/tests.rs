@@ -1,0 +1,758 @@
+use super::*;
+use alloy_primitives::{TxKind, U256};
+use moat_common::SignedTransaction;
+use moat_common::config::{ChainConfig, Fork};
+use moat_common::testing::sample_blob_tx;
+use moat_common::transaction::{
+    Authorization, BlobsBundleError, Eip1559Tx, Eip4844Tx, Eip7702Tx, SidecarVersion,
+    StatelessError, Transaction,
+};
+use moat_crypto::kzg::KzgError;
+use moat_crypto::secp::Signer;
+
+const BASE_FEE: u64 = 7;
+const RICH: u128 = 1_000_000_000_000_000_000_000;
+
+fn head() -> HeadInfo {
+    HeadInfo {
+        number: 100,
+        timestamp: 1_000,
+        base_fee: BASE_FEE,
+        blob_base_fee: 1,
+        gas_limit: 30_000_000,
+    }
+}
+
+fn setup_with(f: impl FnOnce(&mut PoolConfig)) -> (Pool, Arc<InMemoryState>) {
+    let state = Arc::new(InMemoryState::new(head()));
+    let mut cfg = PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Prague));
+    f(&mut cfg);
+    (Pool::new(cfg, state.clone()), state)
+}
+
+fn setup() -> (Pool, Arc<InMemoryState>) {
+    setup_with(|_| {})
+}
+
+fn funded(state: &InMemoryState, seed: u64) -> Signer {
+    let s = Signer::from_seed(seed);
+    state.set_balance(s.address(), U256::from(RICH));
+    s
+}
+
+fn tx1559(signer: &Signer, nonce: u64, tip: u128, cap: u128) -> PooledTransaction {
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id: 1,
+        nonce,
+        max_priority_fee_per_gas: tip,
+        max_fee_per_gas: cap,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(9)),
+        value: U256::from(1),
+        ..Default::default()
+    });
+    PooledTransaction::new(SignedTransaction::sign(tx, signer), None)
+}
+
+fn raw(p: &PooledTransaction) -> TxInput {
+    TxInput::Raw(p.encoded_2718().into())
+}
+
+fn peer(n: u8) -> TxOrigin {
+    TxOrigin::Peer(B512::repeat_byte(n))
+}
+
+async fn add(pool: &Pool, p: &PooledTransaction) -> AddResult {
+    pool.add_transaction(raw(p), peer(1)).await
+}
+
+#[tokio::test]
+async fn plain_tx_goes_pending_and_a_duplicate_is_already_known() {
+    let (pool, state) = setup();
+    let a = funded(&state, 1);
+    let tx = tx1559(&a, 0, 2, 100);
+    let added = add(&pool, &tx).await.unwrap();
+    assert_eq!(
+        added,
+        Added {
+            hash: tx.hash(),
+            subpool: SubPool::Pending,
+            replaced: None
+        }
+    );
+    assert_eq!(add(&pool, &tx).await, Err(Rejection::AlreadyKnown));
+    assert_eq!(pool.metrics().get(Counter::sender_recoveries), 1);
+    assert_eq!(pool.metrics().rejections("already_known"), 1);
+    assert_eq!(pool.sender_cache().get(&tx.hash()), Some(a.address()));
+    assert_eq!(pool.get(&tx.hash()).unwrap().sender, a.address());
+    assert_eq!(pool.pending_nonce(&a.address()), 1);
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn nonce_gap_queues_and_filling_it_promotes() {
+    let (pool, state) = setup();
+    let a = funded(&state, 2);
+    let mut events = pool.subscribe_pending();
+    let t1 = tx1559(&a, 1, 2, 100);
+    assert_eq!(add(&pool, &t1).await.unwrap().subpool, SubPool::Queued);
+    let t0 = tx1559(&a, 0, 2, 100);
+    assert_eq!(add(&pool, &t0).await.unwrap().subpool, SubPool::Pending);
+    assert_eq!(pool.subpool_of(&t1.hash()), Some(SubPool::Pending));
+    let got: Vec<B256> = (0..2).map(|_| events.try_recv().unwrap()).collect();
+    assert_eq!(got, vec![t0.hash(), t1.hash()]);
+    assert_eq!(pool.status().pending.txs, 2);
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn fee_cap_below_base_fee_goes_to_basefee_and_its_descendants_too() {
+    let (pool, state) = setup();
+    let a = funded(&state, 3);
+    assert_eq!(
+        add(&pool, &tx1559(&a, 0, 1, BASE_FEE as u128 - 1))
+            .await
+            .unwrap()
+            .subpool,
+        SubPool::BaseFee
+    );
+    assert_eq!(
+        add(&pool, &tx1559(&a, 1, 2, 100)).await.unwrap().subpool,
+        SubPool::BaseFee
+    );
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn funds_are_checked_with_what_is_already_pooled() {
+    let (pool, state) = setup();
+    let a = Signer::from_seed(4);
+    // Enough for exactly one transfer at fee cap 100.
+    state.set_balance(a.address(), U256::from(21_000u64 * 100 + 1));
+    let first = tx1559(&a, 0, 2, 100);
+    add(&pool, &first).await.unwrap();
+    let second = tx1559(&a, 1, 2, 100);
+    assert!(matches!(
+        add(&pool, &second).await,
+        Err(Rejection::Overdraft { .. })
+    ));
+    let poor = Signer::from_seed(5);
+    let r = add(&pool, &tx1559(&poor, 0, 2, 100)).await;
+    assert!(matches!(r, Err(Rejection::InsufficientFunds { .. })));
+    assert!(
+        r.unwrap_err()
+            .to_string()
+            .starts_with("insufficient funds for gas * price + value")
+    );
+    // A funding failure is state-dependent: once funded, the same bytes go through.
+    state.set_balance(poor.address(), U256::from(RICH));
+    add(&pool, &tx1559(&poor, 0, 2, 100)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_recently_failed_tx_costs_no_signature_recovery() {
+    let (pool, state) = setup();
+    let a = funded(&state, 6);
+    state.set_nonce(a.address(), 5);
+    let stale = tx1559(&a, 3, 2, 100);
+    assert_eq!(
+        add(&pool, &stale).await,
+        Err(Rejection::NonceTooLow { state: 5, tx: 3 })
+    );
+    assert_eq!(pool.metrics().get(Counter::sender_recoveries), 1);
+    for _ in 0..10 {
+        assert_eq!(add(&pool, &stale).await, Err(Rejection::RecentlyFailed));
+    }
+    assert_eq!(
+        pool.metrics().get(Counter::sender_recoveries),
+        1,
+        "no ECDSA for a known-bad hash"
+    );
+    assert_eq!(pool.metrics().get(Counter::failure_cache_hits), 10);
+
+    // A stateless failure (wrong chain id) is remembered before ECDSA is ever run.
+    let Transaction::Eip1559(mut t) = tx1559(&a, 5, 2, 100).tx().tx().clone() else {
+        unreachable!()
+    };
+    t.chain_id = 2;
+    let wrong_chain =
+        PooledTransaction::new(SignedTransaction::sign(Transaction::Eip1559(t), &a), None);
+    assert!(matches!(
+        add(&pool, &wrong_chain).await,
+        Err(Rejection::Stateless(StatelessError::ChainId { .. }))
+    ));
+    assert_eq!(
+        add(&pool, &wrong_chain).await,
+        Err(Rejection::RecentlyFailed)
+    );
+    assert_eq!(pool.metrics().get(Counter::sender_recoveries), 1);
+}
+
+#[tokio::test]
+async fn replacement_needs_ten_percent_on_every_fee() {
+    let (pool, state) = setup();
+    let a = funded(&state, 7);
+    let old = tx1559(&a, 0, 100, 1_000);
+    add(&pool, &old).await.unwrap();
+    assert_eq!(
+        add(&pool, &tx1559(&a, 0, 109, 1_100)).await,
+        Err(Rejection::ReplacementUnderpriced)
+    );
+    assert_eq!(
+        add(&pool, &tx1559(&a, 0, 110, 1_099)).await,
+        Err(Rejection::ReplacementUnderpriced)
+    );
+    let new = tx1559(&a, 0, 110, 1_100);
+    let added = add(&pool, &new).await.unwrap();
+    assert_eq!(added.replaced, Some(old.hash()));
+    assert!(!pool.contains(&old.hash()));
+    assert_eq!(pool.len(), 1);
+    assert_eq!(
+        Rejection::ReplacementUnderpriced.to_string(),
+        "replacement transaction underpriced"
+    );
+    pool.assert_consistent();
+}
+
+fn blob_tx(signer: &Signer, nonce: u64, tip: u128, cap: u128, blob_cap: u128) -> PooledTransaction {
+    let base = sample_blob_tx(SidecarVersion::V0, 1, nonce, signer);
+    let (signed, sidecar) = base.into_parts();
+    let Transaction::Eip4844(mut t): Transaction = signed.into_tx() else {
+        unreachable!()
+    };
+    t.max_priority_fee_per_gas = tip;
+    t.max_fee_per_gas = cap;
+    t.max_fee_per_blob_gas = blob_cap;
+    let t: Eip4844Tx = t;
+    PooledTransaction::new(
+        SignedTransaction::sign(Transaction::Eip4844(t), signer),
+        sidecar,
+    )
+}
+
+#[tokio::test]
+async fn blob_replacement_needs_double_fees_and_senders_hold_one_kind() {
+    let (pool, state) = setup();
+    let a = funded(&state, 8);
+    add(&pool, &blob_tx(&a, 0, 100, 1_000, 10)).await.unwrap();
+    assert_eq!(
+        add(&pool, &blob_tx(&a, 0, 150, 1_500, 15)).await,
+        Err(Rejection::ReplacementUnderpriced)
+    );
+    assert_eq!(
+        add(&pool, &blob_tx(&a, 0, 200, 2_000, 19)).await,
+        Err(Rejection::ReplacementUnderpriced)
+    );
+    assert!(
+        add(&pool, &blob_tx(&a, 0, 200, 2_000, 20))
+            .await
+            .unwrap()
+            .replaced
+            .is_some()
+    );
+    assert_eq!(
+        add(&pool, &tx1559(&a, 1, 2, 100)).await,
+        Err(Rejection::AlreadyReserved)
+    );
+    let b = funded(&state, 9);
+    add(&pool, &tx1559(&b, 0, 2, 100)).await.unwrap();
+    assert_eq!(
+        add(&pool, &blob_tx(&b, 1, 100, 1_000, 10)).await,
+        Err(Rejection::AlreadyReserved)
+    );
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn sixteen_slots_per_sender_but_the_next_nonce_always_gets_in() {
+    let (pool, state) = setup();
+    let a = funded(&state, 10);
+    for nonce in 1..=16 {
+        assert_eq!(
+            add(&pool, &tx1559(&a, nonce, 2, 100))
+                .await
+                .unwrap()
+                .subpool,
+            SubPool::Queued
+        );
+    }
+    assert_eq!(
+        add(&pool, &tx1559(&a, 17, 2, 100)).await,
+        Err(Rejection::AccountLimit { slots: 16 })
+    );
+    assert_eq!(
+        add(&pool, &tx1559(&a, 0, 2, 100)).await.unwrap().subpool,
+        SubPool::Pending
+    );
+    assert_eq!(pool.status().pending.txs, 17);
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn minimum_tip_applies_to_remote_txs_only() {
+    let (pool, state) = setup_with(|c| c.min_tip = 5);
+    let a = funded(&state, 11);
+    let cheap = tx1559(&a, 0, 4, 100);
+    assert!(matches!(
+        add(&pool, &cheap).await,
+        Err(Rejection::Stateless(StatelessError::TipBelowMinimum { .. }))
+    ));
+    let local = tx1559(&a, 0, 0, 100);
+    pool.add_transaction(raw(&local), TxOrigin::Local)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_full_subpool_rejects_the_cheap_and_evicts_the_worst() {
+    let (pool, state) = setup_with(|c| c.pending = SubPoolLimit::new(3, 1 << 20));
+    let senders: Vec<Signer> = (20..24).map(|i| funded(&state, i)).collect();
+    for (i, s) in senders[..3].iter().enumerate() {
+        add(&pool, &tx1559(s, 0, 10 + i as u128, 100))
+            .await
+            .unwrap();
+    }
+    // Not better than the worst (tip 10): underpriced.
+    assert_eq!(
+        add(&pool, &tx1559(&senders[3], 0, 10, 100)).await,
+        Err(Rejection::Underpriced)
+    );
+    let rich = tx1559(&senders[3], 0, 50, 100);
+    add(&pool, &rich).await.unwrap();
+    assert_eq!(pool.status().pending.txs, 3);
+    assert!(
+        pool.sender_txs(&senders[0].address()).is_empty(),
+        "the cheapest sender was evicted"
+    );
+    assert_eq!(pool.metrics().get(Counter::evicted), 1);
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn eviction_takes_the_worst_senders_highest_nonces() {
+    let (pool, state) = setup_with(|c| c.pending = SubPoolLimit::new(4, 1 << 20));
+    let a = funded(&state, 30);
+    let b = funded(&state, 31);
+    for n in 0..3 {
+        add(&pool, &tx1559(&a, n, 2, 100)).await.unwrap();
+    }
+    add(&pool, &tx1559(&b, 0, 20, 100)).await.unwrap();
+    add(&pool, &tx1559(&b, 1, 20, 100)).await.unwrap();
+    let left: Vec<u64> = pool
+        .sender_txs(&a.address())
+        .iter()
+        .map(|t| t.nonce())
+        .collect();
+    assert_eq!(left, vec![0, 1], "a's highest nonce went, no gap was made");
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn local_txs_are_not_evicted() {
+    let (pool, state) = setup_with(|c| c.pending = SubPoolLimit::new(1, 1 << 20));
+    let a = funded(&state, 32);
+    pool.add_transaction(raw(&tx1559(&a, 0, 1, 100)), TxOrigin::Local)
+        .await
+        .unwrap();
+    let b = funded(&state, 33);
+    assert_eq!(
+        add(&pool, &tx1559(&b, 0, 90, 100)).await,
+        Err(Rejection::Underpriced)
+    );
+}
+
+#[tokio::test]
+async fn queued_txs_expire() {
+    let (pool, state) = setup();
+    let a = funded(&state, 34);
+    add(&pool, &tx1559(&a, 0, 2, 100)).await.unwrap();
+    add(&pool, &tx1559(&a, 5, 2, 100)).await.unwrap();
+    assert_eq!(pool.remove_expired(Instant::now()), 0);
+    let later = Instant::now() + pool.config().queued_lifetime + std::time::Duration::from_secs(1);
+    assert_eq!(pool.remove_expired(later), 1);
+    assert_eq!(pool.len(), 1, "pending txs do not expire");
+}
+
+#[tokio::test]
+async fn head_change_removes_mined_promotes_demotes_and_reinjects() {
+    let (pool, state) = setup();
+    let a = funded(&state, 40);
+    let b = funded(&state, 41);
+    let a0 = tx1559(&a, 0, 2, 100);
+    let a1 = tx1559(&a, 1, 2, 100);
+    let b0 = tx1559(&b, 0, 1, 8);
+    for t in [&a0, &a1, &b0] {
+        add(&pool, t).await.unwrap();
+    }
+    assert_eq!(pool.subpool_of(&b0.hash()), Some(SubPool::Pending));
+
+    // a0 is mined; the base fee rises above b0's cap.
+    state.set_nonce(a.address(), 1);
+    let mut h = head();
+    h.number += 1;
+    h.base_fee = 9;
+    let out = pool
+        .on_head_change(HeadUpdate {
+            head: h,
+            mined: vec![a0.hash()],
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(out.removed, vec![a0.hash()]);
+    assert_eq!(pool.subpool_of(&a1.hash()), Some(SubPool::Pending));
+    assert_eq!(pool.subpool_of(&b0.hash()), Some(SubPool::BaseFee));
+
+    // The base fee falls again: b0 is promoted back.
+    h.number += 1;
+    h.base_fee = 5;
+    pool.on_head_change(HeadUpdate {
+        head: h,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(pool.subpool_of(&b0.hash()), Some(SubPool::Pending));
+
+    // A reorg takes the block with a0 away: a0 comes back, and a1 stays behind it.
+    state.set_nonce(a.address(), 0);
+    let out = pool
+        .on_head_change(HeadUpdate {
+            head: h,
+            touched: vec![a.address()],
+            reorged: vec![a0.clone()],
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(out.reinjected, 1);
+    assert_eq!(pool.subpool_of(&a0.hash()), Some(SubPool::Pending));
+    assert_eq!(
+        pool.metrics().get(Counter::sender_recoveries),
+        3,
+        "re-injection hit the sender cache"
+    );
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn a_nonce_raised_by_a_block_drops_stale_txs() {
+    let (pool, state) = setup();
+    let a = funded(&state, 42);
+    for n in 0..3 {
+        add(&pool, &tx1559(&a, n, 2, 100)).await.unwrap();
+    }
+    state.set_nonce(a.address(), 2);
+    let out = pool
+        .on_head_change(HeadUpdate {
+            head: head(),
+            touched: vec![a.address()],
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(out.removed.len(), 2);
+    assert_eq!(pool.len(), 1);
+    pool.assert_consistent();
+}
+
+fn budget() -> BlockBudget {
+    BlockBudget {
+        base_fee: BASE_FEE,
+        blob_base_fee: 1,
+        gas_limit: 30_000_000,
+        max_blob_gas: 6 * 131_072,
+    }
+}
+
+#[tokio::test]
+async fn best_transactions_order_by_tip_and_nonce() {
+    let (pool, state) = setup();
+    let a = funded(&state, 50);
+    let b = funded(&state, 51);
+    let a0 = tx1559(&a, 0, 3, 100);
+    let a1 = tx1559(&a, 1, 30, 100);
+    let b0 = tx1559(&b, 0, 10, 100);
+    for t in [&a0, &a1, &b0] {
+        add(&pool, t).await.unwrap();
+    }
+    let order: Vec<B256> = pool.best_transactions(budget()).map(|t| t.hash()).collect();
+    assert_eq!(order, vec![b0.hash(), a0.hash(), a1.hash()]);
+
+    // Block gas: room for two transfers only.
+    let order: Vec<B256> = pool
+        .best_transactions(BlockBudget {
+            gas_limit: 42_000,
+            ..budget()
+        })
+        .map(|t| t.hash())
+        .collect();
+    assert_eq!(order.len(), 2);
+
+    // A tx marked invalid takes its sender's later nonces with it.
+    let mut best = pool.best_transactions(budget());
+    let first = best.next().unwrap();
+    assert_eq!(first.hash(), b0.hash());
+    let second = best.next().unwrap();
+    best.mark_invalid(&second.hash());
+    assert!(best.next().is_none());
+}
+
+#[tokio::test]
+async fn best_transactions_respect_blob_gas() {
+    let (pool, state) = setup();
+    let a = funded(&state, 52);
+    let b = funded(&state, 53);
+    add(&pool, &blob_tx(&a, 0, 5, 100, 10)).await.unwrap();
+    add(&pool, &blob_tx(&b, 0, 4, 100, 10)).await.unwrap();
+    let one_blob = BlockBudget {
+        max_blob_gas: 131_072,
+        ..budget()
+    };
+    assert_eq!(pool.best_transactions(one_blob).count(), 1);
+    assert_eq!(pool.best_transactions(budget()).count(), 2);
+}
+
+#[tokio::test]
+async fn blob_tx_is_indexed_by_versioned_hash() {
+    let (pool, state) = setup();
+    let a = funded(&state, 60);
+    let tx = sample_blob_tx(SidecarVersion::V0, 2, 0, &a);
+    assert_eq!(add(&pool, &tx).await.unwrap().subpool, SubPool::Pending);
+    let vh = tx.tx().tx().blob_versioned_hashes()[1];
+    let (bundle, index) = pool.blob_by_versioned_hash(&vh).unwrap();
+    assert_eq!(index, 1);
+    assert_eq!(bundle.blobs[1], tx.sidecar().unwrap().blobs[1]);
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 1);
+    // A duplicate costs no KZG.
+    assert_eq!(add(&pool, &tx).await, Err(Rejection::AlreadyKnown));
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 1);
+}
+
+#[tokio::test]
+async fn blob_fee_cap_below_blob_base_fee_waits_in_the_blob_subpool() {
+    let (pool, state) = setup();
+    let mut h = head();
+    h.blob_base_fee = 100;
+    state.set_head(h);
+    pool.on_head_change(HeadUpdate {
+        head: h,
+        ..Default::default()
+    })
+    .await;
+    let a = funded(&state, 61);
+    assert_eq!(
+        add(&pool, &blob_tx(&a, 0, 5, 100, 10))
+            .await
+            .unwrap()
+            .subpool,
+        SubPool::Blob
+    );
+}
+
+#[tokio::test]
+async fn invalid_proofs_are_rejected_without_blocking_a_valid_copy() {
+    let (pool, state) = setup();
+    let a = funded(&state, 62);
+    let good = sample_blob_tx(SidecarVersion::V0, 2, 0, &a);
+    let (signed, sidecar) = good.clone().into_parts();
+    let mut sidecar = sidecar.unwrap();
+    sidecar.proofs.swap(0, 1);
+    let bad = PooledTransaction::new(signed, Some(sidecar));
+    assert_eq!(bad.hash(), good.hash());
+    let e = add(&pool, &bad).await.unwrap_err();
+    assert_eq!(
+        e,
+        Rejection::Sidecar(BlobsBundleError::Kzg(KzgError::InvalidProof))
+    );
+    assert!(e.is_peer_fault());
+    assert!(!e.is_hash_determined());
+    add(&pool, &good).await.unwrap();
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 2);
+}
+
+#[tokio::test]
+async fn a_blob_tx_without_sidecar_is_a_peer_fault() {
+    let (pool, state) = setup();
+    let a = funded(&state, 63);
+    let tx = sample_blob_tx(SidecarVersion::V0, 1, 0, &a);
+    let canonical = tx.tx().encoded_2718();
+    let e = pool
+        .add_transaction(TxInput::Raw(canonical.into()), peer(2))
+        .await
+        .unwrap_err();
+    assert_eq!(e, Rejection::Sidecar(BlobsBundleError::MissingSidecar));
+    assert!(e.is_peer_fault());
+    assert_eq!(
+        pool.metrics().get(Counter::sender_recoveries),
+        0,
+        "rejected before ECDSA"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_peers_delivering_one_blob_tx_cost_one_kzg() {
+    let (pool, state) = setup();
+    let a = funded(&state, 64);
+    let tx = sample_blob_tx(SidecarVersion::V0, 6, 0, &a);
+    let bytes: Bytes = tx.encoded_2718().into();
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32u8)
+        .map(|i| {
+            let (pool, bytes, barrier) = (pool.clone(), bytes.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                pool.add_transaction(TxInput::Raw(bytes), peer(i)).await
+            })
+        })
+        .collect();
+    let mut added = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => added += 1,
+            Err(e) => assert_eq!(e, Rejection::AlreadyKnown),
+        }
+    }
+    assert_eq!(added, 1);
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 1);
+}
+
+#[tokio::test]
+async fn concurrent_distinct_blob_txs_share_kzg_batches() {
+    let (pool, state) = setup();
+    let txs: Vec<PooledTransaction> = (70..76)
+        .map(|i| sample_blob_tx(SidecarVersion::V0, 1, 0, &funded(&state, i)))
+        .collect();
+    let results = futures_join(txs.iter().map(|t| add(&pool, t))).await;
+    assert!(results.iter().all(|r| r.is_ok()));
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 6);
+    assert!(
+        pool.metrics().get(Counter::kzg_batches) < 6,
+        "some verifications were batched"
+    );
+}
+
+/// Runs futures concurrently on the current task.
+async fn futures_join<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for f in futs {
+        set.push(Box::pin(f));
+    }
+    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|o| o.expect("all futures completed"))
+        .collect()
+}
+
+fn tx7702(signer: &Signer, nonce: u64, authority: &Signer) -> PooledTransaction {
+    let tx = Transaction::Eip7702(Eip7702Tx {
+        chain_id: 1,
+        nonce,
+        max_priority_fee_per_gas: 2,
+        max_fee_per_gas: 100,
+        gas_limit: 100_000,
+        to: Address::repeat_byte(9),
+        authorization_list: vec![Authorization::sign(
+            U256::from(1),
+            Address::repeat_byte(0x77),
+            0,
+            authority,
+        )],
+        ..Default::default()
+    });
+    PooledTransaction::new(SignedTransaction::sign(tx, signer), None)
+}
+
+#[tokio::test]
+async fn delegated_senders_and_authorities_get_limited_slots() {
+    let (pool, state) = setup();
+    let delegated = funded(&state, 80);
+    state.set_account(
+        delegated.address(),
+        AccountState {
+            nonce: 0,
+            balance: U256::from(RICH),
+            code: CodeKind::Delegated(Address::repeat_byte(1)),
+        },
+    );
+    add(&pool, &tx1559(&delegated, 0, 2, 100)).await.unwrap();
+    assert_eq!(
+        add(&pool, &tx1559(&delegated, 1, 2, 100)).await,
+        Err(Rejection::InflightLimit)
+    );
+
+    // An authority named by a pooled authorization is held to one slot as well.
+    let sponsor = funded(&state, 81);
+    let authority = funded(&state, 82);
+    add(&pool, &tx7702(&sponsor, 0, &authority)).await.unwrap();
+    add(&pool, &tx1559(&authority, 0, 2, 100)).await.unwrap();
+    assert_eq!(
+        add(&pool, &tx1559(&authority, 1, 2, 100)).await,
+        Err(Rejection::InflightLimit)
+    );
+
+    // An authorization naming an account with several pooled txs is refused.
+    let busy = funded(&state, 83);
+    for n in 0..2 {
+        add(&pool, &tx1559(&busy, n, 2, 100)).await.unwrap();
+    }
+    assert_eq!(
+        add(&pool, &tx7702(&sponsor, 1, &busy)).await,
+        Err(Rejection::AuthorityReserved)
+    );
+
+    // Contracts cannot send.
+    let contract = funded(&state, 84);
+    state.set_account(
+        contract.address(),
+        AccountState {
+            nonce: 0,
+            balance: U256::from(RICH),
+            code: CodeKind::Contract,
+        },
+    );
+    assert_eq!(
+        add(&pool, &tx1559(&contract, 0, 2, 100)).await,
+        Err(Rejection::SenderHasCode)
+    );
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn backpressure_refuses_before_decoding() {
+    let (pool, _) = setup_with(|c| c.max_in_flight = 0);
+    let r = pool
+        .add_transaction(TxInput::Raw(Bytes::from_static(b"garbage")), peer(1))
+        .await;
+    assert_eq!(r, Err(Rejection::Busy));
+}
+
+#[tokio::test]
+async fn oversized_and_malformed_input_is_rejected_as_a_peer_fault() {
+    let (pool, _) = setup();
+    let big = Bytes::from(vec![0x02; MAX_TX_SIZE + 1]);
+    let e = pool
+        .add_transaction(TxInput::Raw(big), peer(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Rejection::Oversized { .. }) && e.is_peer_fault());
+    let e = pool
+        .add_transaction(TxInput::Raw(Bytes::from_static(&[0x02, 0xc0])), peer(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Rejection::Decode(_)) && e.is_peer_fault());
+    assert_eq!(pool.metrics().rejections("decode"), 1);
+}

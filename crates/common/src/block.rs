@@ -1,0 +1,241 @@
+//! Block headers and bodies in their RLP form.
+//!
+//! Headers grow a field with most forks; the optional tail fields (base fee, withdrawals
+//! root, blob gas, beacon root, requests hash) are present as a prefix: a later field is
+//! only present when every earlier one is.
+
+use crate::rlp::{self, Fields, RlpError};
+use crate::transaction::{DecodeError, SignedTransaction};
+use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
+use alloy_rlp::Encodable;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Header {
+    pub parent_hash: B256,
+    pub ommers_hash: B256,
+    pub beneficiary: Address,
+    pub state_root: B256,
+    pub transactions_root: B256,
+    pub receipts_root: B256,
+    pub logs_bloom: Bloom,
+    pub difficulty: U256,
+    pub number: u64,
+    pub gas_limit: u64,
+    pub gas_used: u64,
+    pub timestamp: u64,
+    pub extra_data: Bytes,
+    pub mix_hash: B256,
+    pub nonce: [u8; 8],
+    pub base_fee_per_gas: Option<u64>,
+    pub withdrawals_root: Option<B256>,
+    pub blob_gas_used: Option<u64>,
+    pub excess_blob_gas: Option<u64>,
+    pub parent_beacon_block_root: Option<B256>,
+    pub requests_hash: Option<B256>,
+}
+
+impl Header {
+    /// Decodes a header from the front of `buf`.
+    pub fn decode(buf: &mut &[u8]) -> Result<Self, RlpError> {
+        let mut f = rlp::list(buf, "header")?;
+        let mut h = Header {
+            parent_hash: f.b256("parentHash")?,
+            ommers_hash: f.b256("ommersHash")?,
+            beneficiary: f.address("beneficiary")?,
+            state_root: f.b256("stateRoot")?,
+            transactions_root: f.b256("transactionsRoot")?,
+            receipts_root: f.b256("receiptsRoot")?,
+            logs_bloom: Bloom::from(f.fixed::<256>("logsBloom")?),
+            difficulty: f.u256("difficulty")?,
+            number: f.u64("number")?,
+            gas_limit: f.u64("gasLimit")?,
+            gas_used: f.u64("gasUsed")?,
+            timestamp: f.u64("timestamp")?,
+            extra_data: f.data("extraData")?,
+            mix_hash: f.b256("mixHash")?,
+            nonce: f.fixed::<8>("nonce")?,
+            ..Default::default()
+        };
+        if !f.is_empty() {
+            h.base_fee_per_gas = Some(f.u64("baseFeePerGas")?);
+        }
+        if !f.is_empty() {
+            h.withdrawals_root = Some(f.b256("withdrawalsRoot")?);
+        }
+        if !f.is_empty() {
+            h.blob_gas_used = Some(f.u64("blobGasUsed")?);
+            h.excess_blob_gas = Some(f.u64("excessBlobGas")?);
+        }
+        if !f.is_empty() {
+            h.parent_beacon_block_root = Some(f.b256("parentBeaconBlockRoot")?);
+        }
+        if !f.is_empty() {
+            h.requests_hash = Some(f.b256("requestsHash")?);
+        }
+        f.finish()?;
+        Ok(h)
+    }
+
+    fn encode_fields(&self, out: &mut Vec<u8>) {
+        self.parent_hash.encode(out);
+        self.ommers_hash.encode(out);
+        self.beneficiary.encode(out);
+        self.state_root.encode(out);
+        self.transactions_root.encode(out);
+        self.receipts_root.encode(out);
+        self.logs_bloom.encode(out);
+        self.difficulty.encode(out);
+        self.number.encode(out);
+        self.gas_limit.encode(out);
+        self.gas_used.encode(out);
+        self.timestamp.encode(out);
+        self.extra_data.encode(out);
+        self.mix_hash.encode(out);
+        self.nonce.as_slice().encode(out);
+        // The optional tail is a prefix: stop at the first absent field.
+        let Some(base_fee) = self.base_fee_per_gas else {
+            return;
+        };
+        base_fee.encode(out);
+        let Some(root) = self.withdrawals_root else {
+            return;
+        };
+        root.encode(out);
+        let (Some(used), Some(excess)) = (self.blob_gas_used, self.excess_blob_gas) else {
+            return;
+        };
+        used.encode(out);
+        excess.encode(out);
+        let Some(beacon) = self.parent_beacon_block_root else {
+            return;
+        };
+        beacon.encode(out);
+        if let Some(requests) = self.requests_hash {
+            requests.encode(out);
+        }
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut fields = Vec::with_capacity(600);
+        self.encode_fields(&mut fields);
+        rlp::encode_list_payload(&fields, out);
+    }
+
+    pub fn encoded(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(640);
+        self.encode(&mut out);
+        out
+    }
+
+    /// The block hash: keccak of the header's RLP.
+    pub fn hash(&self) -> B256 {
+        keccak256(self.encoded())
+    }
+}
+
+/// An EIP-4895 withdrawal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Withdrawal {
+    pub index: u64,
+    pub validator_index: u64,
+    pub address: Address,
+    /// In gwei.
+    pub amount: u64,
+}
+
+impl Withdrawal {
+    fn decode(f: &mut Fields<'_>) -> Result<Self, RlpError> {
+        let mut w = f.list("withdrawal")?;
+        let out = Withdrawal {
+            index: w.u64("withdrawal index")?,
+            validator_index: w.u64("withdrawal validatorIndex")?,
+            address: w.address("withdrawal address")?,
+            amount: w.u64("withdrawal amount")?,
+        };
+        w.finish()?;
+        Ok(out)
+    }
+}
+
+/// Why bytes are not a block.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlockDecodeError {
+    #[error("header: {0}")]
+    Header(RlpError),
+    #[error("transaction {index}: {source}")]
+    Transaction { index: usize, source: DecodeError },
+    #[error("body: {0}")]
+    Body(#[from] RlpError),
+}
+
+/// A full block: header, transactions, ommers and (from Shanghai) withdrawals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub header: Header,
+    pub hash: B256,
+    pub transactions: Vec<SignedTransaction>,
+    pub ommers: Vec<Header>,
+    pub withdrawals: Option<Vec<Withdrawal>>,
+}
+
+impl Block {
+    /// Decodes one block from the front of `buf` (as in a `chain.rlp` file).
+    pub fn decode(buf: &mut &[u8]) -> Result<Self, BlockDecodeError> {
+        let mut f = rlp::list(buf, "block")?;
+        let header_raw = f.raw_item("header")?;
+        let header = Header::decode(&mut &header_raw[..]).map_err(BlockDecodeError::Header)?;
+        let hash = keccak256(header_raw);
+
+        let mut txs = f.list("transactions")?;
+        let mut transactions = Vec::new();
+        let mut rest = txs.remaining();
+        while !rest.is_empty() {
+            let tx = SignedTransaction::decode_network(&mut rest).map_err(|source| {
+                BlockDecodeError::Transaction {
+                    index: transactions.len(),
+                    source,
+                }
+            })?;
+            transactions.push(tx);
+        }
+        txs = Fields::new(rest, "transactions");
+        txs.finish()?;
+
+        let mut ommer_list = f.list("ommers")?;
+        let mut ommers = Vec::new();
+        let mut rest = ommer_list.remaining();
+        while !rest.is_empty() {
+            ommers.push(Header::decode(&mut rest).map_err(BlockDecodeError::Header)?);
+        }
+        ommer_list = Fields::new(rest, "ommers");
+        ommer_list.finish()?;
+
+        let withdrawals = if f.is_empty() {
+            None
+        } else {
+            let mut list = f.list("withdrawals")?;
+            let mut out = Vec::new();
+            while !list.is_empty() {
+                out.push(Withdrawal::decode(&mut list)?);
+            }
+            Some(out)
+        };
+        f.finish()?;
+        Ok(Block {
+            header,
+            hash,
+            transactions,
+            ommers,
+            withdrawals,
+        })
+    }
+
+    /// Decodes a concatenation of blocks (a `chain.rlp` file).
+    pub fn decode_all(mut bytes: &[u8]) -> Result<Vec<Block>, BlockDecodeError> {
+        let mut blocks = Vec::new();
+        while !bytes.is_empty() {
+            blocks.push(Block::decode(&mut bytes)?);
+        }
+        Ok(blocks)
+    }
+}

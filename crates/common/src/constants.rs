@@ -1,0 +1,23 @@
+//! Protocol constants shared across crates.
+
+/// Blob gas one blob consumes (EIP-4844).
+pub const GAS_PER_BLOB: u64 = 1 << 17;
+/// Base cost of every transaction.
+pub const TX_GAS: u64 = 21_000;
+/// Extra base cost of a contract creation (Homestead).
+pub const TX_CREATE_GAS: u64 = 32_000;
+pub const TX_DATA_ZERO_GAS: u64 = 4;
+pub const TX_DATA_NON_ZERO_GAS_FRONTIER: u64 = 68;
+/// EIP-2028 (Istanbul).
+pub const TX_DATA_NON_ZERO_GAS: u64 = 16;
+/// EIP-2930.
+pub const ACCESS_LIST_ADDRESS_GAS: u64 = 2_400;
+pub const ACCESS_LIST_STORAGE_KEY_GAS: u64 = 1_900;
+/// EIP-3860: per 32-byte word of init code.
+pub const INIT_CODE_WORD_GAS: u64 = 2;
+/// EIP-7702: charged per authorization up front.
+pub const PER_EMPTY_ACCOUNT_COST: u64 = 25_000;
+/// EIP-7623: floor cost per calldata token.
+pub const TOTAL_COST_FLOOR_PER_TOKEN: u64 = 10;
+/// EIP-170 / EIP-3860.
+pub const MAX_CODE_SIZE: usize = 24_576;

@@ -1,0 +1,26 @@
+//! moat-common: the data every other moat crate speaks.
+//!
+//! - [`transaction`]: the five transaction types, their strict EIP-2718 decoding, hashes,
+//!   signing hashes and sender recovery; blob sidecars ([`transaction::BlobsBundle`]) with
+//!   `validate_cheap` (structure) and `validate` (structure + KZG); intrinsic gas and the
+//!   stateless rules of each fork.
+//! - [`block`]: headers and bodies as they travel in `chain.rlp` files and eth messages.
+//! - [`config`]: geth-style genesis files, fork schedules, blob parameters and the EIP-2124
+//!   fork id, with mainnet, sepolia and hoodi built in.
+//! - [`rlp`]: the strict RLP reader the decoders share.
+//!
+//! Data flows one way: bytes from a peer or an RPC client → [`rlp`] → typed values that
+//! hash themselves at decode time. Nothing in this crate touches state; anything that
+//! needs an account lives in moat-blockchain.
+
+pub mod block;
+pub mod config;
+pub mod constants;
+pub mod rlp;
+pub mod testing;
+pub mod transaction;
+
+pub use transaction::{
+    AccessListItem, Authorization, BlobsBundle, BlobsBundleError, DecodeError, PooledTransaction,
+    SignedTransaction, Transaction, TxType,
+};

@@ -1,0 +1,516 @@
+//! Blob sidecars (`BlobsBundle`) and the network ("pooled") form of transactions.
+//!
+//! A blob transaction's hash commits to its versioned hashes, not to the sidecar, so the
+//! same hash can arrive with a good sidecar from one peer and a bad one from another. The
+//! checks are split accordingly:
+//! - [`PooledTransaction::validate_cheap`]: structure only (counts, lengths, version,
+//!   versioned hash = sha256(commitment) with the version byte). Microseconds; the p2p layer
+//!   runs it on every sidecar it receives and disconnects on a peer fault.
+//! - [`PooledTransaction::validate`]: the above plus KZG proof verification (milliseconds),
+//!   which the pool runs once per unique transaction after deduplication.
+//!
+//! Wire forms (after the `0x03` type byte):
+//! - version 0: `rlp([tx_fields, blobs, commitments, proofs])`, one proof per blob;
+//! - version 1 (EIP-7594): `rlp([tx_fields, 1, blobs, commitments, cell_proofs])`, 128
+//!   cell proofs per blob.
+
+use super::{
+    DecodeError, SignedTransaction, TxType, keccak_prefixed, network_envelope, wrap_network,
+};
+use crate::config::{BlobParams, ChainConfig, Fork};
+use crate::rlp::{self, Fields, RlpError};
+use alloy_primitives::B256;
+use alloy_rlp::Encodable;
+use moat_crypto::kzg::{self, BYTES_PER_BLOB, Blob, Bytes48, CELLS_PER_EXT_BLOB, KzgError};
+use std::sync::Arc;
+
+/// Max blobs one transaction may carry from Osaka on (EIP-7594).
+pub const MAX_BLOBS_PER_TX_OSAKA: u64 = 6;
+
+/// The proof layout of a sidecar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SidecarVersion {
+    /// EIP-4844: one blob proof per blob.
+    V0 = 0,
+    /// EIP-7594: [`CELLS_PER_EXT_BLOB`] cell proofs per blob.
+    V1 = 1,
+}
+
+impl SidecarVersion {
+    pub fn proofs_per_blob(self) -> usize {
+        match self {
+            SidecarVersion::V0 => 1,
+            SidecarVersion::V1 => CELLS_PER_EXT_BLOB,
+        }
+    }
+}
+
+/// The blobs, commitments and proofs that travel with a blob transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobsBundle {
+    pub version: SidecarVersion,
+    pub blobs: Vec<Blob>,
+    pub commitments: Vec<Bytes48>,
+    pub proofs: Vec<Bytes48>,
+}
+
+/// What the active fork allows of sidecars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobRules {
+    pub fork: Fork,
+    /// Max blobs in one block.
+    pub max_blobs_per_block: u64,
+    /// Max blobs in one transaction (the block max before Osaka, 6 from Osaka).
+    pub max_blobs_per_tx: u64,
+}
+
+impl BlobRules {
+    /// The rules in force at a block of `config`, or `None` before Cancun.
+    pub fn at(config: &ChainConfig, block: u64, timestamp: u64) -> Option<Self> {
+        let fork = config.fork_at(block, timestamp);
+        let params = config.blob_params_at(timestamp)?;
+        Some(Self::new(fork, params))
+    }
+
+    pub fn new(fork: Fork, params: BlobParams) -> Self {
+        let per_tx = if fork >= Fork::Osaka {
+            params.max.min(MAX_BLOBS_PER_TX_OSAKA)
+        } else {
+            params.max
+        };
+        Self {
+            fork,
+            max_blobs_per_block: params.max,
+            max_blobs_per_tx: per_tx,
+        }
+    }
+
+    /// The rules of a fork on mainnet's schedule, for tools that are given a fork name and
+    /// no chain. `None` before Cancun.
+    pub fn for_fork(fork: Fork) -> Option<Self> {
+        let mainnet = ChainConfig::mainnet();
+        let params = match mainnet.activation(fork) {
+            Some(crate::config::Activation::Timestamp(t)) => mainnet.blob_params_at(t)?,
+            _ => return None,
+        };
+        Some(Self::new(fork, params))
+    }
+
+    /// The sidecar version the fork expects.
+    pub fn sidecar_version(&self) -> SidecarVersion {
+        if self.fork >= Fork::Osaka {
+            SidecarVersion::V1
+        } else {
+            SidecarVersion::V0
+        }
+    }
+}
+
+/// Why a sidecar is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlobsBundleError {
+    #[error("blob transaction without sidecar")]
+    MissingSidecar,
+    #[error("blob transaction without blobs")]
+    NoBlobs,
+    #[error("too many blobs: {count} > {max}")]
+    TooManyBlobs { count: usize, max: u64 },
+    #[error(
+        "sidecar counts disagree: {hashes} versioned hashes, {blobs} blobs, {commitments} commitments"
+    )]
+    CountMismatch {
+        hashes: usize,
+        blobs: usize,
+        commitments: usize,
+    },
+    #[error("sidecar has {found} proofs, expected {expected}")]
+    ProofCountMismatch { expected: usize, found: usize },
+    #[error("versioned hash {index} has version 0x{version:02x}, expected 0x01")]
+    BadHashVersion { index: usize, version: u8 },
+    #[error("versioned hash {index} does not match its commitment")]
+    HashMismatch { index: usize },
+    #[error("invalid kzg proofs: {0}")]
+    Kzg(#[from] KzgError),
+    #[error("sidecar version {version:?} is not accepted at {fork}")]
+    VersionNotAllowed { version: SidecarVersion, fork: Fork },
+}
+
+impl BlobsBundleError {
+    /// A fault no honest peer commits: the p2p layer disconnects on it. A version that does
+    /// not fit the fork is not one (around a fork both versions are honest).
+    pub fn is_peer_fault(&self) -> bool {
+        !matches!(self, BlobsBundleError::VersionNotAllowed { .. })
+    }
+}
+
+impl BlobsBundle {
+    /// Builds a valid bundle over `blobs` (tests and tools), computing commitments and proofs.
+    pub fn build(version: SidecarVersion, blobs: Vec<Blob>) -> Result<Self, KzgError> {
+        let mut commitments = Vec::with_capacity(blobs.len());
+        let mut proofs = Vec::with_capacity(blobs.len() * version.proofs_per_blob());
+        for blob in &blobs {
+            let c = kzg::blob_to_commitment(blob)?;
+            match version {
+                SidecarVersion::V0 => proofs.push(kzg::compute_blob_proof(blob, &c)?),
+                SidecarVersion::V1 => proofs.extend(kzg::compute_cell_proofs(blob)?),
+            }
+            commitments.push(c);
+        }
+        Ok(Self {
+            version,
+            blobs,
+            commitments,
+            proofs,
+        })
+    }
+
+    /// The versioned hashes of the commitments (what the transaction must list).
+    pub fn versioned_hashes(&self) -> Vec<B256> {
+        self.commitments.iter().map(kzg::versioned_hash).collect()
+    }
+
+    /// Structural checks against the transaction's versioned hashes; no KZG, no blob hashing.
+    pub fn validate_cheap(
+        &self,
+        hashes: &[B256],
+        rules: &BlobRules,
+    ) -> Result<(), BlobsBundleError> {
+        if hashes.is_empty() {
+            return Err(BlobsBundleError::NoBlobs);
+        }
+        if hashes.len() as u64 > rules.max_blobs_per_tx {
+            return Err(BlobsBundleError::TooManyBlobs {
+                count: hashes.len(),
+                max: rules.max_blobs_per_tx,
+            });
+        }
+        if self.blobs.len() != hashes.len() || self.commitments.len() != hashes.len() {
+            return Err(BlobsBundleError::CountMismatch {
+                hashes: hashes.len(),
+                blobs: self.blobs.len(),
+                commitments: self.commitments.len(),
+            });
+        }
+        let expected = hashes.len() * self.version.proofs_per_blob();
+        if self.proofs.len() != expected {
+            return Err(BlobsBundleError::ProofCountMismatch {
+                expected,
+                found: self.proofs.len(),
+            });
+        }
+        for (index, (hash, commitment)) in hashes.iter().zip(&self.commitments).enumerate() {
+            if hash[0] != kzg::VERSIONED_HASH_VERSION_KZG {
+                return Err(BlobsBundleError::BadHashVersion {
+                    index,
+                    version: hash[0],
+                });
+            }
+            if kzg::versioned_hash(commitment) != *hash {
+                return Err(BlobsBundleError::HashMismatch { index });
+            }
+        }
+        // Checked last: a bundle broken in structure is a peer fault whatever the fork.
+        if self.version != rules.sidecar_version() {
+            return Err(BlobsBundleError::VersionNotAllowed {
+                version: self.version,
+                fork: rules.fork,
+            });
+        }
+        Ok(())
+    }
+
+    /// KZG proof verification alone (the caller ran [`Self::validate_cheap`]).
+    pub fn verify_proofs(&self) -> Result<(), BlobsBundleError> {
+        match self.version {
+            SidecarVersion::V0 => {
+                kzg::verify_blob_proofs(&self.blobs, &self.commitments, &self.proofs)?
+            }
+            SidecarVersion::V1 => {
+                kzg::verify_cell_proofs(&self.blobs, &self.commitments, &self.proofs)?
+            }
+        }
+        Ok(())
+    }
+
+    /// Verifies the proofs of several bundles of one version in a single batch call.
+    /// A failed batch says only that some bundle is bad.
+    pub fn verify_proofs_batch(bundles: &[&BlobsBundle]) -> Result<(), BlobsBundleError> {
+        let sets: Vec<kzg::ProofSet<'_>> = bundles
+            .iter()
+            .map(|b| kzg::ProofSet {
+                blobs: &b.blobs,
+                commitments: &b.commitments,
+                proofs: &b.proofs,
+            })
+            .collect();
+        match bundles.first().map(|b| b.version) {
+            None => return Ok(()),
+            Some(v) if bundles.iter().any(|b| b.version != v) => {
+                return Err(KzgError::LengthMismatch("bundles of different versions").into());
+            }
+            Some(SidecarVersion::V0) => kzg::verify_blob_proofs_many(&sets)?,
+            Some(SidecarVersion::V1) => kzg::verify_cell_proofs_many(&sets)?,
+        }
+        Ok(())
+    }
+
+    fn payload_len(&self) -> usize {
+        let blob_item = alloy_rlp::Header {
+            list: false,
+            payload_length: BYTES_PER_BLOB,
+        }
+        .length_with_payload();
+        let point_item = 49; // 0xb0 + 48 bytes
+        let version = match self.version {
+            SidecarVersion::V0 => 0,
+            SidecarVersion::V1 => 1,
+        };
+        version
+            + rlp::list_length(blob_item * self.blobs.len())
+            + rlp::list_length(point_item * self.commitments.len())
+            + rlp::list_length(point_item * self.proofs.len())
+    }
+
+    fn encode_fields(&self, out: &mut Vec<u8>) {
+        if self.version == SidecarVersion::V1 {
+            1u8.encode(out);
+        }
+        let blob_item = alloy_rlp::Header {
+            list: false,
+            payload_length: BYTES_PER_BLOB,
+        }
+        .length_with_payload();
+        alloy_rlp::Header {
+            list: true,
+            payload_length: blob_item * self.blobs.len(),
+        }
+        .encode(out);
+        for blob in &self.blobs {
+            blob.0.as_slice().encode(out);
+        }
+        for points in [&self.commitments, &self.proofs] {
+            alloy_rlp::Header {
+                list: true,
+                payload_length: 49 * points.len(),
+            }
+            .encode(out);
+            for p in points {
+                p.as_slice().encode(out);
+            }
+        }
+    }
+
+    fn decode_fields(f: &mut Fields<'_>) -> Result<Self, DecodeError> {
+        let version = if f.next_is_list() {
+            SidecarVersion::V0
+        } else {
+            match f.u8("wrapperVersion")? {
+                1 => SidecarVersion::V1,
+                v => return Err(DecodeError::UnknownSidecarVersion(v)),
+            }
+        };
+        let mut blob_list = f.list("blobs")?;
+        let mut blobs = Vec::with_capacity(blob_list.remaining().len() / BYTES_PER_BLOB);
+        while !blob_list.is_empty() {
+            let b = blob_list.bytes("blob")?;
+            if b.len() != BYTES_PER_BLOB {
+                return Err(RlpError::BadLength {
+                    field: "blob",
+                    expected: BYTES_PER_BLOB,
+                    found: b.len(),
+                }
+                .into());
+            }
+            blobs.push(*Blob::from_slice(b).expect("length checked above"));
+        }
+        let commitments = decode_points(f, "commitments")?;
+        let proofs = decode_points(
+            f,
+            if version == SidecarVersion::V0 {
+                "proofs"
+            } else {
+                "cellProofs"
+            },
+        )?;
+        Ok(Self {
+            version,
+            blobs,
+            commitments,
+            proofs,
+        })
+    }
+}
+
+fn decode_points(f: &mut Fields<'_>, field: &'static str) -> Result<Vec<Bytes48>, RlpError> {
+    let mut list = f.list(field)?;
+    let mut out = Vec::with_capacity(list.remaining().len() / 49);
+    while !list.is_empty() {
+        out.push(list.fixed::<48>(field)?);
+    }
+    Ok(out)
+}
+
+/// A transaction as the pool and the network carry it: blob transactions with their
+/// sidecar (or without one, when a peer sent the canonical form: a fault the pool reports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PooledTransaction {
+    tx: SignedTransaction,
+    /// Shared: sidecars are large and the pool, the blob index and the network all hold them.
+    sidecar: Option<Arc<BlobsBundle>>,
+    size: usize,
+}
+
+impl PooledTransaction {
+    /// Joins a transaction with its sidecar.
+    pub fn new(tx: SignedTransaction, sidecar: Option<BlobsBundle>) -> Self {
+        Self::new_shared(tx, sidecar.map(Arc::new))
+    }
+
+    /// Joins a transaction with a sidecar already shared elsewhere.
+    pub fn new_shared(tx: SignedTransaction, sidecar: Option<Arc<BlobsBundle>>) -> Self {
+        let mut pooled = Self {
+            size: 0,
+            tx,
+            sidecar,
+        };
+        pooled.size = match &pooled.sidecar {
+            None => pooled.tx.size(),
+            Some(s) => {
+                let inner = pooled.tx.size() - 1; // the canonical list without its type byte
+                1 + rlp::list_length(inner + s.payload_len())
+            }
+        };
+        pooled
+    }
+
+    pub fn tx(&self) -> &SignedTransaction {
+        &self.tx
+    }
+
+    pub fn sidecar(&self) -> Option<&BlobsBundle> {
+        self.sidecar.as_deref()
+    }
+
+    pub fn sidecar_shared(&self) -> Option<&Arc<BlobsBundle>> {
+        self.sidecar.as_ref()
+    }
+
+    /// The transaction and its sidecar (copied out only if shared elsewhere).
+    pub fn into_parts(self) -> (SignedTransaction, Option<BlobsBundle>) {
+        (self.tx, self.sidecar.map(Arc::unwrap_or_clone))
+    }
+
+    pub fn hash(&self) -> B256 {
+        self.tx.hash()
+    }
+
+    pub fn tx_type(&self) -> TxType {
+        self.tx.tx_type()
+    }
+
+    /// Size of the network encoding, sidecar included: what eth/68 announcements state.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The hash a network-form envelope would decode to, found without decoding it: the
+    /// keccak of the bytes, or for a blob tx with sidecar, of `0x03 || tx fields`. Lets
+    /// admission turn away duplicates and known failures before paying for decoding.
+    /// `None` when the framing is already broken (decoding then reports why).
+    pub fn hash_of_envelope(bytes: &[u8]) -> Option<B256> {
+        if bytes.first() != Some(&(TxType::Eip4844 as u8)) {
+            return (!bytes.is_empty()).then(|| alloy_primitives::keccak256(bytes));
+        }
+        let mut buf = &bytes[1..];
+        let mut outer = rlp::list(&mut buf, "transaction").ok()?;
+        if !outer.next_is_list() {
+            return Some(alloy_primitives::keccak256(bytes));
+        }
+        let inner = outer.raw_item("transaction fields").ok()?;
+        Some(keccak_prefixed(TxType::Eip4844 as u8, inner))
+    }
+
+    /// Decodes an envelope in network form (`eth_sendRawTransaction`, `PooledTransactions`).
+    pub fn decode_2718(bytes: &[u8]) -> Result<Self, DecodeError> {
+        if bytes.first() != Some(&(TxType::Eip4844 as u8)) {
+            return Ok(Self::new(SignedTransaction::decode_2718(bytes)?, None));
+        }
+        let mut buf = &bytes[1..];
+        let mut outer = rlp::list(&mut buf, "transaction")?;
+        if !buf.is_empty() {
+            return Err(DecodeError::TrailingBytes { extra: buf.len() });
+        }
+        if !outer.next_is_list() {
+            // The canonical form: no sidecar.
+            return Ok(Self::new(SignedTransaction::decode_2718(bytes)?, None));
+        }
+        let inner = outer.raw_item("transaction fields")?;
+        let mut fields = rlp::list(&mut &inner[..], "transaction fields")?;
+        let tx = super::decode_typed_fields(TxType::Eip4844, &mut fields)?;
+        let signature = super::decode_typed_signature(&mut fields)?;
+        fields.finish()?;
+        let sidecar = BlobsBundle::decode_fields(&mut outer)?;
+        outer.finish()?;
+        let tx = SignedTransaction {
+            tx,
+            signature,
+            hash: keccak_prefixed(TxType::Eip4844 as u8, inner),
+            size: 1 + inner.len(),
+        };
+        Ok(Self {
+            tx,
+            sidecar: Some(Arc::new(sidecar)),
+            size: bytes.len(),
+        })
+    }
+
+    /// Decodes one element of a `PooledTransactions` list.
+    pub fn decode_network(buf: &mut &[u8]) -> Result<Self, DecodeError> {
+        Self::decode_2718(network_envelope(buf)?)
+    }
+
+    pub fn encode_2718(&self, out: &mut Vec<u8>) {
+        let Some(sidecar) = &self.sidecar else {
+            self.tx.encode_2718(out);
+            return;
+        };
+        let canonical = self.tx.encoded_2718();
+        let inner = &canonical[1..];
+        let mut payload = Vec::with_capacity(self.size);
+        payload.extend_from_slice(inner);
+        sidecar.encode_fields(&mut payload);
+        out.push(TxType::Eip4844 as u8);
+        rlp::encode_list_payload(&payload, out);
+    }
+
+    pub fn encoded_2718(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.size);
+        self.encode_2718(&mut out);
+        out
+    }
+
+    pub fn encode_network(&self, out: &mut Vec<u8>) {
+        wrap_network(&self.encoded_2718(), self.tx_type(), out);
+    }
+
+    /// Structural sidecar checks (no KZG). Non-blob transactions pass.
+    pub fn validate_cheap(&self, rules: &BlobRules) -> Result<(), BlobsBundleError> {
+        if self.tx_type() != TxType::Eip4844 {
+            return Ok(());
+        }
+        let sidecar = self
+            .sidecar
+            .as_ref()
+            .ok_or(BlobsBundleError::MissingSidecar)?;
+        sidecar.validate_cheap(self.tx.tx().blob_versioned_hashes(), rules)
+    }
+
+    /// [`Self::validate_cheap`] plus KZG proof verification.
+    pub fn validate(&self, rules: &BlobRules) -> Result<(), BlobsBundleError> {
+        self.validate_cheap(rules)?;
+        match &self.sidecar {
+            Some(s) => s.verify_proofs(),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! `make bench-table`: measures moat's headline operations in one process and prints one
+//! row each — `name | figure | unit | target | ok`.
+//!
+//! The first rows measure physical references on this machine in the same run (raw
+//! libsecp256k1 recovery, keccak of 200 bytes, c-kzg batch verification); targets are
+//! ratios to them where the work is the same, so a noisy or slow machine moves both sides.
+//! `--quick` shortens every measurement (the whole table in well under two minutes).
+
+use alloy_primitives::keccak256;
+use moat_common::config::{BlobParams, Fork};
+use moat_common::testing::{sample_blob_tx, sample_signed};
+use moat_common::transaction::{BlobRules, SidecarVersion};
+use moat_common::{SignedTransaction, TxType};
+use moat_crypto::{kzg, secp::Signer};
+use secp256k1::{Message, SECP256K1, ecdsa::RecoverableSignature, ecdsa::RecoveryId};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Seconds of measurement per row.
+struct Budget {
+    per_row: Duration,
+}
+
+/// Median nanoseconds per call of `f` over several timed batches.
+fn measure<T>(budget: &Budget, mut f: impl FnMut() -> T) -> f64 {
+    // Calibrate a batch to ~1/20 of the budget.
+    let start = Instant::now();
+    black_box(f());
+    let one = start.elapsed().max(Duration::from_nanos(1));
+    let batch = ((budget.per_row.as_nanos() / 20) / one.as_nanos()).clamp(1, 10_000_000) as u64;
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + budget.per_row;
+    while samples.len() < 5 || (Instant::now() < deadline && samples.len() < 200) {
+        let t = Instant::now();
+        for _ in 0..batch {
+            black_box(f());
+        }
+        samples.push(t.elapsed().as_nanos() as f64 / batch as f64);
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    samples[samples.len() / 2]
+}
+
+enum Target {
+    Reference,
+    Report,
+    /// At most this many nanoseconds.
+    AtMostNs(f64),
+    /// At most this multiple of a reference row's figure.
+    AtMostTimes(f64, &'static str, f64),
+}
+
+struct Row {
+    name: &'static str,
+    ns: f64,
+    target: Target,
+}
+
+fn format_figure(ns: f64) -> (String, &'static str) {
+    if ns >= 1e6 {
+        (format!("{:.2}", ns / 1e6), "ms")
+    } else if ns >= 1e3 {
+        (format!("{:.2}", ns / 1e3), "µs")
+    } else {
+        (format!("{ns:.0}"), "ns")
+    }
+}
+
+fn print(rows: &[Row]) -> bool {
+    println!(
+        "{:<34} | {:>10} | {:<4} | {:<26} | ok",
+        "name", "figure", "unit", "target"
+    );
+    println!("{}", "-".repeat(88));
+    let mut all_ok = true;
+    for r in rows {
+        let (fig, unit) = format_figure(r.ns);
+        let (target, ok) = match &r.target {
+            Target::Reference => ("reference".to_string(), "-".to_string()),
+            Target::Report => ("report".to_string(), "-".to_string()),
+            Target::AtMostNs(max) => {
+                let (t, u) = format_figure(*max);
+                let ok = r.ns <= *max;
+                all_ok &= ok;
+                (
+                    format!("≤ {t} {u}"),
+                    if ok { "yes" } else { "NO" }.to_string(),
+                )
+            }
+            Target::AtMostTimes(times, of, ref_ns) => {
+                let ok = r.ns <= times * ref_ns;
+                all_ok &= ok;
+                (
+                    format!("≤ {times}× {of} ({:.2}×)", r.ns / ref_ns),
+                    if ok { "yes" } else { "NO" }.to_string(),
+                )
+            }
+        };
+        println!(
+            "{:<34} | {:>10} | {:<4} | {:<26} | {}",
+            r.name, fig, unit, target, ok
+        );
+    }
+    all_ok
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let budget = Budget {
+        per_row: Duration::from_millis(if quick { 400 } else { 3000 }),
+    };
+    let mut rows = Vec::new();
+
+    // --- physical references -------------------------------------------------------
+    let signer = Signer::from_seed(1);
+    let digest = keccak256(b"reference");
+    let sig = signer.sign(&digest);
+    let mut compact = [0u8; 64];
+    compact[..32].copy_from_slice(&sig.r.to_be_bytes::<32>());
+    compact[32..].copy_from_slice(&sig.s.to_be_bytes::<32>());
+    let recid = if sig.y_parity {
+        RecoveryId::One
+    } else {
+        RecoveryId::Zero
+    };
+    let raw_recover = measure(&budget, || {
+        let s = RecoverableSignature::from_compact(black_box(&compact), recid).unwrap();
+        let key = SECP256K1
+            .recover_ecdsa(Message::from_digest(digest.0), &s)
+            .unwrap();
+        keccak256(&key.serialize_uncompressed()[1..])
+    });
+    rows.push(Row {
+        name: "ref: secp256k1 recover + keccak",
+        ns: raw_recover,
+        target: Target::Reference,
+    });
+    let data = [7u8; 200];
+    let keccak = measure(&budget, || keccak256(black_box(&data)));
+    rows.push(Row {
+        name: "ref: keccak256 200 B",
+        ns: keccak,
+        target: Target::Reference,
+    });
+
+    kzg::warm_up();
+    let blobs: Vec<kzg::Blob> = (0..6).map(|i| *kzg::sample_blob(i)).collect();
+    let commitments: Vec<_> = blobs
+        .iter()
+        .map(|b| kzg::blob_to_commitment(b).unwrap())
+        .collect();
+    let proofs: Vec<_> = blobs
+        .iter()
+        .zip(&commitments)
+        .map(|(b, c)| kzg::compute_blob_proof(b, c).unwrap())
+        .collect();
+    let ckzg_blobs: Vec<c_kzg::Blob> = blobs
+        .iter()
+        .map(|b| c_kzg::Blob::from_bytes(&b.0).unwrap())
+        .collect();
+    let ckzg_c: Vec<c_kzg::Bytes48> = commitments
+        .iter()
+        .map(|c| c_kzg::Bytes48::new(*c))
+        .collect();
+    let ckzg_p: Vec<c_kzg::Bytes48> = proofs.iter().map(|p| c_kzg::Bytes48::new(*p)).collect();
+    let settings = c_kzg::ethereum_kzg_settings(0);
+    let raw_kzg = measure(&budget, || {
+        assert!(
+            settings
+                .verify_blob_kzg_proof_batch(&ckzg_blobs, &ckzg_c, &ckzg_p)
+                .unwrap()
+        )
+    });
+    rows.push(Row {
+        name: "ref: c-kzg blob batch verify, 6",
+        ns: raw_kzg,
+        target: Target::Reference,
+    });
+
+    // --- transactions ----------------------------------------------------------------
+    for ty in [
+        TxType::Legacy,
+        TxType::Eip2930,
+        TxType::Eip1559,
+        TxType::Eip4844,
+        TxType::Eip7702,
+    ] {
+        let raw = sample_signed(ty, 1, &signer).encoded_2718();
+        let ns = measure(&budget, || {
+            SignedTransaction::decode_2718(black_box(&raw))
+                .unwrap()
+                .hash()
+        });
+        let name = match ty {
+            TxType::Legacy => "decode+hash legacy",
+            TxType::Eip2930 => "decode+hash eip2930",
+            TxType::Eip1559 => "decode+hash eip1559",
+            TxType::Eip4844 => "decode+hash eip4844 (canonical)",
+            TxType::Eip7702 => "decode+hash eip7702",
+        };
+        rows.push(Row {
+            name,
+            ns,
+            target: Target::Report,
+        });
+    }
+    let tx = sample_signed(TxType::Eip1559, 1, &signer);
+    let recover = measure(&budget, || black_box(&tx).recover_sender().unwrap());
+    rows.push(Row {
+        name: "sender recovery (eip1559)",
+        ns: recover,
+        target: Target::AtMostTimes(1.1, "ref recover", raw_recover),
+    });
+
+    // --- blobs -----------------------------------------------------------------------
+    let prague = BlobRules::new(Fork::Prague, BlobParams::PRAGUE);
+    let osaka = BlobRules::new(Fork::Osaka, BlobParams::PRAGUE);
+    let v0 = sample_blob_tx(SidecarVersion::V0, 6, 0, &signer);
+    let v1 = sample_blob_tx(SidecarVersion::V1, 6, 0, &signer);
+    let cheap = measure(&budget, || black_box(&v0).validate_cheap(&prague).unwrap());
+    rows.push(Row {
+        name: "validate_cheap, 6 blobs",
+        ns: cheap,
+        target: Target::AtMostNs(2_000.0),
+    });
+    let full_v0 = measure(&budget, || v0.validate(&prague).unwrap());
+    rows.push(Row {
+        name: "validate v0, 6 blobs",
+        ns: full_v0,
+        target: Target::AtMostTimes(1.1, "ref kzg", raw_kzg),
+    });
+    let full_v1 = measure(&budget, || v1.validate(&osaka).unwrap());
+    rows.push(Row {
+        name: "validate v1 (cells), 6 blobs",
+        ns: full_v1,
+        target: Target::Report,
+    });
+
+    let ok = print(&rows);
+    if !ok {
+        println!("\nsome targets were missed");
+    }
+}
