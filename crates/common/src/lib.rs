@@ -16,6 +16,7 @@
 pub mod block;
 pub mod config;
 pub mod constants;
+pub mod receipt;
 pub mod rlp;
 pub mod testing;
 pub mod transaction;

@@ -21,6 +21,19 @@ pub enum Stage {
 }
 
 impl Stage {
+    pub const ALL: [Stage; 10] = [
+        Stage::Preflight,
+        Stage::Decode,
+        Stage::RecentFailure,
+        Stage::Dedup,
+        Stage::ValidateCheap,
+        Stage::Stateless,
+        Stage::Sender,
+        Stage::Stateful,
+        Stage::Kzg,
+        Stage::Insert,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Stage::Preflight => "preflight",
@@ -40,10 +53,35 @@ impl Stage {
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident => $metric:literal,)*) => {
         /// Monotonic counters of the pool and its pipeline.
-        #[derive(Debug, Default)]
         pub struct PoolMetrics {
             $($(#[$doc])* pub $name: AtomicU64,)*
             rejections: [AtomicU64; Rejection::REASONS],
+            admissions: AtomicU64,
+            /// Handles into the `metrics` recorder, registered once: building a key per
+            /// increment would cost more than the increment.
+            mirrors: Vec<metrics::Counter>,
+            rejection_mirrors: Vec<metrics::Counter>,
+            stage_histograms: Vec<metrics::Histogram>,
+        }
+
+        impl PoolMetrics {
+            /// Registers the mirrors with the `metrics` recorder installed now (if any).
+            pub fn new() -> Self {
+                Self {
+                    $($name: AtomicU64::new(0),)*
+                    rejections: Default::default(),
+                    admissions: AtomicU64::new(0),
+                    mirrors: vec![$(metrics::counter!($metric),)*],
+                    rejection_mirrors: REASON_PROBES
+                        .iter()
+                        .map(|r| metrics::counter!("moat_pool_rejections_total", "reason" => r.reason()))
+                        .collect(),
+                    stage_histograms: Stage::ALL
+                        .iter()
+                        .map(|s| metrics::histogram!("moat_admission_stage_seconds", "stage" => s.name()))
+                        .collect(),
+                }
+            }
         }
 
         /// Which counter to bump.
@@ -52,8 +90,8 @@ macro_rules! counters {
         pub enum Counter { $($name,)* }
 
         impl PoolMetrics {
-            fn slot(&self, c: Counter) -> (&AtomicU64, &'static str) {
-                match c { $(Counter::$name => (&self.$name, $metric),)* }
+            fn slot(&self, c: Counter) -> &AtomicU64 {
+                match c { $(Counter::$name => &self.$name,)* }
             }
         }
     };
@@ -98,18 +136,17 @@ impl PoolMetrics {
     }
 
     pub fn add(&self, c: Counter, n: u64) {
-        let (atomic, name) = self.slot(c);
-        atomic.fetch_add(n, Ordering::Relaxed);
-        metrics::counter!(name).increment(n);
+        self.slot(c).fetch_add(n, Ordering::Relaxed);
+        self.mirrors[c as usize].increment(n);
     }
 
     pub fn get(&self, c: Counter) -> u64 {
-        self.slot(c).0.load(Ordering::Relaxed)
+        self.slot(c).load(Ordering::Relaxed)
     }
 
     pub(crate) fn rejected(&self, r: &Rejection) {
         self.rejections[r.index()].fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("moat_pool_rejections_total", "reason" => r.reason()).increment(1);
+        self.rejection_mirrors[r.index()].increment(1);
     }
 
     /// Rejections counted under a [`Rejection::reason`] label.
@@ -121,12 +158,50 @@ impl PoolMetrics {
             .unwrap_or(0)
     }
 
-    /// Records how long `stage` took since `started`; returns now for the next stage.
-    pub(crate) fn stage(&self, stage: Stage, started: Instant) -> Instant {
-        let now = Instant::now();
-        metrics::histogram!("moat_admission_stage_seconds", "stage" => stage.name())
-            .record((now - started).as_secs_f64());
-        now
+    /// A stage clock for one admission. One admission in [`STAGE_SAMPLE_EVERY`] is timed:
+    /// reading the clock ten times per admission would cost more than some stages do.
+    pub(crate) fn clock(&self) -> StageClock<'_> {
+        let n = self.admissions.fetch_add(1, Ordering::Relaxed);
+        StageClock {
+            last: n.is_multiple_of(STAGE_SAMPLE_EVERY).then(Instant::now),
+            histograms: &self.stage_histograms,
+        }
+    }
+}
+
+/// One admission in this many has its stages timed.
+pub const STAGE_SAMPLE_EVERY: u64 = 16;
+
+/// Times consecutive stages of one sampled admission into the stage histogram.
+pub(crate) struct StageClock<'a> {
+    last: Option<Instant>,
+    histograms: &'a [metrics::Histogram],
+}
+
+impl StageClock<'_> {
+    /// Records the time since the previous lap under `stage` (if this admission is sampled).
+    pub(crate) fn lap(&mut self, stage: Stage) {
+        if let Some(last) = self.last {
+            let now = Instant::now();
+            self.histograms[stage as usize].record((now - last).as_secs_f64());
+            self.last = Some(now);
+        }
+    }
+}
+
+impl Default for PoolMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for PoolMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolMetrics")
+            .field("added", &self.get(Counter::added))
+            .field("sender_recoveries", &self.get(Counter::sender_recoveries))
+            .field("kzg_verifications", &self.get(Counter::kzg_verifications))
+            .finish_non_exhaustive()
     }
 }
 

@@ -4,6 +4,7 @@
 //! crypto, no await inside). Decoding, ECDSA and state reads happen before it is taken;
 //! KZG runs on the blocking pool in batches ([`kzg`]). Shields are sharded or lock-free.
 
+pub mod bench_support;
 mod best;
 mod config;
 mod error;
@@ -34,6 +35,11 @@ use pool::PoolInner;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::broadcast;
+
+/// HashMap with a fast non-cryptographic hasher: keys here are hashes and addresses, and
+/// the pool sits on the admission hot path. Seeds are random per process.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// Where a transaction came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -266,7 +272,7 @@ impl Pool {
     async fn admit(&self, input: TxInput, origin: TxOrigin) -> AddResult {
         let s = &*self.shared;
         let m = &*s.metrics;
-        let t = Instant::now();
+        let mut clock = m.clock();
 
         // 1. Pre-flight: refuse before spending anything on decoding.
         let _permit = s.backpressure.enter(origin).map_err(|r| match r {
@@ -274,7 +280,7 @@ impl Pool {
             shields::Refused::Origin => Rejection::OriginBusy,
         })?;
         let rules = *s.rules.read();
-        let t = m.stage(Stage::Preflight, t);
+        clock.lap(Stage::Preflight);
 
         // 2. Hash, with a size cap on the wire bytes first. The hash of an envelope can be
         //    taken without decoding it, so stages 3 and 4 turn repeats away before decoding.
@@ -303,21 +309,21 @@ impl Pool {
             }
             TxInput::Decoded(p) => p.hash(),
         };
-        let t = m.stage(Stage::Decode, t);
+        clock.lap(Stage::Decode);
 
         // 3. Recent failures (a reorg may legitimately revive a "nonce too low").
-        if origin != TxOrigin::Reorg && s.failures.contains(&hash, t) {
+        if origin != TxOrigin::Reorg && s.failures.contains(&hash) {
             m.inc(Counter::failure_cache_hits);
             return Err(Rejection::RecentlyFailed);
         }
-        let t = m.stage(Stage::RecentFailure, t);
+        clock.lap(Stage::RecentFailure);
 
         // 4. Dedup: pooled, or being admitted right now.
         if s.pool.lock().contains(&hash) {
             return Err(Rejection::AlreadyKnown);
         }
         let _claim = s.in_flight.claim(hash).ok_or(Rejection::AlreadyKnown)?;
-        let t = m.stage(Stage::Dedup, t);
+        clock.lap(Stage::Dedup);
 
         // Stage 2's decoding proper, for what got past the cheap filters.
         let pooled = match input {
@@ -327,7 +333,7 @@ impl Pool {
             }
         };
         debug_assert_eq!(pooled.hash(), hash);
-        let t = m.stage(Stage::Decode, t);
+        clock.lap(Stage::Decode);
 
         // 5. Structural sidecar checks.
         let is_blob = pooled.tx_type() == TxType::Eip4844;
@@ -337,7 +343,7 @@ impl Pool {
                 .validate_cheap(&blob_rules)
                 .map_err(Rejection::Sidecar)?;
         }
-        let t = m.stage(Stage::ValidateCheap, t);
+        clock.lap(Stage::ValidateCheap);
 
         // 6. Stateless rules of the next block's fork.
         let stateless = if origin.is_local() {
@@ -355,7 +361,7 @@ impl Pool {
             };
             return Err(self.fail(hash, e));
         }
-        let t = m.stage(Stage::Stateless, t);
+        clock.lap(Stage::Stateless);
 
         // 7. Sender: the cache, else ECDSA.
         let sender = match s.sender_cache.get(&hash) {
@@ -378,7 +384,7 @@ impl Pool {
             m.add(Counter::authority_recoveries, auths.len() as u64);
         }
         let authorities = auths.iter().filter_map(|a| a.recover_authority()).collect();
-        let t = m.stage(Stage::Sender, t);
+        clock.lap(Stage::Sender);
 
         // 8. Stateful checks. State is read outside the lock.
         let known = s.pool.lock().known_account(&sender);
@@ -393,14 +399,14 @@ impl Pool {
         if !is_blob {
             // Check and insert in one critical section.
             let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
-            m.stage(Stage::Stateful, t);
+            clock.lap(Stage::Stateful);
             return r;
         }
         s.pool
             .lock()
             .check(&tx, account)
             .map_err(|e| self.fail(hash, e))?;
-        let t = m.stage(Stage::Stateful, t);
+        clock.lap(Stage::Stateful);
 
         // 9. KZG, once per unique blob tx (the in-flight claim guarantees it).
         let bundle = Arc::clone(tx.tx.sidecar_shared().ok_or(Rejection::Sidecar(
@@ -411,11 +417,11 @@ impl Pool {
             Some(Err(e)) => return Err(Rejection::Sidecar(e)),
             None => return Err(Rejection::Aborted),
         }
-        let t = m.stage(Stage::Kzg, t);
+        clock.lap(Stage::Kzg);
 
         // 10. Insert.
         let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
-        m.stage(Stage::Insert, t);
+        clock.lap(Stage::Insert);
         r
     }
 

@@ -15,12 +15,13 @@
 //! the cheapest, and removes that sender's transactions from its highest nonce down to it:
 //! no gap is ever created below a pooled transaction.
 
+use super::FastMap as HashMap;
 use super::PoolTx;
 use super::config::PoolConfig;
 use super::error::{Added, Rejection, SubPool};
 use super::state::{AccountState, CodeKind, HeadInfo};
 use alloy_primitives::{Address, B256, U256};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,17 +91,24 @@ fn bumped(old: u128, percent: u128) -> u128 {
 
 impl PoolInner {
     pub fn new(cfg: Arc<PoolConfig>, head: HeadInfo) -> Self {
+        // Sized for the configured limits up front (capped): growing a large table means a
+        // rehash of every entry inside the lock, a latency spike under load.
+        let expected = SubPool::ALL
+            .iter()
+            .map(|s| cfg.limit(*s).max_txs)
+            .sum::<usize>()
+            .min(1 << 16);
         Self {
             cfg,
             head,
-            by_hash: HashMap::new(),
-            sender_ids: HashMap::new(),
+            by_hash: HashMap::with_capacity_and_hasher(expected, Default::default()),
+            sender_ids: HashMap::with_capacity_and_hasher(expected, Default::default()),
             senders: Vec::new(),
             free_ids: Vec::new(),
             tails: Default::default(),
             usage: [Usage::default(); 4],
-            blob_index: HashMap::new(),
-            authorities: HashMap::new(),
+            blob_index: HashMap::default(),
+            authorities: HashMap::default(),
             next_seq: 0,
             newly_pending: Vec::new(),
         }
@@ -560,7 +568,7 @@ impl PoolInner {
             .filter(|e| now.saturating_duration_since(e.tx.added_at) > max_age)
             .filter_map(|e| Some((*self.sender_ids.get(&e.tx.sender)?, e.tx.nonce())))
             .collect();
-        let mut lowest: HashMap<SenderId, u64> = HashMap::new();
+        let mut lowest: HashMap<SenderId, u64> = HashMap::default();
         for (id, n) in expired {
             let e = lowest.entry(id).or_insert(n);
             *e = (*e).min(n);

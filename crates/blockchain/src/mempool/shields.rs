@@ -9,10 +9,10 @@
 //! - [`Backpressure`]: a global and a per-origin cap on admissions in progress.
 
 use super::TxOrigin;
+use super::{FastMap as HashMap, FastSet as HashSet};
 use alloy_primitives::{Address, B256};
 use parking_lot::Mutex;
 use quick_cache::sync::Cache;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -95,10 +95,14 @@ impl RecentFailures {
         }
     }
 
-    /// Whether `hash` failed less than a TTL ago.
-    pub fn contains(&self, hash: &B256, now: Instant) -> bool {
+    /// Whether `hash` failed less than a TTL ago (the clock is read only on a hit).
+    pub fn contains(&self, hash: &B256) -> bool {
+        self.contains_at(hash, Instant::now)
+    }
+
+    fn contains_at(&self, hash: &B256, now: impl FnOnce() -> Instant) -> bool {
         match self.map.get(hash) {
-            Some(expires) if expires > now => true,
+            Some(expires) if expires > now() => true,
             Some(_) => {
                 self.map.remove(hash);
                 false
@@ -130,7 +134,7 @@ pub struct InFlight {
 impl Default for InFlight {
     fn default() -> Self {
         Self {
-            shards: std::array::from_fn(|_| Mutex::new(HashSet::new())),
+            shards: std::array::from_fn(|_| Mutex::new(HashSet::default())),
         }
     }
 }
@@ -184,7 +188,7 @@ impl Backpressure {
         Self {
             global: AtomicUsize::new(0),
             global_limit,
-            per_origin: Mutex::new(HashMap::new()),
+            per_origin: Mutex::new(HashMap::default()),
             per_origin_limit,
         }
     }
@@ -259,9 +263,10 @@ mod tests {
         let h = B256::repeat_byte(3);
         let t0 = Instant::now();
         f.insert(h, t0);
-        assert!(f.contains(&h, t0 + Duration::from_secs(59)));
-        assert!(!f.contains(&h, t0 + Duration::from_secs(61)));
-        assert!(!f.contains(&h, t0));
+        assert!(f.contains(&h));
+        assert!(f.contains_at(&h, || t0 + Duration::from_secs(59)));
+        assert!(!f.contains_at(&h, || t0 + Duration::from_secs(61)));
+        assert!(!f.contains(&h), "the expired entry was dropped");
     }
 
     #[test]

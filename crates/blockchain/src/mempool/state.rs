@@ -1,9 +1,9 @@
 //! The pool's window on chain state: a small trait the node implements over its store and
 //! tests implement in memory.
 
+use super::FastMap as HashMap;
 use alloy_primitives::{Address, U256};
 use parking_lot::RwLock;
-use std::collections::HashMap;
 
 /// What an account's code means for sending from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,7 +54,7 @@ pub struct InMemoryState {
 impl InMemoryState {
     pub fn new(head: HeadInfo) -> Self {
         Self {
-            accounts: RwLock::new(HashMap::new()),
+            accounts: RwLock::new(HashMap::default()),
             head: RwLock::new(head),
         }
     }

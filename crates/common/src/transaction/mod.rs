@@ -483,26 +483,32 @@ impl Transaction {
 
     /// The digest the sender signed.
     pub fn signing_hash(&self) -> B256 {
-        let mut fields = Vec::with_capacity(128 + self.input().len());
-        self.encode_unsigned_fields(&mut fields);
-        let mut out = Vec::with_capacity(fields.len() + 16);
-        match self {
-            Transaction::Legacy(LegacyTx {
-                chain_id: Some(id), ..
-            }) => {
-                // EIP-155: the chain id and two empty fields join the signed list.
-                id.encode(&mut fields);
-                fields.push(alloy_rlp::EMPTY_STRING_CODE);
-                fields.push(alloy_rlp::EMPTY_STRING_CODE);
-                rlp::encode_list_payload(&fields, &mut out);
-            }
-            Transaction::Legacy(_) => rlp::encode_list_payload(&fields, &mut out),
-            _ => {
-                out.push(self.tx_type() as u8);
-                rlp::encode_list_payload(&fields, &mut out);
-            }
+        // The fields are written after room for a type byte and the longest list header;
+        // the header then goes right before them, so one buffer and one hash suffice.
+        const ROOM: usize = 1 + 9;
+        let mut buf = Vec::with_capacity(ROOM + 192 + self.input().len());
+        buf.resize(ROOM, 0);
+        self.encode_unsigned_fields(&mut buf);
+        if let Transaction::Legacy(LegacyTx {
+            chain_id: Some(id), ..
+        }) = self
+        {
+            // EIP-155: the chain id and two empty fields join the signed list.
+            id.encode(&mut buf);
+            buf.push(alloy_rlp::EMPTY_STRING_CODE);
+            buf.push(alloy_rlp::EMPTY_STRING_CODE);
         }
-        keccak256(&out)
+        let header = alloy_rlp::Header {
+            list: true,
+            payload_length: buf.len() - ROOM,
+        };
+        let mut start = ROOM - header.length();
+        header.encode(&mut &mut buf[start..ROOM]);
+        if !matches!(self, Transaction::Legacy(_)) {
+            start -= 1;
+            buf[start] = self.tx_type() as u8;
+        }
+        keccak256(&buf[start..])
     }
 }
 
@@ -845,7 +851,7 @@ pub(crate) fn network_envelope<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], Decod
     }
 }
 
-pub(crate) fn wrap_network(envelope: &[u8], ty: TxType, out: &mut Vec<u8>) {
+pub fn wrap_network(envelope: &[u8], ty: TxType, out: &mut Vec<u8>) {
     if ty == TxType::Legacy {
         out.extend_from_slice(envelope);
     } else {

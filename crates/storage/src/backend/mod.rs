@@ -1,0 +1,172 @@
+//! The key-value layer under [`crate::Store`].
+//!
+//! Both backends see the same thing: named tables of byte keys and byte values, point
+//! reads, ordered scans, and one list of [`Op`]s applied atomically per commit. All
+//! encoding and every rule of a [`crate::WriteBatch`] live above this layer, so the
+//! in-memory backend that tests use behaves exactly like the redb one on disk.
+
+mod memory;
+mod redb;
+
+pub(crate) use self::memory::MemoryBackend;
+pub(crate) use self::redb::RedbBackend;
+
+use crate::error::StoreError;
+use std::ops::Bound;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table {
+    /// chain meta, head and schema version, under fixed names
+    Meta,
+    /// block hash → header RLP
+    Headers,
+    /// block hash → block number, so a number lookup does not read the whole header
+    HeaderNumbers,
+    /// block hash → body RLP
+    Bodies,
+    /// block hash → receipts RLP
+    Receipts,
+    /// block number → canonical block hash
+    Canonical,
+    /// tx hash → (block hash, block number, index)
+    TxIndex,
+    /// address → account
+    Accounts,
+    /// address ‖ slot → non-zero value
+    Storage,
+    /// code hash → bytecode
+    Code,
+    /// blob tx hash → network-encoded sidecar
+    Sidecars,
+    /// local tx hash → raw tx, for the pool to reload after a restart
+    Journal,
+}
+
+impl Table {
+    pub(crate) const ALL: [Table; 12] = [
+        Table::Meta,
+        Table::Headers,
+        Table::HeaderNumbers,
+        Table::Bodies,
+        Table::Receipts,
+        Table::Canonical,
+        Table::TxIndex,
+        Table::Accounts,
+        Table::Storage,
+        Table::Code,
+        Table::Sidecars,
+        Table::Journal,
+    ];
+
+    pub(crate) const COUNT: usize = Self::ALL.len();
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The on-disk table name: renaming one is a schema change.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Table::Meta => "meta",
+            Table::Headers => "headers",
+            Table::HeaderNumbers => "header_numbers",
+            Table::Bodies => "bodies",
+            Table::Receipts => "receipts",
+            Table::Canonical => "canonical",
+            Table::TxIndex => "tx_index",
+            Table::Accounts => "accounts",
+            Table::Storage => "storage",
+            Table::Code => "code",
+            Table::Sidecars => "sidecars",
+            Table::Journal => "journal",
+        }
+    }
+}
+
+/// One low-level write. A commit is a `Vec<Op>` applied in order, all or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Op {
+    Put {
+        table: Table,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        table: Table,
+        key: Vec<u8>,
+    },
+    /// Deletes every key in `start..=end` (`end: None` means to the end of the table).
+    DeleteRange {
+        table: Table,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+    },
+    /// Makes the backend fail at this point of a commit, so tests can check that the ops
+    /// before it were rolled back.
+    #[cfg(test)]
+    Fail,
+}
+
+pub(crate) fn range_bounds<'a>(
+    start: &'a [u8],
+    end: Option<&'a [u8]>,
+) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (
+        Bound::Included(start),
+        end.map_or(Bound::Unbounded, Bound::Included),
+    )
+}
+
+/// The two backends, dispatched by hand: the read methods are generic over closures
+/// (so values decode straight from redb's pages), which a trait object cannot offer.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per store, behind the store's Arc: its size costs nothing"
+)]
+pub(crate) enum Backend {
+    Redb(RedbBackend),
+    Memory(MemoryBackend),
+}
+
+impl Backend {
+    /// Looks `key` up and hands its value to `decode` while it is still borrowed.
+    pub(crate) fn get_with<R>(
+        &self,
+        table: Table,
+        key: &[u8],
+        decode: impl FnOnce(&[u8]) -> Result<R, StoreError>,
+    ) -> Result<Option<R>, StoreError> {
+        match self {
+            Backend::Redb(db) => db.get_with(table, key, decode),
+            Backend::Memory(mem) => mem.get_with(table, key, decode),
+        }
+    }
+
+    /// Visits the entries of `start..=end` in key order.
+    pub(crate) fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        match self {
+            Backend::Redb(db) => db.scan(table, start, end, visit),
+            Backend::Memory(mem) => mem.scan(table, start, end, visit),
+        }
+    }
+
+    pub(crate) fn apply(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        match self {
+            Backend::Redb(db) => db.apply(ops),
+            Backend::Memory(mem) => mem.apply(ops),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Backend::Redb(_) => "redb",
+            Backend::Memory(_) => "memory",
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The on-disk backend: one redb file, one redb table per [`Table`].
+//!
+//! Reads go through a shared [`Snapshot`]: a read transaction with every table already
+//! open, replaced after each commit. A point read is then a shared lock, an `Arc` clone
+//! and a B-tree lookup, instead of a new read transaction and a table open per field,
+//! which matters when the EVM and JSON-RPC read thousands of accounts and slots.
+//!
+//! A commit is one redb write transaction with immediate durability: redb's
+//! copy-on-write pages and its commit protocol mean a crash leaves the file at the last
+//! committed transaction, so a batch lands entirely or not at all.
+
+use super::{Op, Table, range_bounds};
+use crate::codec::{META_SCHEMA, SCHEMA_VERSION, decode_schema};
+use crate::error::StoreError;
+use ::redb::{
+    Database, DatabaseError, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable,
+    TableDefinition,
+};
+use parking_lot::{Mutex, RwLock};
+use std::path::Path;
+use std::sync::Arc;
+
+type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+fn definition(table: Table) -> Def {
+    TableDefinition::new(table.name())
+}
+
+/// Turns a redb error into [`StoreError::Db`], saying what the store was doing.
+fn db_err(context: &'static str) -> impl FnOnce(::redb::Error) -> StoreError {
+    move |err| StoreError::Db(format!("{context}: {err}"))
+}
+
+/// Every table of one read transaction, opened once and shared by all readers.
+struct Snapshot {
+    tables: Vec<ReadOnlyTable<&'static [u8], &'static [u8]>>,
+}
+
+impl Snapshot {
+    fn begin(db: &Database) -> Result<Snapshot, StoreError> {
+        let txn = db
+            .begin_read()
+            .map_err(|e| db_err("beginning a read transaction")(e.into()))?;
+        let tables = Table::ALL
+            .iter()
+            .map(|table| {
+                txn.open_table(definition(*table))
+                    .map_err(|e| db_err("opening a table to read")(e.into()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Snapshot { tables })
+    }
+}
+
+pub(crate) struct RedbBackend {
+    db: Database,
+    /// Serialises commits together with the snapshot swap that follows each, so the
+    /// shared snapshot can never go back to a state older than a returned commit.
+    writer: Mutex<()>,
+    /// `None` only if refreshing after a commit failed; the next read rebuilds it.
+    snapshot: RwLock<Option<Arc<Snapshot>>>,
+}
+
+impl RedbBackend {
+    /// Opens or creates `path`, creates any missing table and checks the schema version.
+    pub(crate) fn open(path: &Path, datadir: &Path) -> Result<RedbBackend, StoreError> {
+        let db = Database::create(path).map_err(|err| match err {
+            DatabaseError::DatabaseAlreadyOpen => StoreError::Db(format!(
+                "{} is already open: is another moat running on this datadir?",
+                path.display()
+            )),
+            other => StoreError::Db(format!("opening {}: {other}", path.display())),
+        })?;
+        Self::init_tables(&db, datadir)?;
+        let snapshot = Snapshot::begin(&db)?;
+        Ok(RedbBackend {
+            db,
+            writer: Mutex::new(()),
+            snapshot: RwLock::new(Some(Arc::new(snapshot))),
+        })
+    }
+
+    /// Read transactions cannot open a table that was never created, so a new file gets
+    /// all of them (and its schema version) up front. This writes no chain data.
+    fn init_tables(db: &Database, datadir: &Path) -> Result<(), StoreError> {
+        let txn = db
+            .begin_write()
+            .map_err(|e| db_err("beginning the table setup")(e.into()))?;
+        let mut found = None;
+        for table in Table::ALL {
+            let mut handle = txn
+                .open_table(definition(table))
+                .map_err(|e| db_err("creating a table")(e.into()))?;
+            if table == Table::Meta {
+                let stored = handle
+                    .get(META_SCHEMA)
+                    .map_err(|e| db_err("reading the schema version")(e.into()))?
+                    .map(|guard| decode_schema(guard.value()))
+                    .transpose()?;
+                if stored.is_none() {
+                    handle
+                        .insert(META_SCHEMA, SCHEMA_VERSION.to_be_bytes().as_slice())
+                        .map_err(|e| db_err("writing the schema version")(e.into()))?;
+                }
+                found = stored;
+            }
+        }
+        if let Some(found) = found
+            && found != SCHEMA_VERSION
+        {
+            // Dropping the transaction aborts it: an incompatible file stays untouched.
+            return Err(StoreError::UnsupportedSchema {
+                datadir: datadir.to_path_buf(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        txn.commit()
+            .map_err(|e| db_err("committing the table setup")(e.into()))
+    }
+
+    fn snapshot(&self) -> Result<Arc<Snapshot>, StoreError> {
+        if let Some(snapshot) = self.snapshot.read().as_ref() {
+            return Ok(Arc::clone(snapshot));
+        }
+        // Holding the writer lock keeps a commit from landing between our read
+        // transaction and its installation, which would make it stale.
+        let _writer = self.writer.lock();
+        let mut slot = self.snapshot.write();
+        if let Some(snapshot) = slot.as_ref() {
+            return Ok(Arc::clone(snapshot));
+        }
+        let fresh = Arc::new(Snapshot::begin(&self.db)?);
+        *slot = Some(Arc::clone(&fresh));
+        Ok(fresh)
+    }
+
+    pub(crate) fn get_with<R>(
+        &self,
+        table: Table,
+        key: &[u8],
+        decode: impl FnOnce(&[u8]) -> Result<R, StoreError>,
+    ) -> Result<Option<R>, StoreError> {
+        let snapshot = self.snapshot()?;
+        let value = snapshot.tables[table.index()]
+            .get(key)
+            .map_err(|e| db_err("reading a value")(e.into()))?;
+        value.map(|guard| decode(guard.value())).transpose()
+    }
+
+    pub(crate) fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let snapshot = self.snapshot()?;
+        let range = snapshot.tables[table.index()]
+            .range::<&[u8]>(range_bounds(start, end))
+            .map_err(|e| db_err("starting a range read")(e.into()))?;
+        for entry in range {
+            let (key, value) = entry.map_err(|e| db_err("reading a range")(e.into()))?;
+            visit(key.value(), value.value())?;
+        }
+        Ok(())
+    }
+
+    /// Applies `ops` in one write transaction. Any error returns before `commit`, and a
+    /// dropped write transaction is rolled back, so a failed batch leaves no trace.
+    pub(crate) fn apply(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        let _writer = self.writer.lock();
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| db_err("beginning a write transaction")(e.into()))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| StoreError::Db(format!("setting durability: {e}")))?;
+        {
+            let mut open: [Option<::redb::Table<'_, &'static [u8], &'static [u8]>>; Table::COUNT] =
+                std::array::from_fn(|_| None);
+            for op in &ops {
+                let table = match op {
+                    Op::Put { table, .. }
+                    | Op::Delete { table, .. }
+                    | Op::DeleteRange { table, .. } => *table,
+                    #[cfg(test)]
+                    Op::Fail => return Err(StoreError::Db("injected failure".into())),
+                };
+                let handle = match &mut open[table.index()] {
+                    Some(handle) => handle,
+                    slot => slot.insert(
+                        txn.open_table(definition(table))
+                            .map_err(|e| db_err("opening a table to write")(e.into()))?,
+                    ),
+                };
+                match op {
+                    Op::Put { key, value, .. } => {
+                        handle
+                            .insert(key.as_slice(), value.as_slice())
+                            .map_err(|e| db_err("writing a value")(e.into()))?;
+                    }
+                    Op::Delete { key, .. } => {
+                        handle
+                            .remove(key.as_slice())
+                            .map_err(|e| db_err("deleting a value")(e.into()))?;
+                    }
+                    Op::DeleteRange { start, end, .. } => {
+                        handle
+                            .retain_in::<&[u8], _>(range_bounds(start, end.as_deref()), |_, _| {
+                                false
+                            })
+                            .map_err(|e| db_err("deleting a range")(e.into()))?;
+                    }
+                    #[cfg(test)]
+                    Op::Fail => unreachable!("returned above"),
+                }
+            }
+        }
+        txn.commit()
+            .map_err(|e| db_err("committing a write transaction")(e.into()))?;
+        // The batch is durable now; if no fresh snapshot can be taken, dropping the old
+        // one makes the next read build it rather than serve pre-commit data.
+        *self.snapshot.write() = Snapshot::begin(&self.db).ok().map(Arc::new);
+        Ok(())
+    }
+
+    /// Starts a write, puts `ops` and drops the transaction uncommitted, as a crash
+    /// between the writes and the commit would.
+    #[cfg(test)]
+    pub(crate) fn write_then_abandon(&self, ops: &[Op]) -> Result<(), StoreError> {
+        let _writer = self.writer.lock();
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(|e| db_err("beginning a write transaction")(e.into()))?;
+        for op in ops {
+            if let Op::Put { table, key, value } = op {
+                let mut handle = txn
+                    .open_table(definition(*table))
+                    .map_err(|e| db_err("opening a table to write")(e.into()))?;
+                handle
+                    .insert(key.as_slice(), value.as_slice())
+                    .map_err(|e| db_err("writing a value")(e.into()))?;
+            }
+        }
+        drop(txn);
+        Ok(())
+    }
+}

@@ -1,0 +1,254 @@
+//! moat-storage: the node's durable memory.
+//!
+//! A [`Store`] holds everything moat keeps across restarts:
+//!
+//! - **chain data**, as the raw RLP the caller hands in (headers, bodies, receipts; the
+//!   codecs live in moat-common), indexed by block hash, with the canonical chain
+//!   (number → hash), the head, and a tx hash → [`TxLocation`] index;
+//! - **state**, typed: [`Account`]s, storage slots and contract code;
+//! - **blob sidecars** of pooled blob txs and the **journal** of local txs, so that a
+//!   restarted node gets its pool back;
+//! - the [`ChainMeta`] (chain id, genesis hash) that ties a datadir to one network.
+//!
+//! ```text
+//!  block import / pool / genesis            JSON-RPC, EVM, pool, p2p
+//!        │ builds                                  │ reads
+//!        ▼                                         ▼
+//!   WriteBatch ──commit──▶ Store ──────────▶ header_rlp, account, storage, ...
+//!                            │
+//!                 ops, applied atomically
+//!                            ▼
+//!                 backend: redb file (datadir/moat.redb) | BTreeMaps in memory
+//! ```
+//!
+//! Every change goes through [`Store::commit`], which applies a whole [`WriteBatch`] in
+//! one transaction: a block's header, body, receipts, index entries, state diff and new
+//! head land together or not at all, so a crash never leaves a head without its state.
+//! The batch is lowered to plain key-value ops above the backends, so the in-memory
+//! backend used by tests runs exactly the same rules as redb on disk.
+
+mod backend;
+mod batch;
+mod codec;
+mod error;
+
+#[cfg(test)]
+mod tests;
+
+pub use batch::WriteBatch;
+pub use error::StoreError;
+
+use alloy_primitives::{Address, B256, Bytes, KECCAK256_EMPTY, U256};
+use backend::{Backend, MemoryBackend, RedbBackend, Table};
+use codec::{
+    META_CHAIN, META_HEAD, decode_account, decode_address, decode_b256, decode_meta, decode_number,
+    decode_number_hash, decode_slot_value, decode_tx_location, number_key, storage_bounds,
+    storage_key,
+};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Name of the database file inside the datadir.
+pub const DB_FILE: &str = "moat.redb";
+
+/// What makes a datadir belong to one chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainMeta {
+    pub chain_id: u64,
+    pub genesis_hash: B256,
+}
+
+/// An account as the state keeps it. Note that `Default` gives zero hashes, not the
+/// empty code hash and empty trie root that an empty account has on chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Account {
+    pub nonce: u64,
+    pub balance: U256,
+    pub code_hash: B256,
+    pub storage_root: B256,
+}
+
+/// Where a mined transaction sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxLocation {
+    pub block_hash: B256,
+    pub block_number: u64,
+    pub index: u64,
+}
+
+/// Handle to the database; cheap to clone, and every clone sees every commit.
+#[derive(Clone)]
+pub struct Store {
+    backend: Arc<Backend>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.backend.kind())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the redb database `datadir/moat.redb`.
+    ///
+    /// With `meta` given, a datadir that already holds another chain is refused with
+    /// [`StoreError::ChainMismatch`]. A datadir without a chain yet is left without one:
+    /// the genesis commit writes the meta, so a node that fails before genesis leaves
+    /// nothing that claims the datadir for a chain.
+    pub fn open(datadir: &Path, meta: Option<ChainMeta>) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(datadir).map_err(|source| StoreError::Io {
+            path: datadir.to_path_buf(),
+            source,
+        })?;
+        let backend = RedbBackend::open(&datadir.join(DB_FILE), datadir)?;
+        let store = Store {
+            backend: Arc::new(Backend::Redb(backend)),
+        };
+        if let (Some(expected), Some(found)) = (meta, store.chain_meta()?)
+            && expected != found
+        {
+            return Err(StoreError::ChainMismatch {
+                datadir: datadir.to_path_buf(),
+                expected,
+                found,
+            });
+        }
+        Ok(store)
+    }
+
+    /// An empty store that lives as long as its last clone.
+    pub fn in_memory() -> Store {
+        Store {
+            backend: Arc::new(Backend::Memory(MemoryBackend::new())),
+        }
+    }
+
+    pub fn chain_meta(&self) -> Result<Option<ChainMeta>, StoreError> {
+        self.backend.get_with(Table::Meta, META_CHAIN, decode_meta)
+    }
+
+    /// (number, hash) of the canonical head, if any block was written.
+    pub fn head(&self) -> Result<Option<(u64, B256)>, StoreError> {
+        self.backend
+            .get_with(Table::Meta, META_HEAD, |v| decode_number_hash(v, "head"))
+    }
+
+    pub fn header_rlp(&self, hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(Table::Headers, hash.as_slice())
+    }
+
+    pub fn body_rlp(&self, hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(Table::Bodies, hash.as_slice())
+    }
+
+    pub fn receipts_rlp(&self, hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(Table::Receipts, hash.as_slice())
+    }
+
+    /// Number of a stored header, without reading the header.
+    pub fn block_number(&self, hash: &B256) -> Result<Option<u64>, StoreError> {
+        self.backend
+            .get_with(Table::HeaderNumbers, hash.as_slice(), |v| {
+                decode_number(v, "block number")
+            })
+    }
+
+    pub fn canonical_hash(&self, number: u64) -> Result<Option<B256>, StoreError> {
+        self.backend
+            .get_with(Table::Canonical, &number_key(number), |v| {
+                decode_b256(v, "canonical hash")
+            })
+    }
+
+    pub fn tx_location(&self, tx_hash: &B256) -> Result<Option<TxLocation>, StoreError> {
+        self.backend
+            .get_with(Table::TxIndex, tx_hash.as_slice(), decode_tx_location)
+    }
+
+    pub fn account(&self, address: &Address) -> Result<Option<Account>, StoreError> {
+        self.backend
+            .get_with(Table::Accounts, address.as_slice(), decode_account)
+    }
+
+    /// Value of a storage slot; zero when it was never written or was cleared.
+    pub fn storage(&self, address: &Address, slot: &B256) -> Result<U256, StoreError> {
+        Ok(self
+            .backend
+            .get_with(
+                Table::Storage,
+                &storage_key(address, slot),
+                decode_slot_value,
+            )?
+            .unwrap_or_default())
+    }
+
+    /// Every non-zero slot of an account, sorted by slot: what rebuilding its storage
+    /// root needs.
+    pub fn storage_slots(&self, address: &Address) -> Result<Vec<(B256, U256)>, StoreError> {
+        let (start, end) = storage_bounds(address);
+        let mut slots = Vec::new();
+        self.backend
+            .scan(Table::Storage, &start, Some(&end), |key, value| {
+                // Keys are address ‖ slot; a shorter one can only come from a damaged file.
+                let slot = decode_b256(key.get(20..).unwrap_or_default(), "storage key")?;
+                slots.push((slot, decode_slot_value(value)?));
+                Ok(())
+            })?;
+        Ok(slots)
+    }
+
+    /// Every account, sorted by address (the state root is recomputed from it for now).
+    pub fn accounts(&self) -> Result<Vec<(Address, Account)>, StoreError> {
+        let mut accounts = Vec::new();
+        self.backend
+            .scan(Table::Accounts, &[], None, |key, value| {
+                accounts.push((decode_address(key, "account key")?, decode_account(value)?));
+                Ok(())
+            })?;
+        Ok(accounts)
+    }
+
+    /// Contract code by hash. The empty code is answered without a lookup: every
+    /// code-less account points at it, and nobody stores it.
+    pub fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, StoreError> {
+        if *code_hash == KECCAK256_EMPTY {
+            return Ok(Some(Bytes::new()));
+        }
+        self.backend
+            .get_with(Table::Code, code_hash.as_slice(), |v| {
+                Ok(Bytes::copy_from_slice(v))
+            })
+    }
+
+    /// Network-encoded blob sidecar of a blob tx.
+    pub fn sidecar(&self, tx_hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(Table::Sidecars, tx_hash.as_slice())
+    }
+
+    /// The local-tx journal, sorted by tx hash (the pool re-orders by sender and nonce).
+    pub fn journal(&self) -> Result<Vec<(B256, Vec<u8>)>, StoreError> {
+        let mut entries = Vec::new();
+        self.backend.scan(Table::Journal, &[], None, |key, value| {
+            entries.push((decode_b256(key, "journal key")?, value.to_vec()));
+            Ok(())
+        })?;
+        Ok(entries)
+    }
+
+    /// Applies the whole batch in one atomic, durable transaction: once this returns
+    /// `Ok`, every clone of the store reads the batch and a crash cannot lose it; if it
+    /// fails, nothing of the batch was written.
+    pub fn commit(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.backend.apply(batch.into_ops())
+    }
+
+    fn raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.backend.get_with(table, key, |v| Ok(v.to_vec()))
+    }
+}

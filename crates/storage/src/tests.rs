@@ -1,0 +1,634 @@
+//! Store behaviour, run on both backends through the same test bodies.
+
+use crate::backend::{Backend, Op, Table};
+use crate::codec::{META_SCHEMA, encode_account};
+use crate::{Account, ChainMeta, DB_FILE, Store, StoreError, TxLocation, WriteBatch};
+use alloy_primitives::{Address, B256, Bytes, KECCAK256_EMPTY, U256};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let path = std::env::temp_dir().join(format!(
+            "moat-storage-{label}-{}-{nanos}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `body` on an in-memory store and on a redb store in a fresh datadir.
+fn on_both(label: &str, body: impl Fn(&Store)) {
+    body(&Store::in_memory());
+    let dir = TempDir::new(label);
+    let store = Store::open(dir.path(), None).expect("open a fresh datadir");
+    body(&store);
+}
+
+fn addr(n: u8) -> Address {
+    Address::repeat_byte(n)
+}
+
+fn hash(n: u8) -> B256 {
+    B256::repeat_byte(n)
+}
+
+fn slot(n: u64) -> B256 {
+    B256::from(U256::from(n))
+}
+
+fn account(nonce: u64) -> Account {
+    Account {
+        nonce,
+        balance: U256::from(1_000_000u64) << 100,
+        code_hash: KECCAK256_EMPTY,
+        storage_root: hash(0x56),
+    }
+}
+
+fn meta(chain_id: u64) -> ChainMeta {
+    ChainMeta {
+        chain_id,
+        genesis_hash: hash(chain_id as u8),
+    }
+}
+
+fn commit(store: &Store, fill: impl FnOnce(&mut WriteBatch)) {
+    let mut batch = WriteBatch::new();
+    fill(&mut batch);
+    store.commit(batch).expect("commit");
+}
+
+#[test]
+fn store_is_send_sync_and_clone() {
+    fn check<T: Send + Sync + Clone + 'static>() {}
+    check::<Store>();
+}
+
+#[test]
+fn absent_things_read_as_none_or_zero() {
+    on_both("absent", |store| {
+        assert_eq!(store.chain_meta().unwrap(), None);
+        assert_eq!(store.head().unwrap(), None);
+        assert_eq!(store.header_rlp(&hash(1)).unwrap(), None);
+        assert_eq!(store.body_rlp(&hash(1)).unwrap(), None);
+        assert_eq!(store.receipts_rlp(&hash(1)).unwrap(), None);
+        assert_eq!(store.block_number(&hash(1)).unwrap(), None);
+        assert_eq!(store.canonical_hash(0).unwrap(), None);
+        assert_eq!(store.tx_location(&hash(1)).unwrap(), None);
+        assert_eq!(store.account(&addr(1)).unwrap(), None);
+        assert_eq!(store.storage(&addr(1), &slot(1)).unwrap(), U256::ZERO);
+        assert!(store.storage_slots(&addr(1)).unwrap().is_empty());
+        assert!(store.accounts().unwrap().is_empty());
+        assert_eq!(store.code(&hash(1)).unwrap(), None);
+        assert_eq!(store.sidecar(&hash(1)).unwrap(), None);
+        assert!(store.journal().unwrap().is_empty());
+        // The empty code needs no entry.
+        assert_eq!(store.code(&KECCAK256_EMPTY).unwrap(), Some(Bytes::new()));
+    });
+}
+
+#[test]
+fn a_commit_is_visible_to_every_clone_when_it_returns() {
+    on_both("visible", |store| {
+        let other = store.clone();
+        let code = Bytes::from_static(&[0x60, 0x00, 0x56]);
+        commit(store, |b| {
+            b.set_meta(meta(1))
+                .put_header(hash(10), 7, vec![0xc1, 0x07])
+                .put_body(hash(10), vec![0xc2, 0xc0, 0xc0])
+                .put_receipts(hash(10), vec![0xc0])
+                .set_canonical(7, hash(10))
+                .set_account(addr(1), Some(account(3)))
+                .set_storage(addr(1), slot(1), U256::from(42))
+                .put_code(hash(0xcc), code.clone())
+                .set_head(7, hash(10));
+        });
+        assert_eq!(other.chain_meta().unwrap(), Some(meta(1)));
+        assert_eq!(other.head().unwrap(), Some((7, hash(10))));
+        assert_eq!(other.header_rlp(&hash(10)).unwrap(), Some(vec![0xc1, 0x07]));
+        assert_eq!(
+            other.body_rlp(&hash(10)).unwrap(),
+            Some(vec![0xc2, 0xc0, 0xc0])
+        );
+        assert_eq!(other.receipts_rlp(&hash(10)).unwrap(), Some(vec![0xc0]));
+        assert_eq!(other.block_number(&hash(10)).unwrap(), Some(7));
+        assert_eq!(other.canonical_hash(7).unwrap(), Some(hash(10)));
+        assert_eq!(other.account(&addr(1)).unwrap(), Some(account(3)));
+        assert_eq!(other.storage(&addr(1), &slot(1)).unwrap(), U256::from(42));
+        assert_eq!(other.code(&hash(0xcc)).unwrap(), Some(code));
+
+        // An empty batch is a no-op, not an error.
+        store.commit(WriteBatch::new()).unwrap();
+        assert_eq!(other.head().unwrap(), Some((7, hash(10))));
+    });
+}
+
+#[test]
+fn deleting_an_account_deletes_its_storage() {
+    on_both("delete-account", |store| {
+        commit(store, |b| {
+            b.set_account(addr(1), Some(account(1)))
+                .set_account(addr(2), Some(account(1)))
+                .set_storage(addr(1), slot(1), U256::from(1))
+                .set_storage(addr(1), slot(2), U256::from(2))
+                .set_storage(addr(2), slot(1), U256::from(3));
+        });
+        commit(store, |b| {
+            b.set_account(addr(1), None);
+        });
+        assert_eq!(store.account(&addr(1)).unwrap(), None);
+        assert!(store.storage_slots(&addr(1)).unwrap().is_empty());
+        assert_eq!(store.storage(&addr(1), &slot(2)).unwrap(), U256::ZERO);
+        // Neighbours are untouched.
+        assert_eq!(store.account(&addr(2)).unwrap(), Some(account(1)));
+        assert_eq!(store.storage(&addr(2), &slot(1)).unwrap(), U256::from(3));
+    });
+}
+
+#[test]
+fn a_deleted_account_keeps_no_storage_written_in_the_same_batch() {
+    on_both("delete-same-batch", |store| {
+        commit(store, |b| {
+            b.set_account(addr(1), Some(account(1)))
+                .set_storage(addr(1), slot(1), U256::from(1))
+                .set_account(addr(1), None);
+        });
+        assert_eq!(store.account(&addr(1)).unwrap(), None);
+        assert!(store.storage_slots(&addr(1)).unwrap().is_empty());
+    });
+}
+
+#[test]
+fn an_account_deleted_then_recreated_in_one_batch_starts_with_fresh_storage() {
+    on_both("recreate", |store| {
+        commit(store, |b| {
+            b.set_account(addr(1), Some(account(1)))
+                .set_storage(addr(1), slot(1), U256::from(1))
+                .set_storage(addr(1), slot(2), U256::from(2));
+        });
+        commit(store, |b| {
+            b.set_account(addr(1), None)
+                .set_account(addr(1), Some(account(9)))
+                .set_storage(addr(1), slot(3), U256::from(3));
+        });
+        assert_eq!(store.account(&addr(1)).unwrap(), Some(account(9)));
+        assert_eq!(
+            store.storage_slots(&addr(1)).unwrap(),
+            vec![(slot(3), U256::from(3))]
+        );
+    });
+}
+
+#[test]
+fn wipe_storage_applies_before_the_batch_writes() {
+    on_both("wipe", |store| {
+        commit(store, |b| {
+            b.set_account(addr(1), Some(account(1)))
+                .set_storage(addr(1), slot(1), U256::from(1))
+                .set_storage(addr(1), slot(2), U256::from(2))
+                .set_storage(addr(2), slot(1), U256::from(5));
+        });
+        commit(store, |b| {
+            // Called after the write on purpose: the wipe still goes first.
+            b.set_storage(addr(1), slot(7), U256::from(7))
+                .wipe_storage(addr(1));
+        });
+        assert_eq!(
+            store.storage_slots(&addr(1)).unwrap(),
+            vec![(slot(7), U256::from(7))]
+        );
+        // The account itself survives a wipe; other accounts' storage too.
+        assert_eq!(store.account(&addr(1)).unwrap(), Some(account(1)));
+        assert_eq!(store.storage(&addr(2), &slot(1)).unwrap(), U256::from(5));
+    });
+}
+
+#[test]
+fn zero_storage_deletes_and_slots_come_sorted() {
+    on_both("slots", |store| {
+        let big = U256::MAX - U256::from(1);
+        commit(store, |b| {
+            // Written out of order; includes the extreme slots of the key range.
+            b.set_storage(addr(1), B256::repeat_byte(0xff), U256::from(9))
+                .set_storage(addr(1), slot(300), big)
+                .set_storage(addr(1), B256::ZERO, U256::from(1))
+                .set_storage(addr(1), slot(2), U256::from(2))
+                .set_storage(addr(0), slot(1), U256::from(1))
+                .set_storage(addr(2), slot(1), U256::from(1));
+        });
+        assert_eq!(
+            store.storage_slots(&addr(1)).unwrap(),
+            vec![
+                (B256::ZERO, U256::from(1)),
+                (slot(2), U256::from(2)),
+                (slot(300), big),
+                (B256::repeat_byte(0xff), U256::from(9)),
+            ]
+        );
+        commit(store, |b| {
+            b.set_storage(addr(1), slot(2), U256::ZERO)
+                .set_storage(addr(1), slot(300), U256::from(3))
+                // Zero for a slot that never existed is fine.
+                .set_storage(addr(1), slot(1000), U256::ZERO);
+        });
+        assert_eq!(store.storage(&addr(1), &slot(2)).unwrap(), U256::ZERO);
+        assert_eq!(store.storage(&addr(1), &slot(300)).unwrap(), U256::from(3));
+        assert_eq!(
+            store.storage_slots(&addr(1)).unwrap(),
+            vec![
+                (B256::ZERO, U256::from(1)),
+                (slot(300), U256::from(3)),
+                (B256::repeat_byte(0xff), U256::from(9)),
+            ]
+        );
+    });
+}
+
+#[test]
+fn accounts_come_sorted_by_address() {
+    on_both("accounts", |store| {
+        commit(store, |b| {
+            for n in [9u8, 0xff, 1, 0, 0x80] {
+                b.set_account(addr(n), Some(account(n.into())));
+            }
+        });
+        commit(store, |b| {
+            b.set_account(addr(0x80), None);
+        });
+        let all = store.accounts().unwrap();
+        let addresses: Vec<Address> = all.iter().map(|(a, _)| *a).collect();
+        assert_eq!(addresses, vec![addr(0), addr(1), addr(9), addr(0xff)]);
+        assert_eq!(all[2].1, account(9));
+    });
+}
+
+#[test]
+fn canonical_index_and_reorg() {
+    on_both("canonical", |store| {
+        commit(store, |b| {
+            for n in 0..=5u8 {
+                b.put_header(hash(n), n.into(), vec![n])
+                    .set_canonical(n.into(), hash(n));
+            }
+            b.set_head(5, hash(5));
+        });
+        // Reorg at 2: the new branch 3'..4' replaces 3..5.
+        commit(store, |b| {
+            b.set_canonical(3, hash(0x33))
+                .set_canonical(4, hash(0x44))
+                .unset_canonical_above(2)
+                .set_head(4, hash(0x44));
+        });
+        assert_eq!(store.canonical_hash(2).unwrap(), Some(hash(2)));
+        assert_eq!(store.canonical_hash(3).unwrap(), Some(hash(0x33)));
+        assert_eq!(store.canonical_hash(4).unwrap(), Some(hash(0x44)));
+        assert_eq!(store.canonical_hash(5).unwrap(), None);
+        assert_eq!(store.head().unwrap(), Some((4, hash(0x44))));
+        // Headers of the abandoned branch stay readable by hash.
+        assert_eq!(store.header_rlp(&hash(5)).unwrap(), Some(vec![5]));
+        assert_eq!(store.block_number(&hash(5)).unwrap(), Some(5));
+
+        // Two cuts in one batch: the lower one wins. u64::MAX cuts nothing.
+        commit(store, |b| {
+            b.unset_canonical_above(3).unset_canonical_above(u64::MAX);
+        });
+        assert_eq!(store.canonical_hash(3).unwrap(), Some(hash(0x33)));
+        assert_eq!(store.canonical_hash(4).unwrap(), None);
+        commit(store, |b| {
+            b.unset_canonical_above(u64::MAX);
+        });
+        assert_eq!(store.canonical_hash(3).unwrap(), Some(hash(0x33)));
+    });
+}
+
+#[test]
+fn tx_locations_put_and_delete() {
+    on_both("tx-index", |store| {
+        let location = TxLocation {
+            block_hash: hash(7),
+            block_number: 7,
+            index: 2,
+        };
+        commit(store, |b| {
+            b.put_tx_location(hash(1), location).put_tx_location(
+                hash(2),
+                TxLocation {
+                    index: 3,
+                    ..location
+                },
+            );
+        });
+        assert_eq!(store.tx_location(&hash(1)).unwrap(), Some(location));
+        commit(store, |b| {
+            b.delete_tx_location(hash(1));
+        });
+        assert_eq!(store.tx_location(&hash(1)).unwrap(), None);
+        assert_eq!(
+            store.tx_location(&hash(2)).unwrap().map(|l| l.index),
+            Some(3)
+        );
+    });
+}
+
+#[test]
+fn sidecars_and_journal_put_and_delete() {
+    on_both("sidecars", |store| {
+        commit(store, |b| {
+            b.put_sidecar(hash(1), vec![1, 1])
+                .put_sidecar(hash(2), vec![2, 2])
+                .put_journal(hash(9), vec![9])
+                .put_journal(hash(3), vec![3]);
+        });
+        assert_eq!(store.sidecar(&hash(1)).unwrap(), Some(vec![1, 1]));
+        assert_eq!(
+            store.journal().unwrap(),
+            vec![(hash(3), vec![3]), (hash(9), vec![9])]
+        );
+        commit(store, |b| {
+            // Calls on the same key apply in order: the last one wins.
+            b.delete_sidecar(hash(1))
+                .put_sidecar(hash(2), vec![0x22])
+                .delete_sidecar(hash(2))
+                .put_sidecar(hash(2), vec![0x23])
+                .delete_journal(hash(9));
+        });
+        assert_eq!(store.sidecar(&hash(1)).unwrap(), None);
+        assert_eq!(store.sidecar(&hash(2)).unwrap(), Some(vec![0x23]));
+        assert_eq!(store.journal().unwrap(), vec![(hash(3), vec![3])]);
+    });
+}
+
+#[test]
+fn a_failing_batch_leaves_nothing() {
+    on_both("atomic", |store| {
+        commit(store, |b| {
+            b.set_account(addr(1), Some(account(1)))
+                .set_storage(addr(1), slot(1), U256::from(1))
+                .set_head(1, hash(1));
+        });
+        let mut batch = WriteBatch::new();
+        batch
+            .put_header(hash(2), 2, vec![2])
+            .set_canonical(2, hash(2))
+            .unset_canonical_above(0)
+            .set_account(addr(1), None)
+            .set_account(addr(2), Some(account(2)))
+            .set_head(2, hash(2));
+        let mut ops = batch.into_ops();
+        // Fail after every other op has been applied inside the transaction.
+        ops.push(Op::Fail);
+        assert!(matches!(store.backend.apply(ops), Err(StoreError::Db(_))));
+
+        assert_eq!(store.head().unwrap(), Some((1, hash(1))));
+        assert_eq!(store.header_rlp(&hash(2)).unwrap(), None);
+        assert_eq!(store.canonical_hash(2).unwrap(), None);
+        assert_eq!(store.account(&addr(1)).unwrap(), Some(account(1)));
+        assert_eq!(store.storage(&addr(1), &slot(1)).unwrap(), U256::from(1));
+        assert_eq!(store.account(&addr(2)).unwrap(), None);
+        // And the store still takes commits afterwards.
+        commit(store, |b| {
+            b.set_head(3, hash(3));
+        });
+        assert_eq!(store.head().unwrap(), Some((3, hash(3))));
+    });
+}
+
+#[test]
+fn an_undecodable_value_is_reported_as_corrupt() {
+    on_both("corrupt", |store| {
+        store
+            .backend
+            .apply(vec![Op::Put {
+                table: Table::Accounts,
+                key: addr(1).to_vec(),
+                value: vec![1, 2, 3],
+            }])
+            .unwrap();
+        let err = store.account(&addr(1)).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+        assert!(store.accounts().is_err());
+
+        // A storage key too short to hold a slot.
+        let mut key = addr(1).to_vec();
+        key.push(5);
+        store
+            .backend
+            .apply(vec![Op::Put {
+                table: Table::Storage,
+                key,
+                value: vec![1],
+            }])
+            .unwrap();
+        let err = store.storage_slots(&addr(1)).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    });
+}
+
+#[test]
+fn concurrent_readers_never_see_the_head_go_back() {
+    on_both("concurrent", |store| {
+        std::thread::scope(|scope| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    let store = store.clone();
+                    scope.spawn(move || {
+                        let mut last = 0;
+                        for _ in 0..2_000 {
+                            if let Some((number, hash)) = store.head().unwrap() {
+                                assert!(number >= last, "head went from {last} to {number}");
+                                assert_eq!(store.canonical_hash(number).unwrap(), Some(hash));
+                                last = number;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for n in 1..=30u64 {
+                commit(store, |b| {
+                    b.set_canonical(n, B256::from(U256::from(n)))
+                        .set_head(n, B256::from(U256::from(n)));
+                });
+            }
+            for reader in readers {
+                reader.join().expect("reader thread");
+            }
+        });
+    });
+}
+
+// redb only: what survives the process.
+
+#[test]
+fn reopening_a_datadir_finds_head_meta_and_state() {
+    let dir = TempDir::new("reopen");
+    {
+        let store = Store::open(dir.path(), Some(meta(1))).unwrap();
+        // Opening does not claim the datadir for a chain; the genesis commit does.
+        assert_eq!(store.chain_meta().unwrap(), None);
+        commit(&store, |b| {
+            b.set_meta(meta(1))
+                .put_header(hash(1), 0, vec![0xc0])
+                .set_canonical(0, hash(1))
+                .set_account(addr(1), Some(account(5)))
+                .set_storage(addr(1), slot(1), U256::from(11))
+                .put_journal(hash(4), vec![4])
+                .set_head(0, hash(1));
+        });
+    }
+    assert!(dir.path().join(DB_FILE).is_file());
+    for meta in [Some(meta(1)), None] {
+        let store = Store::open(dir.path(), meta).unwrap();
+        assert_eq!(store.chain_meta().unwrap(), Some(super::tests::meta(1)));
+        assert_eq!(store.head().unwrap(), Some((0, hash(1))));
+        assert_eq!(store.header_rlp(&hash(1)).unwrap(), Some(vec![0xc0]));
+        assert_eq!(store.account(&addr(1)).unwrap(), Some(account(5)));
+        assert_eq!(store.storage(&addr(1), &slot(1)).unwrap(), U256::from(11));
+        assert_eq!(store.journal().unwrap(), vec![(hash(4), vec![4])]);
+    }
+}
+
+#[test]
+fn opening_another_chains_datadir_is_refused_readably() {
+    let dir = TempDir::new("mismatch");
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        commit(&store, |b| {
+            b.set_meta(meta(1)).set_head(0, hash(1));
+        });
+    }
+    let err = Store::open(dir.path(), Some(meta(11155111))).unwrap_err();
+    let StoreError::ChainMismatch {
+        expected, found, ..
+    } = &err
+    else {
+        panic!("expected ChainMismatch, got {err}");
+    };
+    assert_eq!((*expected, *found), (meta(11155111), meta(1)));
+    let message = err.to_string();
+    assert!(message.contains("belongs to another chain"), "{message}");
+    assert!(
+        message.contains(&dir.path().display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("chain id 1 "), "{message}");
+    assert!(message.contains("chain id 11155111 "), "{message}");
+    assert!(
+        message.contains(&meta(1).genesis_hash.to_string()),
+        "{message}"
+    );
+    assert!(
+        message.contains(&meta(11155111).genesis_hash.to_string()),
+        "{message}"
+    );
+    // The same chain id with another genesis is another chain too.
+    let forked = ChainMeta {
+        chain_id: 1,
+        genesis_hash: hash(0xee),
+    };
+    assert!(matches!(
+        Store::open(dir.path(), Some(forked)),
+        Err(StoreError::ChainMismatch { .. })
+    ));
+    // The refusal did not change the datadir.
+    let store = Store::open(dir.path(), Some(meta(1))).unwrap();
+    assert_eq!(store.head().unwrap(), Some((0, hash(1))));
+}
+
+#[test]
+fn an_abandoned_write_transaction_leaves_nothing() {
+    let dir = TempDir::new("abandon");
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        commit(&store, |b| {
+            b.set_head(1, hash(1));
+        });
+        let Backend::Redb(db) = &*store.backend else {
+            panic!("Store::open builds a redb store");
+        };
+        let mut batch = WriteBatch::new();
+        batch
+            .put_header(hash(2), 2, vec![2])
+            .set_account(addr(1), Some(account(1)))
+            .set_head(2, hash(2));
+        db.write_then_abandon(&batch.into_ops()).unwrap();
+        assert_eq!(store.head().unwrap(), Some((1, hash(1))));
+        assert_eq!(store.account(&addr(1)).unwrap(), None);
+    }
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.head().unwrap(), Some((1, hash(1))));
+    assert_eq!(store.header_rlp(&hash(2)).unwrap(), None);
+    assert_eq!(store.account(&addr(1)).unwrap(), None);
+}
+
+#[test]
+fn a_datadir_in_use_is_refused() {
+    let dir = TempDir::new("in-use");
+    let _first = Store::open(dir.path(), None).unwrap();
+    let err = Store::open(dir.path(), None).unwrap_err();
+    assert!(err.to_string().contains("already open"), "{err}");
+}
+
+#[test]
+fn a_datadir_of_another_schema_is_refused() {
+    let dir = TempDir::new("schema");
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        store
+            .backend
+            .apply(vec![Op::Put {
+                table: Table::Meta,
+                key: META_SCHEMA.to_vec(),
+                value: 99u32.to_be_bytes().to_vec(),
+            }])
+            .unwrap();
+    }
+    let err = Store::open(dir.path(), None).unwrap_err();
+    assert!(
+        matches!(err, StoreError::UnsupportedSchema { found: 99, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_in_the_way_of_the_datadir_is_an_io_error() {
+    let dir = TempDir::new("io");
+    std::fs::write(dir.path(), b"not a directory").unwrap();
+    let err = Store::open(&dir.path().join("sub"), None).unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err}");
+    let _ = std::fs::remove_file(dir.path());
+}
+
+#[test]
+fn account_layout_is_what_the_store_reads() {
+    // Guards against the codec and the store drifting apart on the account layout.
+    let store = Store::in_memory();
+    store
+        .backend
+        .apply(vec![Op::Put {
+            table: Table::Accounts,
+            key: addr(3).to_vec(),
+            value: encode_account(&account(3)).to_vec(),
+        }])
+        .unwrap();
+    assert_eq!(store.account(&addr(3)).unwrap(), Some(account(3)));
+}
