@@ -14,5 +14,11 @@
 //! decide are remembered by hash, so a repeat costs a hash lookup instead of ECDSA or KZG.
 //! The pool itself ([`mempool`]) keeps pending, basefee, queued and blob subpools, applies
 //! head changes, and hands block building a best-transactions iterator.
+//!
+//! Blocks are executed by [`vm::execute_block`]: revm over a [`vm::StateReader`] of the
+//! parent state, with the system calls, withdrawals and EIP-7685 requests of each fork;
+//! it returns receipts and per-account changes, and leaves roots to the caller.
 
+pub mod chain;
 pub mod mempool;
+pub mod vm;

@@ -144,6 +144,26 @@ pub struct Withdrawal {
 }
 
 impl Withdrawal {
+    fn fields_len(&self) -> usize {
+        self.index.length()
+            + self.validator_index.length()
+            + self.address.length()
+            + self.amount.length()
+    }
+
+    /// RLP of the withdrawal (what the withdrawals root commits to).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        alloy_rlp::Header {
+            list: true,
+            payload_length: self.fields_len(),
+        }
+        .encode(out);
+        self.index.encode(out);
+        self.validator_index.encode(out);
+        self.address.encode(out);
+        self.amount.encode(out);
+    }
+
     fn decode(f: &mut Fields<'_>) -> Result<Self, RlpError> {
         let mut w = f.list("withdrawal")?;
         let out = Withdrawal {
@@ -228,6 +248,68 @@ impl Block {
             ommers,
             withdrawals,
         })
+    }
+
+    /// The body: `rlp([transactions, ommers, withdrawals?])`.
+    pub fn encode_body(&self) -> Vec<u8> {
+        let mut payload = Vec::new();
+        let mut txs = Vec::new();
+        for tx in &self.transactions {
+            tx.encode_network(&mut txs);
+        }
+        rlp::encode_list_payload(&txs, &mut payload);
+        let mut ommers = Vec::new();
+        for o in &self.ommers {
+            o.encode(&mut ommers);
+        }
+        rlp::encode_list_payload(&ommers, &mut payload);
+        if let Some(ws) = &self.withdrawals {
+            let mut w = Vec::new();
+            for wd in ws {
+                wd.encode(&mut w);
+            }
+            rlp::encode_list_payload(&w, &mut payload);
+        }
+        let mut out = Vec::with_capacity(payload.len() + 9);
+        rlp::encode_list_payload(&payload, &mut out);
+        out
+    }
+
+    /// The whole block: `rlp([header, transactions, ommers, withdrawals?])`.
+    pub fn encode(&self) -> Vec<u8> {
+        let body = self.encode_body();
+        let mut body_payload = &body[..];
+        let fields = rlp::list(&mut body_payload, "body").expect("encode_body writes a list");
+        let mut payload = self.header.encoded();
+        payload.extend_from_slice(fields.remaining());
+        let mut out = Vec::with_capacity(payload.len() + 9);
+        rlp::encode_list_payload(&payload, &mut out);
+        out
+    }
+
+    /// Rebuilds a block from a stored header and body.
+    pub fn from_parts(header_rlp: &[u8], body_rlp: &[u8]) -> Result<Self, BlockDecodeError> {
+        let mut payload = header_rlp.to_vec();
+        let mut body = body_rlp;
+        let fields = rlp::list(&mut body, "body")?;
+        payload.extend_from_slice(fields.remaining());
+        let mut out = Vec::with_capacity(payload.len() + 9);
+        rlp::encode_list_payload(&payload, &mut out);
+        Block::decode(&mut &out[..])
+    }
+
+    /// Root of the transactions trie.
+    pub fn transactions_root(&self) -> B256 {
+        alloy_trie::root::ordered_trie_root_with_encoder(&self.transactions, |tx, buf| {
+            tx.encode_2718(buf)
+        })
+    }
+
+    /// Root of the withdrawals trie, if the block has withdrawals.
+    pub fn withdrawals_root(&self) -> Option<B256> {
+        self.withdrawals
+            .as_ref()
+            .map(|ws| alloy_trie::root::ordered_trie_root_with_encoder(ws, |w, buf| w.encode(buf)))
     }
 
     /// Decodes a concatenation of blocks (a `chain.rlp` file).

@@ -21,3 +21,11 @@ pub const PER_EMPTY_ACCOUNT_COST: u64 = 25_000;
 pub const TOTAL_COST_FLOOR_PER_TOKEN: u64 = 10;
 /// EIP-170 / EIP-3860.
 pub const MAX_CODE_SIZE: usize = 24_576;
+/// keccak(rlp([])): the ommers hash of every post-merge block.
+pub const EMPTY_OMMERS_HASH: alloy_primitives::B256 =
+    alloy_primitives::b256!("1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347");
+/// sha256 of nothing: the requests hash of a block with no EIP-7685 requests.
+pub const EMPTY_REQUESTS_HASH: alloy_primitives::B256 =
+    alloy_primitives::b256!("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+/// EIP-1559: the base fee of the first London block.
+pub const INITIAL_BASE_FEE: u64 = 1_000_000_000;

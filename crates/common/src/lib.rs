@@ -16,6 +16,8 @@
 pub mod block;
 pub mod config;
 pub mod constants;
+pub mod fees;
+pub mod genesis_block;
 pub mod receipt;
 pub mod rlp;
 pub mod testing;

@@ -143,3 +143,23 @@ fn eip7702_authorization_in_chain_recovers_the_delegated_account() {
             .any(|a| a.recover_authority() == Some(account) && a.address == proxy)
     );
 }
+
+#[test]
+fn blocks_reencode_and_roots_match_headers() {
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    let mut rest = &bytes[..];
+    for block in blocks() {
+        let len = block.encode().len();
+        assert_eq!(
+            &block.encode()[..],
+            &rest[..len],
+            "block {} re-encodes",
+            block.header.number
+        );
+        rest = &rest[len..];
+        assert_eq!(block.transactions_root(), block.header.transactions_root);
+        assert_eq!(block.withdrawals_root(), block.header.withdrawals_root);
+        let again = Block::from_parts(&block.header.encoded(), &block.encode_body()).unwrap();
+        assert_eq!(again, block);
+    }
+}

@@ -1,6 +1,8 @@
-//! `moat`: the node binary. For now it carries the offline tools; `moat tx decode` prints
-//! what a raw transaction is and which stateless rules of a fork it breaks.
+//! `moat`: the node binary. For now it carries the offline tools: `moat tx decode` prints
+//! what a raw transaction is and which stateless rules of a fork it breaks; `moat init` and
+//! `moat import` build a datadir from a genesis file and `chain.rlp` files.
 
+mod chain_cmd;
 mod tx_decode;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +24,10 @@ enum Command {
     /// Transaction tools.
     #[command(subcommand)]
     Tx(TxCommand),
+    /// Write the genesis block and state of a network into a datadir.
+    Init(chain_cmd::NetworkArgs),
+    /// Import and execute blocks from RLP files (as hive prepares a client).
+    Import(chain_cmd::ImportArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -35,5 +41,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Tx(TxCommand::Decode(args)) => tx_decode::run(&args),
+        Command::Init(args) => chain_cmd::init(&args),
+        Command::Import(args) => chain_cmd::import(&args),
     }
 }

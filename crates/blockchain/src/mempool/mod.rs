@@ -326,10 +326,13 @@ impl Pool {
         clock.lap(Stage::Dedup);
 
         // Stage 2's decoding proper, for what got past the cheap filters.
-        let pooled = match input {
-            TxInput::Decoded(p) => *p,
+        let (pooled, wire) = match input {
+            TxInput::Decoded(p) => (*p, None),
             TxInput::Raw(bytes) => {
-                PooledTransaction::decode_2718(&bytes).map_err(Rejection::Decode)?
+                let p = PooledTransaction::decode_2718(&bytes).map_err(Rejection::Decode)?;
+                // Without a sidecar the wire bytes are the envelope the signature covers.
+                let envelope = p.sidecar().is_none().then_some(bytes);
+                (p, envelope)
             }
         };
         debug_assert_eq!(pooled.hash(), hash);
@@ -372,10 +375,11 @@ impl Pool {
             None => {
                 m.inc(Counter::sender_cache_misses);
                 m.inc(Counter::sender_recoveries);
-                let sender = pooled
-                    .tx()
-                    .recover_sender()
-                    .map_err(|e| self.fail(hash, Rejection::InvalidSender(e)))?;
+                let recovered = match &wire {
+                    Some(envelope) => pooled.tx().recover_sender_from_envelope(envelope),
+                    None => pooled.tx().recover_sender(),
+                };
+                let sender = recovered.map_err(|e| self.fail(hash, Rejection::InvalidSender(e)))?;
                 s.sender_cache.insert(hash, sender);
                 sender
             }

@@ -748,6 +748,35 @@ impl SignedTransaction {
         )
     }
 
+    /// Recovers the sender, hashing the signing payload straight out of `envelope` instead
+    /// of re-encoding the fields: admission has the wire bytes at hand, and this saves the
+    /// re-encoding on the fresh-sender path.
+    ///
+    /// `envelope` must be the bytes this transaction was decoded from (its EIP-2718
+    /// encoding); given other bytes the digest, and so the sender, is wrong. Bytes of
+    /// another length or type are caught and the fields re-encoded instead.
+    pub fn recover_sender_from_envelope(&self, envelope: &[u8]) -> Result<Address, SignatureError> {
+        let same_shape = envelope.len() == self.size
+            && (envelope.first().is_some_and(|b| *b >= 0xc0) == (self.tx_type() == TxType::Legacy));
+        debug_assert!(
+            !same_shape || keccak256(envelope) == self.hash,
+            "envelope is not this transaction's"
+        );
+        let digest = match same_shape
+            .then(|| signing_hash_of_envelope(envelope, self.tx.chain_id()))
+            .flatten()
+        {
+            Some(d) => d,
+            None => self.tx.signing_hash(),
+        };
+        secp::recover_signer(
+            &digest,
+            self.signature.r,
+            self.signature.s,
+            self.signature.y_parity,
+        )
+    }
+
     /// Decodes an EIP-2718 envelope (legacy RLP list or `type || rlp`), refusing trailing bytes.
     pub fn decode_2718(bytes: &[u8]) -> Result<Self, DecodeError> {
         let first = *bytes.first().ok_or(DecodeError::Empty)?;
@@ -830,6 +859,50 @@ impl SignedTransaction {
             .length_with_payload(),
         }
     }
+}
+
+/// The signing digest of a canonical envelope, read from its bytes: the fields before
+/// the signature under a new list header (plus the EIP-155 tail for protected legacy txs).
+fn signing_hash_of_envelope(envelope: &[u8], chain_id: Option<u64>) -> Option<B256> {
+    let first = *envelope.first()?;
+    let (ty, mut rest) = if first >= 0xc0 {
+        (None, envelope)
+    } else {
+        (Some(first), &envelope[1..])
+    };
+    let fields = rlp::list(&mut rest, "transaction").ok()?;
+    // Walk the items to find where the signature (the last three) begins.
+    let mut starts = Vec::with_capacity(16);
+    let mut walker = fields;
+    let payload = fields.remaining();
+    while !walker.is_empty() {
+        starts.push(payload.len() - walker.remaining().len());
+        walker.raw_item("field").ok()?;
+    }
+    let sig_start = *starts.get(starts.len().checked_sub(3)?)?;
+    let unsigned = &payload[..sig_start];
+    let mut tail = Vec::new();
+    if ty.is_none()
+        && let Some(id) = chain_id
+    {
+        id.encode(&mut tail);
+        tail.push(alloy_rlp::EMPTY_STRING_CODE);
+        tail.push(alloy_rlp::EMPTY_STRING_CODE);
+    }
+    let header = alloy_rlp::Header {
+        list: true,
+        payload_length: unsigned.len() + tail.len(),
+    };
+    let mut head = Vec::with_capacity(10);
+    if let Some(t) = ty {
+        head.push(t);
+    }
+    header.encode(&mut head);
+    let mut h = Keccak256::new();
+    h.update(&head);
+    h.update(unsigned);
+    h.update(&tail);
+    Some(h.finalize())
 }
 
 /// Reads one network element and returns the envelope bytes it carries.

@@ -717,7 +717,8 @@ proptest! {
         let enc = signed.encoded_2718();
         let back = SignedTransaction::decode_2718(&enc).unwrap();
         prop_assert_eq!(&back, &signed);
-        prop_assert_eq!(back.encoded_2718(), enc);
+        prop_assert_eq!(&back.encoded_2718(), &enc);
+        prop_assert_eq!(signing_hash_of_envelope(&enc, back.tx().chain_id()), Some(back.tx().signing_hash()));
         let pooled = PooledTransaction::decode_2718(&signed.encoded_2718()).unwrap();
         prop_assert_eq!(pooled.tx(), &signed);
     }

@@ -1,0 +1,636 @@
+//! Block import: validate the header, execute the body, check every root, and commit the
+//! block with its state changes in one atomic store write.
+//!
+//! ```text
+//!  Block ─▶ header rules (parent, number, time, gas limit, base fee, blob gas)
+//!        ─▶ body roots (transactions, withdrawals) ─▶ senders (cache, else ECDSA)
+//!        ─▶ vm::execute_block ─▶ gas, receipts root, bloom, requests hash, state root
+//!        ─▶ one WriteBatch: header, body, receipts, indices, accounts, storage, code, head
+//! ```
+//!
+//! The state root is recomputed from every account in the store with this block's
+//! changes applied (storage roots only for accounts whose storage changed). That is
+//! correct and simple, and costs O(accounts) per block; an incremental trie can replace
+//! [`state_root_after`] without changing its callers.
+
+use crate::mempool::SenderCache;
+use crate::vm::{self, AccountChange, AccountInfo, StateReader, VmError};
+use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
+use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
+use moat_common::block::{Block, Header};
+use moat_common::config::{ChainConfig, Fork, Genesis};
+use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB};
+use moat_common::fees;
+use moat_common::genesis_block::genesis_storage_root;
+use moat_common::receipt::{self, Receipt};
+use moat_storage::{Account, ChainMeta, Store, StoreError, TxLocation, WriteBatch};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Why a block was not imported. Validation failures name the field, the value the
+/// rules expect and the value found.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("invalid block {number} ({hash}): {field}: expected {expected}, found {found}")]
+    Mismatch {
+        number: u64,
+        hash: B256,
+        field: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error("invalid block {number} ({hash}): {reason}")]
+    Invalid {
+        number: u64,
+        hash: B256,
+        reason: String,
+    },
+    #[error("block {number} ({hash}): unknown parent {parent}")]
+    UnknownParent {
+        number: u64,
+        hash: B256,
+        parent: B256,
+    },
+    #[error("block {number} ({hash}) does not extend the head {head}: reorgs are not imported yet")]
+    NotOnHead { number: u64, hash: B256, head: B256 },
+    #[error("the datadir holds genesis {found}, this chain's genesis is {expected}")]
+    GenesisMismatch { expected: B256, found: B256 },
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("state read failed: {0}")]
+    State(String),
+}
+
+/// What `import` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportOutcome {
+    Imported {
+        number: u64,
+        hash: B256,
+        gas_used: u64,
+    },
+    AlreadyKnown,
+}
+
+/// The canonical chain over a store.
+#[derive(Debug, Clone)]
+pub struct Chain {
+    store: Store,
+    config: ChainConfig,
+    genesis_hash: B256,
+    senders: Option<SenderCache>,
+}
+
+/// Adapts the store to the executor's state reads.
+struct StoreState<'a>(&'a Store);
+
+fn state_err(e: StoreError) -> VmError {
+    VmError::State(e.to_string())
+}
+
+impl StateReader for StoreState<'_> {
+    fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {
+        Ok(self
+            .0
+            .account(address)
+            .map_err(state_err)?
+            .map(|a| AccountInfo {
+                nonce: a.nonce,
+                balance: a.balance,
+                code_hash: a.code_hash,
+            }))
+    }
+
+    fn storage(&self, address: &Address, slot: &B256) -> Result<U256, VmError> {
+        self.0.storage(address, slot).map_err(state_err)
+    }
+
+    fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError> {
+        self.0.code(code_hash).map_err(state_err)
+    }
+
+    fn block_hash(&self, number: u64) -> Result<B256, VmError> {
+        Ok(self
+            .0
+            .canonical_hash(number)
+            .map_err(state_err)?
+            .unwrap_or_default())
+    }
+}
+
+/// The EIP-7685 commitment to a block's requests.
+pub fn requests_hash(requests: &[Bytes]) -> B256 {
+    let mut outer = Sha256::new();
+    for r in requests {
+        outer.update(Sha256::digest(r));
+    }
+    B256::from_slice(&outer.finalize())
+}
+
+/// Accounts to write after a block: `None` deletes.
+pub type AccountUpdates = Vec<(Address, Option<Account>)>;
+
+/// The state root after applying `changes` to the accounts in `store`, with the account
+/// records (new storage roots included) to write.
+pub fn state_root_after(
+    store: &Store,
+    changes: &[AccountChange],
+) -> Result<(B256, AccountUpdates), StoreError> {
+    let mut accounts: BTreeMap<Address, Account> = store.accounts()?.into_iter().collect();
+    let mut updated = Vec::with_capacity(changes.len());
+    for change in changes {
+        let Some(info) = change.info else {
+            accounts.remove(&change.address);
+            updated.push((change.address, None));
+            continue;
+        };
+        let previous = accounts.get(&change.address).copied();
+        let storage_root = if change.storage_wiped || !change.storage.is_empty() {
+            let mut slots: BTreeMap<B256, U256> = if change.storage_wiped {
+                BTreeMap::new()
+            } else {
+                store.storage_slots(&change.address)?.into_iter().collect()
+            };
+            for (slot, value) in &change.storage {
+                if value.is_zero() {
+                    slots.remove(slot);
+                } else {
+                    slots.insert(*slot, *value);
+                }
+            }
+            alloy_trie::root::storage_root_unhashed(slots)
+        } else {
+            previous.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
+        };
+        let account = Account {
+            nonce: info.nonce,
+            balance: info.balance,
+            code_hash: info.code_hash,
+            storage_root,
+        };
+        accounts.insert(change.address, account);
+        updated.push((change.address, Some(account)));
+    }
+    let root = alloy_trie::root::state_root_unhashed(accounts.into_iter().map(|(a, acc)| {
+        (
+            a,
+            TrieAccount {
+                nonce: acc.nonce,
+                balance: acc.balance,
+                storage_root: acc.storage_root,
+                code_hash: acc.code_hash,
+            },
+        )
+    }));
+    Ok((root, updated))
+}
+
+impl Chain {
+    /// Opens the chain in `store`, writing genesis first if the store is empty.
+    pub fn init(store: Store, genesis: &Genesis) -> Result<Self, ChainError> {
+        let header = genesis.header();
+        let hash = header.hash();
+        let meta = ChainMeta {
+            chain_id: genesis.config.chain_id,
+            genesis_hash: hash,
+        };
+        match store.chain_meta()? {
+            Some(found) if found.genesis_hash != hash => {
+                return Err(ChainError::GenesisMismatch {
+                    expected: hash,
+                    found: found.genesis_hash,
+                });
+            }
+            Some(_) => {}
+            None => {
+                let mut batch = WriteBatch::new();
+                batch.set_meta(meta);
+                for (address, account) in &genesis.alloc {
+                    let code_hash = keccak256(&account.code);
+                    batch.set_account(
+                        *address,
+                        Some(Account {
+                            nonce: account.nonce,
+                            balance: account.balance,
+                            code_hash,
+                            storage_root: genesis_storage_root(account),
+                        }),
+                    );
+                    if !account.code.is_empty() {
+                        batch.put_code(code_hash, account.code.clone());
+                    }
+                    for (slot, value) in &account.storage {
+                        batch.set_storage(*address, *slot, U256::from_be_bytes(value.0));
+                    }
+                }
+                let block = Block {
+                    hash,
+                    withdrawals: header.withdrawals_root.map(|_| Vec::new()),
+                    header: header.clone(),
+                    transactions: Vec::new(),
+                    ommers: Vec::new(),
+                };
+                batch
+                    .put_header(hash, header.number, header.encoded())
+                    .put_body(hash, block.encode_body())
+                    .put_receipts(hash, receipt::encode_receipts(&[]))
+                    .set_canonical(header.number, hash)
+                    .set_head(header.number, hash);
+                store.commit(batch)?;
+            }
+        }
+        Ok(Self {
+            store,
+            config: genesis.config.clone(),
+            genesis_hash: hash,
+            senders: None,
+        })
+    }
+
+    /// Reads senders from (and records them in) the pool's sender cache.
+    pub fn with_sender_cache(mut self, cache: SenderCache) -> Self {
+        self.senders = Some(cache);
+        self
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn config(&self) -> &ChainConfig {
+        &self.config
+    }
+
+    pub fn genesis_hash(&self) -> B256 {
+        self.genesis_hash
+    }
+
+    /// (number, hash) of the head.
+    pub fn head(&self) -> Result<(u64, B256), ChainError> {
+        self.store
+            .head()?
+            .ok_or_else(|| ChainError::Corrupt("no head in an initialised store".into()))
+    }
+
+    pub fn header(&self, hash: &B256) -> Result<Option<Header>, ChainError> {
+        let Some(rlp) = self.store.header_rlp(hash)? else {
+            return Ok(None);
+        };
+        Header::decode(&mut &rlp[..])
+            .map(Some)
+            .map_err(|e| ChainError::Corrupt(format!("header {hash}: {e}")))
+    }
+
+    pub fn header_by_number(&self, number: u64) -> Result<Option<Header>, ChainError> {
+        match self.store.canonical_hash(number)? {
+            Some(hash) => self.header(&hash),
+            None => Ok(None),
+        }
+    }
+
+    pub fn head_header(&self) -> Result<Header, ChainError> {
+        let (_, hash) = self.head()?;
+        self.header(&hash)?
+            .ok_or_else(|| ChainError::Corrupt(format!("head header {hash} missing")))
+    }
+
+    pub fn block(&self, hash: &B256) -> Result<Option<Block>, ChainError> {
+        let (Some(h), Some(b)) = (self.store.header_rlp(hash)?, self.store.body_rlp(hash)?) else {
+            return Ok(None);
+        };
+        Block::from_parts(&h, &b)
+            .map(Some)
+            .map_err(|e| ChainError::Corrupt(format!("block {hash}: {e}")))
+    }
+
+    pub fn receipts(&self, hash: &B256) -> Result<Option<Vec<Receipt>>, ChainError> {
+        let Some(rlp) = self.store.receipts_rlp(hash)? else {
+            return Ok(None);
+        };
+        receipt::decode_receipts(&rlp)
+            .map(Some)
+            .map_err(|e| ChainError::Corrupt(format!("receipts {hash}: {e}")))
+    }
+
+    fn senders_of(&self, block: &Block) -> Result<Vec<Address>, ChainError> {
+        block
+            .transactions
+            .iter()
+            .enumerate()
+            .map(|(index, tx)| {
+                if let Some(sender) = self.senders.as_ref().and_then(|c| c.get(&tx.hash())) {
+                    return Ok(sender);
+                }
+                let sender = tx.recover_sender().map_err(|e| ChainError::Invalid {
+                    number: block.header.number,
+                    hash: block.hash,
+                    reason: format!("transaction {index}: invalid signature: {e}"),
+                })?;
+                if let Some(c) = &self.senders {
+                    c.insert(tx.hash(), sender);
+                }
+                Ok(sender)
+            })
+            .collect()
+    }
+
+    /// Validates, executes and stores `block` as the new head.
+    pub fn import(&self, block: &Block) -> Result<ImportOutcome, ChainError> {
+        if self.store.block_number(&block.hash)?.is_some() {
+            return Ok(ImportOutcome::AlreadyKnown);
+        }
+        let (number, hash) = (block.header.number, block.hash);
+        let parent = self
+            .header(&block.header.parent_hash)?
+            .ok_or(ChainError::UnknownParent {
+                number,
+                hash,
+                parent: block.header.parent_hash,
+            })?;
+        let (_, head) = self.head()?;
+        if head != block.header.parent_hash {
+            return Err(ChainError::NotOnHead { number, hash, head });
+        }
+        validate_header(&self.config, &parent, block)?;
+
+        let senders = self.senders_of(block)?;
+        let executed = vm::execute_block(&self.config, block, &senders, &StoreState(&self.store))
+            .map_err(|e| match e {
+            VmError::State(s) => ChainError::State(s),
+            other => ChainError::Invalid {
+                number,
+                hash,
+                reason: other.to_string(),
+            },
+        })?;
+
+        let h = &block.header;
+        let mismatch = |field: &'static str, expected: String, found: String| {
+            Err(ChainError::Mismatch {
+                number,
+                hash,
+                field,
+                expected,
+                found,
+            })
+        };
+        if executed.gas_used != h.gas_used {
+            return mismatch(
+                "gasUsed",
+                executed.gas_used.to_string(),
+                h.gas_used.to_string(),
+            );
+        }
+        if let Some(used) = h.blob_gas_used
+            && used != executed.blob_gas_used
+        {
+            return mismatch(
+                "blobGasUsed",
+                executed.blob_gas_used.to_string(),
+                used.to_string(),
+            );
+        }
+        let receipts_root = receipt::receipts_root(&executed.receipts);
+        if receipts_root != h.receipts_root {
+            return mismatch(
+                "receiptsRoot",
+                receipts_root.to_string(),
+                h.receipts_root.to_string(),
+            );
+        }
+        let bloom = executed
+            .receipts
+            .iter()
+            .fold(Bloom::ZERO, |acc, r| acc | r.bloom());
+        if bloom != h.logs_bloom {
+            return mismatch("logsBloom", bloom.to_string(), h.logs_bloom.to_string());
+        }
+        if let Some(found) = h.requests_hash {
+            let expected = requests_hash(&executed.requests);
+            if expected != found {
+                return mismatch("requestsHash", expected.to_string(), found.to_string());
+            }
+        }
+        let (state_root, accounts) = state_root_after(&self.store, &executed.changes)?;
+        if state_root != h.state_root {
+            return mismatch(
+                "stateRoot",
+                state_root.to_string(),
+                h.state_root.to_string(),
+            );
+        }
+
+        let mut batch = WriteBatch::new();
+        batch
+            .put_header(hash, number, h.encoded())
+            .put_body(hash, block.encode_body())
+            .put_receipts(hash, receipt::encode_receipts(&executed.receipts))
+            .set_canonical(number, hash)
+            .set_head(number, hash);
+        for (index, tx) in block.transactions.iter().enumerate() {
+            batch.put_tx_location(
+                tx.hash(),
+                TxLocation {
+                    block_hash: hash,
+                    block_number: number,
+                    index: index as u64,
+                },
+            );
+        }
+        for (address, account) in accounts {
+            batch.set_account(address, account);
+        }
+        for change in executed.changes {
+            if change.storage_wiped {
+                batch.wipe_storage(change.address);
+            }
+            for (slot, value) in change.storage {
+                batch.set_storage(change.address, slot, value);
+            }
+            if let (Some(code), Some(info)) = (change.new_code, change.info) {
+                batch.put_code(info.code_hash, code);
+            }
+        }
+        self.store.commit(batch)?;
+        Ok(ImportOutcome::Imported {
+            number,
+            hash,
+            gas_used: executed.gas_used,
+        })
+    }
+}
+
+/// The header rules that need only the parent: number, time, gas, fees, blob gas, and
+/// the body roots that need no execution.
+pub fn validate_header(
+    config: &ChainConfig,
+    parent: &Header,
+    block: &Block,
+) -> Result<(), ChainError> {
+    let h = &block.header;
+    let (number, hash) = (h.number, block.hash);
+    let fail = |field: &'static str, expected: String, found: String| {
+        Err(ChainError::Mismatch {
+            number,
+            hash,
+            field,
+            expected,
+            found,
+        })
+    };
+    if h.number != parent.number + 1 {
+        return fail(
+            "number",
+            (parent.number + 1).to_string(),
+            h.number.to_string(),
+        );
+    }
+    if h.timestamp <= parent.timestamp {
+        return fail(
+            "timestamp",
+            format!("> {}", parent.timestamp),
+            h.timestamp.to_string(),
+        );
+    }
+    let fork = config.fork_at(h.number, h.timestamp);
+    if h.extra_data.len() > 32 {
+        return fail(
+            "extraData",
+            "at most 32 bytes".into(),
+            format!("{} bytes", h.extra_data.len()),
+        );
+    }
+    if h.gas_used > h.gas_limit {
+        return fail(
+            "gasUsed",
+            format!("<= gasLimit {}", h.gas_limit),
+            h.gas_used.to_string(),
+        );
+    }
+    let max_delta = parent.gas_limit / 1024;
+    if h.gas_limit.abs_diff(parent.gas_limit) >= max_delta.max(1) || h.gas_limit < 5_000 {
+        return fail(
+            "gasLimit",
+            format!("within {} of the parent's {}", max_delta, parent.gas_limit),
+            h.gas_limit.to_string(),
+        );
+    }
+    if fork >= Fork::Paris {
+        if !h.difficulty.is_zero() {
+            return fail("difficulty", "0".into(), h.difficulty.to_string());
+        }
+        if h.nonce != [0u8; 8] {
+            return fail(
+                "nonce",
+                "0".into(),
+                alloy_primitives::hex::encode_prefixed(h.nonce),
+            );
+        }
+        if h.ommers_hash != EMPTY_OMMERS_HASH || !block.ommers.is_empty() {
+            return fail(
+                "ommersHash",
+                EMPTY_OMMERS_HASH.to_string(),
+                h.ommers_hash.to_string(),
+            );
+        }
+    }
+    if fork >= Fork::London {
+        let expected = if config.is_active(Fork::London, parent.number, parent.timestamp) {
+            fees::next_base_fee(
+                parent.gas_used,
+                parent.gas_limit,
+                parent.base_fee_per_gas.unwrap_or_default(),
+            )
+        } else {
+            moat_common::constants::INITIAL_BASE_FEE
+        };
+        if h.base_fee_per_gas != Some(expected) {
+            return fail(
+                "baseFeePerGas",
+                expected.to_string(),
+                format!("{:?}", h.base_fee_per_gas),
+            );
+        }
+    }
+    let tx_root = block.transactions_root();
+    if tx_root != h.transactions_root {
+        return fail(
+            "transactionsRoot",
+            tx_root.to_string(),
+            h.transactions_root.to_string(),
+        );
+    }
+    if (fork >= Fork::Shanghai) != block.withdrawals.is_some() {
+        return fail(
+            "withdrawals",
+            format!("present from Shanghai ({fork} here)"),
+            format!("{}", block.withdrawals.is_some()),
+        );
+    }
+    if block.withdrawals_root() != h.withdrawals_root {
+        return fail(
+            "withdrawalsRoot",
+            format!("{:?}", block.withdrawals_root()),
+            format!("{:?}", h.withdrawals_root),
+        );
+    }
+    if fork >= Fork::Cancun {
+        let params = config
+            .blob_params_at(h.timestamp)
+            .unwrap_or(moat_common::config::BlobParams::CANCUN);
+        let expected = if config.is_active(Fork::Cancun, parent.number, parent.timestamp) {
+            fees::next_excess_blob_gas(
+                fork,
+                &params,
+                parent.excess_blob_gas.unwrap_or_default(),
+                parent.blob_gas_used.unwrap_or_default(),
+                parent.base_fee_per_gas.unwrap_or_default(),
+            )
+        } else {
+            0
+        };
+        if h.excess_blob_gas != Some(expected) {
+            return fail(
+                "excessBlobGas",
+                expected.to_string(),
+                format!("{:?}", h.excess_blob_gas),
+            );
+        }
+        let blobs: u64 = block
+            .transactions
+            .iter()
+            .map(|t| t.tx().blob_versioned_hashes().len() as u64)
+            .sum();
+        if h.blob_gas_used != Some(blobs * GAS_PER_BLOB) {
+            return fail(
+                "blobGasUsed",
+                (blobs * GAS_PER_BLOB).to_string(),
+                format!("{:?}", h.blob_gas_used),
+            );
+        }
+        if blobs > params.max {
+            return fail(
+                "blobGasUsed",
+                format!("at most {} blobs", params.max),
+                blobs.to_string(),
+            );
+        }
+        if h.parent_beacon_block_root.is_none() {
+            return fail(
+                "parentBeaconBlockRoot",
+                "present from Cancun".into(),
+                "absent".into(),
+            );
+        }
+    }
+    if (fork >= Fork::Prague) != h.requests_hash.is_some() {
+        return fail(
+            "requestsHash",
+            format!("present from Prague ({fork} here)"),
+            format!("{:?}", h.requests_hash),
+        );
+    }
+    Ok(())
+}

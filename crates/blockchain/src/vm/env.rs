@@ -1,0 +1,149 @@
+//! Translation of our block, fork and transaction types into revm's environments.
+
+use super::VmError;
+use super::db::ReaderDb;
+use alloy_primitives::{Address, U256};
+use moat_common::SignedTransaction;
+use moat_common::TxType;
+use moat_common::block::Header;
+use moat_common::config::{ChainConfig, Fork};
+use revm::context::{BlockEnv, CfgEnv, Context, TxEnv};
+use revm::context_interface::either::Either;
+use revm::context_interface::transaction::{
+    AccessList, AccessListItem, Authorization, RecoveredAuthority, RecoveredAuthorization,
+};
+use revm::database::State;
+use revm::primitives::hardfork::SpecId;
+use revm::{MainBuilder, MainContext, MainnetEvm, handler::MainnetContext};
+
+/// The EVM the executor drives: mainnet instructions and precompiles over revm's `State`
+/// cache on top of the caller's reader.
+pub(super) type BlockEvm<'a> = MainnetEvm<MainnetContext<State<ReaderDb<'a>>>>;
+
+/// The revm spec of a fork, for the forks this executor runs (post-merge).
+pub(super) fn spec_id(fork: Fork) -> Result<SpecId, VmError> {
+    Ok(match fork {
+        Fork::Paris => SpecId::MERGE,
+        Fork::Shanghai => SpecId::SHANGHAI,
+        Fork::Cancun => SpecId::CANCUN,
+        Fork::Prague => SpecId::PRAGUE,
+        // The blob-parameter-only forks change no EVM rule, only blob limits, which come
+        // from the chain config.
+        Fork::Osaka | Fork::Bpo1 | Fork::Bpo2 | Fork::Bpo3 | Fork::Bpo4 | Fork::Bpo5 => {
+            SpecId::OSAKA
+        }
+        pre_merge => {
+            return Err(VmError::InvalidBlock(format!(
+                "{} blocks are not executed: only post-merge execution is supported",
+                pre_merge.name()
+            )));
+        }
+    })
+}
+
+/// Block and chain environment for one block.
+pub(super) struct BlockSetup {
+    block: BlockEnv,
+    cfg: CfgEnv,
+}
+
+impl BlockSetup {
+    pub(super) fn new(config: &ChainConfig, header: &Header, fork: Fork) -> Result<Self, VmError> {
+        let spec = spec_id(fork)?;
+        let mut cfg = CfgEnv::new_with_spec(spec);
+        cfg.chain_id = config.chain_id;
+        cfg.max_blobs_per_tx = config.max_blobs_per_tx(header.timestamp);
+
+        let basefee = header
+            .base_fee_per_gas
+            .ok_or_else(|| VmError::InvalidBlock("post-London block without base fee".into()))?;
+        let mut block = BlockEnv {
+            number: U256::from(header.number),
+            beneficiary: header.beneficiary,
+            timestamp: U256::from(header.timestamp),
+            gas_limit: header.gas_limit,
+            basefee,
+            difficulty: header.difficulty,
+            // EIP-4399: after the merge the mix hash field carries the beacon randomness.
+            prevrandao: Some(header.mix_hash),
+            blob_excess_gas_and_price: None,
+            slot_num: 0,
+        };
+        if fork >= Fork::Cancun {
+            let params = config.blob_params_at(header.timestamp).ok_or_else(|| {
+                VmError::InvalidBlock("no blob parameters for a Cancun+ block".into())
+            })?;
+            if params.base_fee_update_fraction == 0 {
+                return Err(VmError::InvalidBlock(
+                    "blob base fee update fraction is zero".into(),
+                ));
+            }
+            let excess = header.excess_blob_gas.ok_or_else(|| {
+                VmError::InvalidBlock("Cancun block without excess blob gas".into())
+            })?;
+            cfg.blob_base_fee_update_fraction = Some(params.base_fee_update_fraction);
+            block.set_blob_excess_gas_and_price(excess, params.base_fee_update_fraction);
+        }
+        Ok(BlockSetup { block, cfg })
+    }
+
+    pub(super) fn build_evm<'a>(&self, db: State<ReaderDb<'a>>) -> BlockEvm<'a> {
+        Context::mainnet()
+            .with_db(db)
+            .with_cfg(self.cfg.clone())
+            .with_block(self.block.clone())
+            .build_mainnet()
+    }
+}
+
+/// revm's view of a signed transaction sent by `sender`.
+pub(super) fn tx_env(tx: &SignedTransaction, sender: Address) -> TxEnv {
+    let t = tx.tx();
+    let ty = t.tx_type();
+    let gas_priority_fee = match ty {
+        TxType::Legacy | TxType::Eip2930 => None,
+        TxType::Eip1559 | TxType::Eip4844 | TxType::Eip7702 => Some(t.max_priority_fee_per_gas()),
+    };
+    let access_list = AccessList(
+        t.access_list()
+            .iter()
+            .map(|item| AccessListItem {
+                address: item.address,
+                storage_keys: item.storage_keys.clone(),
+            })
+            .collect(),
+    );
+    let authorization_list = t
+        .authorization_list()
+        .iter()
+        .map(|auth| {
+            // An authority that does not recover voids only its own tuple: revm skips it.
+            let authority = match auth.recover_authority() {
+                Some(address) => RecoveredAuthority::Valid(address),
+                None => RecoveredAuthority::Invalid,
+            };
+            let inner = Authorization {
+                chain_id: auth.chain_id,
+                address: auth.address,
+                nonce: auth.nonce,
+            };
+            Either::Right(RecoveredAuthorization::new_unchecked(inner, authority))
+        })
+        .collect();
+    TxEnv {
+        tx_type: ty as u8,
+        caller: sender,
+        gas_limit: t.gas_limit(),
+        gas_price: t.max_fee_per_gas(),
+        kind: t.to(),
+        value: t.value(),
+        data: t.input().clone(),
+        nonce: t.nonce(),
+        chain_id: t.chain_id(),
+        access_list,
+        gas_priority_fee,
+        blob_hashes: t.blob_versioned_hashes().to_vec(),
+        max_fee_per_blob_gas: t.max_fee_per_blob_gas().unwrap_or_default(),
+        authorization_list,
+    }
+}

@@ -1,0 +1,271 @@
+//! The block executor: runs a block's transactions on revm and reports what changed.
+//!
+//! The executor owns no state. The caller hands it a [`StateReader`] over the parent's
+//! post-state and gets back receipts, gas totals, EIP-7685 requests and one
+//! [`AccountChange`] per account the block altered; roots are the caller's business.
+//!
+//! ```text
+//!  StateReader ─▶ ReaderDb (revm Database) ─▶ revm State (cache + bundle of transitions)
+//!
+//!  block env + spec (ChainConfig::fork_at)
+//!   ─▶ system calls: EIP-4788 beacon root (Cancun+), EIP-2935 parent hash (Prague+)
+//!   ─▶ each tx: block gas check ─▶ revm validate + execute ─▶ commit ─▶ receipt
+//!   ─▶ withdrawals credited (Shanghai+)
+//!   ─▶ requests (Prague+): deposit logs, EIP-7002 and EIP-7251 system calls
+//!   ─▶ merge transitions ─▶ bundle ─▶ Vec<AccountChange>
+//! ```
+//!
+//! revm's `State` with bundle updates does the per-account bookkeeping: EIP-161 clearing
+//! of touched empty accounts, SELFDESTRUCT and re-creation (reported as `storage_wiped`),
+//! and original-versus-present storage values, so unchanged slots never reach the caller.
+//!
+//! Only post-merge blocks are executed (no block rewards, no difficulty); a block of an
+//! earlier fork is refused as [`VmError::InvalidBlock`] rather than executed wrongly.
+
+mod changes;
+mod db;
+mod env;
+mod system;
+#[cfg(test)]
+mod tests;
+
+use alloy_primitives::{Address, B256, Bytes, U256};
+use moat_common::block::Block;
+use moat_common::config::{ChainConfig, Fork};
+use moat_common::receipt::Receipt;
+use revm::ExecuteCommitEvm;
+use revm::context::result::{EVMError, ExecutionResult};
+use revm::database::State;
+use revm::database::states::bundle_state::BundleRetention;
+use revm::database_interface::DatabaseCommitExt;
+use std::collections::BTreeMap;
+
+pub use system::{
+    BEACON_ROOTS_ADDRESS, CONSOLIDATION_REQUEST_ADDRESS, DEPOSIT_EVENT_TOPIC,
+    HISTORY_STORAGE_ADDRESS, WITHDRAWAL_REQUEST_ADDRESS,
+};
+
+/// Pre-state the executor reads (the node implements it over its store).
+pub trait StateReader {
+    fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError>;
+    /// The value of `slot` (a 32-byte big-endian key); zero for an unset slot.
+    fn storage(&self, address: &Address, slot: &B256) -> Result<U256, VmError>;
+    fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError>;
+    /// Hash of canonical block `number` (for BLOCKHASH; ancestors of the block being executed).
+    fn block_hash(&self, number: u64) -> Result<B256, VmError>;
+}
+
+/// An account as the state trie holds it, minus the storage root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AccountInfo {
+    pub nonce: u64,
+    pub balance: U256,
+    pub code_hash: B256,
+}
+
+/// Everything execution of one block produced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecutedBlock {
+    pub receipts: Vec<Receipt>,
+    pub gas_used: u64,
+    pub blob_gas_used: u64,
+    /// EIP-7685 requests, each `type byte || data`, in type order, empty ones left out
+    /// (Prague+; empty before).
+    pub requests: Vec<Bytes>,
+    /// Post-state changes to apply on top of the pre-state, one entry per changed account,
+    /// sorted by address.
+    pub changes: Vec<AccountChange>,
+}
+
+/// How one account differs after the block from before it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AccountChange {
+    pub address: Address,
+    /// None: the account no longer exists (destroyed, or touched-empty and cleared per EIP-161).
+    pub info: Option<AccountInfo>,
+    /// Code for a new code hash (deployments, EIP-7702 delegations), if any.
+    pub new_code: Option<Bytes>,
+    /// The old storage must be dropped before `storage` is applied (SELFDESTRUCT in the
+    /// same tx as creation / account re-created).
+    pub storage_wiped: bool,
+    /// Changed slots: (slot key, new value); zero means delete. Sorted by key.
+    pub storage: Vec<(B256, U256)>,
+}
+
+/// Why a block could not be executed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VmError {
+    /// A transaction the block includes is invalid (nonce, balance, gas, intrinsic gas,
+    /// blob fee, …): the block is invalid.
+    #[error("transaction {index} is invalid: {reason}")]
+    InvalidTransaction { index: usize, reason: String },
+    /// Block-level failure: gas above the limit, a failed system call, a malformed
+    /// deposit log, a header field the fork needs but the block lacks, …
+    #[error("invalid block: {0}")]
+    InvalidBlock(String),
+    /// The state reader failed, or revm failed internally: the block's validity is unknown.
+    #[error("state read failed: {0}")]
+    State(String),
+}
+
+/// revm's error for one transaction or system call, as our error. Database failures and
+/// revm's own internal failures (a fatal precompile error) stay state errors: they say
+/// nothing about the block's validity, so the caller must not mark the block bad.
+fn evm_error(err: EVMError<impl std::fmt::Display>, tx_index: Option<usize>) -> VmError {
+    match err {
+        EVMError::Transaction(e) => match tx_index {
+            Some(index) => VmError::InvalidTransaction {
+                index,
+                reason: e.to_string(),
+            },
+            None => VmError::InvalidBlock(format!("system call rejected: {e}")),
+        },
+        EVMError::Header(e) => VmError::InvalidBlock(e.to_string()),
+        EVMError::Database(e) => VmError::State(e.to_string()),
+        EVMError::Custom(e) => VmError::State(format!("evm failure: {e}")),
+        EVMError::CustomAny(e) => VmError::State(format!("evm failure: {e}")),
+    }
+}
+
+/// Executes `block` on the pre-state. `senders[i]` is the recovered sender of tx i (the
+/// caller has them, usually from the pool's sender cache).
+///
+/// EIP-7702 authorities are recovered here with moat-crypto and handed to revm already
+/// recovered, so signature rules (low s, parity) are the same ones the pool applies.
+pub fn execute_block(
+    config: &ChainConfig,
+    block: &Block,
+    senders: &[Address],
+    state: &dyn StateReader,
+) -> Result<ExecutedBlock, VmError> {
+    let header = &block.header;
+    if senders.len() != block.transactions.len() {
+        return Err(VmError::InvalidBlock(format!(
+            "{} senders given for {} transactions",
+            senders.len(),
+            block.transactions.len()
+        )));
+    }
+    let fork = config.fork_at(header.number, header.timestamp);
+    let env = env::BlockSetup::new(config, header, fork)?;
+
+    let db = State::builder()
+        .with_database(db::ReaderDb::new(state))
+        .with_bundle_update()
+        .build();
+    let mut evm = env.build_evm(db);
+
+    if fork >= Fork::Cancun {
+        let root = header.parent_beacon_block_root.ok_or_else(|| {
+            VmError::InvalidBlock("Cancun block without parent beacon block root".into())
+        })?;
+        system::beacon_root_call(&mut evm, root)?;
+    }
+    if fork >= Fork::Prague {
+        system::parent_hash_call(&mut evm, header.parent_hash)?;
+    }
+
+    let mut receipts = Vec::with_capacity(block.transactions.len());
+    let mut cumulative_gas: u64 = 0;
+    let mut blob_gas_used: u64 = 0;
+    for (index, (tx, sender)) in block.transactions.iter().zip(senders).enumerate() {
+        // revm checks a tx against the block gas limit alone; what earlier txs used is
+        // ours to subtract (geth's "gas limit reached").
+        let available = header.gas_limit.saturating_sub(cumulative_gas);
+        if tx.tx().gas_limit() > available {
+            return Err(VmError::InvalidTransaction {
+                index,
+                reason: format!(
+                    "gas limit {} above the {} gas left in the block",
+                    tx.tx().gas_limit(),
+                    available
+                ),
+            });
+        }
+        let result = evm
+            .transact_commit(env::tx_env(tx, *sender))
+            .map_err(|e| evm_error(e, Some(index)))?;
+        cumulative_gas = cumulative_gas
+            .checked_add(result.tx_gas_used())
+            .filter(|&g| g <= header.gas_limit)
+            .ok_or_else(|| VmError::InvalidBlock("gas used above the block gas limit".into()))?;
+        blob_gas_used = blob_gas_used.saturating_add(tx.tx().blob_gas());
+        let (success, logs) = match result {
+            ExecutionResult::Success { logs, .. } => (true, logs),
+            // A failed tx's logs were reverted with it; its receipt carries none.
+            ExecutionResult::Revert { .. } | ExecutionResult::Halt { .. } => (false, Vec::new()),
+        };
+        receipts.push(Receipt {
+            tx_type: tx.tx_type(),
+            success,
+            cumulative_gas_used: cumulative_gas,
+            logs,
+        });
+    }
+    if let Some(params) = config.blob_params_at(header.timestamp) {
+        let max = params
+            .max
+            .saturating_mul(moat_common::constants::GAS_PER_BLOB);
+        if blob_gas_used > max {
+            return Err(VmError::InvalidBlock(format!(
+                "blob gas used {blob_gas_used} above the maximum {max}"
+            )));
+        }
+    }
+
+    if fork >= Fork::Shanghai
+        && let Some(withdrawals) = &block.withdrawals
+    {
+        // Summed per address first: revm reads each address once per batch, so two
+        // withdrawals to one address in the same batch would otherwise overwrite.
+        let mut credits: BTreeMap<Address, u128> = BTreeMap::new();
+        for w in withdrawals {
+            let wei = u128::from(w.amount) * 1_000_000_000;
+            let entry = credits.entry(w.address).or_default();
+            *entry = entry.saturating_add(wei);
+        }
+        // Zero amounts stay in: like geth, a zero credit touches the account, so an
+        // empty one is cleared (EIP-161).
+        evm.ctx
+            .journaled_state
+            .database
+            .increment_balances(credits)
+            .map_err(|e| VmError::State(e.to_string()))?;
+    }
+
+    let requests = if fork >= Fork::Prague {
+        let mut requests = Vec::with_capacity(3);
+        let deposit_contract = config.deposit_contract_address.unwrap_or(Address::ZERO);
+        let deposits = system::deposit_requests(deposit_contract, &receipts)?;
+        push_request(&mut requests, 0x00, deposits);
+        let withdrawals = system::withdrawal_requests_call(&mut evm)?;
+        push_request(&mut requests, 0x01, withdrawals);
+        let consolidations = system::consolidation_requests_call(&mut evm)?;
+        push_request(&mut requests, 0x02, consolidations);
+        requests
+    } else {
+        Vec::new()
+    };
+
+    let db = &mut evm.ctx.journaled_state.database;
+    db.merge_transitions(BundleRetention::PlainState);
+    let bundle = db.take_bundle();
+    Ok(ExecutedBlock {
+        receipts,
+        gas_used: cumulative_gas,
+        blob_gas_used,
+        requests,
+        changes: changes::from_bundle(bundle)?,
+    })
+}
+
+/// EIP-7685: a request type with no data is left out of the list entirely.
+fn push_request(out: &mut Vec<Bytes>, ty: u8, data: Vec<u8>) {
+    if data.is_empty() {
+        return;
+    }
+    let mut request = Vec::with_capacity(1 + data.len());
+    request.push(ty);
+    request.extend_from_slice(&data);
+    out.push(request.into());
+}

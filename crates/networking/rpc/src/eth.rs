@@ -1,0 +1,300 @@
+//! `eth_` methods over the chain (blocks, transactions, receipts, head state) and the pool.
+
+use crate::RpcContext;
+use crate::json::{self, ReceiptContext, TxPlace, q, q256};
+use crate::params::{
+    BlockRef, RpcResult, Tag, header_not_found, historical_state, internal, invalid_params,
+    parse_block_number, parse_block_ref, parse_slot, server_error,
+};
+use alloy_primitives::{Address, B256, Bytes};
+use jsonrpsee::types::Params;
+use moat_blockchain::mempool::{TxInput, TxOrigin};
+use moat_common::block::{Block, Header};
+use serde_json::Value;
+
+/// Which state a state query reads. Only the head state is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateAt {
+    Head,
+    /// The head state plus the pool (only the nonce differs).
+    Pending,
+}
+
+impl RpcContext {
+    pub(crate) fn head(&self) -> RpcResult<(u64, B256)> {
+        self.chain.head().map_err(internal)
+    }
+
+    pub(crate) fn head_header(&self) -> RpcResult<Header> {
+        self.chain.head_header().map_err(internal)
+    }
+
+    /// The canonical block hash a reference names, `None` if there is no such block.
+    /// safe and finalized follow the head: the node keeps no consensus-layer view yet.
+    pub(crate) fn resolve(&self, r: BlockRef) -> RpcResult<Option<B256>> {
+        let number = match r {
+            BlockRef::Hash(h) => {
+                return Ok(self
+                    .chain
+                    .store()
+                    .block_number(&h)
+                    .map_err(internal)?
+                    .map(|_| h));
+            }
+            BlockRef::Tag(Tag::Latest | Tag::Safe | Tag::Finalized | Tag::Pending) => {
+                return Ok(Some(self.head()?.1));
+            }
+            BlockRef::Tag(Tag::Earliest) => 0,
+            BlockRef::Number(n) => n,
+        };
+        self.chain.store().canonical_hash(number).map_err(internal)
+    }
+
+    /// Which state a block reference allows reading: the head's, or an error.
+    pub(crate) fn state_at(&self, r: BlockRef) -> RpcResult<StateAt> {
+        let (head_number, head_hash) = self.head()?;
+        match r {
+            BlockRef::Tag(Tag::Pending) => Ok(StateAt::Pending),
+            BlockRef::Tag(Tag::Latest | Tag::Safe | Tag::Finalized) => Ok(StateAt::Head),
+            BlockRef::Tag(Tag::Earliest) | BlockRef::Number(_) => {
+                let n = if let BlockRef::Number(n) = r { n } else { 0 };
+                match n.cmp(&head_number) {
+                    std::cmp::Ordering::Equal => Ok(StateAt::Head),
+                    std::cmp::Ordering::Less => Err(historical_state()),
+                    std::cmp::Ordering::Greater => Err(header_not_found()),
+                }
+            }
+            BlockRef::Hash(h) if h == head_hash => Ok(StateAt::Head),
+            BlockRef::Hash(h) => match self.chain.store().block_number(&h).map_err(internal)? {
+                Some(_) => Err(historical_state()),
+                None => Err(header_not_found()),
+            },
+        }
+    }
+
+    pub(crate) fn block(&self, hash: &B256) -> RpcResult<Option<Block>> {
+        self.chain.block(hash).map_err(internal)
+    }
+
+    /// Senders of a stored block: from the shared sender cache where block import or the
+    /// pool already paid for the ECDSA, else recovered.
+    pub(crate) fn senders(&self, block: &Block) -> Vec<Address> {
+        let cache = self.pool.sender_cache();
+        block
+            .transactions
+            .iter()
+            .map(|tx| {
+                cache.get(&tx.hash()).unwrap_or_else(|| {
+                    // Imported blocks were checked on import; a failure here can only
+                    // come from a damaged store, and the zero address shows it plainly.
+                    tx.recover_sender().unwrap_or_default()
+                })
+            })
+            .collect()
+    }
+}
+
+fn address_param(v: Option<Value>) -> RpcResult<Address> {
+    let v = v.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
+    serde_json::from_value(v).map_err(|e| invalid_params(format!("invalid address: {e}")))
+}
+
+fn block_param(v: Option<Value>) -> RpcResult<BlockRef> {
+    v.as_ref().map_or(Ok(BlockRef::default()), parse_block_ref)
+}
+
+fn hash_param(v: Option<Value>) -> RpcResult<B256> {
+    let v = v.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
+    serde_json::from_value(v).map_err(|e| invalid_params(format!("invalid hash: {e}")))
+}
+
+fn bool_param(v: Option<Value>) -> RpcResult<bool> {
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(_) => Err(invalid_params("expected a boolean")),
+    }
+}
+
+/// Up to `N` positional parameters as raw JSON values.
+pub(crate) fn positional<const N: usize>(params: &Params<'_>) -> RpcResult<[Option<Value>; N]> {
+    let mut out: [Option<Value>; N] = std::array::from_fn(|_| None);
+    if params.is_object() {
+        return Err(invalid_params("positional parameters expected"));
+    }
+    let values: Vec<Value> = if params.as_str().is_none() {
+        Vec::new()
+    } else {
+        params.parse()?
+    };
+    if values.len() > N {
+        return Err(invalid_params(format!(
+            "too many arguments, want at most {N}"
+        )));
+    }
+    for (slot, v) in out.iter_mut().zip(values) {
+        *slot = Some(v);
+    }
+    Ok(out)
+}
+
+pub fn get_balance(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [a, b] = positional::<2>(&params)?;
+    let (address, at) = (address_param(a)?, block_param(b)?);
+    ctx.state_at(at)?;
+    let account = ctx.chain.store().account(&address).map_err(internal)?;
+    Ok(q256(account.map(|a| a.balance).unwrap_or_default()))
+}
+
+pub fn get_transaction_count(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [a, b] = positional::<2>(&params)?;
+    let (address, at) = (address_param(a)?, block_param(b)?);
+    let nonce = match ctx.state_at(at)? {
+        StateAt::Pending => ctx.pool.pending_nonce(&address),
+        StateAt::Head => ctx
+            .chain
+            .store()
+            .account(&address)
+            .map_err(internal)?
+            .map_or(0, |a| a.nonce),
+    };
+    Ok(q(nonce))
+}
+
+pub fn get_code(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [a, b] = positional::<2>(&params)?;
+    let (address, at) = (address_param(a)?, block_param(b)?);
+    ctx.state_at(at)?;
+    let store = ctx.chain.store();
+    let code = match store.account(&address).map_err(internal)? {
+        Some(acc) => store
+            .code(&acc.code_hash)
+            .map_err(internal)?
+            .unwrap_or_default(),
+        None => Bytes::new(),
+    };
+    Ok(serde_json::json!(code))
+}
+
+pub fn get_storage_at(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [a, s, b] = positional::<3>(&params)?;
+    let address = address_param(a)?;
+    let slot = match s {
+        Some(Value::String(s)) => parse_slot(&s)?,
+        _ => return Err(invalid_params("missing value for required argument 1")),
+    };
+    ctx.state_at(block_param(b)?)?;
+    let value = ctx
+        .chain
+        .store()
+        .storage(&address, &slot)
+        .map_err(internal)?;
+    Ok(serde_json::json!(B256::from(value.to_be_bytes::<32>())))
+}
+
+fn block_response(ctx: &RpcContext, hash: Option<B256>, full: bool) -> RpcResult<Value> {
+    let Some(hash) = hash else {
+        return Ok(Value::Null);
+    };
+    let Some(block) = ctx.block(&hash)? else {
+        return Ok(Value::Null);
+    };
+    let senders = full.then(|| ctx.senders(&block));
+    Ok(json::block_json(&block, senders.as_deref()))
+}
+
+pub fn get_block_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [n, f] = positional::<2>(&params)?;
+    let n = n.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
+    let hash = ctx.resolve(parse_block_number(&n)?)?;
+    block_response(ctx, hash, bool_param(f)?)
+}
+
+pub fn get_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [h, f] = positional::<2>(&params)?;
+    let hash = hash_param(h)?;
+    let known = ctx
+        .chain
+        .store()
+        .block_number(&hash)
+        .map_err(internal)?
+        .map(|_| hash);
+    block_response(ctx, known, bool_param(f)?)
+}
+
+pub fn get_transaction_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [h] = positional::<1>(&params)?;
+    let hash = hash_param(h)?;
+    // The chain first: a transaction just mined may still sit in the pool for a moment.
+    if let Some(loc) = ctx.chain.store().tx_location(&hash).map_err(internal)?
+        && let Some(block) = ctx.block(&loc.block_hash)?
+        && let Some(tx) = block.transactions.get(loc.index as usize)
+    {
+        let from = ctx
+            .pool
+            .sender_cache()
+            .get(&hash)
+            .unwrap_or_else(|| tx.recover_sender().unwrap_or_default());
+        let place = TxPlace {
+            block_hash: loc.block_hash,
+            block_number: loc.block_number,
+            index: loc.index,
+            base_fee: block.header.base_fee_per_gas,
+        };
+        return Ok(json::tx_json(tx, from, Some(place)));
+    }
+    Ok(match ctx.pool.get(&hash) {
+        Some(ptx) => json::tx_json(ptx.tx.tx(), ptx.sender, None),
+        None => Value::Null,
+    })
+}
+
+pub fn get_transaction_receipt(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [h] = positional::<1>(&params)?;
+    let hash = hash_param(h)?;
+    let Some(loc) = ctx.chain.store().tx_location(&hash).map_err(internal)? else {
+        return Ok(Value::Null);
+    };
+    let Some(block) = ctx.block(&loc.block_hash)? else {
+        return Ok(Value::Null);
+    };
+    let Some(receipts) = ctx.chain.receipts(&loc.block_hash).map_err(internal)? else {
+        return Ok(Value::Null);
+    };
+    let index = loc.index as usize;
+    let (Some(receipt), Some(tx)) = (receipts.get(index), block.transactions.get(index)) else {
+        return Ok(Value::Null);
+    };
+    let prior = &receipts[..index];
+    let from = ctx
+        .pool
+        .sender_cache()
+        .get(&hash)
+        .unwrap_or_else(|| tx.recover_sender().unwrap_or_default());
+    let c = ReceiptContext {
+        block: &block,
+        index,
+        from,
+        prior_gas: prior.last().map_or(0, |r| r.cumulative_gas_used),
+        prior_logs: prior.iter().map(|r| r.logs.len()).sum(),
+        blob_gas_price: crate::state::block_blob_base_fee(ctx.chain.config(), &block.header),
+    };
+    Ok(json::receipt_json(receipt, &c))
+}
+
+/// Admits a transaction as local; a rejection is reported with code -32000 and the
+/// pool's message, which uses geth's wording ("already known", "nonce too low", ...).
+pub async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [raw] = positional::<1>(&params)?;
+    let raw = raw.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
+    let bytes: Bytes = serde_json::from_value(raw)
+        .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?;
+    match ctx
+        .pool
+        .add_transaction(TxInput::Raw(bytes), TxOrigin::Local)
+        .await
+    {
+        Ok(added) => Ok(serde_json::json!(added.hash)),
+        Err(rejection) => Err(server_error(rejection.to_string())),
+    }
+}

@@ -1,0 +1,305 @@
+//! moat-rpc: the JSON-RPC server (`eth_`, `net_`, `web3_`, `txpool_`) over HTTP and
+//! WebSocket, in geth's formats and with geth's error codes and messages.
+//!
+//! ```text
+//!  HTTP / WS request ─▶ jsonrpsee (body-size cap, batch cap, JSON parsing, unknown method)
+//!        ─▶ method table (one counter per method) ─▶ handler
+//!               │ reads                     │ submits / reads
+//!               ▼                           ▼
+//!        Chain + Store (head state,      Pool (eth_sendRawTransaction, txpool_*,
+//!        blocks, receipts, tx index)     pending nonces, newPendingTransactions)
+//!
+//!  node, after each import ─▶ HeadNotifier::notify_new_head ─▶ newHeads subscribers
+//! ```
+//!
+//! Only the head state is kept, so state methods answer for "latest", "safe",
+//! "finalized", "pending" and the head's own number or hash; any other block gets
+//! -32000 "historical state is not available". Handlers that read the store run on the
+//! blocking pool so a slow disk never stalls the runtime's I/O.
+//!
+//! Everything a client sends is untrusted: parameters are parsed into typed values with
+//! errors, never unwrapped; request bodies and batches are capped before parsing.
+
+mod eth;
+mod fees;
+mod json;
+mod params;
+mod state;
+mod subscribe;
+mod txpool;
+
+pub use eth::StateAt;
+pub use params::SERVER_ERROR_CODE;
+pub use state::{StoreStateView, next_block_fees};
+pub use subscribe::{HeadMessage, HeadNotifier};
+
+use jsonrpsee::RpcModule;
+use jsonrpsee::server::{
+    BatchRequestConfig, RegisterMethodError, Server, ServerConfig, ServerHandle,
+};
+use jsonrpsee::types::Params;
+use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::Pool;
+use moat_common::block::Header;
+use params::RpcResult;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Server settings, with geth's defaults where geth has one.
+#[derive(Debug, Clone)]
+pub struct RpcConfig {
+    pub http_addr: SocketAddr,
+    /// WebSocket endpoint; `None` serves no WebSocket. Equal to `http_addr`: one port
+    /// serves both.
+    pub ws_addr: Option<SocketAddr>,
+    /// Largest request body in bytes; must fit a blob transaction in hex (~1 MiB raw).
+    pub max_request_body_size: u32,
+    /// Most calls in one batch.
+    pub max_batch: u32,
+    pub client_version: String,
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        Self {
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8545)),
+            ws_addr: None,
+            max_request_body_size: 5 << 20,
+            max_batch: 100,
+            client_version: format!("moat/v{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// What the handlers read: the chain, the pool, and the newHeads hook.
+#[derive(Debug, Clone)]
+pub struct RpcContext {
+    pub chain: Chain,
+    pub pool: Pool,
+    heads: HeadNotifier,
+    tips: Arc<fees::TipCache>,
+}
+
+impl RpcContext {
+    pub fn new(chain: Chain, pool: Pool) -> Self {
+        Self {
+            chain,
+            pool,
+            heads: HeadNotifier::default(),
+            tips: Arc::default(),
+        }
+    }
+
+    /// The hook the node calls after each import; clones share subscribers.
+    pub fn head_notifier(&self) -> HeadNotifier {
+        self.heads.clone()
+    }
+
+    pub fn notify_new_head(&self, header: &Header) {
+        self.heads.notify_new_head(header);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("method table: {0}")]
+    Register(#[from] RegisterMethodError),
+}
+
+/// A running server: its bound addresses and the way to stop it.
+#[derive(Debug)]
+pub struct RpcHandle {
+    http_addr: SocketAddr,
+    ws_addr: Option<SocketAddr>,
+    servers: Vec<ServerHandle>,
+    heads: HeadNotifier,
+}
+
+impl RpcHandle {
+    /// The bound HTTP address (the real port when the config asked for port 0).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    pub fn ws_addr(&self) -> Option<SocketAddr> {
+        self.ws_addr
+    }
+
+    /// Announces a new head to newHeads subscribers.
+    pub fn notify_new_head(&self, header: &Header) {
+        self.heads.notify_new_head(header);
+    }
+
+    pub fn new_heads_sender(&self) -> tokio::sync::broadcast::Sender<HeadMessage> {
+        self.heads.sender()
+    }
+
+    /// Stops accepting connections; calling it twice is harmless.
+    pub fn stop(&self) {
+        for s in &self.servers {
+            let _ = s.stop();
+        }
+    }
+
+    /// Resolves once every server has shut down.
+    pub async fn stopped(self) {
+        for s in self.servers {
+            s.stopped().await;
+        }
+    }
+}
+
+fn count(method: &'static str) {
+    metrics::counter!("moat_rpc_calls_total", "method" => method).increment(1);
+}
+
+/// Registers a handler that reads the store: it runs on the blocking pool.
+fn blocking(
+    m: &mut RpcModule<RpcContext>,
+    name: &'static str,
+    f: fn(&RpcContext, Params<'_>) -> RpcResult<Value>,
+) -> Result<(), RegisterMethodError> {
+    m.register_blocking_method(name, move |params, ctx, _| {
+        count(name);
+        f(&ctx, params)
+    })?;
+    Ok(())
+}
+
+/// Registers a handler that only touches memory.
+fn cheap(
+    m: &mut RpcModule<RpcContext>,
+    name: &'static str,
+    f: fn(&RpcContext, Params<'_>) -> RpcResult<Value>,
+) -> Result<(), RegisterMethodError> {
+    m.register_method(name, move |params, ctx, _| {
+        count(name);
+        f(ctx, params)
+    })?;
+    Ok(())
+}
+
+/// The method table.
+pub fn module(
+    ctx: RpcContext,
+    client_version: String,
+) -> Result<RpcModule<RpcContext>, RegisterMethodError> {
+    let mut m = RpcModule::new(ctx);
+    cheap(&mut m, "eth_chainId", |c, _| {
+        Ok(json::q(c.chain.config().chain_id))
+    })?;
+    cheap(&mut m, "net_version", |c, _| {
+        Ok(Value::String(c.chain.config().chain_id.to_string()))
+    })?;
+    cheap(&mut m, "net_listening", |_, _| Ok(Value::Bool(true)))?;
+    cheap(&mut m, "eth_syncing", |_, _| Ok(Value::Bool(false)))?;
+    m.register_method("web3_clientVersion", move |_, _, _| {
+        count("web3_clientVersion");
+        RpcResult::Ok(Value::String(client_version.clone()))
+    })?;
+    blocking(&mut m, "eth_blockNumber", |c, _| Ok(json::q(c.head()?.0)))?;
+    blocking(&mut m, "eth_getBalance", eth::get_balance)?;
+    blocking(
+        &mut m,
+        "eth_getTransactionCount",
+        eth::get_transaction_count,
+    )?;
+    blocking(&mut m, "eth_getCode", eth::get_code)?;
+    blocking(&mut m, "eth_getStorageAt", eth::get_storage_at)?;
+    blocking(&mut m, "eth_getBlockByNumber", eth::get_block_by_number)?;
+    blocking(&mut m, "eth_getBlockByHash", eth::get_block_by_hash)?;
+    blocking(
+        &mut m,
+        "eth_getTransactionByHash",
+        eth::get_transaction_by_hash,
+    )?;
+    blocking(
+        &mut m,
+        "eth_getTransactionReceipt",
+        eth::get_transaction_receipt,
+    )?;
+    blocking(&mut m, "eth_gasPrice", |c, _| fees::gas_price(c))?;
+    blocking(&mut m, "eth_maxPriorityFeePerGas", |c, _| {
+        fees::max_priority_fee(c)
+    })?;
+    blocking(&mut m, "eth_blobBaseFee", |c, _| fees::blob_base_fee(c))?;
+    blocking(&mut m, "eth_feeHistory", fees::fee_history)?;
+    cheap(&mut m, "txpool_status", |c, _| Ok(txpool::status(c)))?;
+    cheap(&mut m, "txpool_content", |c, _| Ok(txpool::content(c)))?;
+    cheap(&mut m, "txpool_contentFrom", txpool::content_from)?;
+    cheap(&mut m, "txpool_inspect", |c, _| Ok(txpool::inspect(c)))?;
+    m.register_async_method("eth_sendRawTransaction", |params, ctx, _| async move {
+        count("eth_sendRawTransaction");
+        eth::send_raw_transaction(&ctx, params).await
+    })?;
+    m.register_subscription(
+        "eth_subscribe",
+        "eth_subscription",
+        "eth_unsubscribe",
+        |params, pending, ctx, _| {
+            count("eth_subscribe");
+            subscribe::eth_subscribe(params, pending, ctx)
+        },
+    )?;
+    Ok(m)
+}
+
+fn server_config(config: &RpcConfig, http: bool, ws: bool) -> ServerConfig {
+    let mut b = ServerConfig::builder()
+        .max_request_body_size(config.max_request_body_size)
+        .set_batch_request_config(BatchRequestConfig::Limit(config.max_batch))
+        .set_id_provider(subscribe::HexIdProvider::default());
+    if !ws {
+        b = b.http_only();
+    }
+    if !http {
+        b = b.ws_only();
+    }
+    b.build()
+}
+
+async fn bind(addr: SocketAddr, cfg: ServerConfig) -> Result<Server, RpcError> {
+    Server::builder()
+        .set_config(cfg)
+        .build(addr)
+        .await
+        .map_err(|source| RpcError::Bind { addr, source })
+}
+
+/// Binds the configured endpoints and starts serving `ctx`.
+pub async fn start(config: RpcConfig, ctx: RpcContext) -> Result<RpcHandle, RpcError> {
+    let heads = ctx.heads.clone();
+    let methods = module(ctx, config.client_version.clone())?;
+    let shared_port = config.ws_addr == Some(config.http_addr);
+    let http = bind(config.http_addr, server_config(&config, true, shared_port)).await?;
+    let http_addr = http.local_addr().map_err(|source| RpcError::Bind {
+        addr: config.http_addr,
+        source,
+    })?;
+    let mut servers = Vec::new();
+    let ws_addr = match config.ws_addr {
+        Some(_) if shared_port => Some(http_addr),
+        Some(addr) => {
+            let ws = bind(addr, server_config(&config, false, true)).await?;
+            let bound = ws
+                .local_addr()
+                .map_err(|source| RpcError::Bind { addr, source })?;
+            servers.push(ws.start(methods.clone()));
+            Some(bound)
+        }
+        None => None,
+    };
+    servers.push(http.start(methods));
+    Ok(RpcHandle {
+        http_addr,
+        ws_addr,
+        servers,
+        heads,
+    })
+}

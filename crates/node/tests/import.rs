@@ -1,0 +1,150 @@
+//! `moat import` replays the devp2p conformance chain the way hive prepares a client, and
+//! resumes after being killed half-way.
+
+use alloy_primitives::{Address, B256, U256};
+use moat_storage::Store;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/testdata/ethtest")
+        .join(name)
+}
+
+fn datadir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("moat-import-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn import(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_moat"));
+    cmd.arg("import")
+        .arg(testdata("chain.rlp"))
+        .arg("--network")
+        .arg(testdata("genesis.json"))
+        .arg("--datadir")
+        .arg(dir);
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("moat runs");
+    assert!(
+        out.status.success(),
+        "moat failed:\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+const HEAD: &str = "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a";
+
+fn assert_head_state(dir: &Path) {
+    let store = Store::open(dir, None).unwrap();
+    let (number, hash) = store.head().unwrap().unwrap();
+    assert_eq!(number, 600);
+    assert_eq!(hash, HEAD.parse::<B256>().unwrap());
+
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("headstate.json")).unwrap())
+            .unwrap();
+    let header_rlp = store.header_rlp(&hash).unwrap().unwrap();
+    let header = moat_common::block::Header::decode(&mut &header_rlp[..]).unwrap();
+    let root: B256 = format!(
+        "0x{}",
+        state["root"].as_str().unwrap().trim_start_matches("0x")
+    )
+    .parse()
+    .unwrap();
+    assert_eq!(header.state_root, root);
+    let accounts = state["accounts"].as_object().unwrap();
+    assert_eq!(store.accounts().unwrap().len(), accounts.len());
+    for (address, want) in accounts {
+        let address: Address = address.parse().unwrap();
+        let got = store
+            .account(&address)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{address} exists"));
+        assert_eq!(
+            got.balance,
+            U256::from_str_radix(want["balance"].as_str().unwrap(), 10).unwrap(),
+            "{address}"
+        );
+        assert_eq!(got.nonce, want["nonce"].as_u64().unwrap(), "{address}");
+        assert_eq!(
+            got.storage_root,
+            want["root"].as_str().unwrap().parse::<B256>().unwrap(),
+            "{address}"
+        );
+    }
+}
+
+#[test]
+fn imports_the_ethtest_chain_and_a_second_import_is_a_no_op() {
+    let dir = datadir("full");
+    let out = run(&mut import(&dir));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("head #600"), "{stdout}");
+    assert_head_state(&dir);
+
+    let again = run(&mut import(&dir));
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        stdout.contains("imported 0 blocks (600 already present)"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_killed_import_resumes_at_the_same_head() {
+    let dir = datadir("killed");
+    let mut child = import(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let it get going, then kill it without warning.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = child.kill();
+    let _ = child.wait();
+    let partial = Store::open(&dir, None).unwrap().head().unwrap();
+    assert!(partial.is_some(), "genesis was written before the kill");
+
+    run(&mut import(&dir));
+    assert_head_state(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn another_chains_datadir_is_refused() {
+    let dir = datadir("other");
+    run(Command::new(env!("CARGO_BIN_EXE_moat"))
+        .args(["init", "--network"])
+        .arg(testdata("genesis.json"))
+        .arg("--datadir")
+        .arg(&dir));
+    let other = dir.join("other-genesis.json");
+    let mut genesis: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("genesis.json")).unwrap()).unwrap();
+    genesis["extraData"] = serde_json::Value::String("0x01".into());
+    std::fs::write(&other, genesis.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .args(["init", "--network"])
+        .arg(&other)
+        .arg("--datadir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("genesis"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
