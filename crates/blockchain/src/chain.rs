@@ -84,7 +84,7 @@ pub struct Chain {
 }
 
 /// Adapts the store to the executor's state reads.
-struct StoreState<'a>(&'a Store);
+pub(crate) struct StoreState<'a>(pub(crate) &'a Store);
 
 fn state_err(e: StoreError) -> VmError {
     VmError::State(e.to_string())

@@ -21,4 +21,5 @@
 
 pub mod chain;
 pub mod mempool;
+pub mod payload;
 pub mod vm;

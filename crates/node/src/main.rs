@@ -3,6 +3,9 @@
 //! `moat import` build a datadir from a genesis file and `chain.rlp` files.
 
 mod chain_cmd;
+mod dev;
+mod run;
+mod system_contracts;
 mod tx_decode;
 
 use clap::{Parser, Subcommand};
@@ -16,7 +19,9 @@ use std::process::ExitCode;
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    node: run::NodeArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -40,8 +45,9 @@ enum TxCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Tx(TxCommand::Decode(args)) => tx_decode::run(&args),
-        Command::Init(args) => chain_cmd::init(&args),
-        Command::Import(args) => chain_cmd::import(&args),
+        None => run::run(cli.node),
+        Some(Command::Tx(TxCommand::Decode(args))) => tx_decode::run(&args),
+        Some(Command::Init(args)) => chain_cmd::init(&args),
+        Some(Command::Import(args)) => chain_cmd::import(&args),
     }
 }

@@ -1,0 +1,352 @@
+//! Payload building: fill a block from the pool's best transactions, execute it, and
+//! seal its header; and a service that keeps improving a payload until it is fetched.
+//!
+//! Selection walks [`crate::mempool::BestTransactions`] under the block's gas, blob gas
+//! and (from Osaka) RLP size budgets. The selection is then executed as a whole; a
+//! transaction that fails drops out with its sender's later ones, and the rest is executed
+//! again, so the sealed block never holds a failing transaction.
+
+use crate::chain::{Chain, ChainError, StoreState, requests_hash, state_root_after};
+use crate::mempool::{BlockBudget, Pool};
+use crate::vm::{self, VmError};
+use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
+use alloy_trie::EMPTY_ROOT_HASH;
+use moat_common::SignedTransaction;
+use moat_common::block::{Block, Header, Withdrawal};
+use moat_common::config::{BlobParams, Fork};
+use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB, INITIAL_BASE_FEE};
+use moat_common::fees;
+use moat_common::receipt;
+use moat_common::transaction::BlobsBundle;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// EIP-7934: the largest RLP-encoded block from Osaka, less a margin for the header.
+pub const MAX_BLOCK_BODY_SIZE_OSAKA: usize = 10 * 1024 * 1024 - 2 * 1024 * 1024;
+
+/// What the consensus layer (or dev mode) asks a payload to carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadAttributes {
+    pub timestamp: u64,
+    pub prev_randao: B256,
+    pub suggested_fee_recipient: Address,
+    pub withdrawals: Option<Vec<Withdrawal>>,
+    pub parent_beacon_block_root: Option<B256>,
+}
+
+/// A sealed block with what the engine API returns beside it.
+#[derive(Debug, Clone)]
+pub struct BuiltPayload {
+    pub block: Block,
+    /// Tips paid to the fee recipient.
+    pub block_value: U256,
+    /// Sidecars of the blob transactions, in transaction order.
+    pub sidecars: Vec<Arc<BlobsBundle>>,
+    /// EIP-7685 requests, type byte first.
+    pub requests: Vec<Bytes>,
+}
+
+/// The header of the block after `parent` at `attrs`, roots still empty.
+fn template(chain: &Chain, parent: &Header, attrs: &PayloadAttributes) -> Header {
+    let config = chain.config();
+    let (number, timestamp) = (parent.number + 1, attrs.timestamp);
+    let fork = config.fork_at(number, timestamp);
+    let base_fee = (fork >= Fork::London).then(|| {
+        if config.is_active(Fork::London, parent.number, parent.timestamp) {
+            fees::next_base_fee(
+                parent.gas_used,
+                parent.gas_limit,
+                parent.base_fee_per_gas.unwrap_or_default(),
+            )
+        } else {
+            INITIAL_BASE_FEE
+        }
+    });
+    let excess_blob_gas = (fork >= Fork::Cancun).then(|| {
+        if config.is_active(Fork::Cancun, parent.number, parent.timestamp) {
+            let params = config
+                .blob_params_at(timestamp)
+                .unwrap_or(BlobParams::CANCUN);
+            fees::next_excess_blob_gas(
+                fork,
+                &params,
+                parent.excess_blob_gas.unwrap_or_default(),
+                parent.blob_gas_used.unwrap_or_default(),
+                parent.base_fee_per_gas.unwrap_or_default(),
+            )
+        } else {
+            0
+        }
+    });
+    Header {
+        parent_hash: parent.hash(),
+        ommers_hash: EMPTY_OMMERS_HASH,
+        beneficiary: attrs.suggested_fee_recipient,
+        state_root: B256::ZERO,
+        transactions_root: EMPTY_ROOT_HASH,
+        receipts_root: EMPTY_ROOT_HASH,
+        logs_bloom: Bloom::ZERO,
+        difficulty: U256::ZERO,
+        number,
+        gas_limit: parent.gas_limit,
+        gas_used: 0,
+        timestamp,
+        extra_data: Bytes::from_static(b"moat"),
+        mix_hash: attrs.prev_randao,
+        nonce: [0; 8],
+        base_fee_per_gas: base_fee,
+        withdrawals_root: None,
+        blob_gas_used: excess_blob_gas.map(|_| 0),
+        excess_blob_gas,
+        parent_beacon_block_root: (fork >= Fork::Cancun)
+            .then(|| attrs.parent_beacon_block_root.unwrap_or_default()),
+        requests_hash: None,
+    }
+}
+
+impl Chain {
+    /// Builds and seals a block on `parent_hash` from `pool`'s best transactions.
+    pub fn build_payload(
+        &self,
+        pool: &Pool,
+        parent_hash: B256,
+        attrs: &PayloadAttributes,
+    ) -> Result<BuiltPayload, ChainError> {
+        let parent = self
+            .header(&parent_hash)?
+            .ok_or(ChainError::UnknownParent {
+                number: 0,
+                hash: B256::ZERO,
+                parent: parent_hash,
+            })?;
+        let config = self.config();
+        let mut header = template(self, &parent, attrs);
+        let fork = config.fork_at(header.number, header.timestamp);
+        let blob_params = config.blob_params_at(header.timestamp);
+        let budget = BlockBudget {
+            base_fee: header.base_fee_per_gas.unwrap_or_default(),
+            blob_base_fee: blob_params
+                .map(|p| fees::blob_base_fee(header.excess_blob_gas.unwrap_or_default(), &p))
+                .unwrap_or(u128::MAX),
+            gas_limit: header.gas_limit,
+            max_blob_gas: blob_params.map_or(0, |p| p.max * GAS_PER_BLOB),
+        };
+        let max_size = if fork >= Fork::Osaka {
+            MAX_BLOCK_BODY_SIZE_OSAKA
+        } else {
+            usize::MAX
+        };
+
+        let mut picked: Vec<(SignedTransaction, Address, Option<Arc<BlobsBundle>>)> = Vec::new();
+        let mut size = 0usize;
+        let mut best = pool.best_transactions(budget);
+        while let Some(tx) = best.next() {
+            if size + tx.tx.tx().size() > max_size {
+                best.mark_invalid(&tx.hash());
+                continue;
+            }
+            size += tx.tx.tx().size();
+            picked.push((
+                tx.tx.tx().clone(),
+                tx.sender,
+                tx.tx.sidecar_shared().cloned(),
+            ));
+        }
+
+        let withdrawals =
+            (fork >= Fork::Shanghai).then(|| attrs.withdrawals.clone().unwrap_or_default());
+        loop {
+            let block = Block {
+                header: header.clone(),
+                hash: B256::ZERO,
+                transactions: picked.iter().map(|p| p.0.clone()).collect(),
+                ommers: Vec::new(),
+                withdrawals: withdrawals.clone(),
+            };
+            let senders: Vec<Address> = picked.iter().map(|p| p.1).collect();
+            match vm::execute_block(config, &block, &senders, &StoreState(self.store())) {
+                Ok(executed) => return self.seal(block, header, executed, picked),
+                Err(VmError::InvalidTransaction { index, .. }) if index < picked.len() => {
+                    // Drop it and its sender's later transactions, then try again.
+                    let sender = picked[index].1;
+                    let mut seen = 0;
+                    picked.retain(|p| {
+                        let keep = !(p.1 == sender && seen >= index);
+                        seen += 1;
+                        keep
+                    });
+                }
+                Err(VmError::State(s)) => return Err(ChainError::State(s)),
+                Err(e) => {
+                    return Err(ChainError::Invalid {
+                        number: header.number,
+                        hash: B256::ZERO,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+            header.gas_used = 0;
+        }
+    }
+
+    fn seal(
+        &self,
+        mut block: Block,
+        mut header: Header,
+        executed: vm::ExecutedBlock,
+        picked: Vec<(SignedTransaction, Address, Option<Arc<BlobsBundle>>)>,
+    ) -> Result<BuiltPayload, ChainError> {
+        let (state_root, _) = state_root_after(self.store(), &executed.changes)?;
+        header.state_root = state_root;
+        header.transactions_root = block.transactions_root();
+        header.withdrawals_root = block.withdrawals_root();
+        header.receipts_root = receipt::receipts_root(&executed.receipts);
+        header.logs_bloom = executed
+            .receipts
+            .iter()
+            .fold(Bloom::ZERO, |acc, r| acc | r.bloom());
+        header.gas_used = executed.gas_used;
+        if header.blob_gas_used.is_some() {
+            header.blob_gas_used = Some(executed.blob_gas_used);
+        }
+        let fork = self.config().fork_at(header.number, header.timestamp);
+        if fork >= Fork::Prague {
+            header.requests_hash = Some(requests_hash(&executed.requests));
+        }
+        let base_fee = header.base_fee_per_gas.unwrap_or_default();
+        let mut block_value = U256::ZERO;
+        let mut previous = 0;
+        for (tx, r) in block.transactions.iter().zip(&executed.receipts) {
+            let used = r.cumulative_gas_used - previous;
+            previous = r.cumulative_gas_used;
+            let tip = tx.tx().effective_tip_per_gas(base_fee).unwrap_or_default();
+            block_value += U256::from(used) * U256::from(tip);
+        }
+        block.hash = header.hash();
+        block.header = header;
+        Ok(BuiltPayload {
+            block,
+            block_value,
+            sidecars: picked.into_iter().filter_map(|p| p.2).collect(),
+            requests: executed.requests,
+        })
+    }
+}
+
+/// A payload being improved until it is fetched.
+struct Job {
+    best: Option<BuiltPayload>,
+    done: bool,
+}
+
+type SharedJob = Arc<Mutex<Job>>;
+
+/// Builds payloads in the background and hands out the best one seen.
+#[derive(Clone)]
+pub struct PayloadService {
+    chain: Chain,
+    pool: Pool,
+    jobs: Arc<Mutex<HashMap<[u8; 8], SharedJob>>>,
+}
+
+impl std::fmt::Debug for PayloadService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PayloadService")
+            .field("jobs", &self.jobs.lock().len())
+            .finish()
+    }
+}
+
+/// How often a payload is rebuilt while it waits to be fetched, and for how long at most.
+const REBUILD_EVERY: Duration = Duration::from_millis(500);
+const REBUILD_FOR: Duration = Duration::from_secs(12);
+
+fn payload_id(parent: &B256, attrs: &PayloadAttributes) -> [u8; 8] {
+    let mut material = parent.to_vec();
+    material.extend_from_slice(&attrs.timestamp.to_be_bytes());
+    material.extend_from_slice(attrs.prev_randao.as_slice());
+    material.extend_from_slice(attrs.suggested_fee_recipient.as_slice());
+    material.extend_from_slice(
+        attrs
+            .parent_beacon_block_root
+            .unwrap_or_default()
+            .as_slice(),
+    );
+    for w in attrs.withdrawals.iter().flatten() {
+        w.encode(&mut material);
+    }
+    keccak256(material)[..8]
+        .try_into()
+        .expect("a keccak hash has 32 bytes")
+}
+
+impl PayloadService {
+    pub fn new(chain: Chain, pool: Pool) -> Self {
+        Self {
+            chain,
+            pool,
+            jobs: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Starts building on `parent` with `attrs`; the first payload is built before this
+    /// returns, so a `get` right after always has one.
+    pub fn start(&self, parent: B256, attrs: PayloadAttributes) -> Result<[u8; 8], ChainError> {
+        let id = payload_id(&parent, &attrs);
+        if self.jobs.lock().contains_key(&id) {
+            return Ok(id);
+        }
+        let first = self.chain.build_payload(&self.pool, parent, &attrs)?;
+        let job = Arc::new(Mutex::new(Job {
+            best: Some(first),
+            done: false,
+        }));
+        {
+            let mut jobs = self.jobs.lock();
+            // Old jobs are dropped: a consensus client asks for a handful at most.
+            if jobs.len() >= 16 {
+                jobs.clear();
+            }
+            jobs.insert(id, Arc::clone(&job));
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (chain, pool) = (self.chain.clone(), self.pool.clone());
+            runtime.spawn(async move {
+                let started = tokio::time::Instant::now();
+                while started.elapsed() < REBUILD_FOR {
+                    tokio::time::sleep(REBUILD_EVERY).await;
+                    if job.lock().done {
+                        return;
+                    }
+                    let (c, p, a) = (chain.clone(), pool.clone(), attrs.clone());
+                    let Ok(Ok(built)) =
+                        tokio::task::spawn_blocking(move || c.build_payload(&p, parent, &a)).await
+                    else {
+                        continue;
+                    };
+                    let mut j = job.lock();
+                    if j.done {
+                        return;
+                    }
+                    if j.best
+                        .as_ref()
+                        .is_none_or(|b| built.block_value > b.block_value)
+                    {
+                        j.best = Some(built);
+                    }
+                }
+            });
+        }
+        Ok(id)
+    }
+
+    /// The best payload built for `id`; it stops improving.
+    pub async fn get(&self, id: [u8; 8]) -> Option<BuiltPayload> {
+        let job = self.jobs.lock().get(&id).cloned()?;
+        let mut j = job.lock();
+        j.done = true;
+        j.best.clone()
+    }
+}

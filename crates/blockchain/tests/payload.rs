@@ -1,0 +1,139 @@
+//! Payload building on the conformance chain: a pooled transaction goes into a sealed
+//! block that the chain then imports, and the pool lets go of it.
+
+use alloy_primitives::{Address, B256, TxKind, U256};
+use moat_blockchain::chain::{Chain, ImportOutcome};
+use moat_blockchain::mempool::{
+    AccountState, CodeKind, HeadInfo, HeadUpdate, Pool, PoolConfig, StateView, TxInput, TxOrigin,
+};
+use moat_blockchain::payload::{PayloadAttributes, PayloadService};
+use moat_common::block::Block;
+use moat_common::config::Genesis;
+use moat_common::transaction::{Eip1559Tx, Transaction};
+use moat_common::{PooledTransaction, SignedTransaction};
+use moat_crypto::secp::Signer;
+use moat_storage::Store;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/testdata/ethtest")
+        .join(name)
+}
+
+/// The pool's view of the chain head (just what this test needs).
+struct HeadState(Chain);
+
+impl StateView for HeadState {
+    fn account(&self, address: &Address) -> AccountState {
+        let a = self
+            .0
+            .store()
+            .account(address)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        AccountState {
+            nonce: a.nonce,
+            balance: a.balance,
+            code: CodeKind::None,
+        }
+    }
+    fn head(&self) -> HeadInfo {
+        let h = self.0.head_header().expect("a head");
+        let base_fee = moat_common::fees::next_base_fee(
+            h.gas_used,
+            h.gas_limit,
+            h.base_fee_per_gas.unwrap_or_default(),
+        );
+        HeadInfo {
+            number: h.number,
+            timestamp: h.timestamp,
+            base_fee,
+            blob_base_fee: 1,
+            gas_limit: h.gas_limit,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_tx_is_built_into_a_block_the_chain_accepts() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
+        assert!(matches!(
+            chain.import(block).unwrap(),
+            ImportOutcome::Imported { .. }
+        ));
+    }
+    let pool = Pool::new(
+        PoolConfig::new(genesis.config.clone()),
+        Arc::new(HeadState(chain.clone())),
+    );
+
+    // A key from the suite's accounts.
+    let accounts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("accounts.json")).unwrap()).unwrap();
+    let (_, entry) = accounts.as_object().unwrap().iter().next().unwrap();
+    let key: B256 = entry["key"].as_str().unwrap().parse().unwrap();
+    let signer = Signer::from_bytes(&key).unwrap();
+    let nonce = chain
+        .store()
+        .account(&signer.address())
+        .unwrap()
+        .map_or(0, |a| a.nonce);
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id: genesis.config.chain_id,
+        nonce,
+        max_priority_fee_per_gas: 2,
+        max_fee_per_gas: 1_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(0x11)),
+        value: U256::from(5),
+        ..Default::default()
+    });
+    let tx = PooledTransaction::new(SignedTransaction::sign(tx, &signer), None);
+    pool.add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
+        .await
+        .unwrap();
+
+    let head = chain.head_header().unwrap();
+    let attrs = PayloadAttributes {
+        timestamp: head.timestamp + 12,
+        prev_randao: B256::repeat_byte(7),
+        suggested_fee_recipient: Address::repeat_byte(0xfe),
+        withdrawals: Some(Vec::new()),
+        parent_beacon_block_root: Some(B256::repeat_byte(9)),
+    };
+    let payloads = PayloadService::new(chain.clone(), pool.clone());
+    let id = payloads.start(head.hash(), attrs).unwrap();
+    let built = payloads.get(id).await.unwrap();
+    assert_eq!(built.block.transactions.len(), 1);
+    assert_eq!(built.block.transactions[0].hash(), tx.hash());
+    assert_eq!(built.block_value, U256::from(2 * 21_000u64));
+
+    assert!(matches!(
+        chain.import(&built.block).unwrap(),
+        ImportOutcome::Imported { .. }
+    ));
+    assert_eq!(chain.head().unwrap().1, built.block.hash);
+    let balance = chain
+        .store()
+        .account(&Address::repeat_byte(0x11))
+        .unwrap()
+        .unwrap()
+        .balance;
+    assert_eq!(balance, U256::from(5));
+
+    let out = pool
+        .on_head_change(HeadUpdate {
+            head: HeadState(chain.clone()).head(),
+            mined: vec![tx.hash()],
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(out.removed, vec![tx.hash()]);
+    assert!(pool.is_empty());
+}

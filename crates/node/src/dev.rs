@@ -1,0 +1,168 @@
+//! Dev mode: a built-in chain with well-known prefunded keys, and a block producer that
+//! seals a block from the pool every period (or on every transaction with period 0).
+
+use crate::system_contracts as sys;
+use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
+use moat_blockchain::chain::{Chain, ImportOutcome};
+use moat_blockchain::mempool::StateView;
+use moat_blockchain::mempool::{HeadUpdate, Pool};
+use moat_blockchain::payload::PayloadAttributes;
+use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
+use moat_crypto::secp::Signer;
+use moat_rpc::{RpcContext, StoreStateView};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The dev chain's id (as anvil and geth's dev mode use).
+pub const DEV_CHAIN_ID: u64 = 1337;
+
+/// The well-known development keys (the "test test … junk" mnemonic's first accounts), so
+/// tools configured for anvil or hardhat work unchanged.
+pub const DEV_KEYS: [&str; 5] = [
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+];
+
+/// 10,000 ether per dev account.
+const DEV_BALANCE: u128 = 10_000 * 1_000_000_000_000_000_000;
+
+pub fn dev_signers() -> Vec<Signer> {
+    DEV_KEYS
+        .iter()
+        .map(|k| {
+            Signer::from_bytes(&k.parse::<B256>().expect("dev keys are valid hex"))
+                .expect("dev keys are valid")
+        })
+        .collect()
+}
+
+/// The dev genesis: every fork through Prague at block 0 (Osaka too if asked), the
+/// system contracts deployed, the dev accounts funded.
+pub fn dev_genesis(osaka: bool) -> Genesis {
+    let last = if osaka { Fork::Osaka } else { Fork::Prague };
+    let config = ChainConfig::all_forks_at_genesis(DEV_CHAIN_ID, last);
+    let mut alloc = BTreeMap::new();
+    for s in dev_signers() {
+        alloc.insert(
+            s.address(),
+            GenesisAccount {
+                balance: U256::from(DEV_BALANCE),
+                ..Default::default()
+            },
+        );
+    }
+    for (address, code) in [
+        (sys::BEACON_ROOTS_ADDRESS, sys::BEACON_ROOTS_CODE),
+        (sys::HISTORY_STORAGE_ADDRESS, sys::HISTORY_STORAGE_CODE),
+        (
+            sys::WITHDRAWAL_REQUESTS_ADDRESS,
+            sys::WITHDRAWAL_REQUESTS_CODE,
+        ),
+        (
+            sys::CONSOLIDATION_REQUESTS_ADDRESS,
+            sys::CONSOLIDATION_REQUESTS_CODE,
+        ),
+    ] {
+        let code: Bytes = code.parse().expect("system contract code is valid hex");
+        let address: Address = address
+            .parse()
+            .expect("system contract addresses are valid");
+        alloc.insert(
+            address,
+            GenesisAccount {
+                balance: U256::from(1),
+                nonce: 1,
+                code,
+                ..Default::default()
+            },
+        );
+    }
+    Genesis {
+        config,
+        nonce: 0,
+        timestamp: 0,
+        extra_data: Bytes::from_static(b"moat dev"),
+        gas_limit: 30_000_000,
+        difficulty: U256::ZERO,
+        mix_hash: B256::ZERO,
+        coinbase: Address::ZERO,
+        alloc,
+        number: 0,
+        gas_used: 0,
+        parent_hash: B256::ZERO,
+        base_fee_per_gas: Some(1_000_000_000),
+        excess_blob_gas: None,
+        blob_gas_used: None,
+    }
+}
+
+/// Seals one block from the pool on the head and makes it the new head.
+pub async fn produce_block(
+    chain: &Chain,
+    pool: &Pool,
+    rpc: &RpcContext,
+) -> Result<Option<(u64, usize)>, String> {
+    let head = chain.head_header().map_err(|e| e.to_string())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let attrs = PayloadAttributes {
+        timestamp: now.max(head.timestamp + 1),
+        prev_randao: keccak256(head.hash()),
+        suggested_fee_recipient: Address::ZERO,
+        withdrawals: Some(Vec::new()),
+        parent_beacon_block_root: Some(B256::ZERO),
+    };
+    let (c, p) = (chain.clone(), pool.clone());
+    let parent = head.hash();
+    let built = tokio::task::spawn_blocking(move || c.build_payload(&p, parent, &attrs))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let block = built.block;
+    let (c, b) = (chain.clone(), block.clone());
+    match tokio::task::spawn_blocking(move || c.import(&b))
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Ok(ImportOutcome::Imported { number, .. }) => {
+            let head = StoreStateView::new(chain.store().clone(), chain.config().clone()).head();
+            pool.on_head_change(HeadUpdate {
+                head,
+                mined: block.transactions.iter().map(|t| t.hash()).collect(),
+                ..Default::default()
+            })
+            .await;
+            rpc.notify_new_head(&block.header);
+            Ok(Some((number, block.transactions.len())))
+        }
+        Ok(ImportOutcome::AlreadyKnown) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Produces blocks forever: every `period`, or, with a zero period, whenever a
+/// transaction becomes pending.
+pub async fn run_producer(chain: Chain, pool: Pool, rpc: RpcContext, period: Duration) {
+    let mut pending = pool.subscribe_pending();
+    loop {
+        if period.is_zero() {
+            if pending.recv().await.is_err() {
+                continue;
+            }
+            // Let a burst of transactions land in one block.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            while pending.try_recv().is_ok() {}
+        } else {
+            tokio::time::sleep(period).await;
+        }
+        match produce_block(&chain, &pool, &rpc).await {
+            Ok(Some((number, txs))) => tracing::info!(number, txs, "sealed block"),
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "block production failed"),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! `moat` with no subcommand: run the node (JSON-RPC over the chain and the pool), and in
+//! dev mode produce blocks from the pool.
+
+use crate::dev;
+use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::{Pool, PoolConfig};
+use moat_common::config::{Genesis, Network};
+use moat_rpc::{RpcConfig, RpcContext, StoreStateView};
+use moat_storage::Store;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Flags keep geth's names where geth has one, so scripts written for geth need few changes.
+#[derive(clap::Args, Debug)]
+pub struct NodeArgs {
+    /// Run a development chain: built-in genesis, prefunded well-known keys, blocks sealed
+    /// from the pool.
+    #[arg(long)]
+    pub dev: bool,
+    /// Seconds between dev blocks; 0 seals a block on each transaction.
+    #[arg(long = "dev.period", default_value_t = 2)]
+    pub dev_period: u64,
+    /// Activate Osaka in the dev chain.
+    #[arg(long = "dev.osaka")]
+    pub dev_osaka: bool,
+    /// Database directory (dev mode: a temporary one when not given).
+    #[arg(long)]
+    pub datadir: Option<PathBuf>,
+    /// A geth-style genesis.json (or mainnet, sepolia, hoodi once their state is bundled).
+    #[arg(long)]
+    pub network: Option<String>,
+    /// HTTP JSON-RPC listening interface.
+    #[arg(long = "http.addr", default_value = "127.0.0.1")]
+    pub http_addr: IpAddr,
+    /// HTTP JSON-RPC port.
+    #[arg(long = "http.port", default_value_t = 8545)]
+    pub http_port: u16,
+    /// Also serve JSON-RPC (with subscriptions) over WebSocket.
+    #[arg(long)]
+    pub ws: bool,
+    /// WebSocket listening interface.
+    #[arg(long = "ws.addr", default_value = "127.0.0.1")]
+    pub ws_addr: IpAddr,
+    /// WebSocket port.
+    #[arg(long = "ws.port", default_value_t = 8546)]
+    pub ws_port: u16,
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long = "log.level", default_value = "info")]
+    pub log_level: String,
+    /// geth's numeric verbosity (0 silent … 5 trace); overrides --log.level when given.
+    #[arg(long)]
+    pub verbosity: Option<u8>,
+}
+
+fn init_logging(args: &NodeArgs) {
+    let level = match args.verbosity {
+        Some(0) => tracing::Level::ERROR,
+        Some(1) => tracing::Level::ERROR,
+        Some(2) => tracing::Level::WARN,
+        Some(3) => tracing::Level::INFO,
+        Some(4) => tracing::Level::DEBUG,
+        Some(_) => tracing::Level::TRACE,
+        None => args.log_level.parse().unwrap_or(tracing::Level::INFO),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_target(false)
+        .try_init();
+}
+
+fn load_genesis(args: &NodeArgs) -> Result<Genesis, String> {
+    if args.dev {
+        return Ok(dev::dev_genesis(args.dev_osaka));
+    }
+    let Some(network) = &args.network else {
+        return Err("give --network <genesis.json> (or --dev for a development chain)".into());
+    };
+    if let Some(net) = Network::from_name(network) {
+        return Err(format!(
+            "the {} genesis allocation is not bundled with moat yet; pass its genesis.json",
+            net.name()
+        ));
+    }
+    Genesis::from_file(Path::new(network))
+        .map_err(|e| format!("cannot load genesis {network}: {e}"))
+}
+
+pub fn run(args: NodeArgs) -> ExitCode {
+    init_logging(&args);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run_async(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run_async(args: NodeArgs) -> Result<(), String> {
+    let genesis = load_genesis(&args)?;
+    let datadir = match (&args.datadir, args.dev) {
+        (Some(d), _) => d.clone(),
+        (None, true) => std::env::temp_dir().join(format!("moat-dev-{}", std::process::id())),
+        (None, false) => return Err("give --datadir".into()),
+    };
+    let store = Store::open(&datadir, None).map_err(|e| e.to_string())?;
+    let chain = Chain::init(store.clone(), &genesis).map_err(|e| e.to_string())?;
+    let config = chain.config().clone();
+    let pool = Pool::new(
+        PoolConfig::new(config.clone()),
+        Arc::new(StoreStateView::new(store, config.clone())),
+    );
+    let chain = chain.with_sender_cache(pool.sender_cache().clone());
+    let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
+    tracing::info!(chain_id = config.chain_id, genesis = %chain.genesis_hash(), head, %head_hash, datadir = %datadir.display(), "chain open");
+
+    let ctx = RpcContext::new(chain.clone(), pool.clone());
+    let http = SocketAddr::new(args.http_addr, args.http_port);
+    let ws = args.ws.then(|| SocketAddr::new(args.ws_addr, args.ws_port));
+    let rpc = moat_rpc::start(
+        RpcConfig {
+            http_addr: http,
+            ws_addr: ws,
+            ..RpcConfig::default()
+        },
+        ctx.clone(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    tracing::info!(addr = %rpc.http_addr(), "HTTP JSON-RPC listening");
+    if let Some(ws) = rpc.ws_addr() {
+        tracing::info!(addr = %ws, "WebSocket JSON-RPC listening");
+    }
+
+    if args.dev {
+        println!(
+            "\nDevelopment chain (chain id {}). Prefunded accounts (10000 ETH each):",
+            config.chain_id
+        );
+        for (i, s) in dev::dev_signers().iter().enumerate() {
+            println!("({i}) {}  private key {}", s.address(), s.secret_bytes());
+        }
+        println!();
+        let period = Duration::from_secs(args.dev_period);
+        tokio::spawn(dev::run_producer(
+            chain.clone(),
+            pool.clone(),
+            ctx.clone(),
+            period,
+        ));
+    }
+
+    // Queued transactions expire; the pool is told to look once a minute.
+    let expiring = pool.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            expiring.remove_expired(std::time::Instant::now());
+        }
+    });
+
+    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+    tracing::info!("shutting down");
+    rpc.stop();
+    Ok(())
+}
