@@ -462,6 +462,45 @@ impl Chain {
     }
 }
 
+/// Base fee of the block after `parent` at `timestamp`; `None` before London.
+pub fn next_block_base_fee(config: &ChainConfig, parent: &Header, timestamp: u64) -> Option<u64> {
+    if !config.is_active(Fork::London, parent.number + 1, timestamp) {
+        return None;
+    }
+    Some(match parent.base_fee_per_gas {
+        Some(base_fee) if config.is_active(Fork::London, parent.number, parent.timestamp) => {
+            fees::next_base_fee(parent.gas_used, parent.gas_limit, base_fee)
+        }
+        // The first London block.
+        _ => moat_common::constants::INITIAL_BASE_FEE,
+    })
+}
+
+/// Excess blob gas of the block after `parent` at `timestamp`; `None` before Cancun.
+pub fn next_block_excess_blob_gas(
+    config: &ChainConfig,
+    parent: &Header,
+    timestamp: u64,
+) -> Option<u64> {
+    let fork = config.fork_at(parent.number + 1, timestamp);
+    if fork < Fork::Cancun {
+        return None;
+    }
+    if !config.is_active(Fork::Cancun, parent.number, parent.timestamp) {
+        return Some(0);
+    }
+    let params = config
+        .blob_params_at(timestamp)
+        .unwrap_or(moat_common::config::BlobParams::CANCUN);
+    Some(fees::next_excess_blob_gas(
+        fork,
+        &params,
+        parent.excess_blob_gas.unwrap_or_default(),
+        parent.blob_gas_used.unwrap_or_default(),
+        parent.base_fee_per_gas.unwrap_or_default(),
+    ))
+}
+
 /// The header rules that need only the parent: number, time, gas, fees, blob gas, and
 /// the body roots that need no execution.
 pub fn validate_header(
@@ -536,23 +575,13 @@ pub fn validate_header(
             );
         }
     }
-    if fork >= Fork::London {
-        let expected = if config.is_active(Fork::London, parent.number, parent.timestamp) {
-            fees::next_base_fee(
-                parent.gas_used,
-                parent.gas_limit,
-                parent.base_fee_per_gas.unwrap_or_default(),
-            )
-        } else {
-            moat_common::constants::INITIAL_BASE_FEE
-        };
-        if h.base_fee_per_gas != Some(expected) {
-            return fail(
-                "baseFeePerGas",
-                expected.to_string(),
-                format!("{:?}", h.base_fee_per_gas),
-            );
-        }
+    let base_fee = next_block_base_fee(config, parent, h.timestamp);
+    if h.base_fee_per_gas != base_fee {
+        return fail(
+            "baseFeePerGas",
+            format!("{base_fee:?}"),
+            format!("{:?}", h.base_fee_per_gas),
+        );
     }
     let tx_root = block.transactions_root();
     if tx_root != h.transactions_root {
@@ -580,21 +609,11 @@ pub fn validate_header(
         let params = config
             .blob_params_at(h.timestamp)
             .unwrap_or(moat_common::config::BlobParams::CANCUN);
-        let expected = if config.is_active(Fork::Cancun, parent.number, parent.timestamp) {
-            fees::next_excess_blob_gas(
-                fork,
-                &params,
-                parent.excess_blob_gas.unwrap_or_default(),
-                parent.blob_gas_used.unwrap_or_default(),
-                parent.base_fee_per_gas.unwrap_or_default(),
-            )
-        } else {
-            0
-        };
-        if h.excess_blob_gas != Some(expected) {
+        let expected = next_block_excess_blob_gas(config, parent, h.timestamp);
+        if h.excess_blob_gas != expected {
             return fail(
                 "excessBlobGas",
-                expected.to_string(),
+                format!("{expected:?}"),
                 format!("{:?}", h.excess_blob_gas),
             );
         }

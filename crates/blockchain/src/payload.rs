@@ -6,15 +6,18 @@
 //! transaction that fails drops out with its sender's later ones, and the rest is executed
 //! again, so the sealed block never holds a failing transaction.
 
-use crate::chain::{Chain, ChainError, StoreState, requests_hash, state_root_after};
+use crate::chain::{
+    Chain, ChainError, StoreState, next_block_base_fee, next_block_excess_blob_gas, requests_hash,
+    state_root_after,
+};
 use crate::mempool::{BlockBudget, Pool};
 use crate::vm::{self, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
 use alloy_trie::EMPTY_ROOT_HASH;
 use moat_common::SignedTransaction;
 use moat_common::block::{Block, Header, Withdrawal};
-use moat_common::config::{BlobParams, Fork};
-use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB, INITIAL_BASE_FEE};
+use moat_common::config::Fork;
+use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB};
 use moat_common::fees;
 use moat_common::receipt;
 use moat_common::transaction::BlobsBundle;
@@ -53,33 +56,8 @@ fn template(chain: &Chain, parent: &Header, attrs: &PayloadAttributes) -> Header
     let config = chain.config();
     let (number, timestamp) = (parent.number + 1, attrs.timestamp);
     let fork = config.fork_at(number, timestamp);
-    let base_fee = (fork >= Fork::London).then(|| {
-        if config.is_active(Fork::London, parent.number, parent.timestamp) {
-            fees::next_base_fee(
-                parent.gas_used,
-                parent.gas_limit,
-                parent.base_fee_per_gas.unwrap_or_default(),
-            )
-        } else {
-            INITIAL_BASE_FEE
-        }
-    });
-    let excess_blob_gas = (fork >= Fork::Cancun).then(|| {
-        if config.is_active(Fork::Cancun, parent.number, parent.timestamp) {
-            let params = config
-                .blob_params_at(timestamp)
-                .unwrap_or(BlobParams::CANCUN);
-            fees::next_excess_blob_gas(
-                fork,
-                &params,
-                parent.excess_blob_gas.unwrap_or_default(),
-                parent.blob_gas_used.unwrap_or_default(),
-                parent.base_fee_per_gas.unwrap_or_default(),
-            )
-        } else {
-            0
-        }
-    });
+    let base_fee = next_block_base_fee(config, parent, timestamp);
+    let excess_blob_gas = next_block_excess_blob_gas(config, parent, timestamp);
     Header {
         parent_hash: parent.hash(),
         ommers_hash: EMPTY_OMMERS_HASH,

@@ -47,6 +47,15 @@ pub struct NodeArgs {
     /// WebSocket port.
     #[arg(long = "ws.port", default_value_t = 8546)]
     pub ws_port: u16,
+    /// Serve Prometheus metrics (pool, pipeline, caches, RPC, import).
+    #[arg(long)]
+    pub metrics: bool,
+    /// Metrics listening interface.
+    #[arg(long = "metrics.addr", default_value = "127.0.0.1")]
+    pub metrics_addr: IpAddr,
+    /// Metrics port.
+    #[arg(long = "metrics.port", default_value_t = 9001)]
+    pub metrics_port: u16,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long = "log.level", default_value = "info")]
     pub log_level: String,
@@ -110,6 +119,16 @@ pub fn run(args: NodeArgs) -> ExitCode {
 }
 
 async fn run_async(args: NodeArgs) -> Result<(), String> {
+    if args.metrics {
+        // Installed before anything registers a metric: handles taken earlier would be
+        // bound to no recorder.
+        let addr = SocketAddr::new(args.metrics_addr, args.metrics_port);
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        tracing::info!(%addr, "Prometheus metrics listening");
+    }
     let genesis = load_genesis(&args)?;
     let datadir = match (&args.datadir, args.dev) {
         (Some(d), _) => d.clone(),

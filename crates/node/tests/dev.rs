@@ -56,7 +56,7 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 #[test]
 fn dev_node_mines_a_transaction_sent_over_http() {
-    let port = free_port();
+    let (port, metrics_port) = (free_port(), free_port());
     let _node = Node(
         Command::new(env!("CARGO_BIN_EXE_moat"))
             .args([
@@ -66,6 +66,7 @@ fn dev_node_mines_a_transaction_sent_over_http() {
                 "--http.port",
                 &port.to_string(),
             ])
+            .args(["--metrics", "--metrics.port", &metrics_port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -98,4 +99,19 @@ fn dev_node_mines_a_transaction_sent_over_http() {
     assert_eq!(balance["result"], "0x21e27c1806e59a40000", "10001 ether");
     let status = rpc(port, "txpool_status", "[]").unwrap();
     assert_eq!(status["result"]["pending"], "0x0");
+
+    // Prometheus sees the pool's counters.
+    let mut s = TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.contains("moat_pool_added_total 1"), "{body}");
+    assert!(
+        body.contains("moat_pool_rejections_total{reason=\"already_known\"} 1"),
+        "{body}"
+    );
 }

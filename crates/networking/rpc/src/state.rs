@@ -4,8 +4,7 @@
 use alloy_primitives::{Address, B256, KECCAK256_EMPTY};
 use moat_blockchain::mempool::{AccountState, CodeKind, HeadInfo, StateView};
 use moat_common::block::Header;
-use moat_common::config::{ChainConfig, Fork};
-use moat_common::constants::INITIAL_BASE_FEE;
+use moat_common::config::ChainConfig;
 use moat_common::fees;
 use moat_storage::Store;
 
@@ -17,29 +16,15 @@ const DELEGATION_PREFIX: [u8; 3] = [0xef, 0x01, 0x00];
 /// The next block's timestamp is not known yet; like the pool, this assumes it is one
 /// second after the parent, which only matters in the block where a fork activates.
 pub fn next_block_fees(config: &ChainConfig, parent: &Header) -> (u64, u128) {
-    let (number, timestamp) = (parent.number + 1, parent.timestamp + 1);
-    let base_fee = if !config.is_active(Fork::London, number, timestamp) {
-        0
-    } else {
-        match parent.base_fee_per_gas {
-            Some(b) => fees::next_base_fee(parent.gas_used, parent.gas_limit, b),
-            // The first London block.
-            None => INITIAL_BASE_FEE,
-        }
-    };
-    let blob_base_fee = match config.blob_params_at(timestamp) {
-        Some(params) => {
-            let fork = config.fork_at(number, timestamp);
-            let excess = fees::next_excess_blob_gas(
-                fork,
-                &params,
-                parent.excess_blob_gas.unwrap_or(0),
-                parent.blob_gas_used.unwrap_or(0),
-                parent.base_fee_per_gas.unwrap_or(0),
-            );
-            fees::blob_base_fee(excess, &params)
-        }
-        None => 0,
+    let timestamp = parent.timestamp + 1;
+    let base_fee =
+        moat_blockchain::chain::next_block_base_fee(config, parent, timestamp).unwrap_or(0);
+    let blob_base_fee = match (
+        moat_blockchain::chain::next_block_excess_blob_gas(config, parent, timestamp),
+        config.blob_params_at(timestamp),
+    ) {
+        (Some(excess), Some(params)) => fees::blob_base_fee(excess, &params),
+        _ => 0,
     };
     (base_fee, blob_base_fee)
 }
