@@ -4,7 +4,9 @@
 use crate::dev;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Pool, PoolConfig};
+use moat_blockchain::payload::PayloadService;
 use moat_common::config::{Genesis, Network};
+use moat_rpc::engine::{EngineConfig, EngineContext, read_jwt_secret, start_engine};
 use moat_rpc::{RpcConfig, RpcContext, StoreStateView};
 use moat_storage::Store;
 use std::net::{IpAddr, SocketAddr};
@@ -47,6 +49,16 @@ pub struct NodeArgs {
     /// WebSocket port.
     #[arg(long = "ws.port", default_value_t = 8546)]
     pub ws_port: u16,
+    /// Engine API listening interface.
+    #[arg(long = "authrpc.addr", default_value = "127.0.0.1")]
+    pub authrpc_addr: IpAddr,
+    /// Engine API port.
+    #[arg(long = "authrpc.port", default_value_t = 8551)]
+    pub authrpc_port: u16,
+    /// File with the engine API's JWT secret (hex); one is created in the datadir when
+    /// not given.
+    #[arg(long = "authrpc.jwtsecret")]
+    pub authrpc_jwtsecret: Option<PathBuf>,
     /// Serve Prometheus metrics (pool, pipeline, caches, RPC, import).
     #[arg(long)]
     pub metrics: bool,
@@ -164,6 +176,29 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
         tracing::info!(addr = %ws, "WebSocket JSON-RPC listening");
     }
 
+    let secret = jwt_secret(&args, &datadir)?;
+    let payloads = PayloadService::new(chain.clone(), pool.clone());
+    let engine_ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let mut heads = engine_ctx.subscribe_heads();
+    let engine_config = EngineConfig {
+        addr: SocketAddr::new(args.authrpc_addr, args.authrpc_port),
+        ..EngineConfig::new(secret)
+    };
+    let engine = start_engine(engine_config, engine_ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(addr = %engine.local_addr(), "engine API listening");
+    // Heads the consensus client sets reach newHeads subscribers.
+    let (heads_chain, heads_rpc) = (chain.clone(), ctx.clone());
+    tokio::spawn(async move {
+        while heads.changed().await.is_ok() {
+            let hash = *heads.borrow_and_update();
+            if let Ok(Some(header)) = heads_chain.header(&hash) {
+                heads_rpc.notify_new_head(&header);
+            }
+        }
+    });
+
     if args.dev {
         println!(
             "\nDevelopment chain (chain id {}). Prefunded accounts (10000 ETH each):",
@@ -194,5 +229,24 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
     tracing::info!("shutting down");
     rpc.stop();
+    engine.stop();
     Ok(())
+}
+
+/// The engine API secret: from `--authrpc.jwtsecret`, else `jwt.hex` in the datadir,
+/// created with a random secret the first time (as geth does).
+fn jwt_secret(args: &NodeArgs, datadir: &Path) -> Result<[u8; 32], String> {
+    if let Some(path) = &args.authrpc_jwtsecret {
+        return read_jwt_secret(path).map_err(|e| format!("cannot read {}: {e}", path.display()));
+    }
+    let path = datadir.join("jwt.hex");
+    if path.exists() {
+        return read_jwt_secret(&path).map_err(|e| format!("cannot read {}: {e}", path.display()));
+    }
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| format!("no randomness for a JWT secret: {e}"))?;
+    std::fs::write(&path, alloy_primitives::hex::encode_prefixed(secret))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    tracing::info!(path = %path.display(), "wrote a new engine API JWT secret");
+    Ok(secret)
 }

@@ -1,77 +1,31 @@
 //! The README's newcomer flow: `moat --dev`, a signed transfer sent with a plain HTTP
 //! POST, and the transfer mined.
 
+mod common;
+
+use common::{Node, free_port, rpc, wait_for};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
 
 /// The README's transaction: 1 ether from dev account 0 to dev account 1, nonce 0.
 const RAW: &str = "0x02f87482053980843b9aca0084b2d05e008252089470997970c51812dc3a010c7d01b50e0d17dc79c8880de0b6b3a764000080c080a07674f79c67e16e3ea84d29454f69f5201069c013de3f1f07525d093cd96b32caa050908860fd3db570a082c4187766acb7b7b671f3dbd61fb14b93ecfd0358af80";
 const HASH: &str = "0xb7c4117a2254fe53560d9f61261e8e00894ab1f9e82d4869dfaa1d57e37841a1";
 
-struct Node(Child);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn rpc(port: u16, method: &str, params: &str) -> Option<serde_json::Value> {
-    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut response = String::new();
-    s.read_to_string(&mut response).ok()?;
-    let json = response.split("\r\n\r\n").nth(1)?;
-    serde_json::from_str(json).ok()
-}
-
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn dev_node_mines_a_transaction_sent_over_http() {
     let (port, metrics_port) = (free_port(), free_port());
-    let _node = Node(
-        Command::new(env!("CARGO_BIN_EXE_moat"))
-            .args([
-                "--dev",
-                "--dev.period",
-                "0",
-                "--http.port",
-                &port.to_string(),
-            ])
-            .args(["--metrics", "--metrics.port", &metrics_port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _node = Node::start(&[
+        "--dev",
+        "--dev.period",
+        "0",
+        "--http.port",
+        &port.to_string(),
+        "--authrpc.port",
+        &free_port().to_string(),
+        "--metrics",
+        "--metrics.port",
+        &metrics_port.to_string(),
+    ]);
     let chain_id = wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
     assert_eq!(chain_id["result"], "0x539");
 

@@ -5,7 +5,7 @@
 //! map keys in `txpool_*` are checksummed, as geth's `Address.Hex()` makes them).
 
 use alloy_primitives::{Address, B256, TxKind, U256};
-use moat_common::block::{Block, Header};
+use moat_common::block::{Block, Header, Withdrawal};
 use moat_common::receipt::Receipt;
 use moat_common::transaction::Transaction;
 use moat_common::{SignedTransaction, TxType};
@@ -172,6 +172,22 @@ pub fn header_json(h: &Header, hash: B256) -> Map<String, Value> {
     m
 }
 
+/// Withdrawals as blocks and engine payloads show them.
+pub fn withdrawals_json(ws: &[Withdrawal]) -> Value {
+    Value::Array(
+        ws.iter()
+            .map(|w| {
+                json!({
+                    "index": q(w.index),
+                    "validatorIndex": q(w.validator_index),
+                    "address": w.address,
+                    "amount": q(w.amount),
+                })
+            })
+            .collect(),
+    )
+}
+
 /// geth's `RPCMarshalBlock`: the header plus size, uncles, transactions (full objects
 /// with their senders, or hashes) and withdrawals. Post-merge, totalDifficulty is left out.
 pub fn block_json(block: &Block, full: Option<&[Address]>) -> Value {
@@ -203,18 +219,7 @@ pub fn block_json(block: &Block, full: Option<&[Address]>) -> Value {
     };
     m.insert("transactions".into(), Value::Array(txs));
     if let Some(ws) = &block.withdrawals {
-        let ws: Vec<Value> = ws
-            .iter()
-            .map(|w| {
-                json!({
-                    "index": q(w.index),
-                    "validatorIndex": q(w.validator_index),
-                    "address": w.address,
-                    "amount": q(w.amount),
-                })
-            })
-            .collect();
-        m.insert("withdrawals".into(), Value::Array(ws));
+        m.insert("withdrawals".into(), withdrawals_json(ws));
     }
     Value::Object(m)
 }

@@ -19,7 +19,11 @@
 //!
 //! Everything a client sends is untrusted: parameters are parsed into typed values with
 //! errors, never unwrapped; request bodies and batches are capped before parsing.
+//!
+//! The engine API ([`engine`]) is a second server on its own port (8551), every request
+//! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
 
+pub mod engine;
 mod eth;
 mod fees;
 mod json;
@@ -28,6 +32,9 @@ mod state;
 mod subscribe;
 mod txpool;
 
+pub use engine::{
+    EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
+};
 pub use eth::StateAt;
 pub use params::SERVER_ERROR_CODE;
 pub use state::{StoreStateView, next_block_fees};

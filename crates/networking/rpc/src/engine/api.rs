@@ -1,0 +1,506 @@
+//! The engine method table and its handlers.
+
+use super::EngineContext;
+use super::errors::{
+    invalid_attributes, invalid_forkchoice_state, invalid_params, too_large, unknown_payload,
+    unsupported_fork,
+};
+use super::types::{
+    self, NewPayload, Status, Version, b256, envelope_json, hashes, hex0x, object, opt, quantity,
+    req,
+};
+use crate::count;
+use crate::params::{RpcResult, internal};
+use crate::state::next_block_fees;
+use alloy_primitives::{Address, B256};
+use jsonrpsee::RpcModule;
+use jsonrpsee::server::RegisterMethodError;
+use jsonrpsee::types::Params;
+use moat_blockchain::chain::{ChainError, ImportOutcome};
+use moat_blockchain::mempool::{HeadInfo, HeadUpdate};
+use moat_blockchain::payload::PayloadAttributes;
+use moat_common::block::{Block, Header};
+use moat_common::config::Fork;
+use moat_common::transaction::SidecarVersion;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Most versioned hashes one getBlobs call may ask for (the spec's limit).
+const MAX_BLOB_REQUEST: usize = 128;
+
+/// Every method served, as `engine_exchangeCapabilities` reports them.
+const CAPABILITIES: &[&str] = &[
+    "engine_forkchoiceUpdatedV2",
+    "engine_forkchoiceUpdatedV3",
+    "engine_getPayloadV2",
+    "engine_getPayloadV3",
+    "engine_getPayloadV4",
+    "engine_getPayloadV5",
+    "engine_newPayloadV2",
+    "engine_newPayloadV3",
+    "engine_newPayloadV4",
+    "engine_getBlobsV1",
+    "engine_getBlobsV2",
+    "engine_getClientVersionV1",
+];
+
+/// Positional parameters; absent params read as none.
+fn args(params: &Params<'_>) -> RpcResult<Vec<Value>> {
+    if params.as_str().is_none() {
+        return Ok(Vec::new());
+    }
+    if params.is_object() {
+        return Err(invalid_params("engine methods take positional params"));
+    }
+    params.parse()
+}
+
+fn chain_err(e: ChainError) -> jsonrpsee::types::ErrorObjectOwned {
+    internal(e)
+}
+
+fn join_err(e: tokio::task::JoinError) -> jsonrpsee::types::ErrorObjectOwned {
+    internal(e)
+}
+
+/// The pool's view of the block after `header`.
+fn head_info(ctx: &EngineContext, header: &Header) -> HeadInfo {
+    let (base_fee, blob_base_fee) = next_block_fees(ctx.chain.config(), header);
+    HeadInfo {
+        number: header.number,
+        timestamp: header.timestamp,
+        base_fee,
+        blob_base_fee,
+        gas_limit: header.gas_limit,
+    }
+}
+
+/// A new head as the pool needs it: what it mined and whose accounts it changed.
+struct PoolNews {
+    head: HeadInfo,
+    hash: B256,
+    mined: Vec<B256>,
+    touched: Vec<Address>,
+}
+
+impl PoolNews {
+    /// Runs on the blocking pool: senders come from the pool's cache (block import
+    /// filled it), else from ECDSA recovery.
+    fn of(ctx: &EngineContext, block: &Block) -> Self {
+        let cache = ctx.pool.sender_cache();
+        // Senders whose txs the pool does not hold still matter: another tx of theirs
+        // with the same nonce may be pooled, and it is stale now.
+        let mut touched: Vec<Address> = block
+            .transactions
+            .iter()
+            .filter_map(|tx| cache.get(&tx.hash()).or_else(|| tx.recover_sender().ok()))
+            .collect();
+        touched.push(block.header.beneficiary);
+        touched.extend(block.withdrawals.iter().flatten().map(|w| w.address));
+        touched.sort_unstable();
+        touched.dedup();
+        Self {
+            head: head_info(ctx, &block.header),
+            hash: block.hash,
+            mined: block.transactions.iter().map(|tx| tx.hash()).collect(),
+            touched,
+        }
+    }
+}
+
+impl EngineContext {
+    /// Tells the pool and the node about a new head.
+    async fn announce(&self, news: PoolNews) {
+        self.pool
+            .on_head_change(HeadUpdate {
+                head: news.head,
+                mined: news.mined,
+                touched: news.touched,
+                reorged: Vec::new(),
+            })
+            .await;
+        *self.shared.pool_head.lock() = news.hash;
+        self.shared.heads.send_replace(news.hash);
+    }
+
+    /// newPayload after parsing: build the block, then import it (blocking).
+    fn import_payload(&self, payload: NewPayload) -> RpcResult<(Status, Option<PoolNews>)> {
+        let parent_hash = payload.header.parent_hash;
+        // A block we hold is VALID without rebuilding it: a CL replaying from genesis
+        // sends pre-merge blocks (difficulty, nonce) a payload cannot express.
+        let claimed = payload.block_hash;
+        if self
+            .chain
+            .store()
+            .block_number(&claimed)
+            .map_err(internal)?
+            .is_some()
+        {
+            return Ok((Status::Valid(claimed), None));
+        }
+        let block = match payload.into_block() {
+            Ok(b) => b,
+            // No latest valid hash: the block is not what it claims to be.
+            Err(e) => return Ok((Status::Invalid(None, e), None)),
+        };
+        let hash = block.hash;
+        {
+            let invalid = self.shared.invalid.lock();
+            if let Some(lvh) = invalid.get(&hash).or_else(|| invalid.get(&parent_hash)) {
+                return Ok((
+                    Status::Invalid(lvh, "links to previously rejected block".into()),
+                    None,
+                ));
+            }
+        }
+        let Some(parent) = self.chain.header(&parent_hash).map_err(chain_err)? else {
+            return Ok((Status::Syncing, None));
+        };
+        match self.chain.import(&block) {
+            Ok(ImportOutcome::Imported { .. }) => {
+                let news = PoolNews::of(self, &block);
+                Ok((Status::Valid(hash), Some(news)))
+            }
+            Ok(ImportOutcome::AlreadyKnown) => Ok((Status::Valid(hash), None)),
+            Err(ChainError::UnknownParent { .. }) => Ok((Status::Syncing, None)),
+            // A valid-looking block off our head: without reorgs it cannot be executed.
+            Err(ChainError::NotOnHead { .. }) => Ok((Status::Accepted, None)),
+            Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
+                // A PoW parent has no valid post-merge ancestor to name: the zero hash.
+                let lvh = if parent.difficulty.is_zero() {
+                    parent_hash
+                } else {
+                    B256::ZERO
+                };
+                self.shared.invalid.lock().insert(hash, Some(lvh));
+                metrics::counter!("moat_engine_invalid_payloads_total").increment(1);
+                Ok((Status::Invalid(Some(lvh), e.to_string()), None))
+            }
+            Err(e) => Err(chain_err(e)),
+        }
+    }
+
+    /// forkchoiceUpdated's head checks (blocking). `Ok(Err(status))` ends the call with
+    /// that status and no payload; `Ok(Ok(..))` is the current head, with pool news if
+    /// the pool has not seen it yet.
+    fn forkchoice(
+        &self,
+        head: B256,
+        safe: B256,
+        finalized: B256,
+    ) -> RpcResult<Result<(Header, Option<PoolNews>), Status>> {
+        if head.is_zero() {
+            return Ok(Err(Status::Invalid(
+                None,
+                "forkchoice requested update to zero hash".into(),
+            )));
+        }
+        if let Some(lvh) = self.shared.invalid.lock().get(&head) {
+            return Ok(Err(Status::Invalid(
+                lvh,
+                "links to previously rejected block".into(),
+            )));
+        }
+        let Some(header) = self.chain.header(&head).map_err(chain_err)? else {
+            return Ok(Err(Status::Syncing));
+        };
+        let store = self.chain.store();
+        let canonical = |h: &B256| -> RpcResult<bool> {
+            let Some(n) = store.block_number(h).map_err(internal)? else {
+                return Ok(false);
+            };
+            Ok(store.canonical_hash(n).map_err(internal)? == Some(*h))
+        };
+        if !canonical(&head)? {
+            // Known but off the canonical chain: making it head needs a reorg.
+            return Ok(Err(Status::Syncing));
+        }
+        for (name, h) in [("finalized", finalized), ("safe", safe)] {
+            if !h.is_zero() && !canonical(&h)? {
+                return Err(invalid_forkchoice_state(format!(
+                    "{name} block {h} is not in the canonical chain"
+                )));
+            }
+        }
+        let (_, current) = self.chain.head().map_err(chain_err)?;
+        if current != head {
+            // A canonical ancestor: the CL is catching up; keep our head, as geth does.
+            return Ok(Err(Status::Valid(head)));
+        }
+        let news = if *self.shared.pool_head.lock() != head {
+            self.chain
+                .block(&head)
+                .map_err(chain_err)?
+                .map(|b| PoolNews::of(self, &b))
+        } else {
+            None
+        };
+        Ok(Ok((header, news)))
+    }
+}
+
+/// Parses payload attributes of a forkchoiceUpdated `version` (2 or 3).
+fn parse_attributes(v: &Value, version: Version) -> RpcResult<PayloadAttributes> {
+    let o = object(v, "payloadAttributes")?;
+    let withdrawals = opt(o, "withdrawals").map(types::withdrawals).transpose()?;
+    let beacon_root = opt(o, "parentBeaconBlockRoot")
+        .map(|r| b256(r, "parentBeaconBlockRoot"))
+        .transpose()?;
+    if version >= Version::V3 {
+        if withdrawals.is_none() {
+            return Err(invalid_attributes("missing withdrawals"));
+        }
+        if beacon_root.is_none() {
+            return Err(invalid_attributes("missing beacon root"));
+        }
+    } else if beacon_root.is_some() {
+        return Err(invalid_attributes(
+            "parentBeaconBlockRoot not supported in V2",
+        ));
+    }
+    Ok(PayloadAttributes {
+        timestamp: quantity(req(o, "timestamp")?, "timestamp")?,
+        prev_randao: b256(req(o, "prevRandao")?, "prevRandao")?,
+        suggested_fee_recipient: {
+            let raw = types::bytes(req(o, "suggestedFeeRecipient")?, "suggestedFeeRecipient")?;
+            let raw: [u8; 20] = raw
+                .try_into()
+                .map_err(|_| invalid_params("invalid value for 'suggestedFeeRecipient'"))?;
+            Address::from(raw)
+        },
+        withdrawals,
+        parent_beacon_block_root: beacon_root,
+    })
+}
+
+async fn forkchoice_updated(
+    ctx: Arc<EngineContext>,
+    params: Params<'static>,
+    version: Version,
+) -> RpcResult<Value> {
+    let args = args(&params)?;
+    if args.is_empty() || args.len() > 2 {
+        return Err(invalid_params(
+            "expected forkchoiceState and payloadAttributes",
+        ));
+    }
+    let state = object(&args[0], "forkchoiceState")?;
+    let head = b256(req(state, "headBlockHash")?, "headBlockHash")?;
+    let safe = b256(req(state, "safeBlockHash")?, "safeBlockHash")?;
+    let finalized = b256(req(state, "finalizedBlockHash")?, "finalizedBlockHash")?;
+    let attrs = match args.get(1).filter(|a| !a.is_null()) {
+        Some(a) => Some(parse_attributes(a, version)?),
+        None => None,
+    };
+
+    let _order = ctx.shared.order.lock().await;
+    let c = Arc::clone(&ctx);
+    let outcome = tokio::task::spawn_blocking(move || c.forkchoice(head, safe, finalized))
+        .await
+        .map_err(join_err)??;
+    let (header, news) = match outcome {
+        Ok(found) => found,
+        Err(status) => {
+            if matches!(status, Status::Valid(_)) {
+                ctx.synced.store(true, Ordering::Release);
+            }
+            return Ok(json!({ "payloadStatus": status.json(), "payloadId": null }));
+        }
+    };
+    ctx.synced.store(true, Ordering::Release);
+    if let Some(news) = news {
+        ctx.announce(news).await;
+    }
+
+    let mut payload_id = Value::Null;
+    if let Some(attrs) = attrs {
+        if attrs.timestamp <= header.timestamp {
+            return Err(invalid_attributes(format!(
+                "timestamp {} not after the head's {}",
+                attrs.timestamp, header.timestamp
+            )));
+        }
+        let fork = ctx
+            .chain
+            .config()
+            .fork_at(header.number + 1, attrs.timestamp);
+        let fork_ok = match version {
+            Version::V2 => fork < Fork::Cancun,
+            _ => fork >= Fork::Cancun,
+        };
+        if !fork_ok {
+            return Err(unsupported_fork());
+        }
+        if version == Version::V2 && (fork >= Fork::Shanghai) != attrs.withdrawals.is_some() {
+            return Err(invalid_attributes(
+                "withdrawals must be given exactly from Shanghai",
+            ));
+        }
+        let payloads = ctx.payloads.clone();
+        let id = tokio::task::spawn_blocking(move || payloads.start(head, attrs))
+            .await
+            .map_err(join_err)?
+            .map_err(|e| invalid_attributes(e.to_string()))?;
+        payload_id = hex0x(id);
+    }
+    Ok(json!({
+        "payloadStatus": Status::Valid(head).json(),
+        "payloadId": payload_id,
+    }))
+}
+
+async fn new_payload(
+    ctx: Arc<EngineContext>,
+    params: Params<'static>,
+    version: Version,
+) -> RpcResult<Value> {
+    let args = args(&params)?;
+    let payload = types::parse_new_payload(&args, version, ctx.chain.config())?;
+    let _order = ctx.shared.order.lock().await;
+    let c = Arc::clone(&ctx);
+    let (status, news) = tokio::task::spawn_blocking(move || c.import_payload(payload))
+        .await
+        .map_err(join_err)??;
+    if let Some(news) = news {
+        ctx.announce(news).await;
+    }
+    Ok(status.json())
+}
+
+fn parse_payload_id(args: &[Value]) -> RpcResult<[u8; 8]> {
+    let [id] = args else {
+        return Err(invalid_params("expected one payload id"));
+    };
+    types::bytes(id, "payloadId")?
+        .try_into()
+        .map_err(|_| invalid_params("payload id must be 8 bytes"))
+}
+
+async fn get_payload(
+    ctx: Arc<EngineContext>,
+    params: Params<'static>,
+    version: Version,
+) -> RpcResult<Value> {
+    let id = parse_payload_id(&args(&params)?)?;
+    let built = ctx.payloads.get(id).await.ok_or_else(unknown_payload)?;
+    let h = &built.block.header;
+    let fork = ctx.chain.config().fork_at(h.number, h.timestamp);
+    let fork_ok = match version {
+        Version::V2 => fork < Fork::Cancun,
+        Version::V3 => fork == Fork::Cancun,
+        Version::V4 => fork == Fork::Prague,
+        Version::V5 => fork >= Fork::Osaka,
+    };
+    if !fork_ok {
+        return Err(unsupported_fork());
+    }
+    Ok(envelope_json(&built, version))
+}
+
+/// getBlobsV1 (`v2 == false`): each blob with its proof, null where unknown or held
+/// only with cell proofs. getBlobsV2: each blob with its 128 cell proofs, or null for
+/// the whole answer if any is missing.
+fn get_blobs(ctx: &EngineContext, params: Params<'_>, v2: bool) -> RpcResult<Value> {
+    let args = args(&params)?;
+    let [list] = &args[..] else {
+        return Err(invalid_params("expected one list of versioned hashes"));
+    };
+    if list.as_array().is_some_and(|l| l.len() > MAX_BLOB_REQUEST) {
+        return Err(too_large(format!("more than {MAX_BLOB_REQUEST} blobs")));
+    }
+    let wanted = hashes(list, "blobVersionedHashes")?;
+    let mut out = Vec::with_capacity(wanted.len());
+    for vh in &wanted {
+        let found = ctx.pool.blob_by_versioned_hash(vh).and_then(|(bundle, i)| {
+            let blob = bundle.blobs.get(i)?;
+            match (v2, bundle.version) {
+                (false, SidecarVersion::V0) => {
+                    let proof = bundle.proofs.get(i)?;
+                    Some(json!({ "blob": hex0x(&blob.0[..]), "proof": hex0x(proof) }))
+                }
+                (true, SidecarVersion::V1) => {
+                    let per = SidecarVersion::V1.proofs_per_blob();
+                    let proofs = bundle.proofs.get(i * per..(i + 1) * per)?;
+                    let proofs: Vec<Value> = proofs.iter().map(hex0x).collect();
+                    Some(json!({ "blob": hex0x(&blob.0[..]), "proofs": proofs }))
+                }
+                _ => None,
+            }
+        });
+        match found {
+            Some(v) => out.push(v),
+            None if v2 => return Ok(Value::Null),
+            None => out.push(Value::Null),
+        }
+    }
+    metrics::counter!("moat_engine_blobs_served_total")
+        .increment(out.iter().filter(|v| !v.is_null()).count() as u64);
+    Ok(Value::Array(out))
+}
+
+fn client_version() -> Value {
+    json!([{
+        "code": "MO",
+        "name": "moat",
+        "version": env!("CARGO_PKG_VERSION"),
+        "commit": "0x00000000",
+    }])
+}
+
+/// The method table.
+pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, RegisterMethodError> {
+    let mut m = RpcModule::new(ctx);
+    m.register_method("engine_exchangeCapabilities", |params, _, _| {
+        count("engine_exchangeCapabilities");
+        // The CL's list is required by the spec, though what it holds changes nothing.
+        let args = args(&params)?;
+        match args.first() {
+            Some(Value::Array(_)) => RpcResult::Ok(json!(CAPABILITIES)),
+            _ => Err(invalid_params("expected a list of method names")),
+        }
+    })?;
+    m.register_method("engine_getClientVersionV1", |_, _, _| {
+        count("engine_getClientVersionV1");
+        RpcResult::Ok(client_version())
+    })?;
+    m.register_method("engine_getBlobsV1", |params, ctx, _| {
+        count("engine_getBlobsV1");
+        get_blobs(ctx, params, false)
+    })?;
+    m.register_method("engine_getBlobsV2", |params, ctx, _| {
+        count("engine_getBlobsV2");
+        get_blobs(ctx, params, true)
+    })?;
+    for (name, version) in [
+        ("engine_forkchoiceUpdatedV2", Version::V2),
+        ("engine_forkchoiceUpdatedV3", Version::V3),
+    ] {
+        m.register_async_method(name, move |params, ctx, _| async move {
+            count(name);
+            forkchoice_updated(ctx, params, version).await
+        })?;
+    }
+    for (name, version) in [
+        ("engine_newPayloadV2", Version::V2),
+        ("engine_newPayloadV3", Version::V3),
+        ("engine_newPayloadV4", Version::V4),
+    ] {
+        m.register_async_method(name, move |params, ctx, _| async move {
+            count(name);
+            new_payload(ctx, params, version).await
+        })?;
+    }
+    for (name, version) in [
+        ("engine_getPayloadV2", Version::V2),
+        ("engine_getPayloadV3", Version::V3),
+        ("engine_getPayloadV4", Version::V4),
+        ("engine_getPayloadV5", Version::V5),
+    ] {
+        m.register_async_method(name, move |params, ctx, _| async move {
+            count(name);
+            get_payload(ctx, params, version).await
+        })?;
+    }
+    Ok(m)
+}

@@ -1,0 +1,45 @@
+//! The engine API's error codes and messages (execution-apis `src/engine/common.md`).
+
+use jsonrpsee::types::ErrorObjectOwned;
+
+pub const UNKNOWN_PAYLOAD: i32 = -38001;
+pub const INVALID_FORKCHOICE_STATE: i32 = -38002;
+pub const INVALID_PAYLOAD_ATTRIBUTES: i32 = -38003;
+pub const TOO_LARGE_REQUEST: i32 = -38004;
+pub const UNSUPPORTED_FORK: i32 = -38005;
+
+fn engine_error(code: i32, msg: &'static str, detail: Option<String>) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned(code, msg, detail.map(|d| serde_json::json!({ "err": d })))
+}
+
+pub fn invalid_params(detail: impl Into<String>) -> ErrorObjectOwned {
+    crate::params::invalid_params(detail)
+}
+
+pub fn unknown_payload() -> ErrorObjectOwned {
+    engine_error(UNKNOWN_PAYLOAD, "Unknown payload", None)
+}
+
+pub fn invalid_forkchoice_state(detail: impl Into<String>) -> ErrorObjectOwned {
+    engine_error(
+        INVALID_FORKCHOICE_STATE,
+        "Invalid forkchoice state",
+        Some(detail.into()),
+    )
+}
+
+pub fn invalid_attributes(detail: impl Into<String>) -> ErrorObjectOwned {
+    engine_error(
+        INVALID_PAYLOAD_ATTRIBUTES,
+        "Invalid payload attributes",
+        Some(detail.into()),
+    )
+}
+
+pub fn too_large(detail: impl Into<String>) -> ErrorObjectOwned {
+    engine_error(TOO_LARGE_REQUEST, "Too large request", Some(detail.into()))
+}
+
+pub fn unsupported_fork() -> ErrorObjectOwned {
+    engine_error(UNSUPPORTED_FORK, "Unsupported fork", None)
+}

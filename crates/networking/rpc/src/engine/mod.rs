@@ -1,0 +1,203 @@
+//! The engine API: how a consensus client drives this node (execution-apis
+//! `src/engine/`), served on its own port behind JWT authentication.
+//!
+//! ```text
+//!  CL ─HTTP+JWT─▶ auth layer (401 unless a fresh HS256 token) ─▶ jsonrpsee ─▶ handler
+//!
+//!  newPayloadV2..4 ─▶ payload JSON ─▶ Block (roots, hash check, blob hashes)
+//!                  ─▶ Chain::import (blocking pool) ─▶ VALID / INVALID / SYNCING / ACCEPTED
+//!                  ─▶ on import: Pool::on_head_change, head watch
+//!  forkchoiceUpdatedV2..3 ─▶ head known and canonical? ─▶ synced flag, pool catch-up
+//!                  ─▶ with attributes: PayloadService::start ─▶ payloadId
+//!  getPayloadV2..5 ─▶ PayloadService::get ─▶ payload + blobs bundle (+ requests)
+//!  getBlobsV1/V2   ─▶ Pool::blob_by_versioned_hash
+//! ```
+//!
+//! The chain imports only on top of its head and makes every imported block the head at
+//! once (no reorgs yet), so `newPayload` both executes and advances the head, and
+//! `forkchoiceUpdated` confirms it: a head that is the current head is VALID, a canonical
+//! ancestor is acknowledged as VALID without moving back (as geth does), and a block the
+//! chain does not hold is SYNCING. The engine itself tells the pool about each new head
+//! ([`moat_blockchain::mempool::Pool::on_head_change`]); the node learns of it from
+//! [`EngineContext::subscribe_heads`] (for newHeads subscribers and p2p).
+//!
+//! `newPayload` and `forkchoiceUpdated` run one at a time, so a head change and the
+//! pool update that follows it are never interleaved with another import.
+
+mod api;
+mod auth;
+mod errors;
+mod types;
+
+pub use auth::{
+    IAT_WINDOW_SECS, JwtAuthLayer, JwtError, make_token, parse_jwt_secret, read_jwt_secret,
+    unix_now,
+};
+pub use errors::{
+    INVALID_FORKCHOICE_STATE, INVALID_PAYLOAD_ATTRIBUTES, TOO_LARGE_REQUEST, UNKNOWN_PAYLOAD,
+    UNSUPPORTED_FORK,
+};
+
+use crate::RpcError;
+use alloy_primitives::B256;
+use jsonrpsee::server::{Server, ServerConfig, ServerHandle};
+use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::Pool;
+use moat_blockchain::payload::PayloadService;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use tokio::sync::watch;
+
+/// Engine endpoint settings; geth's `--authrpc.*` defaults.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub addr: SocketAddr,
+    pub jwt_secret: [u8; 32],
+    /// Largest request body; geth allows 128 MiB on the engine port, since a payload
+    /// (and a getBlobs answer) can be tens of megabytes and only the CL can send one.
+    pub max_body_size: u32,
+}
+
+impl EngineConfig {
+    /// The default address (127.0.0.1:8551) with `jwt_secret`.
+    pub fn new(jwt_secret: [u8; 32]) -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8551)),
+            jwt_secret,
+            max_body_size: 128 << 20,
+        }
+    }
+}
+
+/// Blocks the engine refused, so their descendants are refused without execution; the
+/// value is the latest valid ancestor to report.
+#[derive(Debug, Default)]
+struct InvalidBlocks(HashMap<B256, Option<B256>>);
+
+impl InvalidBlocks {
+    /// Enough for a few epochs of a misbehaving CL; forgetting is safe (the block is
+    /// just executed again).
+    const CAP: usize = 512;
+
+    fn insert(&mut self, hash: B256, latest_valid: Option<B256>) {
+        if self.0.len() >= Self::CAP {
+            self.0.clear();
+        }
+        self.0.insert(hash, latest_valid);
+    }
+
+    fn get(&self, hash: &B256) -> Option<Option<B256>> {
+        self.0.get(hash).copied()
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// Serialises newPayload and forkchoiceUpdated.
+    order: tokio::sync::Mutex<()>,
+    invalid: Mutex<InvalidBlocks>,
+    /// The block the pool was last told about, so a head imported some other way (p2p,
+    /// offline import) still reaches the pool on the next forkchoiceUpdated.
+    pool_head: Mutex<B256>,
+    heads: watch::Sender<B256>,
+}
+
+/// What the engine handlers work on. Cloning shares it.
+#[derive(Debug, Clone)]
+pub struct EngineContext {
+    pub chain: Chain,
+    pub pool: Pool,
+    pub payloads: PayloadService,
+    /// Set by the first forkchoiceUpdated to a known head: the CL says we are at the
+    /// tip, so peers' transactions are worth admitting. The node reads it.
+    pub synced: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl EngineContext {
+    pub fn new(chain: Chain, pool: Pool, payloads: PayloadService) -> Self {
+        let head = chain.head().map(|(_, h)| h).unwrap_or_default();
+        Self {
+            chain,
+            pool,
+            payloads,
+            synced: Arc::new(AtomicBool::new(false)),
+            shared: Arc::new(Shared {
+                order: tokio::sync::Mutex::new(()),
+                invalid: Mutex::new(InvalidBlocks::default()),
+                pool_head: Mutex::new(head),
+                heads: watch::channel(head).0,
+            }),
+        }
+    }
+
+    /// Shares the node's "synced" flag instead of a fresh one.
+    pub fn with_synced_flag(mut self, synced: Arc<AtomicBool>) -> Self {
+        self.synced = synced;
+        self
+    }
+
+    /// The hash of the head after each import or head change the engine made.
+    pub fn subscribe_heads(&self) -> watch::Receiver<B256> {
+        self.shared.heads.subscribe()
+    }
+}
+
+/// A running engine endpoint.
+#[derive(Debug)]
+pub struct EngineHandle {
+    addr: SocketAddr,
+    server: ServerHandle,
+}
+
+impl EngineHandle {
+    /// The bound address (the real port when the config asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections; calling it twice is harmless.
+    pub fn stop(&self) {
+        let _ = self.server.stop();
+    }
+
+    /// Resolves once the server has shut down.
+    pub async fn stopped(self) {
+        self.server.stopped().await;
+    }
+}
+
+/// Binds the engine endpoint (HTTP and WebSocket on one port, both behind JWT) and
+/// starts serving `ctx`.
+pub async fn start_engine(
+    config: EngineConfig,
+    ctx: EngineContext,
+) -> Result<EngineHandle, RpcError> {
+    let methods = api::module(ctx)?;
+    let server_config = ServerConfig::builder()
+        .max_request_body_size(config.max_body_size)
+        .max_response_body_size(config.max_body_size)
+        .build();
+    let server = Server::builder()
+        .set_config(server_config)
+        .set_http_middleware(
+            tower::ServiceBuilder::new().layer(JwtAuthLayer::new(config.jwt_secret)),
+        )
+        .build(config.addr)
+        .await
+        .map_err(|source| RpcError::Bind {
+            addr: config.addr,
+            source,
+        })?;
+    let addr = server.local_addr().map_err(|source| RpcError::Bind {
+        addr: config.addr,
+        source,
+    })?;
+    Ok(EngineHandle {
+        addr,
+        server: server.start(methods),
+    })
+}

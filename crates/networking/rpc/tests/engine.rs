@@ -1,0 +1,623 @@
+//! The engine API end to end: a Prague chain over an in-memory store, a pool and a
+//! payload service over it, and JWT-authenticated requests over real HTTP.
+//!
+//! The flow a consensus client drives is tested as it drives it: forkchoiceUpdated with
+//! attributes, getPayload, newPayload of what was built, forkchoiceUpdated to it.
+
+use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
+use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
+use moat_blockchain::payload::PayloadService;
+use moat_common::PooledTransaction;
+use moat_common::block::Block;
+use moat_common::config::Genesis;
+use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+use moat_crypto::secp::Signer;
+use moat_rpc::engine::make_token;
+use moat_rpc::{EngineConfig, EngineContext, EngineHandle, StoreStateView};
+use moat_storage::Store;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CHAIN_ID: u64 = 1337;
+const SECRET: [u8; 32] = [0x42; 32];
+
+/// All forks through Prague at genesis, one funded key, and the Prague system contracts
+/// (taken from the ethtest genesis: block execution needs their code).
+fn genesis(rich: Address) -> Genesis {
+    let ethtest = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../../shared/testdata/ethtest/genesis.json"
+    );
+    let ethtest: Value =
+        serde_json::from_str(&std::fs::read_to_string(ethtest).expect("ethtest genesis"))
+            .expect("ethtest genesis is JSON");
+    let mut alloc = serde_json::Map::new();
+    for address in [
+        "000f3df6d732807ef1319fb7b8bb8522d0beac02",
+        "0000f90827f1c53a10cb7a02335b175320002935",
+        "00000961ef480eb55e80d19ad83579a64c007002",
+        "0000bbddc7ce488642fb579f8b00f3a590007251",
+    ] {
+        alloc.insert(address.into(), ethtest["alloc"][address].clone());
+    }
+    alloc.insert(
+        format!("{rich:x}"),
+        json!({ "balance": "0xde0b6b3a7640000" }),
+    );
+    let genesis = json!({
+        "config": {
+            "chainId": CHAIN_ID, "homesteadBlock": 0, "eip150Block": 0, "eip155Block": 0,
+            "eip158Block": 0, "byzantiumBlock": 0, "constantinopleBlock": 0,
+            "petersburgBlock": 0, "istanbulBlock": 0, "berlinBlock": 0, "londonBlock": 0,
+            "mergeNetsplitBlock": 0, "terminalTotalDifficulty": 0, "shanghaiTime": 0,
+            "cancunTime": 0, "pragueTime": 0,
+            "depositContractAddress": "0x0000000000000000000000000000000000000000"
+        },
+        "gasLimit": "0x1c9c380", "difficulty": "0x0", "timestamp": "0x0",
+        "alloc": alloc,
+    });
+    Genesis::from_json(&genesis.to_string()).expect("test genesis parses")
+}
+
+struct Node {
+    handle: EngineHandle,
+    chain: Chain,
+    pool: Pool,
+    ctx: EngineContext,
+    rich: Signer,
+}
+
+async fn node() -> Node {
+    let rich = Signer::from_seed(1);
+    let store = Store::in_memory();
+    let chain = Chain::init(store.clone(), &genesis(rich.address())).expect("genesis");
+    let view = StoreStateView::new(store, chain.config().clone());
+    let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
+    let chain = chain.with_sender_cache(pool.sender_cache().clone());
+    let payloads = PayloadService::new(chain.clone(), pool.clone());
+    let ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let config = EngineConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        ..EngineConfig::new(SECRET)
+    };
+    let handle = moat_rpc::start_engine(config, ctx.clone())
+        .await
+        .expect("engine starts");
+    Node {
+        handle,
+        chain,
+        pool,
+        ctx,
+        rich,
+    }
+}
+
+fn now() -> u64 {
+    moat_rpc::engine::unix_now()
+}
+
+/// POSTs a JSON-RPC call with `token` (if any); returns (HTTP status, body).
+async fn post(addr: SocketAddr, token: Option<&str>, method: &str, params: Value) -> (u16, String) {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let (headers, body) = text.split_once("\r\n\r\n").unwrap_or_default();
+    let body = if headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A call with a fresh good token; the whole JSON-RPC response.
+async fn call(addr: SocketAddr, method: &str, params: Value) -> Value {
+    let (status, body) = post(addr, Some(&make_token(&SECRET, now())), method, params).await;
+    assert_eq!(status, 200, "{method}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{method}: not JSON ({e}): {body}"))
+}
+
+async fn result(addr: SocketAddr, method: &str, params: Value) -> Value {
+    let r = call(addr, method, params).await;
+    r.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("{method} failed: {r}"))
+}
+
+async fn error_code(addr: SocketAddr, method: &str, params: Value) -> i64 {
+    let r = call(addr, method, params).await;
+    r["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{method} did not fail: {r}"))
+}
+
+fn transfer(signer: &Signer, nonce: u64) -> PooledTransaction {
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id: CHAIN_ID,
+        nonce,
+        max_priority_fee_per_gas: 2_000_000_000,
+        max_fee_per_gas: 10_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(0x11)),
+        value: U256::from(5),
+        input: Bytes::new(),
+        access_list: Vec::new(),
+    });
+    PooledTransaction::new(SignedTransaction::sign(tx, signer), None)
+}
+
+fn fcu_state(head: B256) -> Value {
+    json!({ "headBlockHash": head, "safeBlockHash": head, "finalizedBlockHash": B256::ZERO })
+}
+
+fn attributes(timestamp: u64) -> Value {
+    json!({
+        "timestamp": format!("{timestamp:#x}"),
+        "prevRandao": B256::repeat_byte(7),
+        "suggestedFeeRecipient": Address::repeat_byte(0xfe),
+        "withdrawals": [],
+        "parentBeaconBlockRoot": B256::repeat_byte(9),
+    })
+}
+
+/// A block as an `ExecutionPayloadV3`, for payloads the test alters.
+fn payload_of(block: &Block) -> Value {
+    let h = &block.header;
+    let q = |n: u64| format!("{n:#x}");
+    json!({
+        "parentHash": h.parent_hash,
+        "feeRecipient": h.beneficiary,
+        "stateRoot": h.state_root,
+        "receiptsRoot": h.receipts_root,
+        "logsBloom": h.logs_bloom,
+        "prevRandao": h.mix_hash,
+        "blockNumber": q(h.number),
+        "gasLimit": q(h.gas_limit),
+        "gasUsed": q(h.gas_used),
+        "timestamp": q(h.timestamp),
+        "extraData": h.extra_data,
+        "baseFeePerGas": q(h.base_fee_per_gas.unwrap()),
+        "blockHash": block.hash,
+        "transactions": block.transactions.iter()
+            .map(|t| format!("0x{}", alloy_primitives::hex::encode(t.encoded_2718())))
+            .collect::<Vec<_>>(),
+        "withdrawals": [],
+        "blobGasUsed": q(h.blob_gas_used.unwrap()),
+        "excessBlobGas": q(h.excess_blob_gas.unwrap()),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_need_a_fresh_token_signed_with_the_secret() {
+    let n = node().await;
+    let addr = n.handle.local_addr();
+    let caps = json!([["engine_newPayloadV4"]]);
+
+    let (status, _) = post(addr, None, "engine_exchangeCapabilities", caps.clone()).await;
+    assert_eq!(status, 401, "no token");
+    let wrong = make_token(&[0x43; 32], now());
+    let (status, _) = post(
+        addr,
+        Some(&wrong),
+        "engine_exchangeCapabilities",
+        caps.clone(),
+    )
+    .await;
+    assert_eq!(status, 401, "wrong secret");
+    let stale = make_token(&SECRET, now() - 120);
+    let (status, _) = post(
+        addr,
+        Some(&stale),
+        "engine_exchangeCapabilities",
+        caps.clone(),
+    )
+    .await;
+    assert_eq!(status, 401, "iat two minutes old");
+    let (status, _) = post(
+        addr,
+        Some("not.a.jwt"),
+        "engine_exchangeCapabilities",
+        caps.clone(),
+    )
+    .await;
+    assert_eq!(status, 401, "garbage");
+
+    let listed = result(addr, "engine_exchangeCapabilities", caps).await;
+    let listed: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for m in [
+        "engine_newPayloadV4",
+        "engine_forkchoiceUpdatedV3",
+        "engine_getPayloadV4",
+        "engine_getBlobsV1",
+    ] {
+        assert!(listed.contains(&m), "{m} in {listed:?}");
+    }
+    let version = result(
+        addr,
+        "engine_getClientVersionV1",
+        json!([{
+            "code": "LH", "name": "lighthouse", "version": "v1", "commit": "0x01020304"
+        }]),
+    )
+    .await;
+    assert_eq!(version[0]["code"], "MO");
+    assert_eq!(version[0]["name"], "moat");
+    n.handle.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_tx_goes_through_fcu_getpayload_newpayload() {
+    let n = node().await;
+    let addr = n.handle.local_addr();
+    let genesis = n.chain.head_header().unwrap();
+    let genesis_hash = genesis.hash();
+    let mut heads = n.ctx.subscribe_heads();
+
+    let tx = transfer(&n.rich, 0);
+    n.pool
+        .add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
+        .await
+        .expect("pool admits the transfer");
+    assert!(!n.ctx.synced.load(Ordering::Acquire));
+
+    // Build on genesis.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(genesis_hash), attributes(genesis.timestamp + 12)]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(genesis_hash));
+    assert!(
+        n.ctx.synced.load(Ordering::Acquire),
+        "a known head marks us synced"
+    );
+    let id = fcu["payloadId"].as_str().expect("a payload id").to_string();
+    assert_eq!(id.len(), 18, "8 bytes of hex: {id}");
+
+    let env = result(addr, "engine_getPayloadV4", json!([id])).await;
+    let payload = env["executionPayload"].clone();
+    let txs = payload["transactions"].as_array().unwrap();
+    assert_eq!(txs.len(), 1, "{payload}");
+    assert_eq!(
+        txs[0].as_str().unwrap(),
+        format!("0x{}", alloy_primitives::hex::encode(tx.encoded_2718()))
+    );
+    assert_eq!(payload["blockNumber"], "0x1");
+    assert_eq!(env["executionRequests"], json!([]));
+    assert_eq!(env["blobsBundle"]["blobs"], json!([]));
+    assert_eq!(env["shouldOverrideBuilder"], false);
+    // Tip 2 gwei × 21000 gas.
+    assert_eq!(
+        env["blockValue"],
+        json!(format!("{:#x}", 42_000_000_000_000u64))
+    );
+    // V3 is for Cancun payloads only.
+    assert_eq!(
+        error_code(addr, "engine_getPayloadV3", json!([id])).await,
+        i64::from(moat_rpc::engine::UNSUPPORTED_FORK)
+    );
+
+    let block_hash: B256 = payload["blockHash"].as_str().unwrap().parse().unwrap();
+    let np_params = json!([payload, [], B256::repeat_byte(9), []]);
+    let status = result(addr, "engine_newPayloadV4", np_params.clone()).await;
+    assert_eq!(status["status"], "VALID", "{status}");
+    assert_eq!(status["latestValidHash"], json!(block_hash));
+    assert_eq!(n.chain.head().unwrap(), (1, block_hash));
+    assert!(!n.pool.contains(&tx.hash()), "mined tx left the pool");
+    assert_eq!(*heads.borrow_and_update(), block_hash);
+
+    // Known already: still VALID.
+    let again = result(addr, "engine_newPayloadV4", np_params).await;
+    assert_eq!(again["status"], "VALID");
+
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(block_hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert_eq!(fcu["payloadId"], Value::Null);
+    // A canonical ancestor is acknowledged, the head stays.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(genesis_hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID");
+    assert_eq!(n.chain.head().unwrap().1, block_hash);
+    n.handle.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_payloads_and_forkchoices_get_the_spec_answers() {
+    let n = node().await;
+    let addr = n.handle.local_addr();
+    let genesis = n.chain.head_header().unwrap();
+    let genesis_hash = genesis.hash();
+    n.pool
+        .add_transaction(
+            TxInput::Raw(transfer(&n.rich, 0).encoded_2718().into()),
+            TxOrigin::Local,
+        )
+        .await
+        .unwrap();
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(genesis_hash), attributes(genesis.timestamp + 12)]),
+    )
+    .await;
+    let env = result(addr, "engine_getPayloadV4", json!([fcu["payloadId"]])).await;
+    let good = env["executionPayload"].clone();
+    let root = B256::repeat_byte(9);
+
+    // A block hash that is not the header's.
+    let mut p = good.clone();
+    p["blockHash"] = json!(B256::repeat_byte(0xbb));
+    let s = result(addr, "engine_newPayloadV4", json!([p, [], root, []])).await;
+    assert_eq!(s["status"], "INVALID", "{s}");
+    assert_eq!(s["latestValidHash"], Value::Null);
+    assert!(
+        s["validationError"]
+            .as_str()
+            .unwrap()
+            .starts_with("blockhash mismatch")
+    );
+
+    // Versioned hashes that the block's txs do not carry.
+    let s = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([good, [B256::repeat_byte(1)], root, []]),
+    )
+    .await;
+    assert_eq!(s["status"], "INVALID", "{s}");
+
+    // The built block, decoded back, with changes and a recomputed hash.
+    let raw_txs: Vec<SignedTransaction> = good["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let hex = t.as_str().unwrap().trim_start_matches("0x");
+            SignedTransaction::decode_2718(&alloy_primitives::hex::decode(hex).unwrap()).unwrap()
+        })
+        .collect();
+    let built = {
+        let mut b = Block {
+            header: n.chain.head_header().unwrap(),
+            hash: B256::ZERO,
+            transactions: raw_txs,
+            ommers: Vec::new(),
+            withdrawals: Some(Vec::new()),
+        };
+        let h = &mut b.header;
+        let field = |k: &str| good[k].as_str().unwrap().to_string();
+        let num = |k: &str| u64::from_str_radix(field(k).trim_start_matches("0x"), 16).unwrap();
+        h.parent_hash = field("parentHash").parse().unwrap();
+        h.beneficiary = field("feeRecipient").parse().unwrap();
+        h.state_root = field("stateRoot").parse().unwrap();
+        h.receipts_root = field("receiptsRoot").parse().unwrap();
+        h.logs_bloom = field("logsBloom").parse().unwrap();
+        h.mix_hash = field("prevRandao").parse().unwrap();
+        h.number = num("blockNumber");
+        h.gas_limit = num("gasLimit");
+        h.gas_used = num("gasUsed");
+        h.timestamp = num("timestamp");
+        h.extra_data = alloy_primitives::hex::decode(field("extraData").trim_start_matches("0x"))
+            .unwrap()
+            .into();
+        h.base_fee_per_gas = Some(num("baseFeePerGas"));
+        h.blob_gas_used = Some(num("blobGasUsed"));
+        h.excess_blob_gas = Some(num("excessBlobGas"));
+        h.parent_beacon_block_root = Some(root);
+        h.requests_hash = Some(moat_blockchain::chain::requests_hash(&[]));
+        b.header.transactions_root = b.transactions_root();
+        b.header.withdrawals_root = b.withdrawals_root();
+        b.hash = b.header.hash();
+        assert_eq!(
+            json!(b.hash),
+            good["blockHash"],
+            "the test rebuilds the header right"
+        );
+        b
+    };
+
+    // An unknown parent: SYNCING.
+    let mut orphan = built.clone();
+    orphan.header.parent_hash = B256::repeat_byte(0x77);
+    orphan.hash = orphan.header.hash();
+    let s = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([payload_of(&orphan), [], root, []]),
+    )
+    .await;
+    assert_eq!(s["status"], "SYNCING", "{s}");
+
+    // A wrong state root: INVALID, the parent is the latest valid block.
+    let mut wrong = built.clone();
+    wrong.header.state_root = B256::repeat_byte(0x55);
+    wrong.hash = wrong.header.hash();
+    let s = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([payload_of(&wrong), [], root, []]),
+    )
+    .await;
+    assert_eq!(s["status"], "INVALID", "{s}");
+    assert_eq!(s["latestValidHash"], json!(genesis_hash));
+    // …and remembered.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(wrong.hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
+    assert_eq!(n.chain.head().unwrap().1, genesis_hash);
+
+    // The good one still imports.
+    let s = result(addr, "engine_newPayloadV4", json!([good, [], root, []])).await;
+    assert_eq!(s["status"], "VALID", "{s}");
+
+    // Forkchoice to a block we do not have: SYNCING, no payload.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(B256::repeat_byte(0x66)), attributes(1000)]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "SYNCING", "{fcu}");
+    assert_eq!(fcu["payloadId"], Value::Null);
+
+    // Attributes not after the head: -38003.
+    let code = error_code(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(built.hash), attributes(built.header.timestamp)]),
+    )
+    .await;
+    assert_eq!(
+        code,
+        i64::from(moat_rpc::engine::INVALID_PAYLOAD_ATTRIBUTES)
+    );
+    // A finalized block that is not ours: -38002.
+    let code = error_code(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([{ "headBlockHash": built.hash, "safeBlockHash": built.hash,
+                 "finalizedBlockHash": B256::repeat_byte(0x12) }, null]),
+    )
+    .await;
+    assert_eq!(code, i64::from(moat_rpc::engine::INVALID_FORKCHOICE_STATE));
+
+    // Unknown payload id: -38001; malformed: -32602.
+    assert_eq!(
+        error_code(addr, "engine_getPayloadV4", json!(["0x0102030405060708"])).await,
+        i64::from(moat_rpc::engine::UNKNOWN_PAYLOAD)
+    );
+    assert_eq!(
+        error_code(addr, "engine_getPayloadV4", json!(["0x01"])).await,
+        -32602
+    );
+    // A Prague payload over V3: unsupported fork; a payload missing fields: -32602.
+    assert_eq!(
+        error_code(addr, "engine_newPayloadV3", json!([good, [], root])).await,
+        i64::from(moat_rpc::engine::UNSUPPORTED_FORK)
+    );
+    let mut partial = good.clone();
+    partial.as_object_mut().unwrap().remove("stateRoot");
+    assert_eq!(
+        error_code(addr, "engine_newPayloadV4", json!([partial, [], root, []])).await,
+        -32602
+    );
+
+    // getBlobs: unknown hashes are null (V1) or a null answer (V2); too many: -38004.
+    let unknown = B256::repeat_byte(0x01);
+    assert_eq!(
+        result(addr, "engine_getBlobsV1", json!([[unknown]])).await,
+        json!([null])
+    );
+    assert_eq!(
+        result(addr, "engine_getBlobsV2", json!([[unknown]])).await,
+        Value::Null
+    );
+    let many = vec![unknown; 129];
+    assert_eq!(
+        error_code(addr, "engine_getBlobsV1", json!([many])).await,
+        i64::from(moat_rpc::engine::TOO_LARGE_REQUEST)
+    );
+    n.handle.stop();
+}
+
+/// go-ethereum's ethtest chain rebuilt from genesis through 601 newPayloadV2/V3/V4 calls
+/// (pre-Cancun, Cancun and Prague payloads, base64 execution requests included), then the
+/// suite's own forkchoiceUpdatedV3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ethtest_chain_replays_through_new_payload() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../../shared/testdata/ethtest/"
+    );
+    let genesis = Genesis::from_file(std::path::Path::new(&format!("{dir}genesis.json"))).unwrap();
+    let store = Store::in_memory();
+    let chain = Chain::init(store.clone(), &genesis).unwrap();
+    let view = StoreStateView::new(store, chain.config().clone());
+    let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
+    let payloads = PayloadService::new(chain.clone(), pool.clone());
+    let ctx = EngineContext::new(chain.clone(), pool, payloads);
+    let config = EngineConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        ..EngineConfig::new(SECRET)
+    };
+    let handle = moat_rpc::start_engine(config, ctx).await.unwrap();
+    let addr = handle.local_addr();
+
+    let calls: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}newpayload.json")).unwrap())
+            .unwrap();
+    for c in &calls {
+        let method = c["method"].as_str().unwrap();
+        let status = result(addr, method, c["params"].clone()).await;
+        assert_eq!(status["status"], "VALID", "{}: {status}", c["id"]);
+    }
+    let fcu: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}headfcu.json")).unwrap())
+            .unwrap();
+    let head: B256 = fcu["params"][0]["headBlockHash"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(chain.head().unwrap(), (600, head));
+    let r = result(addr, "engine_forkchoiceUpdatedV3", fcu["params"].clone()).await;
+    assert_eq!(r["payloadStatus"]["status"], "VALID", "{r}");
+    handle.stop();
+}

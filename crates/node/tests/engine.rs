@@ -1,0 +1,125 @@
+//! The node as hive drives it: the engine API rebuilds the conformance chain from
+//! genesis with its 601 newPayload calls, and the suite's forkchoiceUpdated is accepted
+//! with the suite's JWT secret — also on a datadir filled by `moat import`.
+
+mod common;
+
+use common::{Node, free_port, post, rpc, testdata, wait_for};
+use std::process::Command;
+
+const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
+
+fn bearer(secret: &[u8; 32], iat: u64) -> String {
+    format!(
+        "Authorization: Bearer {}\r\n",
+        moat_rpc::engine::make_token(secret, iat)
+    )
+}
+
+fn engine_call(port: u16, body: &str) -> (u16, serde_json::Value) {
+    let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
+    post(port, &bearer(&secret, moat_rpc::engine::unix_now()), body).expect("the engine answers")
+}
+
+fn start(datadir: &std::path::Path) -> (Node, u16, u16) {
+    let secret_file = datadir.with_extension("jwt");
+    std::fs::write(&secret_file, SECRET_HEX).unwrap();
+    let (http, auth) = (free_port(), free_port());
+    let node = Node::start(&[
+        "--network",
+        testdata("genesis.json").to_str().unwrap(),
+        "--datadir",
+        datadir.to_str().unwrap(),
+        "--http.port",
+        &http.to_string(),
+        "--authrpc.port",
+        &auth.to_string(),
+        "--authrpc.jwtsecret",
+        secret_file.to_str().unwrap(),
+    ]);
+    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
+    (node, http, auth)
+}
+
+fn datadir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("moat-engine-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn headfcu() -> String {
+    std::fs::read_to_string(testdata("headfcu.json")).unwrap()
+}
+
+#[test]
+fn newpayload_replay_rebuilds_the_chain_and_headfcu_is_accepted() {
+    let dir = datadir("replay");
+    let (_node, http, auth) = start(&dir);
+
+    // No token, a wrong secret, a stale token: refused before any handler runs.
+    let caps = r#"{"jsonrpc":"2.0","id":1,"method":"engine_exchangeCapabilities","params":[[]]}"#;
+    assert_eq!(post(auth, "", caps).unwrap().0, 401);
+    let wrong = bearer(&[7u8; 32], moat_rpc::engine::unix_now());
+    assert_eq!(post(auth, &wrong, caps).unwrap().0, 401);
+    let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
+    let stale = bearer(&secret, moat_rpc::engine::unix_now() - 120);
+    assert_eq!(post(auth, &stale, caps).unwrap().0, 401);
+    assert_eq!(engine_call(auth, caps).0, 200);
+
+    let requests: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(testdata("newpayload.json")).unwrap())
+            .unwrap();
+    assert_eq!(requests.len(), 601);
+    for r in &requests {
+        let (code, response) = engine_call(auth, &r.to_string());
+        assert_eq!(code, 200);
+        assert_eq!(
+            response["result"]["status"], "VALID",
+            "{} -> {response}",
+            r["id"]
+        );
+    }
+    assert_eq!(
+        rpc(http, "eth_blockNumber", "[]").unwrap()["result"],
+        "0x258"
+    );
+
+    let (_, response) = engine_call(auth, &headfcu());
+    assert_eq!(
+        response["result"]["payloadStatus"]["status"], "VALID",
+        "{response}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn headfcu_is_accepted_after_an_offline_import() {
+    let dir = datadir("import");
+    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .arg("import")
+        .arg(testdata("chain.rlp"))
+        .arg("--network")
+        .arg(testdata("genesis.json"))
+        .arg("--datadir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_node, http, auth) = start(&dir);
+    assert_eq!(
+        rpc(http, "eth_blockNumber", "[]").unwrap()["result"],
+        "0x258"
+    );
+    let (_, response) = engine_call(auth, &headfcu());
+    let status = &response["result"]["payloadStatus"];
+    assert_eq!(status["status"], "VALID", "{response}");
+    assert_eq!(
+        status["latestValidHash"],
+        "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
