@@ -90,13 +90,19 @@ impl StateView for StoreStateView {
         let Some((_, header)) = head_header(&self.store) else {
             return HeadInfo::default();
         };
-        let (base_fee, blob_base_fee) = next_block_fees(&self.config, &header);
-        HeadInfo {
-            number: header.number,
-            timestamp: header.timestamp,
-            base_fee,
-            blob_base_fee,
-            gas_limit: header.gas_limit,
-        }
+        head_info(&self.config, &header)
+    }
+}
+
+/// The pool's view of the block after `header`: its number and time, and the fees and
+/// gas limit the next block will have.
+pub fn head_info(config: &ChainConfig, header: &Header) -> HeadInfo {
+    let (base_fee, blob_base_fee) = next_block_fees(config, header);
+    HeadInfo {
+        number: header.number,
+        timestamp: header.timestamp,
+        base_fee,
+        blob_base_fee,
+        gas_limit: header.gas_limit,
     }
 }

@@ -11,7 +11,6 @@ use super::types::{
 };
 use crate::count;
 use crate::params::{RpcResult, internal};
-use crate::state::next_block_fees;
 use alloy_primitives::{Address, B256};
 use jsonrpsee::RpcModule;
 use jsonrpsee::server::RegisterMethodError;
@@ -66,14 +65,7 @@ fn join_err(e: tokio::task::JoinError) -> jsonrpsee::types::ErrorObjectOwned {
 
 /// The pool's view of the block after `header`.
 fn head_info(ctx: &EngineContext, header: &Header) -> HeadInfo {
-    let (base_fee, blob_base_fee) = next_block_fees(ctx.chain.config(), header);
-    HeadInfo {
-        number: header.number,
-        timestamp: header.timestamp,
-        base_fee,
-        blob_base_fee,
-        gas_limit: header.gas_limit,
-    }
+    crate::state::head_info(ctx.chain.config(), header)
 }
 
 /// A new head as the pool needs it: what it mined and whose accounts it changed.
