@@ -249,6 +249,26 @@ impl Chain {
         })
     }
 
+    /// Runs a call on the head's post-state, in the head's block environment (eth_call).
+    pub fn call(&self, req: &vm::CallRequest) -> Result<vm::CallOutcome, VmError> {
+        let head = self
+            .head_header()
+            .map_err(|e| VmError::State(e.to_string()))?;
+        vm::call(&self.config, &head, req, &StoreState(&self.store))
+    }
+
+    /// The least gas `req` needs on the head's post-state (eth_estimateGas), or how it
+    /// fails at the gas cap.
+    pub fn estimate_gas(
+        &self,
+        req: &vm::CallRequest,
+    ) -> Result<Result<u64, vm::CallOutcome>, VmError> {
+        let head = self
+            .head_header()
+            .map_err(|e| VmError::State(e.to_string()))?;
+        vm::estimate_gas(&self.config, &head, req, &StoreState(&self.store))
+    }
+
     /// Reads senders from (and records them in) the pool's sender cache.
     pub fn with_sender_cache(mut self, cache: SenderCache) -> Self {
         self.senders = Some(cache);

@@ -51,6 +51,33 @@ fn dev_node_mines_a_transaction_sent_over_http() {
     )
     .unwrap();
     assert_eq!(balance["result"], "0x21e27c1806e59a40000", "10001 ether");
+    // eth_estimateGas and eth_call run on the head state.
+    let transfer = r#"[{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","value":"0x1"}]"#;
+    assert_eq!(
+        rpc(port, "eth_estimateGas", transfer).unwrap()["result"],
+        "0x5208"
+    );
+    assert_eq!(rpc(port, "eth_call", transfer).unwrap()["result"], "0x");
+    // EIP-2935's history contract holds the genesis hash once block 1 exists.
+    let genesis =
+        rpc(port, "eth_getBlockByNumber", r#"["0x0", false]"#).unwrap()["result"]["hash"].clone();
+    let history = r#"[{"to":"0x0000F90827F1C53a10cb7A02335B175320002935","data":"0x0000000000000000000000000000000000000000000000000000000000000000"},"latest"]"#;
+    assert_eq!(rpc(port, "eth_call", history).unwrap()["result"], genesis);
+    // The beacon-roots contract reverts on a malformed input: geth's code 3.
+    let bad = r#"[{"to":"0x000F3df6D732807Ef1319fB7B8bB8522d0Beac02","data":"0x01"}]"#;
+    let reverted = rpc(port, "eth_call", bad).unwrap();
+    assert_eq!(reverted["error"]["code"], 3, "{reverted}");
+    assert!(
+        reverted["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("execution reverted")
+    );
+    assert_eq!(
+        rpc(port, "eth_estimateGas", bad).unwrap()["error"]["code"],
+        3
+    );
+
     let status = rpc(port, "txpool_status", "[]").unwrap();
     assert_eq!(status["result"]["pending"], "0x0");
 

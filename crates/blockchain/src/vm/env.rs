@@ -87,6 +87,14 @@ impl BlockSetup {
         Ok(BlockSetup { block, cfg })
     }
 
+    /// The same block, set up for a call (eth_call, eth_estimateGas): the sender's nonce
+    /// is not checked, and a call without a gas price runs below the base fee.
+    pub(super) fn for_call(mut self, without_fee: bool) -> Self {
+        self.cfg.disable_nonce_check = true;
+        self.cfg.disable_base_fee = without_fee;
+        self
+    }
+
     pub(super) fn build_evm<'a>(&self, db: State<ReaderDb<'a>>) -> BlockEvm<'a> {
         Context::mainnet()
             .with_db(db)

@@ -22,6 +22,7 @@
 //! Only post-merge blocks are executed (no block rewards, no difficulty); a block of an
 //! earlier fork is refused as [`VmError::InvalidBlock`] rather than executed wrongly.
 
+mod call;
 mod changes;
 mod db;
 mod env;
@@ -40,6 +41,7 @@ use revm::database::states::bundle_state::BundleRetention;
 use revm::database_interface::DatabaseCommitExt;
 use std::collections::BTreeMap;
 
+pub use call::{CallOutcome, CallRequest, call, call_gas_cap, estimate_gas};
 pub use system::{
     BEACON_ROOTS_ADDRESS, CONSOLIDATION_REQUEST_ADDRESS, DEPOSIT_EVENT_TOPIC,
     HISTORY_STORAGE_ADDRESS, WITHDRAWAL_REQUEST_ADDRESS,
@@ -106,6 +108,9 @@ pub enum VmError {
     /// The state reader failed, or revm failed internally: the block's validity is unknown.
     #[error("state read failed: {0}")]
     State(String),
+    /// A call (eth_call, eth_estimateGas) that cannot run: funds, gas, fees.
+    #[error("{0}")]
+    InvalidCall(String),
 }
 
 /// revm's error for one transaction or system call, as our error. Database failures and

@@ -99,7 +99,7 @@ fn address_param(v: Option<Value>) -> RpcResult<Address> {
     serde_json::from_value(v).map_err(|e| invalid_params(format!("invalid address: {e}")))
 }
 
-fn block_param(v: Option<Value>) -> RpcResult<BlockRef> {
+pub(crate) fn block_param(v: Option<Value>) -> RpcResult<BlockRef> {
     v.as_ref().map_or(Ok(BlockRef::default()), parse_block_ref)
 }
 

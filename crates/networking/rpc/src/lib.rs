@@ -23,6 +23,7 @@
 //! The engine API ([`engine`]) is a second server on its own port (8551), every request
 //! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
 
+mod call;
 pub mod engine;
 mod eth;
 mod fees;
@@ -218,6 +219,8 @@ pub fn module(
         eth::get_transaction_count,
     )?;
     blocking(&mut m, "eth_getCode", eth::get_code)?;
+    blocking(&mut m, "eth_call", call::call)?;
+    blocking(&mut m, "eth_estimateGas", call::estimate_gas)?;
     blocking(&mut m, "eth_getStorageAt", eth::get_storage_at)?;
     blocking(&mut m, "eth_getBlockByNumber", eth::get_block_by_number)?;
     blocking(&mut m, "eth_getBlockByHash", eth::get_block_by_hash)?;

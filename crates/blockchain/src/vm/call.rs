@@ -1,0 +1,154 @@
+//! `eth_call` and `eth_estimateGas`: one transaction on a block's post-state, nothing kept.
+
+use super::{StateReader, VmError, db, env, evm_error};
+use alloy_primitives::{Address, Bytes, TxKind, U256};
+use moat_common::block::Header;
+use moat_common::config::{ChainConfig, Fork};
+use moat_common::transaction::MAX_TX_GAS_OSAKA;
+use revm::ExecuteEvm;
+use revm::context::TxEnv;
+use revm::context::result::ExecutionResult;
+use revm::database::State;
+
+/// A call as JSON-RPC clients describe it; absent fields take geth's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallRequest {
+    pub from: Option<Address>,
+    pub to: Option<Address>,
+    pub gas: Option<u64>,
+    pub gas_price: Option<u128>,
+    pub max_fee_per_gas: Option<u128>,
+    pub max_priority_fee_per_gas: Option<u128>,
+    pub value: Option<U256>,
+    pub input: Bytes,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallOutcome {
+    Success { output: Bytes, gas_used: u64 },
+    Revert { output: Bytes, gas_used: u64 },
+    Halt { reason: String, gas_used: u64 },
+}
+
+impl CallOutcome {
+    pub fn gas_used(&self) -> u64 {
+        match self {
+            CallOutcome::Success { gas_used, .. }
+            | CallOutcome::Revert { gas_used, .. }
+            | CallOutcome::Halt { gas_used, .. } => *gas_used,
+        }
+    }
+}
+
+/// The most gas a call may use on top of `header`: the block's limit, and from Osaka the
+/// per-transaction cap.
+pub fn call_gas_cap(config: &ChainConfig, header: &Header) -> u64 {
+    let fork = config.fork_at(header.number, header.timestamp);
+    if fork >= Fork::Osaka {
+        header.gas_limit.min(MAX_TX_GAS_OSAKA)
+    } else {
+        header.gas_limit
+    }
+}
+
+fn run(
+    config: &ChainConfig,
+    header: &Header,
+    req: &CallRequest,
+    gas: u64,
+    state: &dyn StateReader,
+) -> Result<CallOutcome, VmError> {
+    let fork = config.fork_at(header.number, header.timestamp);
+    let priced = req.gas_price.is_some() || req.max_fee_per_gas.is_some();
+    let setup = env::BlockSetup::new(config, header, fork)?.for_call(!priced);
+    let db = State::builder()
+        .with_database(db::ReaderDb::new(state))
+        .build();
+    let mut evm = setup.build_evm(db);
+    let dynamic = req.max_fee_per_gas.is_some() || req.max_priority_fee_per_gas.is_some();
+    let tx = TxEnv {
+        tx_type: if dynamic { 2 } else { 0 },
+        caller: req.from.unwrap_or_default(),
+        gas_limit: gas,
+        gas_price: req.max_fee_per_gas.or(req.gas_price).unwrap_or_default(),
+        gas_priority_fee: if dynamic {
+            Some(req.max_priority_fee_per_gas.unwrap_or_default())
+        } else {
+            None
+        },
+        kind: req.to.map_or(TxKind::Create, TxKind::Call),
+        value: req.value.unwrap_or_default(),
+        data: req.input.clone(),
+        chain_id: Some(config.chain_id),
+        ..Default::default()
+    };
+    let result = evm.transact(tx).map_err(|e| match evm_error(e, Some(0)) {
+        // Not an invalid block here: the request itself is wrong (funds, gas, fee).
+        VmError::InvalidTransaction { reason, .. } => VmError::InvalidCall(reason),
+        other => other,
+    })?;
+    let gas_used = result.result.tx_gas_used();
+    Ok(match result.result {
+        ExecutionResult::Success { output, .. } => CallOutcome::Success {
+            output: output.into_data(),
+            gas_used,
+        },
+        ExecutionResult::Revert { output, .. } => CallOutcome::Revert { output, gas_used },
+        ExecutionResult::Halt { reason, .. } => CallOutcome::Halt {
+            reason: format!("{reason:?}"),
+            gas_used,
+        },
+    })
+}
+
+/// Runs `req` on the post-state of `header` (the header's own block environment).
+pub fn call(
+    config: &ChainConfig,
+    header: &Header,
+    req: &CallRequest,
+    state: &dyn StateReader,
+) -> Result<CallOutcome, VmError> {
+    let cap = call_gas_cap(config, header);
+    run(config, header, req, req.gas.unwrap_or(cap).min(cap), state)
+}
+
+/// The least gas limit with which `req` succeeds, by binary search as geth does; the
+/// outcome at the cap when it never succeeds.
+pub fn estimate_gas(
+    config: &ChainConfig,
+    header: &Header,
+    req: &CallRequest,
+    state: &dyn StateReader,
+) -> Result<Result<u64, CallOutcome>, VmError> {
+    let cap = req
+        .gas
+        .unwrap_or(u64::MAX)
+        .min(call_gas_cap(config, header));
+    let at_cap = run(config, header, req, cap, state)?;
+    if !matches!(at_cap, CallOutcome::Success { .. }) {
+        return Ok(Err(at_cap));
+    }
+    // What it used is a lower bound; EIP-150's 63/64 rule can need more than that.
+    let mut lo = at_cap.gas_used().saturating_sub(1);
+    let mut hi = cap;
+    let optimistic = (at_cap.gas_used() + 2_300) * 64 / 63;
+    if optimistic < hi
+        && matches!(
+            run(config, header, req, optimistic, state),
+            Ok(CallOutcome::Success { .. })
+        )
+    {
+        hi = optimistic;
+    }
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        match run(config, header, req, mid, state) {
+            Ok(CallOutcome::Success { .. }) => hi = mid,
+            // Too little gas shows as a halt, a revert, or (below intrinsic gas) a refusal.
+            Ok(_) | Err(VmError::InvalidCall(_)) => lo = mid,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ok(hi))
+}

@@ -1,0 +1,150 @@
+//! `eth_call` and `eth_estimateGas` on the head state, with geth's error shapes: a revert
+//! is code 3 "execution reverted" (with the decoded `Error(string)` reason when there is
+//! one) and the revert data in `data`.
+
+use crate::RpcContext;
+use crate::eth::{block_param, positional};
+use crate::params::{RpcResult, internal, invalid_params, server_error};
+use alloy_primitives::{Address, Bytes, U256, hex};
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use moat_blockchain::vm::{CallOutcome, CallRequest, VmError};
+use serde_json::{Map, Value, json};
+
+/// geth's code for a reverted call.
+pub const EXECUTION_REVERTED: i32 = 3;
+
+fn quantity<T: TryFrom<u128>>(o: &Map<String, Value>, name: &str) -> RpcResult<Option<T>> {
+    let Some(v) = o.get(name).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let s = v
+        .as_str()
+        .ok_or_else(|| invalid_params(format!("{name}: expected a hex quantity")))?;
+    let n = u128::from_str_radix(s.trim_start_matches("0x"), 16)
+        .map_err(|_| invalid_params(format!("{name}: invalid hex quantity")))?;
+    T::try_from(n)
+        .map(Some)
+        .map_err(|_| invalid_params(format!("{name}: out of range")))
+}
+
+fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
+    let Some(Value::Object(o)) = v else {
+        return Err(invalid_params("missing value for required argument 0"));
+    };
+    let address = |name: &str| -> RpcResult<Option<Address>> {
+        match o.get(name).filter(|v| !v.is_null()) {
+            None => Ok(None),
+            Some(v) => serde_json::from_value(v.clone())
+                .map(Some)
+                .map_err(|e| invalid_params(format!("{name}: {e}"))),
+        }
+    };
+    let input = match o
+        .get("input")
+        .filter(|v| !v.is_null())
+        .or_else(|| o.get("data").filter(|v| !v.is_null()))
+    {
+        None => Bytes::new(),
+        Some(v) => {
+            serde_json::from_value(v.clone()).map_err(|e| invalid_params(format!("input: {e}")))?
+        }
+    };
+    let value = match o.get("value").filter(|v| !v.is_null()) {
+        None => None,
+        Some(v) => Some(
+            serde_json::from_value::<U256>(v.clone())
+                .map_err(|e| invalid_params(format!("value: {e}")))?,
+        ),
+    };
+    Ok(CallRequest {
+        from: address("from")?,
+        to: address("to")?,
+        gas: quantity(&o, "gas")?,
+        gas_price: quantity(&o, "gasPrice")?,
+        max_fee_per_gas: quantity(&o, "maxFeePerGas")?,
+        max_priority_fee_per_gas: quantity(&o, "maxPriorityFeePerGas")?,
+        value,
+        input,
+    })
+}
+
+/// The reason string of an `Error(string)` revert, if the data is one.
+fn revert_reason(data: &[u8]) -> Option<String> {
+    let body = data.strip_prefix(&[0x08, 0xc3, 0x79, 0xa0][..])?;
+    let word = |i: usize| body.get(i * 32..i * 32 + 32).map(U256::from_be_slice);
+    let offset: usize = word(0)?.try_into().ok()?;
+    let len: usize = U256::from_be_slice(body.get(offset..offset + 32)?)
+        .try_into()
+        .ok()?;
+    let bytes = body.get(offset + 32..offset.checked_add(32)?.checked_add(len)?)?;
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
+fn reverted(output: &Bytes) -> ErrorObjectOwned {
+    let message = match revert_reason(output) {
+        Some(reason) => format!("execution reverted: {reason}"),
+        None => "execution reverted".to_string(),
+    };
+    ErrorObjectOwned::owned(
+        EXECUTION_REVERTED,
+        message,
+        Some(hex::encode_prefixed(output)),
+    )
+}
+
+fn vm_error(e: VmError) -> ErrorObjectOwned {
+    match e {
+        VmError::InvalidCall(reason) => server_error(reason),
+        other => internal(other),
+    }
+}
+
+/// Both take `[call, block?]`; only the head state is kept.
+fn request_at_head(ctx: &RpcContext, params: &Params<'_>) -> RpcResult<CallRequest> {
+    let [call, block] = positional::<2>(params)?;
+    ctx.state_at(block_param(block)?)?;
+    parse_request(call)
+}
+
+pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let req = request_at_head(ctx, &params)?;
+    match ctx.chain.call(&req).map_err(vm_error)? {
+        CallOutcome::Success { output, .. } => Ok(json!(output)),
+        CallOutcome::Revert { output, .. } => Err(reverted(&output)),
+        CallOutcome::Halt { reason, .. } => {
+            Err(server_error(format!("execution halted: {reason}")))
+        }
+    }
+}
+
+pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let req = request_at_head(ctx, &params)?;
+    match ctx.chain.estimate_gas(&req).map_err(vm_error)? {
+        Ok(gas) => Ok(json!(format!("0x{gas:x}"))),
+        Err(CallOutcome::Revert { output, .. }) => Err(reverted(&output)),
+        Err(other) => Err(server_error(format!(
+            "gas required exceeds allowance ({})",
+            other.gas_used()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_string_reverts_are_decoded() {
+        // Error("nope")
+        let data = hex::decode(concat!(
+            "08c379a0",
+            "0000000000000000000000000000000000000000000000000000000000000020",
+            "0000000000000000000000000000000000000000000000000000000000000004",
+            "6e6f706500000000000000000000000000000000000000000000000000000000"
+        ))
+        .unwrap();
+        assert_eq!(revert_reason(&data).as_deref(), Some("nope"));
+        assert_eq!(revert_reason(&data[..10]), None);
+        assert_eq!(revert_reason(b"\x08\xc3\x79\xa0"), None);
+    }
+}
