@@ -3,7 +3,7 @@
 
 use crate::dev;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig};
+use moat_blockchain::mempool::{Journal, Pool, PoolConfig};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::{Genesis, Network};
 use moat_rpc::engine::{EngineConfig, EngineContext, read_jwt_secret, start_engine};
@@ -152,9 +152,19 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     let config = chain.config().clone();
     let pool = Pool::new(
         PoolConfig::new(config.clone()),
-        Arc::new(StoreStateView::new(store, config.clone())),
+        Arc::new(StoreStateView::new(store.clone(), config.clone())),
     );
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
+    // Local transactions from before a restart come back through the pipeline.
+    pool.attach_journal(Journal::new(store.clone()));
+    let reload = pool.reload_journal().await;
+    if reload.readmitted + reload.dropped > 0 {
+        tracing::info!(
+            readmitted = reload.readmitted,
+            dropped = reload.dropped,
+            "pool journal reloaded"
+        );
+    }
     let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
     tracing::info!(chain_id = config.chain_id, genesis = %chain.genesis_hash(), head, %head_hash, datadir = %datadir.display(), "chain open");
 

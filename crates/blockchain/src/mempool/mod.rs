@@ -8,6 +8,7 @@ pub mod bench_support;
 mod best;
 mod config;
 mod error;
+mod journal;
 mod kzg;
 mod metrics;
 mod pool;
@@ -17,6 +18,7 @@ mod state;
 pub use best::{BestTransactions, BlockBudget};
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, Rejection, SubPool};
+pub use journal::{Journal, JournalReload};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;
 pub use shields::{Backpressure, InFlight, RecentFailures, SenderCache};
@@ -179,6 +181,7 @@ struct Shared {
     kzg: Arc<KzgBatcher>,
     metrics: Arc<PoolMetrics>,
     pending_events: broadcast::Sender<B256>,
+    journal: std::sync::OnceLock<Journal>,
 }
 
 /// The transaction pool. Cloning shares it.
@@ -219,6 +222,7 @@ impl Pool {
             kzg: Arc::new(KzgBatcher::new(cfg.max_kzg_batch, Arc::clone(&metrics))),
             metrics,
             pending_events: broadcast::channel(4096).0,
+            journal: std::sync::OnceLock::new(),
             state,
             cfg,
         };
@@ -254,10 +258,67 @@ impl Pool {
                 if added.replaced.is_some() {
                     self.shared.metrics.inc(Counter::replaced);
                 }
+                if origin == TxOrigin::Local {
+                    self.journal_record(&added.hash);
+                }
             }
             Err(e) => self.shared.metrics.rejected(e),
         }
         result
+    }
+
+    /// Keeps local transactions across restarts from now on (the node attaches the
+    /// store's journal once, before reloading it).
+    pub fn attach_journal(&self, journal: Journal) {
+        let _ = self.shared.journal.set(journal);
+    }
+
+    fn journal_record(&self, hash: &B256) {
+        let (Some(journal), Some(tx)) = (self.shared.journal.get(), self.get(hash)) else {
+            return;
+        };
+        // A failed write costs durability, not the transaction: it stays pooled.
+        if let Err(e) = journal.record(&tx.tx) {
+            tracing::warn!(%hash, error = %e, "journal write failed");
+        }
+    }
+
+    /// Re-admits the journal's transactions (origin `Journal`) and forgets those that no
+    /// longer get in.
+    pub async fn reload_journal(&self) -> JournalReload {
+        let Some(journal) = self.shared.journal.get() else {
+            return JournalReload::default();
+        };
+        let mut out = JournalReload::default();
+        let mut dropped = Vec::new();
+        for (hash, bytes) in journal.entries().unwrap_or_default() {
+            match self
+                .add_transaction(TxInput::Raw(bytes.into()), TxOrigin::Journal)
+                .await
+            {
+                Ok(_) | Err(Rejection::AlreadyKnown) => out.readmitted += 1,
+                Err(_) => dropped.push(hash),
+            }
+        }
+        out.dropped = dropped.len();
+        let _ = journal.forget(&dropped);
+        out
+    }
+
+    /// Drops journal entries whose transaction has left the pool.
+    fn compact_journal(&self) {
+        let Some(journal) = self.shared.journal.get() else {
+            return;
+        };
+        let Ok(entries) = journal.entries() else {
+            return;
+        };
+        let gone: Vec<B256> = entries
+            .into_iter()
+            .map(|(h, _)| h)
+            .filter(|h| !self.contains(h))
+            .collect();
+        let _ = journal.forget(&gone);
     }
 
     /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
@@ -480,6 +541,7 @@ impl Pool {
         };
         s.metrics.add(Counter::mined, removed.len() as u64);
         self.publish(pending);
+        self.compact_journal();
         let mut reinjected = 0;
         for tx in update.reorged {
             s.metrics.inc(Counter::reinjected);

@@ -756,3 +756,62 @@ async fn oversized_and_malformed_input_is_rejected_as_a_peer_fault() {
     assert!(matches!(e, Rejection::Decode(_)) && e.is_peer_fault());
     assert_eq!(pool.metrics().rejections("decode"), 1);
 }
+
+#[tokio::test]
+async fn local_txs_survive_a_restart_through_the_journal() {
+    let store = moat_storage::Store::in_memory();
+    let (pool, state) = setup();
+    pool.attach_journal(Journal::new(store.clone()));
+    let a = funded(&state, 90);
+    let local = tx1559(&a, 0, 2, 100);
+    pool.add_transaction(raw(&local), TxOrigin::Local)
+        .await
+        .unwrap();
+    // Remote transactions are not journaled.
+    add(&pool, &tx1559(&funded(&state, 91), 0, 2, 100))
+        .await
+        .unwrap();
+    assert_eq!(store.journal().unwrap().len(), 1);
+
+    // A new pool over the same store (a restart) takes it back.
+    let restarted = Pool::new(
+        PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Prague)),
+        state.clone(),
+    );
+    restarted.attach_journal(Journal::new(store.clone()));
+    assert_eq!(
+        restarted.reload_journal().await,
+        JournalReload {
+            readmitted: 1,
+            dropped: 0
+        }
+    );
+    assert!(restarted.contains(&local.hash()));
+
+    // Mined: it leaves the pool and the journal.
+    state.set_nonce(a.address(), 1);
+    restarted
+        .on_head_change(HeadUpdate {
+            head: head(),
+            mined: vec![local.hash()],
+            ..Default::default()
+        })
+        .await;
+    assert!(store.journal().unwrap().is_empty());
+
+    // A journal entry that no longer gets in is dropped on reload.
+    Journal::new(store.clone()).record(&local).unwrap();
+    let again = Pool::new(
+        PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Prague)),
+        state.clone(),
+    );
+    again.attach_journal(Journal::new(store.clone()));
+    assert_eq!(
+        again.reload_journal().await,
+        JournalReload {
+            readmitted: 0,
+            dropped: 1
+        }
+    );
+    assert!(store.journal().unwrap().is_empty());
+}
