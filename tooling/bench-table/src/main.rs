@@ -127,6 +127,37 @@ fn raw_recover_ns(budget: &Budget) -> f64 {
     })
 }
 
+/// The same over 256 distinct signers and digests in turn, as admission sees them: no
+/// call recovers what the one before it did.
+fn raw_recover_distinct_ns(budget: &Budget) -> f64 {
+    let inputs: Vec<([u8; 64], RecoveryId, [u8; 32])> = (0..256u64)
+        .map(|i| {
+            let signer = Signer::from_seed(1_000 + i);
+            let digest = keccak256(i.to_be_bytes());
+            let sig = signer.sign(&digest);
+            let mut compact = [0u8; 64];
+            compact[..32].copy_from_slice(&sig.r.to_be_bytes::<32>());
+            compact[32..].copy_from_slice(&sig.s.to_be_bytes::<32>());
+            let recid = if sig.y_parity {
+                RecoveryId::One
+            } else {
+                RecoveryId::Zero
+            };
+            (compact, recid, digest.0)
+        })
+        .collect();
+    let mut i = 0usize;
+    measure(budget, || {
+        let (compact, recid, digest) = &inputs[i % inputs.len()];
+        i += 1;
+        let s = RecoverableSignature::from_compact(black_box(compact), *recid).unwrap();
+        let key = SECP256K1
+            .recover_ecdsa(Message::from_digest(*digest), &s)
+            .unwrap();
+        keccak256(&key.serialize_uncompressed()[1..])
+    })
+}
+
 /// Median ns per op of `run` over `txs` split into five chunks: a burst of noise from
 /// the machine spoils one chunk, not the figure (the references are medians too).
 fn median_chunks(txs: &[b::Signed], mut run: impl FnMut(&[b::Signed]) -> Duration) -> f64 {
@@ -163,8 +194,20 @@ fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
         per_row: Duration::from_millis(if quick { 400 } else { 3000 }),
     };
     let before = raw_recover_ns(&budget);
+    let distinct_before = raw_recover_distinct_ns(&budget);
     let uncached = median_chunks(&fresh, |txs| b::admission(&base, txs, false));
     let after = raw_recover_ns(&budget);
+    let distinct_after = raw_recover_distinct_ns(&budget);
+    rows.push(Row {
+        name: "ref: recover, same sig (around)",
+        ns: (before + after) / 2.0,
+        target: Target::Reference,
+    });
+    rows.push(Row {
+        name: "ref: recover, 256 sigs (around)",
+        ns: (distinct_before + distinct_after) / 2.0,
+        target: Target::Reference,
+    });
     rows.push(Row {
         name: "pool: fresh-sender admission",
         ns: uncached,
