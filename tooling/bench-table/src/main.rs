@@ -105,32 +105,10 @@ fn print(rows: &[Row]) -> bool {
     all_ok
 }
 
-/// Raw libsecp256k1 recovery plus the keccak that turns the key into an address.
-fn raw_recover_ns(budget: &Budget) -> f64 {
-    let signer = Signer::from_seed(1);
-    let digest = keccak256(b"reference");
-    let sig = signer.sign(&digest);
-    let mut compact = [0u8; 64];
-    compact[..32].copy_from_slice(&sig.r.to_be_bytes::<32>());
-    compact[32..].copy_from_slice(&sig.s.to_be_bytes::<32>());
-    let recid = if sig.y_parity {
-        RecoveryId::One
-    } else {
-        RecoveryId::Zero
-    };
-    measure(budget, || {
-        let s = RecoverableSignature::from_compact(black_box(&compact), recid).unwrap();
-        let key = SECP256K1
-            .recover_ecdsa(Message::from_digest(digest.0), &s)
-            .unwrap();
-        keccak256(&key.serialize_uncompressed()[1..])
-    })
-}
-
-/// The same over 256 distinct signers and digests in turn, as admission sees them: no
-/// call recovers what the one before it did.
-fn raw_recover_distinct_ns(budget: &Budget) -> f64 {
-    let inputs: Vec<([u8; 64], RecoveryId, [u8; 32])> = (0..256u64)
+/// Raw libsecp256k1 recovery plus the keccak that turns the key into an address, cycling
+/// over `signers` distinct signers and digests (1: the same signature every call).
+fn raw_recover(budget: &Budget, signers: u64) -> f64 {
+    let inputs: Vec<([u8; 64], RecoveryId, [u8; 32])> = (0..signers)
         .map(|i| {
             let signer = Signer::from_seed(1_000 + i);
             let digest = keccak256(i.to_be_bytes());
@@ -156,6 +134,15 @@ fn raw_recover_distinct_ns(budget: &Budget) -> f64 {
             .unwrap();
         keccak256(&key.serialize_uncompressed()[1..])
     })
+}
+
+fn raw_recover_ns(budget: &Budget) -> f64 {
+    raw_recover(budget, 1)
+}
+
+/// Recovery over 256 distinct signatures, as admission sees them.
+fn raw_recover_distinct_ns(budget: &Budget) -> f64 {
+    raw_recover(budget, 256)
 }
 
 /// Median ns per op of `run` over `txs` split into five chunks: a burst of noise from
