@@ -4,12 +4,11 @@
 use crate::system_contracts as sys;
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use moat_blockchain::chain::{Chain, ImportOutcome};
-use moat_blockchain::mempool::StateView;
 use moat_blockchain::mempool::{HeadUpdate, Pool};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_crypto::secp::Signer;
-use moat_rpc::{RpcContext, StoreStateView};
+use moat_rpc::RpcContext;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -129,7 +128,7 @@ pub async fn produce_block(
         .map_err(|e| e.to_string())?
     {
         Ok(ImportOutcome::Imported { number, .. }) => {
-            let head = StoreStateView::new(chain.store().clone(), chain.config().clone()).head();
+            let head = moat_rpc::head_info(chain.config(), &block.header);
             pool.on_head_change(HeadUpdate {
                 head,
                 mined: block.transactions.iter().map(|t| t.hash()).collect(),

@@ -89,8 +89,6 @@ pub enum Rejection {
     AuthorityReserved,
     #[error("too many authorizations: {count}, limit {max}")]
     TooManyAuthorizations { count: usize, max: usize },
-    #[error("max fee per blob gas too low: {fee_cap}, minimum {min}")]
-    BlobFeeCapTooLow { fee_cap: u128, min: u128 },
     #[error("blob transactions are not accepted before Cancun")]
     BlobsNotActive,
     #[error("transaction verification was aborted")]
@@ -99,7 +97,7 @@ pub enum Rejection {
 
 impl Rejection {
     /// Number of distinct [`Rejection::reason`] values (metrics arrays are sized by it).
-    pub const REASONS: usize = 23;
+    pub const REASONS: usize = 22;
 
     /// Stable metric label.
     pub fn reason(&self) -> &'static str {
@@ -132,9 +130,8 @@ impl Rejection {
             Rejection::InflightLimit => ("inflight_limit", 17),
             Rejection::AuthorityReserved => ("authority_reserved", 18),
             Rejection::TooManyAuthorizations { .. } => ("too_many_authorizations", 19),
-            Rejection::BlobFeeCapTooLow { .. } => ("blob_fee_cap_too_low", 20),
-            Rejection::BlobsNotActive => ("blobs_not_active", 21),
-            Rejection::Aborted => ("aborted", 22),
+            Rejection::BlobsNotActive => ("blobs_not_active", 20),
+            Rejection::Aborted => ("aborted", 21),
         }
     }
 

@@ -235,7 +235,6 @@ static REASON_PROBES: std::sync::LazyLock<Vec<Rejection>> = std::sync::LazyLock:
         Rejection::InflightLimit,
         Rejection::AuthorityReserved,
         Rejection::TooManyAuthorizations { count: 0, max: 0 },
-        Rejection::BlobFeeCapTooLow { fee_cap: 0, min: 0 },
         Rejection::BlobsNotActive,
         Rejection::Aborted,
     ]

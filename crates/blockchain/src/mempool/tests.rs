@@ -815,3 +815,61 @@ async fn local_txs_survive_a_restart_through_the_journal() {
     );
     assert!(store.journal().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn one_origin_cannot_take_every_admission_slot() {
+    let (pool, state) = setup_with(|c| c.max_in_flight_per_origin = 0);
+    let a = funded(&state, 95);
+    assert_eq!(
+        add(&pool, &tx1559(&a, 0, 2, 100)).await,
+        Err(Rejection::OriginBusy)
+    );
+    assert_eq!(pool.metrics().rejections("origin_busy"), 1);
+}
+
+#[tokio::test]
+async fn too_many_authorizations_are_refused_before_their_ecdsa() {
+    let (pool, state) = setup_with(|c| c.max_authorizations = 1);
+    let sponsor = funded(&state, 96);
+    let Transaction::Eip7702(mut t) = tx7702(&sponsor, 0, &Signer::from_seed(97))
+        .tx()
+        .tx()
+        .clone()
+    else {
+        unreachable!()
+    };
+    t.authorization_list.push(t.authorization_list[0].clone());
+    let tx = PooledTransaction::new(
+        SignedTransaction::sign(Transaction::Eip7702(t), &sponsor),
+        None,
+    );
+    assert_eq!(
+        add(&pool, &tx).await,
+        Err(Rejection::TooManyAuthorizations { count: 2, max: 1 })
+    );
+    assert_eq!(pool.metrics().get(Counter::authority_recoveries), 0);
+    assert_eq!(pool.metrics().get(Counter::sender_recoveries), 0);
+    assert_eq!(add(&pool, &tx).await, Err(Rejection::RecentlyFailed));
+}
+
+#[tokio::test]
+async fn blob_txs_wait_for_cancun() {
+    let state = Arc::new(InMemoryState::new(head()));
+    let pool = Pool::new(
+        PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Shanghai)),
+        state.clone(),
+    );
+    let a = funded(&state, 98);
+    let tx = sample_blob_tx(SidecarVersion::V0, 1, 0, &a);
+    // On the wire a blob tx is simply too large before Cancun.
+    assert!(matches!(
+        add(&pool, &tx).await,
+        Err(Rejection::Oversized { .. })
+    ));
+    // Already decoded (journal, reorg), it is refused as blobs not being active.
+    let r = pool
+        .add_transaction(TxInput::Decoded(Box::new(tx)), TxOrigin::Journal)
+        .await;
+    assert_eq!(r, Err(Rejection::BlobsNotActive));
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 0);
+}

@@ -38,7 +38,7 @@ pub use engine::{
 };
 pub use eth::StateAt;
 pub use params::SERVER_ERROR_CODE;
-pub use state::{StoreStateView, next_block_fees};
+pub use state::{StoreStateView, head_info, next_block_fees};
 pub use subscribe::{HeadMessage, HeadNotifier};
 
 use jsonrpsee::RpcModule;
