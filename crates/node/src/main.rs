@@ -4,6 +4,7 @@
 
 mod chain_cmd;
 mod dev;
+mod p2p_admin;
 mod run;
 mod system_contracts;
 mod tx_decode;

@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Flags keep geth's names where geth has one, so scripts written for geth need few changes.
@@ -68,6 +69,30 @@ pub struct NodeArgs {
     /// Metrics port.
     #[arg(long = "metrics.port", default_value_t = 9001)]
     pub metrics_port: u16,
+    /// devp2p listening port (TCP).
+    #[arg(long, default_value_t = 30303)]
+    pub port: u16,
+    /// devp2p listening interface.
+    #[arg(long = "p2p.addr", default_value = "0.0.0.0")]
+    pub p2p_addr: IpAddr,
+    /// Comma-separated enode URLs to connect to and keep connected.
+    #[arg(long, value_delimiter = ',')]
+    pub bootnodes: Vec<String>,
+    /// Most peers, inbound and outbound together; 0 disables p2p networking.
+    #[arg(long, default_value_t = 50)]
+    pub maxpeers: usize,
+    /// File with the node key (hex); default `nodekey` in the datadir, created if absent.
+    #[arg(long)]
+    pub nodekey: Option<PathBuf>,
+    /// The node key as hex (tests and tools); overrides --nodekey.
+    #[arg(long)]
+    pub nodekeyhex: Option<String>,
+    /// Network id announced in the eth handshake (default: the chain id).
+    #[arg(long)]
+    pub networkid: Option<u64>,
+    /// Accepted for geth compatibility: there is no peer discovery, only static peers.
+    #[arg(long)]
+    pub nodiscover: bool,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long = "log.level", default_value = "info")]
     pub log_level: String,
@@ -168,7 +193,14 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
     tracing::info!(chain_id = config.chain_id, genesis = %chain.genesis_hash(), head, %head_hash, datadir = %datadir.display(), "chain open");
 
-    let ctx = RpcContext::new(chain.clone(), pool.clone());
+    // Peers' transactions are taken once a consensus client has set a known head (or at
+    // once in dev mode, where this node makes the chain).
+    let synced = Arc::new(AtomicBool::new(args.dev));
+    let network = start_network(&args, &datadir, &chain, &pool, synced.clone()).await?;
+    let mut ctx = RpcContext::new(chain.clone(), pool.clone());
+    if let Some(net) = &network {
+        ctx = ctx.with_admin(Arc::new(crate::p2p_admin::Admin(net.clone())));
+    }
     let http = SocketAddr::new(args.http_addr, args.http_port);
     let ws = args.ws.then(|| SocketAddr::new(args.ws_addr, args.ws_port));
     let rpc = moat_rpc::start(
@@ -188,7 +220,8 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
 
     let secret = jwt_secret(&args, &datadir)?;
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let engine_ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let engine_ctx =
+        EngineContext::new(chain.clone(), pool.clone(), payloads).with_synced_flag(synced);
     let mut heads = engine_ctx.subscribe_heads();
     let engine_config = EngineConfig {
         addr: SocketAddr::new(args.authrpc_addr, args.authrpc_port),
@@ -199,12 +232,15 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     tracing::info!(addr = %engine.local_addr(), "engine API listening");
     // Heads the consensus client sets reach newHeads subscribers.
-    let (heads_chain, heads_rpc) = (chain.clone(), ctx.clone());
+    let (heads_chain, heads_rpc, heads_net) = (chain.clone(), ctx.clone(), network.clone());
     tokio::spawn(async move {
         while heads.changed().await.is_ok() {
             let hash = *heads.borrow_and_update();
             if let Ok(Some(header)) = heads_chain.header(&hash) {
                 heads_rpc.notify_new_head(&header);
+            }
+            if let Some(net) = &heads_net {
+                net.on_new_head();
             }
         }
     });
@@ -241,6 +277,40 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     rpc.stop();
     engine.stop();
     Ok(())
+}
+
+/// Starts devp2p unless `--maxpeers 0`; prints the enode.
+async fn start_network(
+    args: &NodeArgs,
+    datadir: &Path,
+    chain: &Chain,
+    pool: &Pool,
+    synced: Arc<AtomicBool>,
+) -> Result<Option<moat_p2p::Network>, String> {
+    if args.maxpeers == 0 {
+        return Ok(None);
+    }
+    let key = match (&args.nodekeyhex, &args.nodekey) {
+        (Some(hex), _) => moat_p2p::parse_node_key(hex)?,
+        (None, Some(path)) => moat_p2p::load_or_create_node_key(path)?,
+        (None, None) => moat_p2p::load_or_create_node_key(&datadir.join("nodekey"))?,
+    };
+    let mut cfg =
+        moat_p2p::NetworkConfig::new(key, args.networkid.unwrap_or(chain.config().chain_id));
+    cfg.listen = Some(SocketAddr::new(args.p2p_addr, args.port));
+    cfg.max_peers = args.maxpeers;
+    for url in args.bootnodes.iter().filter(|u| !u.is_empty()) {
+        let enode = url
+            .parse()
+            .map_err(|e| format!("--bootnodes: {url}: {e}"))?;
+        cfg.static_peers.push(enode);
+    }
+    let net = moat_p2p::Network::start(cfg, chain.clone(), pool.clone(), synced)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(enode = %net.enode(), "devp2p listening");
+    println!("enode: {}", net.enode());
+    Ok(Some(net))
 }
 
 /// The engine API secret: from `--authrpc.jwtsecret`, else `jwt.hex` in the datadir,

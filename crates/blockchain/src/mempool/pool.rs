@@ -126,6 +126,14 @@ impl PoolInner {
         self.by_hash.len()
     }
 
+    /// A sender past its guaranteed slots may still add an executable tx (the next in
+    /// an unbroken nonce run) while the pending subpool is under half full, as geth lets
+    /// an account grow while global slots are free. Gapped txs never pass the slots.
+    fn may_exceed_slots(&self, cfg: &PoolConfig, nonce: u64, state_nonce: u64, others: usize) -> bool {
+        let unbroken = nonce == state_nonce.saturating_add(others as u64);
+        unbroken && self.usage(SubPool::Pending).txs < cfg.pending.max_txs / 2
+    }
+
     pub fn usage(&self, sub: SubPool) -> Usage {
         self.usage[sub as usize]
     }
@@ -230,7 +238,10 @@ impl PoolInner {
             {
                 return Err(Rejection::ReplacementUnderpriced);
             }
-        } else if others >= cfg.max_account_slots && nonce != account.nonce {
+        } else if others >= cfg.max_account_slots
+            && nonce != account.nonce
+            && !self.may_exceed_slots(cfg, nonce, account.nonce, others)
+        {
             return Err(Rejection::AccountLimit { slots: others });
         }
 

@@ -289,6 +289,36 @@ async fn sixteen_slots_per_sender_but_the_next_nonce_always_gets_in() {
 }
 
 #[tokio::test]
+async fn an_unbroken_run_may_pass_the_slots_while_pending_has_room() {
+    let (pool, state) = setup();
+    let a = funded(&state, 10);
+    for nonce in 0..40 {
+        assert_eq!(
+            add(&pool, &tx1559(&a, nonce, 2, 100)).await.unwrap().subpool,
+            SubPool::Pending,
+            "nonce {nonce}"
+        );
+    }
+    // A gap past the slots is still refused.
+    assert_eq!(
+        add(&pool, &tx1559(&a, 41, 2, 100)).await,
+        Err(Rejection::AccountLimit { slots: 40 })
+    );
+
+    // With pending half full, the slots hold again.
+    let (pool, state) = setup_with(|cfg| cfg.pending.max_txs = 40);
+    let b = funded(&state, 10);
+    for nonce in 0..20 {
+        add(&pool, &tx1559(&b, nonce, 2, 100)).await.unwrap();
+    }
+    assert_eq!(
+        add(&pool, &tx1559(&b, 20, 2, 100)).await,
+        Err(Rejection::AccountLimit { slots: 20 })
+    );
+    pool.assert_consistent();
+}
+
+#[tokio::test]
 async fn minimum_tip_applies_to_remote_txs_only() {
     let (pool, state) = setup_with(|c| c.min_tip = 5);
     let a = funded(&state, 11);

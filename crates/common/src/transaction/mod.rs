@@ -906,7 +906,7 @@ fn signing_hash_of_envelope(envelope: &[u8], chain_id: Option<u64>) -> Option<B2
 }
 
 /// Reads one network element and returns the envelope bytes it carries.
-pub(crate) fn network_envelope<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
+pub fn network_envelope<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
     if rlp::next_is_list(buf) {
         let start = *buf;
         let h = rlp::header(buf, "transaction")?;

@@ -23,6 +23,7 @@
 //! The engine API ([`engine`]) is a second server on its own port (8551), every request
 //! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
 
+mod admin;
 mod call;
 pub mod engine;
 mod eth;
@@ -33,6 +34,7 @@ mod state;
 mod subscribe;
 mod txpool;
 
+pub use admin::PeerAdmin;
 pub use engine::{
     EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
 };
@@ -87,6 +89,8 @@ pub struct RpcContext {
     pub pool: Pool,
     heads: HeadNotifier,
     tips: Arc<fees::TipCache>,
+    /// The p2p layer, when the node runs one.
+    pub admin: Option<Arc<dyn PeerAdmin>>,
 }
 
 impl RpcContext {
@@ -96,7 +100,14 @@ impl RpcContext {
             pool,
             heads: HeadNotifier::default(),
             tips: Arc::default(),
+            admin: None,
         }
+    }
+
+    /// Serves `admin_*` and `net_peerCount` from `admin`.
+    pub fn with_admin(mut self, admin: Arc<dyn PeerAdmin>) -> Self {
+        self.admin = Some(admin);
+        self
     }
 
     /// The hook the node calls after each import; clones share subscribers.
@@ -207,6 +218,11 @@ pub fn module(
     })?;
     cheap(&mut m, "net_listening", |_, _| Ok(Value::Bool(true)))?;
     cheap(&mut m, "eth_syncing", |_, _| Ok(Value::Bool(false)))?;
+    cheap(&mut m, "net_peerCount", admin::peer_count)?;
+    cheap(&mut m, "admin_addPeer", admin::add_peer)?;
+    cheap(&mut m, "admin_removePeer", admin::remove_peer)?;
+    cheap(&mut m, "admin_peers", admin::peers)?;
+    cheap(&mut m, "admin_nodeInfo", admin::node_info)?;
     m.register_method("web3_clientVersion", move |_, _, _| {
         count("web3_clientVersion");
         RpcResult::Ok(Value::String(client_version.clone()))

@@ -1,0 +1,668 @@
+//! eth wire protocol messages, versions 68, 69 and 70.
+//!
+//! What changes between versions:
+//! - 68: `Status` carries total difficulty and head hash; `Receipts` carry blooms.
+//! - 69: `Status` carries the served block range instead; `Receipts` drop the bloom and
+//!   carry the tx type as a field; `BlockRangeUpdate` appears.
+//! - 70: `GetReceipts` names the first receipt index of the first block and `Receipts`
+//!   says whether the last block's list was cut short (partial receipts).
+//!
+//! Bodies of transactions, headers and blocks are kept as raw RLP here: the pipeline
+//! decodes transactions itself (hash before decode), and served headers and bodies go out
+//! as stored.
+
+use alloy_primitives::{B256, Bytes, U256};
+use alloy_rlp::Encodable;
+use moat_common::config::ForkId;
+use moat_common::rlp::{self, Fields, RlpError};
+use moat_common::transaction::{DecodeError, network_envelope};
+
+pub const ETH68: u32 = 68;
+pub const ETH69: u32 = 69;
+pub const ETH70: u32 = 70;
+/// Versions we speak, best first.
+pub const SUPPORTED_VERSIONS: [u32; 3] = [ETH70, ETH69, ETH68];
+
+pub const STATUS: u64 = 0x00;
+pub const NEW_BLOCK_HASHES: u64 = 0x01;
+pub const TRANSACTIONS: u64 = 0x02;
+pub const GET_BLOCK_HEADERS: u64 = 0x03;
+pub const BLOCK_HEADERS: u64 = 0x04;
+pub const GET_BLOCK_BODIES: u64 = 0x05;
+pub const BLOCK_BODIES: u64 = 0x06;
+pub const NEW_BLOCK: u64 = 0x07;
+pub const NEW_POOLED_TRANSACTION_HASHES: u64 = 0x08;
+pub const GET_POOLED_TRANSACTIONS: u64 = 0x09;
+pub const POOLED_TRANSACTIONS: u64 = 0x0a;
+pub const GET_RECEIPTS: u64 = 0x0f;
+pub const RECEIPTS: u64 = 0x10;
+pub const BLOCK_RANGE_UPDATE: u64 = 0x11;
+
+/// How many message ids a version uses (the next capability starts after them).
+pub fn protocol_length(version: u32) -> u64 {
+    if version >= ETH69 { 18 } else { 17 }
+}
+
+/// The handshake message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub version: u32,
+    pub network_id: u64,
+    pub genesis: B256,
+    pub fork_id: ForkId,
+    /// eth/68 only.
+    pub total_difficulty: U256,
+    /// The head hash (eth/68's `blockhash`, eth/69's `latestBlockHash`).
+    pub head: B256,
+    /// eth/69+: the block range served.
+    pub earliest: u64,
+    pub latest: u64,
+}
+
+/// Start of a header query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashOrNumber {
+    Hash(B256),
+    Number(u64),
+}
+
+/// Every eth message this node reads or writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EthMessage {
+    Status(Status),
+    /// Pre-merge block gossip; ignored.
+    NewBlockHashes,
+    /// Pre-merge block gossip; ignored.
+    NewBlock,
+    /// Transaction envelopes (2718 bytes).
+    Transactions(Vec<Bytes>),
+    GetBlockHeaders {
+        request_id: u64,
+        origin: HashOrNumber,
+        amount: u64,
+        skip: u64,
+        reverse: bool,
+    },
+    /// Header RLP items.
+    BlockHeaders {
+        request_id: u64,
+        headers: Vec<Bytes>,
+    },
+    GetBlockBodies {
+        request_id: u64,
+        hashes: Vec<B256>,
+    },
+    /// Body RLP items.
+    BlockBodies {
+        request_id: u64,
+        bodies: Vec<Bytes>,
+    },
+    NewPooledTransactionHashes(Announcement),
+    GetPooledTransactions {
+        request_id: u64,
+        hashes: Vec<B256>,
+    },
+    /// Transaction envelopes (2718 bytes, blob txs with their sidecars).
+    PooledTransactions {
+        request_id: u64,
+        txs: Vec<Bytes>,
+    },
+    GetReceipts {
+        request_id: u64,
+        /// eth/70: the receipt index to start at in the first block.
+        first_index: u64,
+        hashes: Vec<B256>,
+    },
+    /// One RLP list item per block, in the version's receipt format.
+    Receipts {
+        request_id: u64,
+        /// eth/70: the last block's list is cut short.
+        incomplete: bool,
+        blocks: Vec<Bytes>,
+    },
+    BlockRangeUpdate {
+        earliest: u64,
+        latest: u64,
+        latest_hash: B256,
+    },
+}
+
+/// A `NewPooledTransactionHashes` announcement (eth/68+).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Announcement {
+    pub types: Vec<u8>,
+    pub sizes: Vec<u32>,
+    pub hashes: Vec<B256>,
+}
+
+impl Announcement {
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    pub fn push(&mut self, ty: u8, size: u32, hash: B256) {
+        self.types.push(ty);
+        self.sizes.push(size);
+        self.hashes.push(hash);
+    }
+}
+
+/// Why a message could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EthDecodeError {
+    #[error("unknown eth message id {0:#x}")]
+    UnknownId(u64),
+    #[error("eth message {id:#x}: {source}")]
+    Rlp { id: u64, source: RlpError },
+    #[error("eth message {id:#x}: {reason}")]
+    Invalid { id: u64, reason: &'static str },
+}
+
+fn list_of(items: &[Bytes], out: &mut Vec<u8>) {
+    let len: usize = items.iter().map(|i| i.len()).sum();
+    alloy_rlp::Header {
+        list: true,
+        payload_length: len,
+    }
+    .encode(out);
+    for i in items {
+        out.extend_from_slice(i);
+    }
+}
+
+/// Writes tx envelopes as a list of network elements (typed ones wrapped as strings).
+fn tx_list(txs: &[Bytes], out: &mut Vec<u8>) {
+    let mut payload = Vec::with_capacity(txs.iter().map(|t| t.len() + 4).sum());
+    for env in txs {
+        if env.first().is_some_and(|b| *b >= 0xc0) {
+            payload.extend_from_slice(env);
+        } else {
+            env.as_ref().encode(&mut payload);
+        }
+    }
+    rlp::encode_list_payload(&payload, out);
+}
+
+fn read_tx_list(f: &mut Fields<'_>, field: &'static str) -> Result<Vec<Bytes>, RlpError> {
+    let list = f.list(field)?;
+    let mut rest = list.remaining();
+    let mut out = Vec::with_capacity(rest.len() / 128 + 1);
+    while !rest.is_empty() {
+        let env = network_envelope(&mut rest).map_err(|e| match e {
+            DecodeError::Rlp(r) => r,
+            _ => RlpError::NonCanonical(field),
+        })?;
+        out.push(Bytes::copy_from_slice(env));
+    }
+    Ok(out)
+}
+
+fn read_raw_list(f: &mut Fields<'_>, field: &'static str) -> Result<Vec<Bytes>, RlpError> {
+    let mut list = f.list(field)?;
+    let mut out = Vec::new();
+    while !list.is_empty() {
+        out.push(Bytes::copy_from_slice(list.raw_item(field)?));
+    }
+    Ok(out)
+}
+
+fn hashes(list: &[B256], out: &mut Vec<u8>) {
+    let mut payload = Vec::with_capacity(list.len() * 33);
+    for h in list {
+        h.encode(&mut payload);
+    }
+    rlp::encode_list_payload(&payload, out);
+}
+
+impl EthMessage {
+    /// The message id relative to the eth offset.
+    pub fn id(&self) -> u64 {
+        match self {
+            EthMessage::Status(_) => STATUS,
+            EthMessage::NewBlockHashes => NEW_BLOCK_HASHES,
+            EthMessage::NewBlock => NEW_BLOCK,
+            EthMessage::Transactions(_) => TRANSACTIONS,
+            EthMessage::GetBlockHeaders { .. } => GET_BLOCK_HEADERS,
+            EthMessage::BlockHeaders { .. } => BLOCK_HEADERS,
+            EthMessage::GetBlockBodies { .. } => GET_BLOCK_BODIES,
+            EthMessage::BlockBodies { .. } => BLOCK_BODIES,
+            EthMessage::NewPooledTransactionHashes(_) => NEW_POOLED_TRANSACTION_HASHES,
+            EthMessage::GetPooledTransactions { .. } => GET_POOLED_TRANSACTIONS,
+            EthMessage::PooledTransactions { .. } => POOLED_TRANSACTIONS,
+            EthMessage::GetReceipts { .. } => GET_RECEIPTS,
+            EthMessage::Receipts { .. } => RECEIPTS,
+            EthMessage::BlockRangeUpdate { .. } => BLOCK_RANGE_UPDATE,
+        }
+    }
+
+    /// Name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EthMessage::Status(_) => "Status",
+            EthMessage::NewBlockHashes => "NewBlockHashes",
+            EthMessage::NewBlock => "NewBlock",
+            EthMessage::Transactions(_) => "Transactions",
+            EthMessage::GetBlockHeaders { .. } => "GetBlockHeaders",
+            EthMessage::BlockHeaders { .. } => "BlockHeaders",
+            EthMessage::GetBlockBodies { .. } => "GetBlockBodies",
+            EthMessage::BlockBodies { .. } => "BlockBodies",
+            EthMessage::NewPooledTransactionHashes(_) => "NewPooledTransactionHashes",
+            EthMessage::GetPooledTransactions { .. } => "GetPooledTransactions",
+            EthMessage::PooledTransactions { .. } => "PooledTransactions",
+            EthMessage::GetReceipts { .. } => "GetReceipts",
+            EthMessage::Receipts { .. } => "Receipts",
+            EthMessage::BlockRangeUpdate { .. } => "BlockRangeUpdate",
+        }
+    }
+
+    /// Encodes the body (without the id) for protocol `version`.
+    pub fn encode(&self, version: u32) -> Vec<u8> {
+        let mut p = Vec::new();
+        match self {
+            EthMessage::Status(s) => {
+                (version as u64).encode(&mut p);
+                s.network_id.encode(&mut p);
+                if version < ETH69 {
+                    s.total_difficulty.encode(&mut p);
+                    s.head.encode(&mut p);
+                    s.genesis.encode(&mut p);
+                    encode_fork_id(&s.fork_id, &mut p);
+                } else {
+                    s.genesis.encode(&mut p);
+                    encode_fork_id(&s.fork_id, &mut p);
+                    s.earliest.encode(&mut p);
+                    s.latest.encode(&mut p);
+                    s.head.encode(&mut p);
+                }
+            }
+            EthMessage::NewBlockHashes | EthMessage::NewBlock => {}
+            EthMessage::Transactions(txs) => {
+                tx_list(txs, &mut p);
+                return p;
+            }
+            EthMessage::GetBlockHeaders {
+                request_id,
+                origin,
+                amount,
+                skip,
+                reverse,
+            } => {
+                request_id.encode(&mut p);
+                let mut q = Vec::new();
+                match origin {
+                    HashOrNumber::Hash(h) => h.encode(&mut q),
+                    HashOrNumber::Number(n) => n.encode(&mut q),
+                }
+                amount.encode(&mut q);
+                skip.encode(&mut q);
+                reverse.encode(&mut q);
+                rlp::encode_list_payload(&q, &mut p);
+            }
+            EthMessage::BlockHeaders {
+                request_id,
+                headers,
+            } => {
+                request_id.encode(&mut p);
+                list_of(headers, &mut p);
+            }
+            EthMessage::GetBlockBodies {
+                request_id,
+                hashes: h,
+            }
+            | EthMessage::GetPooledTransactions {
+                request_id,
+                hashes: h,
+            } => {
+                request_id.encode(&mut p);
+                hashes(h, &mut p);
+            }
+            EthMessage::BlockBodies { request_id, bodies } => {
+                request_id.encode(&mut p);
+                list_of(bodies, &mut p);
+            }
+            EthMessage::NewPooledTransactionHashes(a) => {
+                a.types.as_slice().encode(&mut p);
+                a.sizes.encode(&mut p);
+                hashes(&a.hashes, &mut p);
+            }
+            EthMessage::PooledTransactions { request_id, txs } => {
+                request_id.encode(&mut p);
+                tx_list(txs, &mut p);
+            }
+            EthMessage::GetReceipts {
+                request_id,
+                first_index,
+                hashes: h,
+            } => {
+                request_id.encode(&mut p);
+                if version >= ETH70 {
+                    first_index.encode(&mut p);
+                }
+                hashes(h, &mut p);
+            }
+            EthMessage::Receipts {
+                request_id,
+                incomplete,
+                blocks,
+            } => {
+                request_id.encode(&mut p);
+                if version >= ETH70 {
+                    incomplete.encode(&mut p);
+                }
+                list_of(blocks, &mut p);
+            }
+            EthMessage::BlockRangeUpdate {
+                earliest,
+                latest,
+                latest_hash,
+            } => {
+                earliest.encode(&mut p);
+                latest.encode(&mut p);
+                latest_hash.encode(&mut p);
+            }
+        }
+        let mut out = Vec::with_capacity(p.len() + 5);
+        rlp::encode_list_payload(&p, &mut out);
+        out
+    }
+
+    /// Decodes a message body for protocol `version`. Trailing list fields are tolerated
+    /// in `Status` and `BlockRangeUpdate` (forward compatibility); elsewhere the layout is
+    /// exact.
+    pub fn decode(id: u64, version: u32, body: &[u8]) -> Result<Self, EthDecodeError> {
+        let rlp_err = |source| EthDecodeError::Rlp { id, source };
+        let mut buf = body;
+        if id == TRANSACTIONS {
+            let mut whole = Fields::new(body, "transactions");
+            let txs = read_tx_list(&mut whole, "transactions").map_err(rlp_err)?;
+            whole.finish().map_err(rlp_err)?;
+            return Ok(EthMessage::Transactions(txs));
+        }
+        if id == NEW_BLOCK_HASHES || id == NEW_BLOCK {
+            return Ok(if id == NEW_BLOCK {
+                EthMessage::NewBlock
+            } else {
+                EthMessage::NewBlockHashes
+            });
+        }
+        let mut f = rlp::list(&mut buf, "eth message").map_err(rlp_err)?;
+        if !buf.is_empty() {
+            return Err(rlp_err(RlpError::TrailingBytes {
+                field: "eth message",
+                extra: buf.len(),
+            }));
+        }
+        let msg = (|| -> Result<EthMessage, RlpError> {
+            Ok(match id {
+                STATUS => {
+                    let v = f.u64("status version")?;
+                    let network_id = f.u64("status network id")?;
+                    let mut s = Status {
+                        version: u32::try_from(v).map_err(|_| RlpError::OutOfRange("version"))?,
+                        network_id,
+                        genesis: B256::ZERO,
+                        fork_id: ForkId {
+                            hash: [0; 4],
+                            next: 0,
+                        },
+                        total_difficulty: U256::ZERO,
+                        head: B256::ZERO,
+                        earliest: 0,
+                        latest: 0,
+                    };
+                    if version < ETH69 {
+                        s.total_difficulty = f.u256("status td")?;
+                        s.head = f.b256("status head")?;
+                        s.genesis = f.b256("status genesis")?;
+                        s.fork_id = decode_fork_id(&mut f)?;
+                    } else {
+                        s.genesis = f.b256("status genesis")?;
+                        s.fork_id = decode_fork_id(&mut f)?;
+                        s.earliest = f.u64("status earliest")?;
+                        s.latest = f.u64("status latest")?;
+                        s.head = f.b256("status latest hash")?;
+                    }
+                    return Ok(EthMessage::Status(s));
+                }
+                GET_BLOCK_HEADERS => {
+                    let request_id = f.u64("request id")?;
+                    let mut q = f.list("header query")?;
+                    let origin = match q.remaining().first() {
+                        Some(0xa0) => HashOrNumber::Hash(q.b256("origin")?),
+                        _ => HashOrNumber::Number(q.u64("origin")?),
+                    };
+                    let amount = q.u64("amount")?;
+                    let skip = q.u64("skip")?;
+                    let reverse = q.bool("reverse")?;
+                    q.finish()?;
+                    EthMessage::GetBlockHeaders {
+                        request_id,
+                        origin,
+                        amount,
+                        skip,
+                        reverse,
+                    }
+                }
+                BLOCK_HEADERS => EthMessage::BlockHeaders {
+                    request_id: f.u64("request id")?,
+                    headers: read_raw_list(&mut f, "headers")?,
+                },
+                GET_BLOCK_BODIES => EthMessage::GetBlockBodies {
+                    request_id: f.u64("request id")?,
+                    hashes: f.b256_list("hashes")?,
+                },
+                BLOCK_BODIES => EthMessage::BlockBodies {
+                    request_id: f.u64("request id")?,
+                    bodies: read_raw_list(&mut f, "bodies")?,
+                },
+                NEW_POOLED_TRANSACTION_HASHES => {
+                    let types = f.bytes("announced types")?.to_vec();
+                    let mut sizes_list = f.list("announced sizes")?;
+                    let mut sizes = Vec::with_capacity(types.len());
+                    while !sizes_list.is_empty() {
+                        let s = sizes_list.u64("announced size")?;
+                        sizes.push(
+                            u32::try_from(s).map_err(|_| RlpError::OutOfRange("announced size"))?,
+                        );
+                    }
+                    let hashes = f.b256_list("announced hashes")?;
+                    EthMessage::NewPooledTransactionHashes(Announcement {
+                        types,
+                        sizes,
+                        hashes,
+                    })
+                }
+                GET_POOLED_TRANSACTIONS => EthMessage::GetPooledTransactions {
+                    request_id: f.u64("request id")?,
+                    hashes: f.b256_list("hashes")?,
+                },
+                POOLED_TRANSACTIONS => EthMessage::PooledTransactions {
+                    request_id: f.u64("request id")?,
+                    txs: read_tx_list(&mut f, "pooled transactions")?,
+                },
+                GET_RECEIPTS => {
+                    let request_id = f.u64("request id")?;
+                    let first_index = if version >= ETH70 {
+                        f.u64("first receipt index")?
+                    } else {
+                        0
+                    };
+                    EthMessage::GetReceipts {
+                        request_id,
+                        first_index,
+                        hashes: f.b256_list("hashes")?,
+                    }
+                }
+                RECEIPTS => {
+                    let request_id = f.u64("request id")?;
+                    let incomplete = version >= ETH70 && f.bool("last block incomplete")?;
+                    EthMessage::Receipts {
+                        request_id,
+                        incomplete,
+                        blocks: read_raw_list(&mut f, "receipts")?,
+                    }
+                }
+                BLOCK_RANGE_UPDATE if version >= ETH69 => {
+                    return Ok(EthMessage::BlockRangeUpdate {
+                        earliest: f.u64("earliest")?,
+                        latest: f.u64("latest")?,
+                        latest_hash: f.b256("latest hash")?,
+                    });
+                }
+                _ => return Err(RlpError::OutOfRange("message id")),
+            })
+        })();
+        let msg = match msg {
+            Ok(m) => m,
+            Err(RlpError::OutOfRange("message id")) => return Err(EthDecodeError::UnknownId(id)),
+            Err(e) => return Err(rlp_err(e)),
+        };
+        f.finish().map_err(rlp_err)?;
+        if let EthMessage::NewPooledTransactionHashes(a) = &msg
+            && (a.types.len() != a.hashes.len() || a.sizes.len() != a.hashes.len())
+        {
+            return Err(EthDecodeError::Invalid {
+                id,
+                reason: "announcement lists differ in length",
+            });
+        }
+        Ok(msg)
+    }
+}
+
+fn encode_fork_id(id: &ForkId, out: &mut Vec<u8>) {
+    let mut p = Vec::new();
+    id.hash.as_slice().encode(&mut p);
+    id.next.encode(&mut p);
+    rlp::encode_list_payload(&p, out);
+}
+
+fn decode_fork_id(f: &mut Fields<'_>) -> Result<ForkId, RlpError> {
+    let mut l = f.list("fork id")?;
+    let hash = l.fixed::<4>("fork hash")?;
+    let next = l.u64("fork next")?;
+    l.finish()?;
+    Ok(ForkId { hash, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(msg: EthMessage, version: u32) {
+        let enc = msg.encode(version);
+        assert_eq!(
+            EthMessage::decode(msg.id(), version, &enc).unwrap(),
+            msg,
+            "{}",
+            msg.name()
+        );
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let status = Status {
+            version: 69,
+            network_id: 3503995874084926,
+            genesis: B256::repeat_byte(1),
+            fork_id: ForkId {
+                hash: [1, 2, 3, 4],
+                next: 60,
+            },
+            total_difficulty: U256::ZERO,
+            head: B256::repeat_byte(2),
+            earliest: 0,
+            latest: 600,
+        };
+        round_trip(EthMessage::Status(status.clone()), 69);
+        round_trip(
+            EthMessage::Status(Status {
+                version: 68,
+                total_difficulty: U256::from(131072),
+                earliest: 0,
+                latest: 0,
+                ..status
+            }),
+            68,
+        );
+        let legacy = Bytes::from(vec![0xc3, 0x01, 0x02, 0x03]);
+        let typed = Bytes::from(vec![0x02, 0xc2, 0x01, 0x02]);
+        round_trip(
+            EthMessage::Transactions(vec![legacy.clone(), typed.clone()]),
+            69,
+        );
+        round_trip(
+            EthMessage::PooledTransactions {
+                request_id: 7,
+                txs: vec![typed, legacy],
+            },
+            70,
+        );
+        for origin in [HashOrNumber::Number(0), HashOrNumber::Hash(B256::ZERO)] {
+            round_trip(
+                EthMessage::GetBlockHeaders {
+                    request_id: 0,
+                    origin,
+                    amount: 5,
+                    skip: 2,
+                    reverse: true,
+                },
+                69,
+            );
+        }
+        round_trip(
+            EthMessage::NewPooledTransactionHashes(Announcement {
+                types: vec![2, 3],
+                sizes: vec![100, 131_000],
+                hashes: vec![B256::repeat_byte(3), B256::repeat_byte(4)],
+            }),
+            68,
+        );
+        let get_receipts = EthMessage::GetReceipts {
+            request_id: 1,
+            first_index: 3,
+            hashes: vec![B256::repeat_byte(5)],
+        };
+        round_trip(get_receipts.clone(), 70);
+        let receipts = EthMessage::Receipts {
+            request_id: 1,
+            incomplete: true,
+            blocks: vec![Bytes::from(vec![0xc0])],
+        };
+        round_trip(receipts, 70);
+        round_trip(
+            EthMessage::BlockRangeUpdate {
+                earliest: 0,
+                latest: 9,
+                latest_hash: B256::repeat_byte(9),
+            },
+            69,
+        );
+    }
+
+    #[test]
+    fn malformed_messages_are_errors() {
+        assert!(matches!(
+            EthMessage::decode(0x55, 69, &[0xc0]),
+            Err(EthDecodeError::UnknownId(0x55))
+        ));
+        assert!(EthMessage::decode(BLOCK_RANGE_UPDATE, 68, &[0xc0]).is_err());
+        assert!(EthMessage::decode(GET_POOLED_TRANSACTIONS, 69, &[0xc2, 0x01]).is_err());
+        // Announcement with lists of different lengths.
+        let mut a = Announcement::default();
+        a.push(2, 100, B256::ZERO);
+        a.sizes.push(5);
+        let enc = EthMessage::NewPooledTransactionHashes(a).encode(69);
+        assert!(matches!(
+            EthMessage::decode(NEW_POOLED_TRANSACTION_HASHES, 69, &enc),
+            Err(EthDecodeError::Invalid { .. })
+        ));
+        // A legacy tx wrapped in a string is not canonical.
+        let wrapped = [0xc5, 0x84, 0xc3, 0x01, 0x02, 0x03];
+        assert!(EthMessage::decode(TRANSACTIONS, 69, &wrapped).is_err());
+    }
+}

@@ -1,0 +1,566 @@
+//! The transaction fetcher: turns peers' announcements into `GetPooledTransactions`
+//! requests and checks what comes back against what was announced.
+//!
+//! ```text
+//! announce(peer, hashes) ──▶ unknown to the pool? ──▶ hash waits, with its announcers
+//! schedule()            ──▶ per idle peer: ≤256 hashes / ≤128 KiB it announced ─▶ request
+//! deliver(peer, reply)  ──▶ subsequence of the request? type and size as announced?
+//!                           yes: hand to admission (hash "importing")   no: peer fault
+//! admitted / rejected   ──▶ settled(hash): forgotten
+//! peer fault on a tx    ──▶ peer_fault(peer, hash): that announcer is dropped, the hash
+//!                           is asked of the next one
+//! expire(now)           ──▶ requests older than the timeout: their hashes go to the next
+//!                           announcer, the slow peer is no longer asked for them
+//! ```
+//!
+//! State is plain data with no I/O; the network drives it under one mutex.
+
+use crate::rlpx::PeerId;
+use alloy_primitives::B256;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Limits of the fetcher (geth's values).
+#[derive(Debug, Clone, Copy)]
+pub struct FetcherConfig {
+    /// Announced hashes a peer may have waiting at once; more are dropped.
+    pub max_announces_per_peer: usize,
+    /// Hashes per request.
+    pub max_request_hashes: usize,
+    /// Announced bytes per request (one oversized tx still goes alone).
+    pub max_request_bytes: usize,
+    /// How long a peer has to answer.
+    pub timeout: Duration,
+    /// Hashes waiting in total; announcements beyond it are dropped.
+    pub max_tracked: usize,
+}
+
+impl Default for FetcherConfig {
+    fn default() -> Self {
+        Self {
+            max_announces_per_peer: 4096,
+            max_request_hashes: 256,
+            max_request_bytes: 128 * 1024,
+            timeout: Duration::from_secs(5),
+            max_tracked: 64 * 1024,
+        }
+    }
+}
+
+/// What a peer said about a hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    pub ty: u8,
+    pub size: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetch {
+    Waiting,
+    Requested(PeerId),
+    /// Delivered and being admitted: not asked for again unless admission blames the peer.
+    Importing(PeerId),
+}
+
+#[derive(Debug)]
+struct HashState {
+    /// Announcers in arrival order, with what each announced.
+    announcers: Vec<(PeerId, Meta)>,
+    fetch: Fetch,
+}
+
+#[derive(Debug)]
+struct Request {
+    id: u64,
+    hashes: Vec<B256>,
+    sent: Instant,
+}
+
+#[derive(Debug, Default)]
+struct PeerState {
+    /// Hashes this peer announced that are still tracked, oldest first.
+    announced: VecDeque<B256>,
+    request: Option<Request>,
+}
+
+/// A request to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    pub peer: PeerId,
+    pub request_id: u64,
+    pub hashes: Vec<B256>,
+}
+
+/// A delivered transaction as the network saw it on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    pub hash: B256,
+    pub ty: u8,
+    pub size: usize,
+}
+
+/// Why a reply is a protocol fault of the peer that sent it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("reply to request {0} that is not outstanding")]
+    Unsolicited(u64),
+    #[error("delivered tx {0} was not requested, or out of order")]
+    NotRequested(B256),
+    #[error("delivered tx {hash} has type {found}, announced {announced}")]
+    TypeMismatch { hash: B256, announced: u8, found: u8 },
+    #[error("delivered tx {hash} is {found} bytes, announced {announced}")]
+    SizeMismatch {
+        hash: B256,
+        announced: u32,
+        found: usize,
+    },
+}
+
+/// Announced and delivered sizes may differ by this much before it is a fault: clients
+/// have disagreed on how sizes of typed txs count, and an honest off-by-a-few must not
+/// cost a peer.
+pub const SIZE_TOLERANCE: usize = 8;
+
+/// The fetcher's state.
+#[derive(Debug)]
+pub struct Fetcher {
+    cfg: FetcherConfig,
+    hashes: Map<B256, HashState>,
+    peers: Map<PeerId, PeerState>,
+    next_id: u64,
+}
+
+impl Fetcher {
+    pub fn new(cfg: FetcherConfig) -> Self {
+        Self {
+            cfg,
+            hashes: Map::default(),
+            peers: Map::default(),
+            next_id: 1,
+        }
+    }
+
+    pub fn config(&self) -> &FetcherConfig {
+        &self.cfg
+    }
+
+    /// Hashes tracked (waiting, requested or importing).
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    /// Whether `hash` is tracked.
+    pub fn contains(&self, hash: &B256) -> bool {
+        self.hashes.contains_key(hash)
+    }
+
+    /// Records `peer`'s announcement of hashes the pool does not have (the caller filters
+    /// with the pool). Returns how many were dropped over the per-peer or global cap.
+    pub fn announce(&mut self, peer: PeerId, entries: impl IntoIterator<Item = (B256, Meta)>) -> usize {
+        let mut dropped = 0;
+        let max_tracked = self.cfg.max_tracked;
+        let cap = self.cfg.max_announces_per_peer;
+        let state = self.peers.entry(peer).or_default();
+        for (hash, meta) in entries {
+            if state.announced.len() >= cap {
+                dropped += 1;
+                continue;
+            }
+            match self.hashes.get_mut(&hash) {
+                Some(h) => {
+                    if h.announcers.iter().any(|(p, _)| *p == peer) {
+                        continue;
+                    }
+                    h.announcers.push((peer, meta));
+                }
+                None => {
+                    if self.hashes.len() >= max_tracked {
+                        dropped += 1;
+                        continue;
+                    }
+                    self.hashes.insert(
+                        hash,
+                        HashState {
+                            announcers: vec![(peer, meta)],
+                            fetch: Fetch::Waiting,
+                        },
+                    );
+                }
+            }
+            state.announced.push_back(hash);
+        }
+        dropped
+    }
+
+    /// Requests to send now: one per idle peer, of waiting hashes it announced.
+    pub fn schedule(&mut self, now: Instant) -> Vec<FetchRequest> {
+        let mut out = Vec::new();
+        let ids: Vec<PeerId> = self
+            .peers
+            .iter()
+            .filter(|(_, s)| s.request.is_none() && !s.announced.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        for peer in ids {
+            let Some(state) = self.peers.get_mut(&peer) else {
+                continue;
+            };
+            let mut hashes = Vec::new();
+            let mut bytes = 0usize;
+            for hash in &state.announced {
+                let Some(h) = self.hashes.get_mut(hash) else {
+                    continue;
+                };
+                if h.fetch != Fetch::Waiting {
+                    continue;
+                }
+                let size = h
+                    .announcers
+                    .iter()
+                    .find(|(p, _)| *p == peer)
+                    .map_or(0, |(_, m)| m.size as usize);
+                if !hashes.is_empty() && bytes + size > self.cfg.max_request_bytes {
+                    break;
+                }
+                bytes += size;
+                h.fetch = Fetch::Requested(peer);
+                hashes.push(*hash);
+                if hashes.len() >= self.cfg.max_request_hashes {
+                    break;
+                }
+            }
+            if hashes.is_empty() {
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1);
+            state.request = Some(Request {
+                id,
+                hashes: hashes.clone(),
+                sent: now,
+            });
+            out.push(FetchRequest {
+                peer,
+                request_id: id,
+                hashes,
+            });
+        }
+        out
+    }
+
+    /// Checks a `PooledTransactions` reply. On success the delivered hashes are marked
+    /// importing and returned in order; hashes asked for but not delivered lose this
+    /// peer as an announcer. On a fault the request is closed the same way and nothing
+    /// is returned; the caller disconnects the peer.
+    pub fn deliver(
+        &mut self,
+        peer: PeerId,
+        request_id: u64,
+        delivered: &[Delivered],
+    ) -> Result<Vec<B256>, DeliveryError> {
+        let request = match self.peers.get_mut(&peer) {
+            Some(s) if s.request.as_ref().is_some_and(|r| r.id == request_id) => {
+                s.request.take().expect("checked above")
+            }
+            _ => return Err(DeliveryError::Unsolicited(request_id)),
+        };
+        let verdict = self.check(peer, &request.hashes, delivered);
+        let accepted: Vec<B256> = match &verdict {
+            Ok(()) => delivered.iter().map(|d| d.hash).collect(),
+            Err(_) => Vec::new(),
+        };
+        for hash in &request.hashes {
+            if accepted.contains(hash) {
+                if let Some(h) = self.hashes.get_mut(hash) {
+                    h.fetch = Fetch::Importing(peer);
+                }
+            } else {
+                self.drop_announcer(hash, peer);
+            }
+        }
+        verdict.map(|()| accepted)
+    }
+
+    fn check(&self, peer: PeerId, requested: &[B256], delivered: &[Delivered]) -> Result<(), DeliveryError> {
+        let mut next = 0;
+        for d in delivered {
+            match requested[next..].iter().position(|h| *h == d.hash) {
+                Some(i) => next += i + 1,
+                None => return Err(DeliveryError::NotRequested(d.hash)),
+            }
+            let meta = self
+                .hashes
+                .get(&d.hash)
+                .and_then(|h| h.announcers.iter().find(|(p, _)| *p == peer))
+                .map(|(_, m)| *m);
+            if let Some(meta) = meta {
+                if meta.ty != d.ty {
+                    return Err(DeliveryError::TypeMismatch {
+                        hash: d.hash,
+                        announced: meta.ty,
+                        found: d.ty,
+                    });
+                }
+                if (meta.size as usize).abs_diff(d.size) > SIZE_TOLERANCE {
+                    return Err(DeliveryError::SizeMismatch {
+                        hash: d.hash,
+                        announced: meta.size,
+                        found: d.size,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Admission decided `hash` (pooled, or refused for a reason that is not the
+    /// delivering peer's fault): forget it.
+    pub fn settled(&mut self, hash: &B256) {
+        if let Some(h) = self.hashes.remove(hash) {
+            for (p, _) in h.announcers {
+                if let Some(s) = self.peers.get_mut(&p) {
+                    s.announced.retain(|x| x != hash);
+                }
+            }
+        }
+    }
+
+    /// `peer` delivered a bad copy of `hash`: it is no longer asked for it, and the hash
+    /// waits for the next announcer (or is forgotten if there is none).
+    pub fn peer_fault(&mut self, peer: PeerId, hash: &B256) {
+        self.drop_announcer(hash, peer);
+    }
+
+    fn drop_announcer(&mut self, hash: &B256, peer: PeerId) {
+        if let Some(s) = self.peers.get_mut(&peer) {
+            s.announced.retain(|x| x != hash);
+        }
+        let Some(h) = self.hashes.get_mut(hash) else {
+            return;
+        };
+        h.announcers.retain(|(p, _)| *p != peer);
+        if matches!(h.fetch, Fetch::Requested(p) | Fetch::Importing(p) if p == peer) {
+            h.fetch = Fetch::Waiting;
+        }
+        if h.announcers.is_empty() && h.fetch == Fetch::Waiting {
+            self.hashes.remove(hash);
+        }
+    }
+
+    /// Closes requests older than the timeout; returns the peers that timed out. Their
+    /// hashes go back to waiting for another announcer.
+    pub fn expire(&mut self, now: Instant) -> Vec<PeerId> {
+        let timeout = self.cfg.timeout;
+        let late: Vec<(PeerId, Vec<B256>)> = self
+            .peers
+            .iter_mut()
+            .filter(|(_, s)| {
+                s.request
+                    .as_ref()
+                    .is_some_and(|r| now.duration_since(r.sent) >= timeout)
+            })
+            .filter_map(|(p, s)| s.request.take().map(|r| (*p, r.hashes)))
+            .collect();
+        for (peer, hashes) in &late {
+            for hash in hashes {
+                self.drop_announcer(hash, *peer);
+            }
+        }
+        late.into_iter().map(|(p, _)| p).collect()
+    }
+
+    /// A peer left: its announcements and request go with it.
+    pub fn remove_peer(&mut self, peer: PeerId) {
+        let Some(state) = self.peers.remove(&peer) else {
+            return;
+        };
+        let mut hashes: Vec<B256> = state.announced.into_iter().collect();
+        if let Some(r) = state.request {
+            hashes.extend(r.hashes);
+        }
+        for hash in hashes {
+            self.drop_announcer(&hash, peer);
+        }
+    }
+
+    /// The hashes of `peer`'s outstanding request, if any.
+    pub fn in_flight(&self, peer: &PeerId) -> Option<&[B256]> {
+        self.peers
+            .get(peer)
+            .and_then(|s| s.request.as_ref())
+            .map(|r| r.hashes.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_primitives::B512;
+
+    fn peer(n: u8) -> PeerId {
+        B512::repeat_byte(n)
+    }
+    fn h(n: u16) -> B256 {
+        let mut b = [0u8; 32];
+        b[..2].copy_from_slice(&n.to_be_bytes());
+        b[31] = 1;
+        B256::from(b)
+    }
+    fn meta(size: u32) -> Meta {
+        Meta { ty: 2, size }
+    }
+
+    #[test]
+    fn one_request_per_peer_within_count_and_byte_caps() {
+        let mut f = Fetcher::new(FetcherConfig::default());
+        let a = peer(1);
+        f.announce(a, (0..300).map(|i| (h(i), meta(100))));
+        let now = Instant::now();
+        let reqs = f.schedule(now);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].hashes.len(), 256);
+        // Nothing more while the request is out.
+        assert!(f.schedule(now).is_empty());
+        let delivered: Vec<Delivered> = reqs[0]
+            .hashes
+            .iter()
+            .map(|hash| Delivered {
+                hash: *hash,
+                ty: 2,
+                size: 100,
+            })
+            .collect();
+        assert_eq!(f.deliver(a, reqs[0].request_id, &delivered).unwrap().len(), 256);
+        let next = f.schedule(now);
+        assert_eq!(next[0].hashes.len(), 44);
+
+        // Bytes: 40 KiB txs, 128 KiB per request → 3 per request; one huge tx goes alone.
+        let mut f = Fetcher::new(FetcherConfig::default());
+        f.announce(a, (0..5).map(|i| (h(i), meta(40 * 1024))));
+        assert_eq!(f.schedule(now)[0].hashes.len(), 3);
+        let mut f = Fetcher::new(FetcherConfig::default());
+        f.announce(a, [(h(9), meta(900_000))]);
+        assert_eq!(f.schedule(now)[0].hashes, vec![h(9)]);
+    }
+
+    #[test]
+    fn fifty_announced_hashes_make_one_request_of_fifty() {
+        let mut f = Fetcher::new(FetcherConfig::default());
+        f.announce(peer(1), (0..50).map(|i| (h(i), meta(120))));
+        let reqs = f.schedule(Instant::now());
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].hashes, (0..50).map(h).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn per_peer_announcement_cap() {
+        let cfg = FetcherConfig {
+            max_announces_per_peer: 10,
+            ..Default::default()
+        };
+        let mut f = Fetcher::new(cfg);
+        assert_eq!(f.announce(peer(1), (0..15).map(|i| (h(i), meta(1)))), 5);
+        assert_eq!(f.len(), 10);
+        // Another peer has its own budget.
+        assert_eq!(f.announce(peer(2), (20..30).map(|i| (h(i), meta(1)))), 0);
+    }
+
+    #[test]
+    fn replies_must_be_an_ordered_subsequence_matching_the_announcement() {
+        let a = peer(1);
+        let now = Instant::now();
+        let setup = || {
+            let mut f = Fetcher::new(FetcherConfig::default());
+            f.announce(a, [(h(1), meta(100)), (h(2), Meta { ty: 3, size: 100_000 })]);
+            let id = f.schedule(now)[0].request_id;
+            (f, id)
+        };
+        let d = |n, ty, size| Delivered { hash: h(n), ty, size };
+
+        let (mut f, id) = setup();
+        assert_eq!(f.deliver(a, id, &[d(2, 3, 100_000)]).unwrap(), vec![h(2)]);
+        // h(1) was not delivered: a has no copy, and no one else announced it.
+        assert!(!f.contains(&h(1)));
+
+        let (mut f, id) = setup();
+        assert_eq!(
+            f.deliver(a, id, &[d(2, 3, 100_000), d(1, 2, 100)]),
+            Err(DeliveryError::NotRequested(h(1)))
+        );
+        let (mut f, id) = setup();
+        assert!(matches!(
+            f.deliver(a, id, &[d(7, 2, 100)]),
+            Err(DeliveryError::NotRequested(_))
+        ));
+        let (mut f, id) = setup();
+        assert!(matches!(
+            f.deliver(a, id, &[d(2, 2, 100_000)]),
+            Err(DeliveryError::TypeMismatch { .. })
+        ));
+        let (mut f, id) = setup();
+        assert!(matches!(
+            f.deliver(a, id, &[d(2, 3, 1_000)]),
+            Err(DeliveryError::SizeMismatch { .. })
+        ));
+        let (mut f, id) = setup();
+        assert!(f.deliver(a, id, &[d(1, 2, 100 + SIZE_TOLERANCE)]).is_ok());
+        let (mut f, id) = setup();
+        assert_eq!(
+            f.deliver(a, id + 1, &[]),
+            Err(DeliveryError::Unsolicited(id + 1))
+        );
+    }
+
+    #[test]
+    fn a_bad_copy_sends_the_hash_to_the_next_announcer() {
+        let (bad, good) = (peer(1), peer(2));
+        let mut f = Fetcher::new(FetcherConfig::default());
+        let now = Instant::now();
+        f.announce(bad, [(h(1), Meta { ty: 3, size: 1000 })]);
+        f.announce(good, [(h(1), Meta { ty: 3, size: 1000 })]);
+        let reqs = f.schedule(now);
+        assert_eq!(reqs.len(), 1, "one peer is asked at a time");
+        let first = reqs[0].peer;
+        let other = if first == bad { good } else { bad };
+        let got = f
+            .deliver(first, reqs[0].request_id, &[Delivered { hash: h(1), ty: 3, size: 1000 }])
+            .unwrap();
+        assert_eq!(got, vec![h(1)]);
+        assert!(f.schedule(now).is_empty(), "importing: not asked again");
+        f.peer_fault(first, &h(1));
+        let again = f.schedule(now);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].peer, other);
+        assert_eq!(again[0].hashes, vec![h(1)]);
+        f.deliver(other, again[0].request_id, &[Delivered { hash: h(1), ty: 3, size: 1000 }])
+            .unwrap();
+        f.settled(&h(1));
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn timeouts_move_hashes_and_departures_clean_up() {
+        let (slow, other) = (peer(1), peer(2));
+        let mut f = Fetcher::new(FetcherConfig::default());
+        let t0 = Instant::now();
+        f.announce(slow, [(h(1), meta(10))]);
+        let first = f.schedule(t0);
+        assert_eq!(first[0].peer, slow);
+        f.announce(other, [(h(1), meta(10))]);
+        assert!(f.schedule(t0).is_empty());
+        assert!(f.expire(t0 + Duration::from_secs(1)).is_empty());
+        assert_eq!(f.expire(t0 + Duration::from_secs(5)), vec![slow]);
+        let retry = f.schedule(t0 + Duration::from_secs(5));
+        assert_eq!(retry[0].peer, other);
+        f.remove_peer(other);
+        assert!(f.is_empty());
+        // The late reply from the slow peer is unsolicited now.
+        assert!(f.deliver(slow, first[0].request_id, &[]).is_err());
+    }
+}

@@ -1,0 +1,1096 @@
+//! The network service: listens and dials, runs one task per peer, and ties peers to the
+//! pool (admission of their transactions, gossip of ours) and to the chain (serving).
+//!
+//! ```text
+//!  TCP ─▶ RLPx ─▶ Hello/Status ─▶ peer task ─┬─ Ping ─▶ Pong
+//!                                           ├─ Get* ─▶ serve (store) ─▶ reply
+//!                                           ├─ Transactions ─▶ blob? fault : pool
+//!                                           ├─ announcement ─▶ fetcher ─▶ GetPooledTransactions
+//!                                           └─ PooledTransactions ─▶ validate_requested,
+//!                                                validate_cheap ─▶ pool ─▶ consequences
+//!  pool's new pending txs ─▶ broadcaster ─▶ full txs to √peers, hashes to the rest
+//! ```
+//!
+//! Peer consequences follow ../shared/DESIGN.md §2: a malformed or mismatched sidecar, a
+//! blob tx without one, a delivery that contradicts its announcement, a full blob tx in
+//! `Transactions` or a malformed message is a fault → Disconnect (subprotocol error).
+//! Other invalid transactions cost reputation; below the threshold the peer is dropped.
+
+use crate::eth::{Announcement, EthMessage, Status};
+use crate::fetcher::{Delivered, DeliveryError, FetchRequest, Fetcher, FetcherConfig, Meta};
+use crate::p2p::DisconnectReason;
+use crate::rlpx::{PeerId, RlpxStream};
+use crate::session::{self, Incoming, LocalIdentity, Session, check_status};
+use crate::{Enode, serve};
+use alloy_primitives::{B256, Bytes};
+use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::{Pool, Rejection, TxInput, TxOrigin};
+use moat_common::TxType;
+use moat_common::config::ForkFilter;
+use moat_common::transaction::{BlobRules, PooledTransaction};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc, watch};
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Transactions above this size are only announced, never sent whole (geth's rule).
+pub const MAX_BROADCAST_TX_SIZE: usize = 4096;
+/// Hashes a peer is remembered to know.
+const KNOWN_TXS: usize = 32_768;
+/// Reputation start; a peer reaching [`REPUTATION_FLOOR`] is dropped.
+const REPUTATION_FLOOR: i64 = -100;
+/// Cost of one transaction that the bytes alone prove invalid.
+const INVALID_TX_PENALTY: i64 = 5;
+/// Frames queued to a peer before broadcasts to it are dropped.
+const PEER_QUEUE: usize = 1024;
+/// `Transactions` / `PooledTransactions` messages from one peer being admitted at once.
+const ADMISSIONS_PER_PEER: usize = 4;
+/// Handshakes in progress at once (inbound).
+const MAX_PENDING_HANDSHAKES: usize = 64;
+const PING_INTERVAL: Duration = Duration::from_secs(15);
+/// A peer silent this long (pings included) is dropped.
+const READ_TIMEOUT: Duration = Duration::from_secs(45);
+/// Most hashes in one announcement message we send.
+const MAX_ANNOUNCE: usize = 4096;
+/// A `Transactions` message we send stops growing past this many bytes.
+const MAX_TXS_MESSAGE: usize = 100 * 1024;
+/// A `PooledTransactions` answer stops growing past this many bytes.
+const MAX_POOLED_ANSWER: usize = 2 * 1024 * 1024;
+/// Most hashes served from one `GetPooledTransactions`.
+const MAX_POOLED_SERVE: usize = 256;
+
+/// How the network is set up.
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    pub secret_key: secp256k1::SecretKey,
+    /// Where to listen; `None` for no inbound connections.
+    pub listen: Option<SocketAddr>,
+    pub max_peers: usize,
+    /// Peers dialled at start and kept connected.
+    pub static_peers: Vec<Enode>,
+    pub client_id: String,
+    pub network_id: u64,
+    pub fetcher: FetcherConfig,
+}
+
+impl NetworkConfig {
+    pub fn new(secret_key: secp256k1::SecretKey, network_id: u64) -> Self {
+        Self {
+            secret_key,
+            listen: Some(SocketAddr::from(([0, 0, 0, 0], 30303))),
+            max_peers: 50,
+            static_peers: Vec::new(),
+            client_id: format!("moat/v{}", env!("CARGO_PKG_VERSION")),
+            network_id,
+            fetcher: FetcherConfig::default(),
+        }
+    }
+}
+
+/// What `admin_peers` shows of one peer.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub id: PeerId,
+    pub addr: SocketAddr,
+    pub client_id: String,
+    pub eth_version: u32,
+    pub inbound: bool,
+    pub reputation: i64,
+    pub head: B256,
+}
+
+/// Bounded memory of hashes a peer has or was sent.
+#[derive(Debug, Default)]
+struct KnownTxs {
+    set: HashSet<B256, foldhash::fast::RandomState>,
+    order: VecDeque<B256>,
+}
+
+impl KnownTxs {
+    fn insert(&mut self, hash: B256) -> bool {
+        if !self.set.insert(hash) {
+            return false;
+        }
+        self.order.push_back(hash);
+        if self.order.len() > KNOWN_TXS
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        true
+    }
+
+    #[cfg(test)]
+    fn contains(&self, hash: &B256) -> bool {
+        self.set.contains(hash)
+    }
+}
+
+/// A connected peer as the rest of the node sees it.
+struct Peer {
+    info: PeerInfo,
+    framing: session::Framing,
+    out: mpsc::Sender<Vec<u8>>,
+    close: watch::Sender<Option<DisconnectReason>>,
+    known: Mutex<KnownTxs>,
+    reputation: AtomicI64,
+    admissions: Arc<Semaphore>,
+}
+
+impl Peer {
+    fn send(&self, frame: Vec<u8>) -> bool {
+        self.out.try_send(frame).is_ok()
+    }
+
+    fn disconnect(&self, reason: DisconnectReason) {
+        self.close.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+struct Inner {
+    cfg: NetworkConfig,
+    local: LocalIdentity,
+    chain: Chain,
+    pool: Pool,
+    synced: Arc<AtomicBool>,
+    filter: ForkFilter,
+    genesis_timestamp: u64,
+    peers: RwLock<Map<PeerId, Arc<Peer>>>,
+    fetcher: Mutex<Fetcher>,
+    static_peers: Mutex<Vec<Enode>>,
+    listen_addr: Mutex<Option<SocketAddr>>,
+    handshakes: Arc<Semaphore>,
+    blob_rules: Mutex<(B256, Option<BlobRules>)>,
+    txs_received: AtomicU64,
+}
+
+/// The devp2p network. Cloning shares it.
+#[derive(Clone)]
+pub struct Network {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network")
+            .field("id", &self.inner.local.id)
+            .field("peers", &self.inner.peers.read().len())
+            .finish()
+    }
+}
+
+/// Why the network could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("chain: {0}")]
+    Chain(String),
+}
+
+impl Network {
+    /// Starts listening and dialling. `synced` gates peers' transactions: they are taken
+    /// only once it is set (engine forkchoiceUpdated to a known head, or dev mode).
+    pub async fn start(
+        cfg: NetworkConfig,
+        chain: Chain,
+        pool: Pool,
+        synced: Arc<AtomicBool>,
+    ) -> Result<Network, NetworkError> {
+        let genesis = chain
+            .header_by_number(0)
+            .map_err(|e| NetworkError::Chain(e.to_string()))?
+            .ok_or_else(|| NetworkError::Chain("no genesis header".into()))?;
+        let filter = chain
+            .config()
+            .fork_filter(chain.genesis_hash(), genesis.timestamp);
+        let listener = match cfg.listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| NetworkError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let local = LocalIdentity::new(
+            cfg.secret_key,
+            &cfg.client_id,
+            listen_addr.map_or(0, |a| a.port()),
+        );
+        let inner = Arc::new(Inner {
+            fetcher: Mutex::new(Fetcher::new(cfg.fetcher)),
+            static_peers: Mutex::new(cfg.static_peers.clone()),
+            cfg,
+            local,
+            chain,
+            pool,
+            synced,
+            filter,
+            genesis_timestamp: genesis.timestamp,
+            peers: RwLock::new(Map::default()),
+            listen_addr: Mutex::new(listen_addr),
+            handshakes: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
+            blob_rules: Mutex::new((B256::ZERO, None)),
+            txs_received: AtomicU64::new(0),
+        });
+        let net = Network { inner };
+        if let Some(listener) = listener {
+            tokio::spawn(net.clone().accept_loop(listener));
+        }
+        tokio::spawn(net.clone().broadcast_loop());
+        tokio::spawn(net.clone().fetch_timer());
+        tokio::spawn(net.clone().static_dialer());
+        Ok(net)
+    }
+
+    pub fn local_id(&self) -> PeerId {
+        self.inner.local.id
+    }
+
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        *self.inner.listen_addr.lock()
+    }
+
+    /// Our enode URL; an unspecified listen address shows as 127.0.0.1.
+    pub fn enode(&self) -> String {
+        let addr = self
+            .listen_addr()
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let ip = if addr.ip().is_unspecified() {
+            std::net::IpAddr::from([127, 0, 0, 1])
+        } else {
+            addr.ip()
+        };
+        Enode {
+            id: self.local_id(),
+            addr: SocketAddr::new(ip, addr.port()),
+        }
+        .to_string()
+    }
+
+    pub fn network_id(&self) -> u64 {
+        self.inner.cfg.network_id
+    }
+
+    pub fn genesis_hash(&self) -> B256 {
+        self.inner.chain.genesis_hash()
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.inner.cfg.client_id
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.inner.peers.read().len()
+    }
+
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        self.inner
+            .peers
+            .read()
+            .values()
+            .map(|p| PeerInfo {
+                reputation: p.reputation.load(Ordering::Relaxed),
+                ..p.info.clone()
+            })
+            .collect()
+    }
+
+    /// Adds a static peer and dials it now (`admin_addPeer`).
+    pub fn add_peer(&self, enode: Enode) {
+        {
+            let mut list = self.inner.static_peers.lock();
+            if !list.contains(&enode) {
+                list.push(enode.clone());
+            }
+        }
+        tokio::spawn(self.clone().dial(enode));
+    }
+
+    /// Disconnects a peer.
+    pub fn remove_peer(&self, id: &PeerId) -> bool {
+        self.inner.static_peers.lock().retain(|e| e.id != *id);
+        match self.inner.peers.read().get(id) {
+            Some(p) => {
+                p.disconnect(DisconnectReason::Requested);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Tells eth/69+ peers the new served range after a head change.
+    pub fn on_new_head(&self) {
+        let Ok((number, hash)) = self.inner.chain.head() else {
+            return;
+        };
+        let msg = EthMessage::BlockRangeUpdate {
+            earliest: 0,
+            latest: number,
+            latest_hash: hash,
+        };
+        for p in self.inner.peers.read().values() {
+            if p.framing.version >= crate::eth::ETH69 {
+                p.send(p.framing.eth(&msg));
+            }
+        }
+    }
+
+    fn our_status(&self, version: u32) -> (Status, u64, u64) {
+        let chain = &self.inner.chain;
+        let (number, hash, timestamp) = match chain.head_header() {
+            Ok(h) => (h.number, h.hash(), h.timestamp),
+            Err(_) => (0, chain.genesis_hash(), self.inner.genesis_timestamp),
+        };
+        let fork_id = chain.config().fork_id(
+            chain.genesis_hash(),
+            self.inner.genesis_timestamp,
+            number,
+            timestamp,
+        );
+        let status = Status {
+            version,
+            network_id: self.inner.cfg.network_id,
+            genesis: chain.genesis_hash(),
+            fork_id,
+            total_difficulty: chain.config().terminal_total_difficulty.unwrap_or_default(),
+            head: hash,
+            earliest: 0,
+            latest: number,
+        };
+        (status, number, timestamp)
+    }
+
+    async fn accept_loop(self, listener: TcpListener) {
+        loop {
+            let (stream, addr) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = self.inner.handshakes.clone().try_acquire_owned() else {
+                metrics::counter!("moat_p2p_handshakes_refused_total").increment(1);
+                continue;
+            };
+            let net = self.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let _ = stream.set_nodelay(true);
+                let rlpx = match tokio::time::timeout(
+                    session::HANDSHAKE_TIMEOUT,
+                    RlpxStream::accept(stream, &net.inner.local.key),
+                )
+                .await
+                {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%addr, error = %e, "inbound rlpx handshake failed");
+                        metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%addr, "inbound rlpx handshake timed out");
+                        metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                        return;
+                    }
+                };
+                net.establish(rlpx, addr, true).await;
+            });
+        }
+    }
+
+    async fn dial(self, enode: Enode) {
+        if enode.id == self.inner.local.id || self.inner.peers.read().contains_key(&enode.id) {
+            return;
+        }
+        let stream = match tokio::time::timeout(
+            session::HANDSHAKE_TIMEOUT,
+            TcpStream::connect(enode.addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            _ => {
+                tracing::debug!(peer = %enode, "dial failed");
+                return;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let rlpx = match tokio::time::timeout(
+            session::HANDSHAKE_TIMEOUT,
+            RlpxStream::connect(stream, &self.inner.local.key, enode.id),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r,
+            _ => {
+                tracing::debug!(peer = %enode, "outbound rlpx handshake failed");
+                return;
+            }
+        };
+        self.establish(rlpx, enode.addr, false).await;
+    }
+
+    async fn static_dialer(self) {
+        loop {
+            let list = self.inner.static_peers.lock().clone();
+            for enode in list {
+                if !self.inner.peers.read().contains_key(&enode.id) {
+                    tokio::spawn(self.clone().dial(enode));
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+    }
+
+    async fn establish(self, rlpx: RlpxStream<TcpStream>, addr: SocketAddr, inbound: bool) {
+        let (base, number, timestamp) = self.our_status(crate::eth::ETH70);
+        let filter = &self.inner.filter;
+        let result = session::handshake(
+            rlpx,
+            &self.inner.local,
+            |version| Status { version, ..base },
+            |ours, theirs| check_status(ours, theirs, filter, number, timestamp),
+        )
+        .await;
+        let session = match result {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%addr, inbound, error = %e, "eth handshake failed");
+                metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                return;
+            }
+        };
+        self.run_peer(session, addr, inbound).await;
+    }
+
+    /// Registers the peer, then reads from it until it leaves or is dropped.
+    async fn run_peer(self, session: Session<TcpStream>, addr: SocketAddr, inbound: bool) {
+        let Session {
+            mut reader,
+            mut writer,
+            framing,
+            hello,
+            status,
+            remote_id,
+        } = session;
+        let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(PEER_QUEUE);
+        let (close_tx, mut close_rx) = watch::channel(None);
+        let peer = Arc::new(Peer {
+            info: PeerInfo {
+                id: remote_id,
+                addr,
+                client_id: hello.client_id.clone(),
+                eth_version: framing.version,
+                inbound,
+                reputation: 0,
+                head: status.head,
+            },
+            framing,
+            out: out_tx,
+            close: close_tx,
+            known: Mutex::new(KnownTxs::default()),
+            reputation: AtomicI64::new(0),
+            admissions: Arc::new(Semaphore::new(ADMISSIONS_PER_PEER)),
+        });
+        // Admission to the peer table.
+        let refused = {
+            let mut peers = self.inner.peers.write();
+            if remote_id == self.inner.local.id {
+                Some(DisconnectReason::ConnectedToSelf)
+            } else if peers.contains_key(&remote_id) {
+                Some(DisconnectReason::AlreadyConnected)
+            } else if peers.len() >= self.inner.cfg.max_peers {
+                Some(DisconnectReason::TooManyPeers)
+            } else {
+                peers.insert(remote_id, peer.clone());
+                None
+            }
+        };
+        if let Some(reason) = refused {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                writer.send(&framing.disconnect(reason)),
+            )
+            .await;
+            tracing::debug!(peer = %short(&remote_id), %addr, %reason, "peer refused");
+            return;
+        }
+        metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
+        tracing::info!(peer = %short(&remote_id), %addr, inbound, client = %hello.client_id, eth = framing.version, "peer connected");
+
+        // Writer: queued frames, pings, and the closing Disconnect.
+        let mut writer_close = close_rx.clone();
+        let writer_task = tokio::spawn(async move {
+            let mut ping = tokio::time::interval(PING_INTERVAL);
+            ping.tick().await;
+            loop {
+                tokio::select! {
+                    frame = out_rx.recv() => match frame {
+                        Some(f) => if writer.send(&f).await.is_err() { break },
+                        None => break,
+                    },
+                    _ = ping.tick() => if writer.send(&framing.ping()).await.is_err() { break },
+                    _ = writer_close.changed() => {
+                        let reason = (*writer_close.borrow()).unwrap_or(DisconnectReason::Requested);
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            writer.send(&framing.disconnect(reason)),
+                        ).await;
+                        break;
+                    }
+                }
+            }
+        });
+
+        // A new peer hears of the pending transactions it may want.
+        self.announce_pool_to(&peer);
+
+        let end = loop {
+            let payload = tokio::select! {
+                r = tokio::time::timeout(READ_TIMEOUT, reader.recv()) => match r {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(e)) => break format!("read: {e}"),
+                    Err(_) => {
+                        peer.disconnect(DisconnectReason::Timeout);
+                        break "read timeout".to_string();
+                    }
+                },
+                _ = close_rx.changed() => {
+                    break format!("dropped: {}", close_rx.borrow().unwrap_or(DisconnectReason::Requested));
+                }
+            };
+            let msg = match framing.decode(&payload) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.fault(&peer, &format!("malformed message: {e}"));
+                    continue;
+                }
+            };
+            match msg {
+                Incoming::Ping => {
+                    peer.send(framing.pong());
+                }
+                Incoming::Pong => {}
+                Incoming::Disconnect(r) => {
+                    break format!(
+                        "peer disconnected: {}",
+                        r.map_or("unknown reason", |r| r.as_str())
+                    );
+                }
+                Incoming::Eth(m) => {
+                    metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
+                    self.handle(&peer, m).await;
+                }
+            }
+        };
+        self.inner.peers.write().remove(&remote_id);
+        self.inner.fetcher.lock().remove_peer(remote_id);
+        metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
+        // Let the writer send a pending Disconnect, then stop it.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            peer.disconnect(DisconnectReason::Requested);
+            let _ = writer_task.await;
+        })
+        .await;
+        tracing::info!(peer = %short(&remote_id), %addr, why = %end, "peer disconnected");
+    }
+
+    /// A protocol fault: disconnect with subprotocol error.
+    fn fault(&self, peer: &Peer, why: &str) {
+        tracing::info!(peer = %short(&peer.info.id), addr = %peer.info.addr, why, "dropping peer for a protocol fault");
+        metrics::counter!("moat_p2p_peer_faults_total").increment(1);
+        peer.disconnect(DisconnectReason::SubprotocolError);
+    }
+
+    fn penalize(&self, peer: &Peer, points: i64, why: &str) {
+        let score = peer.reputation.fetch_sub(points, Ordering::Relaxed) - points;
+        if score <= REPUTATION_FLOOR {
+            tracing::info!(peer = %short(&peer.info.id), score, why, "dropping peer: reputation too low");
+            metrics::counter!("moat_p2p_peers_dropped_reputation_total").increment(1);
+            peer.disconnect(DisconnectReason::UselessPeer);
+        }
+    }
+
+    async fn handle(&self, peer: &Arc<Peer>, msg: EthMessage) {
+        let store = self.inner.chain.store();
+        match msg {
+            EthMessage::Status(_) => self.fault(peer, "second status"),
+            EthMessage::NewBlockHashes | EthMessage::NewBlock => {}
+            EthMessage::GetBlockHeaders {
+                request_id,
+                origin,
+                amount,
+                skip,
+                reverse,
+            } => {
+                let headers = serve::headers(store, origin, amount, skip, reverse);
+                peer.send(peer.framing.eth(&EthMessage::BlockHeaders {
+                    request_id,
+                    headers,
+                }));
+            }
+            EthMessage::GetBlockBodies { request_id, hashes } => {
+                let bodies = serve::bodies(store, &hashes);
+                peer.send(
+                    peer.framing
+                        .eth(&EthMessage::BlockBodies { request_id, bodies }),
+                );
+            }
+            EthMessage::GetReceipts {
+                request_id,
+                first_index,
+                hashes,
+            } => {
+                let (blocks, incomplete) =
+                    serve::receipts(store, peer.framing.version, first_index, &hashes);
+                peer.send(peer.framing.eth(&EthMessage::Receipts {
+                    request_id,
+                    incomplete,
+                    blocks,
+                }));
+            }
+            EthMessage::BlockHeaders { .. }
+            | EthMessage::BlockBodies { .. }
+            | EthMessage::Receipts { .. } => {
+                // We ask for none of these (no sync over p2p); a stray answer is ignored.
+            }
+            EthMessage::BlockRangeUpdate {
+                earliest, latest, ..
+            } => {
+                if earliest > latest {
+                    self.fault(peer, "block range update with earliest > latest");
+                }
+            }
+            EthMessage::GetPooledTransactions { request_id, hashes } => {
+                let mut txs = Vec::new();
+                let mut bytes = 0;
+                for h in hashes.iter().take(MAX_POOLED_SERVE) {
+                    if bytes >= MAX_POOLED_ANSWER {
+                        break;
+                    }
+                    if let Some(tx) = self.inner.pool.get(h) {
+                        let env = tx.tx.encoded_2718();
+                        bytes += env.len();
+                        txs.push(Bytes::from(env));
+                        peer.known.lock().insert(*h);
+                    }
+                }
+                peer.send(
+                    peer.framing
+                        .eth(&EthMessage::PooledTransactions { request_id, txs }),
+                );
+            }
+            EthMessage::Transactions(txs) => {
+                if !self.inner.synced.load(Ordering::Acquire) {
+                    return;
+                }
+                if txs.iter().any(|t| t.first() == Some(&(TxType::Eip4844 as u8))) {
+                    self.fault(peer, "full blob transaction in Transactions");
+                    return;
+                }
+                let admitted = txs
+                    .into_iter()
+                    .map(|env| {
+                        let hash = PooledTransaction::hash_of_envelope(&env);
+                        (hash, env)
+                    })
+                    .collect::<Vec<_>>();
+                {
+                    let mut known = peer.known.lock();
+                    for (h, _) in &admitted {
+                        if let Some(h) = h {
+                            known.insert(*h);
+                        }
+                    }
+                }
+                self.spawn_admission(peer, admitted.into_iter().map(|(h, e)| (h, TxInput::Raw(e))).collect(), false)
+                    .await;
+            }
+            EthMessage::NewPooledTransactionHashes(a) => {
+                if !self.inner.synced.load(Ordering::Acquire) {
+                    return;
+                }
+                self.on_announcement(peer, a);
+            }
+            EthMessage::PooledTransactions { request_id, txs } => {
+                self.on_pooled(peer, request_id, txs).await;
+            }
+        }
+    }
+
+    fn on_announcement(&self, peer: &Arc<Peer>, a: Announcement) {
+        let pool = &self.inner.pool;
+        let mut entries = Vec::with_capacity(a.len());
+        {
+            let mut known = peer.known.lock();
+            for ((hash, ty), size) in a.hashes.iter().zip(&a.types).zip(&a.sizes) {
+                known.insert(*hash);
+                if !pool.is_known_or_importing(hash) {
+                    entries.push((*hash, Meta { ty: *ty, size: *size }));
+                }
+            }
+        }
+        let requests = {
+            let mut f = self.inner.fetcher.lock();
+            let dropped = f.announce(peer.info.id, entries);
+            if dropped > 0 {
+                metrics::counter!("moat_p2p_announcements_dropped_total").increment(dropped as u64);
+            }
+            f.schedule(Instant::now())
+        };
+        self.send_requests(requests);
+    }
+
+    fn send_requests(&self, requests: Vec<FetchRequest>) {
+        let peers = self.inner.peers.read();
+        for r in requests {
+            if let Some(p) = peers.get(&r.peer) {
+                metrics::counter!("moat_p2p_fetch_requests_total").increment(1);
+                p.send(p.framing.eth(&EthMessage::GetPooledTransactions {
+                    request_id: r.request_id,
+                    hashes: r.hashes,
+                }));
+            }
+        }
+    }
+
+    /// `validate_requested` and `validate_cheap` on a `PooledTransactions` reply, then
+    /// admission.
+    async fn on_pooled(&self, peer: &Arc<Peer>, request_id: u64, txs: Vec<Bytes>) {
+        let mut delivered = Vec::with_capacity(txs.len());
+        let mut inputs = Vec::with_capacity(txs.len());
+        for env in txs {
+            let Some(hash) = PooledTransaction::hash_of_envelope(&env) else {
+                self.fault(peer, "malformed transaction in PooledTransactions");
+                self.inner.fetcher.lock().deliver(peer.info.id, request_id, &[]).ok();
+                return;
+            };
+            let ty = match env.first() {
+                Some(b) if *b >= 0xc0 => 0,
+                Some(b) => *b,
+                None => 0,
+            };
+            delivered.push(Delivered {
+                hash,
+                ty,
+                size: env.len(),
+            });
+            inputs.push((Some(hash), env));
+        }
+        let verdict = self
+            .inner
+            .fetcher
+            .lock()
+            .deliver(peer.info.id, request_id, &delivered);
+        match verdict {
+            Ok(_) => {}
+            Err(DeliveryError::Unsolicited(id)) => {
+                // An answer after its timeout, or to nothing: ignored, not trusted.
+                tracing::debug!(peer = %short(&peer.info.id), id, "unsolicited PooledTransactions");
+                metrics::counter!("moat_p2p_unsolicited_replies_total").increment(1);
+                self.reschedule();
+                return;
+            }
+            Err(e) => {
+                self.fault(peer, &e.to_string());
+                self.reschedule();
+                return;
+            }
+        }
+        // Blob sidecars get their structural checks here, before the pool's dedup and
+        // KZG: a malformed or mismatched sidecar costs the peer its connection.
+        let rules = self.blob_rules();
+        let mut admit = Vec::with_capacity(inputs.len());
+        {
+            let mut known = peer.known.lock();
+            for (hash, env) in inputs {
+                let hash = hash.expect("set above");
+                known.insert(hash);
+                if env.first() != Some(&(TxType::Eip4844 as u8)) {
+                    admit.push((Some(hash), TxInput::Raw(env)));
+                    continue;
+                }
+                let checked = PooledTransaction::decode_2718(&env)
+                    .map_err(|e| e.to_string())
+                    .and_then(|tx| match rules {
+                        None => Ok(tx),
+                        Some(r) => match tx.validate_cheap(&r) {
+                            Ok(()) => Ok(tx),
+                            Err(e) if e.is_peer_fault() => Err(e.to_string()),
+                            Err(_) => Ok(tx), // wrong version for the fork: the pool says so
+                        },
+                    });
+                match checked {
+                    Ok(tx) => admit.push((Some(hash), TxInput::Decoded(Box::new(tx)))),
+                    Err(why) => {
+                        drop(known);
+                        self.inner.fetcher.lock().peer_fault(peer.info.id, &hash);
+                        self.fault(peer, &format!("blob tx {hash}: {why}"));
+                        self.reschedule();
+                        return;
+                    }
+                }
+            }
+        }
+        self.spawn_admission(peer, admit, true).await;
+    }
+
+    fn blob_rules(&self) -> Option<BlobRules> {
+        let chain = &self.inner.chain;
+        let Ok(head) = chain.head_header() else {
+            return None;
+        };
+        let mut cached = self.inner.blob_rules.lock();
+        if cached.0 != head.hash() {
+            *cached = (
+                head.hash(),
+                BlobRules::at(chain.config(), head.number + 1, head.timestamp + 1),
+            );
+        }
+        cached.1
+    }
+
+    fn reschedule(&self) {
+        let requests = self.inner.fetcher.lock().schedule(Instant::now());
+        self.send_requests(requests);
+    }
+
+    /// Admits a message's transactions in order on a task of their own; waits only for a
+    /// free admission slot of this peer, so a flooding peer is slowed, not the node.
+    async fn spawn_admission(
+        &self,
+        peer: &Arc<Peer>,
+        txs: Vec<(Option<B256>, TxInput)>,
+        fetched: bool,
+    ) {
+        let Ok(permit) = peer.admissions.clone().acquire_owned().await else {
+            return;
+        };
+        let net = self.clone();
+        let peer = peer.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let origin = TxOrigin::Peer(peer.info.id);
+            for (hash, input) in txs {
+                net.inner.txs_received.fetch_add(1, Ordering::Relaxed);
+                let result = net.inner.pool.add_transaction(input, origin).await;
+                let blame = match &result {
+                    Err(r) if r.is_peer_fault() => Some(true),
+                    Err(r) if costs_reputation(r) => Some(false),
+                    _ => None,
+                };
+                if fetched && let Some(h) = hash {
+                    let mut f = net.inner.fetcher.lock();
+                    if blame == Some(true) {
+                        f.peer_fault(peer.info.id, &h);
+                    } else {
+                        f.settled(&h);
+                    }
+                }
+                match (blame, &result) {
+                    (Some(true), Err(r)) => {
+                        net.fault(&peer, &format!("transaction {}: {r}", hash.unwrap_or_default()));
+                        break;
+                    }
+                    (Some(false), Err(r)) => net.penalize(&peer, INVALID_TX_PENALTY, r.reason()),
+                    _ => {}
+                }
+            }
+            if fetched {
+                net.reschedule();
+            }
+        });
+    }
+
+    /// Re-asks timed-out requests of other announcers every half second.
+    async fn fetch_timer(self) {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            let now = Instant::now();
+            let requests = {
+                let mut f = self.inner.fetcher.lock();
+                let late = f.expire(now);
+                if !late.is_empty() {
+                    metrics::counter!("moat_p2p_fetch_timeouts_total").increment(late.len() as u64);
+                }
+                f.schedule(now)
+            };
+            self.send_requests(requests);
+        }
+    }
+
+    /// Sends a new peer the hashes of the pending pool (announcements only).
+    fn announce_pool_to(&self, peer: &Arc<Peer>) {
+        let pool = &self.inner.pool;
+        let mut ann = Announcement::default();
+        let mut known = peer.known.lock();
+        for hash in pool.hashes() {
+            let Some(tx) = pool.get(&hash) else { continue };
+            if pool.subpool_of(&hash) != Some(moat_blockchain::mempool::SubPool::Pending)
+                && !tx.is_blob()
+            {
+                continue;
+            }
+            known.insert(hash);
+            ann.push(tx.tx.tx_type() as u8, tx.size() as u32, hash);
+            if ann.len() >= MAX_ANNOUNCE {
+                peer.send(peer.framing.eth(&EthMessage::NewPooledTransactionHashes(
+                    std::mem::take(&mut ann),
+                )));
+            }
+        }
+        if !ann.is_empty() {
+            peer.send(peer.framing.eth(&EthMessage::NewPooledTransactionHashes(ann)));
+        }
+    }
+
+    /// Gossips new pending transactions: whole to ⌈√peers⌉ peers (small non-blob ones),
+    /// by hash to the rest. A peer is never sent a hash it has or was sent.
+    async fn broadcast_loop(self) {
+        let mut events = self.inner.pool.subscribe_pending();
+        loop {
+            let first = match events.recv().await {
+                Ok(h) => h,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    metrics::counter!("moat_p2p_broadcast_lagged_total").increment(n);
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let mut batch = vec![first];
+            while batch.len() < 4096 {
+                match events.try_recv() {
+                    Ok(h) => batch.push(h),
+                    Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                }
+            }
+            self.broadcast(&batch);
+        }
+    }
+
+    fn broadcast(&self, hashes: &[B256]) {
+        let peers: Vec<Arc<Peer>> = self.inner.peers.read().values().cloned().collect();
+        if peers.is_empty() {
+            return;
+        }
+        let full_count = (peers.len() as f64).sqrt().ceil() as usize;
+        let mut full: Vec<Vec<Bytes>> = vec![Vec::new(); peers.len()];
+        let mut anns: Vec<Announcement> = vec![Announcement::default(); peers.len()];
+        for hash in hashes {
+            let Some(tx) = self.inner.pool.get(hash) else {
+                continue;
+            };
+            let whole = !tx.is_blob() && tx.size() <= MAX_BROADCAST_TX_SIZE;
+            let mut sent_full = 0;
+            let env = whole.then(|| Bytes::from(tx.tx.encoded_2718()));
+            for (i, p) in peers.iter().enumerate() {
+                if TxOrigin::Peer(p.info.id) == tx.origin || !p.known.lock().insert(*hash) {
+                    continue;
+                }
+                match &env {
+                    Some(e) if sent_full < full_count => {
+                        full[i].push(e.clone());
+                        sent_full += 1;
+                    }
+                    _ => anns[i].push(tx.tx.tx_type() as u8, tx.size() as u32, *hash),
+                }
+            }
+        }
+        for (i, p) in peers.iter().enumerate() {
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            for e in full[i].drain(..) {
+                if bytes + e.len() > MAX_TXS_MESSAGE && !batch.is_empty() {
+                    self.send_or_count(p, EthMessage::Transactions(std::mem::take(&mut batch)));
+                    bytes = 0;
+                }
+                bytes += e.len();
+                batch.push(e);
+            }
+            if !batch.is_empty() {
+                self.send_or_count(p, EthMessage::Transactions(batch));
+            }
+            let ann = std::mem::take(&mut anns[i]);
+            for chunk in 0..ann.len().div_ceil(MAX_ANNOUNCE) {
+                let r = chunk * MAX_ANNOUNCE..((chunk + 1) * MAX_ANNOUNCE).min(ann.len());
+                self.send_or_count(
+                    p,
+                    EthMessage::NewPooledTransactionHashes(Announcement {
+                        types: ann.types[r.clone()].to_vec(),
+                        sizes: ann.sizes[r.clone()].to_vec(),
+                        hashes: ann.hashes[r].to_vec(),
+                    }),
+                );
+            }
+        }
+    }
+
+    fn send_or_count(&self, p: &Peer, msg: EthMessage) {
+        if !p.send(p.framing.eth(&msg)) {
+            metrics::counter!("moat_p2p_broadcasts_dropped_total").increment(1);
+        }
+    }
+
+    /// Transactions taken from peers so far (for benches and tests).
+    pub fn txs_received(&self) -> u64 {
+        self.inner.txs_received.load(Ordering::Relaxed)
+    }
+
+    /// The local identity (for tools that play a peer of this node).
+    pub fn status_for(&self, version: u32) -> Status {
+        self.our_status(version).0
+    }
+}
+
+/// Rejections that the transaction's own bytes decide and that an honest peer would
+/// not have relayed.
+fn costs_reputation(r: &Rejection) -> bool {
+    matches!(
+        r,
+        Rejection::InvalidSender(_) | Rejection::Stateless(_) | Rejection::BlobsNotActive
+    )
+}
+
+fn short(id: &PeerId) -> String {
+    hex::encode(&id[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_txs_are_bounded() {
+        let mut k = KnownTxs::default();
+        for i in 0..(KNOWN_TXS + 10) as u64 {
+            k.insert(B256::from(alloy_primitives::U256::from(i)));
+        }
+        assert_eq!(k.set.len(), KNOWN_TXS);
+        assert!(!k.contains(&B256::ZERO));
+        assert!(k.contains(&B256::from(alloy_primitives::U256::from(KNOWN_TXS as u64))));
+        assert!(!k.insert(B256::from(alloy_primitives::U256::from(KNOWN_TXS as u64))));
+    }
+}

@@ -1,0 +1,385 @@
+//! One peer connection above RLPx: the Hello exchange, eth version negotiation, the
+//! Status handshake, and the framing of every later message.
+//!
+//! Used by the node for its peers and by tests and tools that play a remote peer, so the
+//! handshake lives here in one place and both sides speak it the same way.
+
+use crate::eth::{self, EthDecodeError, EthMessage, Status};
+use crate::p2p::{self, Capability, DisconnectReason, FrameError, Hello};
+use crate::rlpx::{PeerId, RlpxError, RlpxReader, RlpxStream, RlpxWriter};
+use moat_common::config::{ForkFilter, ForkIdError};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+
+/// How long each handshake step may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a session could not be set up or went on.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Rlpx(#[from] RlpxError),
+    #[error("timed out during {0}")]
+    Timeout(&'static str),
+    #[error("peer disconnected: {}", .0.map_or("unknown reason", |r| r.as_str()))]
+    Disconnected(Option<DisconnectReason>),
+    #[error("malformed message: {0}")]
+    Frame(#[from] FrameError),
+    #[error("malformed hello: {0}")]
+    Hello(moat_common::rlp::RlpError),
+    #[error("hello names node {found}, the handshake was with {expected}")]
+    WrongIdentity { expected: PeerId, found: PeerId },
+    #[error("no eth version in common (peer offers {0})")]
+    NoCommonVersion(String),
+    #[error(transparent)]
+    Eth(#[from] EthDecodeError),
+    #[error("expected {expected}, got message {found:#x}")]
+    Unexpected { expected: &'static str, found: u64 },
+    #[error("status: {0}")]
+    Status(#[from] StatusError),
+    #[error("message id {0:#x} is outside every shared capability")]
+    UnknownCapability(u64),
+}
+
+impl SessionError {
+    /// The reason to send the peer when closing over this error.
+    pub fn disconnect_reason(&self) -> DisconnectReason {
+        match self {
+            SessionError::Rlpx(_) => DisconnectReason::TcpError,
+            SessionError::Timeout(_) => DisconnectReason::Timeout,
+            SessionError::Disconnected(_) => DisconnectReason::Requested,
+            SessionError::WrongIdentity { .. } => DisconnectReason::UnexpectedIdentity,
+            SessionError::NoCommonVersion(_) => DisconnectReason::UselessPeer,
+            SessionError::Hello(_) | SessionError::Unexpected { .. } => {
+                DisconnectReason::ProtocolBreach
+            }
+            SessionError::Frame(_)
+            | SessionError::Eth(_)
+            | SessionError::Status(_)
+            | SessionError::UnknownCapability(_) => DisconnectReason::SubprotocolError,
+        }
+    }
+}
+
+/// Why a peer's Status is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatusError {
+    #[error("protocol version {found}, negotiated {expected}")]
+    Version { expected: u32, found: u32 },
+    #[error("network id {found}, ours {expected}")]
+    NetworkId { expected: u64, found: u64 },
+    #[error("genesis {found}, ours {expected}")]
+    Genesis {
+        expected: alloy_primitives::B256,
+        found: alloy_primitives::B256,
+    },
+    #[error("fork id: {0}")]
+    ForkId(ForkIdError),
+    #[error("invalid block range: earliest {earliest} > latest {latest}")]
+    BlockRange { earliest: u64, latest: u64 },
+}
+
+/// Checks a peer's Status against ours.
+pub fn check_status(
+    ours: &Status,
+    theirs: &Status,
+    filter: &ForkFilter,
+    head_number: u64,
+    head_timestamp: u64,
+) -> Result<(), StatusError> {
+    if theirs.version != ours.version {
+        return Err(StatusError::Version {
+            expected: ours.version,
+            found: theirs.version,
+        });
+    }
+    if theirs.network_id != ours.network_id {
+        return Err(StatusError::NetworkId {
+            expected: ours.network_id,
+            found: theirs.network_id,
+        });
+    }
+    if theirs.genesis != ours.genesis {
+        return Err(StatusError::Genesis {
+            expected: ours.genesis,
+            found: theirs.genesis,
+        });
+    }
+    if ours.version >= eth::ETH69 && theirs.earliest > theirs.latest {
+        return Err(StatusError::BlockRange {
+            earliest: theirs.earliest,
+            latest: theirs.latest,
+        });
+    }
+    filter
+        .validate(theirs.fork_id, head_number, head_timestamp)
+        .map_err(StatusError::ForkId)
+}
+
+/// Who we are on the wire.
+#[derive(Debug, Clone)]
+pub struct LocalIdentity {
+    pub key: secp256k1::SecretKey,
+    pub id: PeerId,
+    pub client_id: String,
+    pub listen_port: u16,
+    /// eth versions offered, best first.
+    pub eth_versions: Vec<u32>,
+}
+
+impl LocalIdentity {
+    pub fn new(key: secp256k1::SecretKey, client_id: &str, listen_port: u16) -> Self {
+        let id = crate::rlpx::peer_id(&key.public_key(secp256k1::SECP256K1));
+        Self {
+            key,
+            id,
+            client_id: client_id.to_string(),
+            listen_port,
+            eth_versions: eth::SUPPORTED_VERSIONS.to_vec(),
+        }
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            protocol_version: p2p::P2P_VERSION,
+            client_id: self.client_id.clone(),
+            capabilities: self
+                .eth_versions
+                .iter()
+                .map(|v| Capability::new("eth", u64::from(*v)))
+                .collect(),
+            listen_port: self.listen_port,
+            id: self.id,
+        }
+    }
+}
+
+/// A message after the handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Ping,
+    Pong,
+    Disconnect(Option<DisconnectReason>),
+    Eth(EthMessage),
+}
+
+/// Framing state shared by both halves: negotiated version and compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framing {
+    pub version: u32,
+    pub snappy: bool,
+}
+
+impl Framing {
+    /// A framed eth message, ready for [`RlpxWriter::send`].
+    pub fn eth(&self, msg: &EthMessage) -> Vec<u8> {
+        p2p::frame(
+            p2p::BASE_PROTOCOL_LENGTH + msg.id(),
+            &msg.encode(self.version),
+            self.snappy,
+        )
+    }
+
+    /// A framed eth message whose body is already encoded.
+    pub fn eth_raw(&self, id: u64, body: &[u8]) -> Vec<u8> {
+        p2p::frame(p2p::BASE_PROTOCOL_LENGTH + id, body, self.snappy)
+    }
+
+    pub fn ping(&self) -> Vec<u8> {
+        p2p::frame(p2p::PING, &p2p::EMPTY_LIST, self.snappy)
+    }
+
+    pub fn pong(&self) -> Vec<u8> {
+        p2p::frame(p2p::PONG, &p2p::EMPTY_LIST, self.snappy)
+    }
+
+    pub fn disconnect(&self, reason: DisconnectReason) -> Vec<u8> {
+        p2p::frame(p2p::DISCONNECT, &reason.encode(), self.snappy)
+    }
+
+    /// Reads one frame's message.
+    pub fn decode(&self, payload: &[u8]) -> Result<Incoming, SessionError> {
+        let (id, body) = p2p::unframe(payload, self.snappy)?;
+        match id {
+            p2p::PING => Ok(Incoming::Ping),
+            p2p::PONG => Ok(Incoming::Pong),
+            p2p::DISCONNECT => Ok(Incoming::Disconnect(DisconnectReason::decode(&body))),
+            p2p::HELLO => Err(SessionError::Unexpected {
+                expected: "no second hello",
+                found: id,
+            }),
+            id if id < p2p::BASE_PROTOCOL_LENGTH => Err(SessionError::UnknownCapability(id)),
+            id => {
+                let rel = id - p2p::BASE_PROTOCOL_LENGTH;
+                if rel >= eth::protocol_length(self.version) {
+                    return Err(SessionError::UnknownCapability(id));
+                }
+                Ok(Incoming::Eth(EthMessage::decode(rel, self.version, &body)?))
+            }
+        }
+    }
+}
+
+/// A connection past the Status exchange.
+pub struct Session<S> {
+    pub reader: RlpxReader<ReadHalf<S>>,
+    pub writer: RlpxWriter<WriteHalf<S>>,
+    pub framing: Framing,
+    pub hello: Hello,
+    pub status: Status,
+    pub remote_id: PeerId,
+}
+
+impl<S> std::fmt::Debug for Session<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("remote_id", &self.remote_id)
+            .field("framing", &self.framing)
+            .field("client", &self.hello.client_id)
+            .finish()
+    }
+}
+
+async fn timed<T>(
+    what: &'static str,
+    fut: impl Future<Output = Result<T, SessionError>>,
+) -> Result<T, SessionError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        .await
+        .map_err(|_| SessionError::Timeout(what))?
+}
+
+/// Runs Hello and Status over an RLPx connection. `our_status` builds our Status for the
+/// negotiated version; it is sent at once, before the peer's is read. `check` judges the
+/// peer's Status. On failure a Disconnect with the matching reason is sent (best effort)
+/// before the error is returned.
+pub async fn handshake<S>(
+    rlpx: RlpxStream<S>,
+    local: &LocalIdentity,
+    our_status: impl FnOnce(u32) -> Status,
+    check: impl FnOnce(&Status, &Status) -> Result<(), StatusError>,
+) -> Result<Session<S>, SessionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let remote_id = rlpx.remote_id();
+    let (mut reader, mut writer) = rlpx.split();
+    let mut negotiated = Framing {
+        version: 0,
+        snappy: false,
+    };
+    let result = async {
+        writer
+            .send(&p2p::frame(p2p::HELLO, &local.hello().encode(), false))
+            .await?;
+        let payload = timed("hello", async { Ok(reader.recv().await?) }).await?;
+        let (id, body) = p2p::unframe(&payload, false)?;
+        let hello = match id {
+            p2p::HELLO => Hello::decode(&body).map_err(SessionError::Hello)?,
+            p2p::DISCONNECT => {
+                return Err(SessionError::Disconnected(DisconnectReason::decode(&body)));
+            }
+            other => {
+                return Err(SessionError::Unexpected {
+                    expected: "hello",
+                    found: other,
+                });
+            }
+        };
+        if hello.id != remote_id {
+            return Err(SessionError::WrongIdentity {
+                expected: remote_id,
+                found: hello.id,
+            });
+        }
+        let version = local
+            .eth_versions
+            .iter()
+            .copied()
+            .find(|v| {
+                hello
+                    .capabilities
+                    .iter()
+                    .any(|c| c.name == "eth" && c.version == u64::from(*v))
+            })
+            .ok_or_else(|| {
+                let offered: Vec<String> =
+                    hello.capabilities.iter().map(|c| c.to_string()).collect();
+                SessionError::NoCommonVersion(offered.join(", "))
+            })?;
+        let framing = Framing {
+            version,
+            snappy: hello.protocol_version >= p2p::P2P_VERSION,
+        };
+        negotiated = framing;
+        let ours = our_status(version);
+        writer
+            .send(&framing.eth(&EthMessage::Status(ours.clone())))
+            .await?;
+        let theirs = timed("status", async {
+            loop {
+                let payload = reader.recv().await?;
+                match framing.decode(&payload)? {
+                    Incoming::Eth(EthMessage::Status(s)) => return Ok(s),
+                    Incoming::Ping => writer.send(&framing.pong()).await?,
+                    Incoming::Pong => {}
+                    Incoming::Disconnect(r) => return Err(SessionError::Disconnected(r)),
+                    Incoming::Eth(other) => {
+                        return Err(SessionError::Unexpected {
+                            expected: "status",
+                            found: other.id(),
+                        });
+                    }
+                }
+            }
+        })
+        .await?;
+        check(&ours, &theirs)?;
+        Ok((framing, hello, theirs))
+    }
+    .await;
+    match result {
+        Ok((framing, hello, status)) => Ok(Session {
+            reader,
+            writer,
+            framing,
+            hello,
+            status,
+            remote_id,
+        }),
+        Err(e) => {
+            if !matches!(e, SessionError::Rlpx(_) | SessionError::Disconnected(_)) {
+                // Before Hello completes the reason goes uncompressed, as the peer
+                // expects; after, with the negotiated framing.
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    writer.send(&negotiated.disconnect(e.disconnect_reason())),
+                )
+                .await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Dials `remote` over TCP and runs the whole handshake.
+pub async fn connect(
+    addr: std::net::SocketAddr,
+    remote: PeerId,
+    local: &LocalIdentity,
+    our_status: impl FnOnce(u32) -> Status,
+    check: impl FnOnce(&Status, &Status) -> Result<(), StatusError>,
+) -> Result<Session<tokio::net::TcpStream>, SessionError> {
+    let stream = timed("dial", async {
+        Ok(tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(RlpxError::from)?)
+    })
+    .await?;
+    let _ = stream.set_nodelay(true);
+    let rlpx = timed("rlpx handshake", async {
+        Ok(RlpxStream::connect(stream, &local.key, remote).await?)
+    })
+    .await?;
+    handshake(rlpx, local, our_status, check).await
+}

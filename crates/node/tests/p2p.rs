@@ -1,0 +1,589 @@
+//! devp2p against a running node that imported the conformance chain: real RLPx on
+//! loopback, played by peers written with moat-p2p's client.
+//!
+//! The flows follow what the eth conformance suite checks: Status, tx propagation, no
+//! propagation of invalid txs, bulk txs fetched back, announcements turned into one
+//! request, and the disconnects that blob announcement and sidecar faults cost a peer,
+//! with the tx then fetched from an honest peer.
+
+mod common;
+
+use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
+use common::{Node, free_port, post, rpc, testdata, wait_for};
+use moat_common::config::Genesis;
+use moat_common::transaction::{
+    BlobsBundle, Eip1559Tx, Eip4844Tx, PooledTransaction, SidecarVersion, SignedTransaction,
+    Transaction,
+};
+use moat_crypto::{kzg, secp::Signer};
+use moat_p2p::Enode;
+use moat_p2p::client::Client;
+use moat_p2p::eth::{Announcement, EthMessage, HashOrNumber, Status};
+use moat_p2p::p2p::DisconnectReason;
+use moat_p2p::session::Incoming;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
+const HEAD_HASH: &str = "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The chain imported once; each test runs a node on its own copy.
+fn imported() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("moat-p2p-template-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(env!("CARGO_BIN_EXE_moat"))
+            .arg("import")
+            .arg(testdata("chain.rlp"))
+            .arg("--network")
+            .arg(testdata("genesis.json"))
+            .arg("--datadir")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        dir
+    })
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+struct Moat {
+    _node: Node,
+    dir: PathBuf,
+    http: u16,
+    enode: Enode,
+    genesis: Genesis,
+}
+
+impl Drop for Moat {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn key(n: u8) -> secp256k1::SecretKey {
+    secp256k1::SecretKey::from_byte_array([n; 32]).unwrap()
+}
+
+/// Starts a node on a copy of the imported chain, marks it synced with the suite's
+/// forkchoiceUpdated, and returns how to reach it.
+fn start(tag: &str) -> Moat {
+    let dir = std::env::temp_dir().join(format!("moat-p2p-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_dir(imported(), &dir);
+    let secret_file = dir.join("suite.jwt");
+    std::fs::write(&secret_file, SECRET_HEX).unwrap();
+    let (http, auth, p2p) = (free_port(), free_port(), free_port());
+    let node_key = key(0x42);
+    let node = Node::start(&[
+        "--network",
+        testdata("genesis.json").to_str().unwrap(),
+        "--datadir",
+        dir.to_str().unwrap(),
+        "--http.port",
+        &http.to_string(),
+        "--authrpc.port",
+        &auth.to_string(),
+        "--authrpc.jwtsecret",
+        secret_file.to_str().unwrap(),
+        "--port",
+        &p2p.to_string(),
+        "--p2p.addr",
+        "127.0.0.1",
+        "--nodekeyhex",
+        &alloy_primitives::hex::encode(node_key.secret_bytes()),
+    ]);
+    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
+    let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
+    let auth_header = format!(
+        "Authorization: Bearer {}\r\n",
+        moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now())
+    );
+    let fcu = std::fs::read_to_string(testdata("headfcu.json")).unwrap();
+    let (_, response) = post(auth, &auth_header, &fcu).expect("the engine answers");
+    assert_eq!(response["result"]["payloadStatus"]["status"], "VALID", "{response}");
+    let id = moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1));
+    Moat {
+        _node: node,
+        dir,
+        http,
+        enode: Enode {
+            id,
+            addr: ([127, 0, 0, 1], p2p).into(),
+        },
+        genesis: Genesis::from_file(&testdata("genesis.json")).unwrap(),
+    }
+}
+
+impl Moat {
+    fn status(&self) -> Status {
+        let genesis_hash = self.genesis.header().hash();
+        Status {
+            version: 69,
+            network_id: self.genesis.config.chain_id,
+            genesis: genesis_hash,
+            fork_id: self
+                .genesis
+                .config
+                .fork_id(genesis_hash, self.genesis.timestamp, 600, 6000),
+            total_difficulty: U256::ZERO,
+            head: HEAD_HASH.parse().unwrap(),
+            earliest: 0,
+            latest: 600,
+        }
+    }
+
+    async fn peer(&self, n: u8) -> Client {
+        self.peer_with(n, &[69]).await
+    }
+
+    async fn peer_with(&self, n: u8, versions: &[u32]) -> Client {
+        Client::connect(&self.enode, key(n), versions, self.status())
+            .await
+            .expect("handshake with moat")
+    }
+
+    fn nonce(&self, a: Address) -> u64 {
+        let v = rpc(self.http, "eth_getTransactionCount", &format!(r#"["{a}","latest"]"#)).unwrap();
+        u64::from_str_radix(v["result"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+    }
+
+    fn pooled(&self, hash: B256) -> bool {
+        let v = rpc(self.http, "eth_getTransactionByHash", &format!(r#"["{hash}"]"#)).unwrap();
+        !v["result"].is_null()
+    }
+
+    fn chain_id(&self) -> u64 {
+        self.genesis.config.chain_id
+    }
+}
+
+/// The suite's funded keys.
+fn accounts() -> Vec<Signer> {
+    let text = std::fs::read_to_string(testdata("accounts.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v.as_object()
+        .unwrap()
+        .values()
+        .map(|a| Signer::from_bytes(&a["key"].as_str().unwrap().parse().unwrap()).unwrap())
+        .collect()
+}
+
+fn transfer(chain_id: u64, signer: &Signer, nonce: u64) -> SignedTransaction {
+    tx_with(chain_id, signer, nonce, |_| {})
+}
+
+fn tx_with(
+    chain_id: u64,
+    signer: &Signer,
+    nonce: u64,
+    edit: impl FnOnce(&mut Eip1559Tx),
+) -> SignedTransaction {
+    let mut tx = Eip1559Tx {
+        chain_id,
+        nonce,
+        max_priority_fee_per_gas: 1_000_000_000,
+        max_fee_per_gas: 2_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(0x77)),
+        value: U256::from(1),
+        input: Bytes::new(),
+        access_list: vec![],
+    };
+    edit(&mut tx);
+    SignedTransaction::sign(Transaction::Eip1559(tx), signer)
+}
+
+fn blob_tx(chain_id: u64, signer: &Signer, nonce: u64, seed: u64) -> PooledTransaction {
+    let blobs = vec![*kzg::sample_blob(seed)];
+    let bundle = BlobsBundle::build(SidecarVersion::V0, blobs).unwrap();
+    let tx = Eip4844Tx {
+        chain_id,
+        nonce,
+        max_priority_fee_per_gas: 1_000_000_000,
+        max_fee_per_gas: 2_000_000_000,
+        gas_limit: 21_000,
+        to: Address::repeat_byte(0x77),
+        value: U256::ZERO,
+        input: Bytes::new(),
+        access_list: vec![],
+        max_fee_per_blob_gas: 1_000_000_000,
+        blob_versioned_hashes: bundle.versioned_hashes(),
+    };
+    let signed = SignedTransaction::sign(Transaction::Eip4844(tx), signer);
+    PooledTransaction::new(signed, Some(bundle))
+}
+
+fn env(tx: &SignedTransaction) -> Bytes {
+    Bytes::from(tx.encoded_2718())
+}
+
+/// Every hash `client` hears of (whole or announced) until `want` are all seen.
+async fn collect_until(client: &mut Client, want: &[B256], timeout: Duration) -> Vec<B256> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !want.iter().all(|h| seen.contains(h)) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match client.recv(left).await {
+            Ok(Some(Incoming::Eth(EthMessage::Transactions(txs)))) => seen.extend(
+                txs.iter()
+                    .filter_map(|t| PooledTransaction::hash_of_envelope(t)),
+            ),
+            Ok(Some(Incoming::Eth(EthMessage::NewPooledTransactionHashes(a)))) => {
+                seen.extend(a.hashes)
+            }
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_propagation_and_invalid_txs() {
+    let moat = start("propagate");
+    // Every version negotiates, and the node says where its chain is.
+    for version in [68, 69, 70] {
+        let c = moat.peer_with(10 + version as u8, &[version]).await;
+        assert_eq!(c.version(), version);
+        let s = c.remote_status();
+        assert_eq!(s.genesis, moat.status().genesis);
+        assert_eq!(s.fork_id, moat.status().fork_id);
+        assert_eq!(s.head, moat.status().head);
+        if version >= 69 {
+            assert_eq!((s.earliest, s.latest), (0, 600));
+        }
+    }
+    // A wrong genesis is refused.
+    let mut wrong = moat.status();
+    wrong.genesis = B256::repeat_byte(1);
+    let refused = Client::connect(&moat.enode, key(9), &[69], wrong).await;
+    if let Ok(mut c) = refused {
+        assert!(c.wait_disconnect(WAIT).await.is_some(), "a wrong genesis must cost the connection");
+    }
+
+    let mut sender = moat.peer(1).await;
+    let mut receiver = moat.peer(2).await;
+    let keys = accounts();
+    let chain_id = moat.chain_id();
+
+    // Headers are served, by number with skip and reverse, request id echoed.
+    sender
+        .send(&EthMessage::GetBlockHeaders {
+            request_id: 0,
+            origin: HashOrNumber::Number(600),
+            amount: 3,
+            skip: 1,
+            reverse: true,
+        })
+        .await
+        .unwrap();
+    let headers = sender
+        .wait_for(WAIT, |m| match m {
+            EthMessage::BlockHeaders {
+                request_id: 0,
+                headers,
+            } => Some(headers.clone()),
+            _ => None,
+        })
+        .await
+        .expect("headers");
+    let numbers: Vec<u64> = headers
+        .iter()
+        .map(|h| moat_common::block::Header::decode(&mut &h[..]).unwrap().number)
+        .collect();
+    assert_eq!(numbers, vec![600, 598, 596]);
+
+    // One valid tx travels from one peer to the other.
+    let a = &keys[0];
+    let n = moat.nonce(a.address());
+    let good = transfer(chain_id, a, n);
+    sender
+        .send(&EthMessage::Transactions(vec![env(&good)]))
+        .await
+        .unwrap();
+    let seen = collect_until(&mut receiver, &[good.hash()], WAIT).await;
+    assert!(seen.contains(&good.hash()), "the valid tx reaches the second peer");
+
+    // Invalid ones do not: nonce used, unaffordable, gas below intrinsic, init code over
+    // the limit, data over the size cap.
+    let b = &keys[1];
+    let nb = moat.nonce(b.address());
+    let used = keys
+        .iter()
+        .find(|k| moat.nonce(k.address()) > 0)
+        .expect("the chain has senders");
+    let mut invalid = vec![transfer(chain_id, used, 0)];
+    invalid.push(tx_with(chain_id, b, nb, |t| t.value = U256::MAX / U256::from(2)));
+    invalid.push(tx_with(chain_id, b, nb, |t| t.gas_limit = 20_000));
+    invalid.push(tx_with(chain_id, b, nb, |t| {
+        t.to = TxKind::Create;
+        t.gas_limit = 5_000_000;
+        t.input = Bytes::from(vec![0u8; 49_153]);
+    }));
+    invalid.push(tx_with(chain_id, b, nb, |t| {
+        t.gas_limit = 5_000_000;
+        t.input = Bytes::from(vec![1u8; 130 * 1024]);
+    }));
+    let invalid_hashes: Vec<B256> = invalid.iter().map(|t| t.hash()).collect();
+    sender
+        .send(&EthMessage::Transactions(invalid.iter().map(env).collect()))
+        .await
+        .unwrap();
+    // A valid tx after them: once it arrives, the invalid ones had their chance.
+    let marker = transfer(chain_id, b, nb);
+    sender
+        .send(&EthMessage::Transactions(vec![env(&marker)]))
+        .await
+        .unwrap();
+    let seen = collect_until(&mut receiver, &[marker.hash()], WAIT).await;
+    assert!(seen.contains(&marker.hash()));
+    for h in &invalid_hashes {
+        assert!(!seen.contains(h), "invalid tx {h} was propagated");
+        assert!(!moat.pooled(*h), "invalid tx {h} was pooled");
+    }
+    // The sender of invalid txs is still welcome (a few cost reputation, no more).
+    sender
+        .send(&EthMessage::GetBlockHeaders {
+            request_id: 7,
+            origin: HashOrNumber::Number(1),
+            amount: 1,
+            skip: 0,
+            reverse: false,
+        })
+        .await
+        .unwrap();
+    assert!(
+        sender
+            .wait_for(WAIT, |m| matches!(m, EthMessage::BlockHeaders { request_id: 7, .. })
+                .then_some(()))
+            .await
+            .is_some()
+    );
+
+    // A full blob tx in Transactions is a fault.
+    let blob = blob_tx(chain_id, &keys[2], moat.nonce(keys[2].address()), 1);
+    let mut offender = moat.peer(3).await;
+    offender
+        .send(&EthMessage::Transactions(vec![Bytes::from(blob.encoded_2718())]))
+        .await
+        .unwrap();
+    assert_eq!(
+        offender.wait_disconnect(WAIT).await,
+        Some(Some(DisconnectReason::SubprotocolError))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_txs_are_fetched_back_and_announcements_become_one_request() {
+    let moat = start("bulk");
+    let keys = accounts();
+    let chain_id = moat.chain_id();
+
+    // 2000 txs from one sender, as the suite sends them.
+    let a = &keys[3];
+    let n0 = moat.nonce(a.address());
+    let txs: Vec<SignedTransaction> = (0..2000).map(|i| transfer(chain_id, a, n0 + i)).collect();
+    let hashes: Vec<B256> = txs.iter().map(|t| t.hash()).collect();
+    let mut sender = moat.peer(1).await;
+    let mut receiver = moat.peer(2).await;
+    for chunk in txs.chunks(200) {
+        sender
+            .send(&EthMessage::Transactions(chunk.iter().map(env).collect()))
+            .await
+            .unwrap();
+    }
+    let seen = collect_until(&mut receiver, &hashes, Duration::from_secs(60)).await;
+    let missing = hashes.iter().filter(|h| !seen.contains(h)).count();
+    assert_eq!(missing, 0, "all 2000 txs propagated");
+    let mut fetcher = moat.peer(4).await;
+    fetcher
+        .send(&EthMessage::GetPooledTransactions {
+            request_id: 1234,
+            hashes: hashes.clone(),
+        })
+        .await
+        .unwrap();
+    let got = fetcher
+        .wait_for(WAIT, |m| match m {
+            EthMessage::PooledTransactions {
+                request_id: 1234,
+                txs,
+            } => Some(txs.clone()),
+            _ => None,
+        })
+        .await
+        .expect("pooled transactions");
+    assert!(!got.is_empty());
+    for (i, t) in got.iter().enumerate() {
+        assert_eq!(PooledTransaction::hash_of_envelope(t), Some(hashes[i]));
+    }
+
+    // 50 announced hashes come back as one request for the 50.
+    let b = &keys[4];
+    let nb = moat.nonce(b.address());
+    let fresh: Vec<SignedTransaction> = (0..50).map(|i| transfer(chain_id, b, nb + i)).collect();
+    let mut ann = Announcement::default();
+    for t in &fresh {
+        ann.push(2, t.size() as u32, t.hash());
+    }
+    let mut announcer = moat.peer(5).await;
+    announcer
+        .send(&EthMessage::NewPooledTransactionHashes(ann.clone()))
+        .await
+        .unwrap();
+    let (request_id, asked) = announcer
+        .wait_for(WAIT, |m| match m {
+            EthMessage::GetPooledTransactions { request_id, hashes } => {
+                Some((*request_id, hashes.clone()))
+            }
+            _ => None,
+        })
+        .await
+        .expect("a GetPooledTransactions");
+    assert_eq!(asked, ann.hashes, "one request of exactly the 50 announced");
+    announcer
+        .send(&EthMessage::PooledTransactions {
+            request_id,
+            txs: fresh.iter().map(env).collect(),
+        })
+        .await
+        .unwrap();
+    let last = fresh.last().unwrap().hash();
+    wait_for("the fetched txs in the pool", || moat.pooled(last).then_some(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
+    let moat = start("blobs");
+    let keys = accounts();
+    let chain_id = moat.chain_id();
+    let nonce_of = |i: usize| moat.nonce(keys[i].address());
+
+    // Announcement violations: inflated size, or a blob tx announced as type 2.
+    let tx = blob_tx(chain_id, &keys[5], nonce_of(5), 11);
+    let real = tx.encoded_2718();
+    for (ty, size) in [(3u8, real.len() as u32 + 2_000), (2, real.len() as u32)] {
+        let mut liar = moat.peer(20 + ty).await;
+        let mut ann = Announcement::default();
+        ann.push(ty, size, tx.hash());
+        liar.send(&EthMessage::NewPooledTransactionHashes(ann))
+            .await
+            .unwrap();
+        let id = liar
+            .wait_for(WAIT, |m| match m {
+                EthMessage::GetPooledTransactions { request_id, .. } => Some(*request_id),
+                _ => None,
+            })
+            .await
+            .expect("the node asks for the announced tx");
+        liar.send(&EthMessage::PooledTransactions {
+            request_id: id,
+            txs: vec![Bytes::from(real.clone())],
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            liar.wait_disconnect(WAIT).await,
+            Some(Some(DisconnectReason::SubprotocolError)),
+            "announced type {ty} size {size}"
+        );
+    }
+
+    // A blob tx without its sidecar, then one with another tx's sidecar: the bad peer
+    // goes, the honest one that announced the same tx delivers it and stays.
+    let other = blob_tx(chain_id, &keys[7], nonce_of(7), 99);
+    for (case, key_index, seed) in [("no sidecar", 6usize, 21u64), ("mismatched sidecar", 8, 31)] {
+        let tx = blob_tx(chain_id, &keys[key_index], nonce_of(key_index), seed);
+        let good_bytes = Bytes::from(tx.encoded_2718());
+        let bad_bytes = match case {
+            "no sidecar" => Bytes::from(tx.tx().encoded_2718()),
+            _ => {
+                let swapped =
+                    PooledTransaction::new(tx.tx().clone(), other.sidecar().cloned());
+                Bytes::from(swapped.encoded_2718())
+            }
+        };
+        let mut bad = moat.peer(30 + key_index as u8).await;
+        let mut good = moat.peer(40 + key_index as u8).await;
+        let mut ann = Announcement::default();
+        ann.push(3, bad_bytes.len() as u32, tx.hash());
+        bad.send(&EthMessage::NewPooledTransactionHashes(ann))
+            .await
+            .unwrap();
+        let id = bad
+            .wait_for(WAIT, |m| match m {
+                EthMessage::GetPooledTransactions { request_id, .. } => Some(*request_id),
+                _ => None,
+            })
+            .await
+            .expect("the bad peer is asked first");
+        let mut ann = Announcement::default();
+        ann.push(3, good_bytes.len() as u32, tx.hash());
+        good.send(&EthMessage::NewPooledTransactionHashes(ann))
+            .await
+            .unwrap();
+        bad.send(&EthMessage::PooledTransactions {
+            request_id: id,
+            txs: vec![bad_bytes],
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            bad.wait_disconnect(WAIT).await,
+            Some(Some(DisconnectReason::SubprotocolError)),
+            "{case}: the bad peer is disconnected"
+        );
+        let id = good
+            .wait_for(WAIT, |m| match m {
+                EthMessage::GetPooledTransactions { request_id, hashes }
+                    if hashes.contains(&tx.hash()) =>
+                {
+                    Some(*request_id)
+                }
+                _ => None,
+            })
+            .await
+            .unwrap_or_else(|| panic!("{case}: the tx is asked of the honest peer"));
+        good.send(&EthMessage::PooledTransactions {
+            request_id: id,
+            txs: vec![good_bytes],
+        })
+        .await
+        .unwrap();
+        wait_for("the honest copy in the pool", || moat.pooled(tx.hash()).then_some(()));
+        // The honest peer is still connected: it gets an answer.
+        good.send(&EthMessage::GetBlockHeaders {
+            request_id: 5,
+            origin: HashOrNumber::Number(0),
+            amount: 1,
+            skip: 0,
+            reverse: false,
+        })
+        .await
+        .unwrap();
+        assert!(
+            good.wait_for(WAIT, |m| matches!(m, EthMessage::BlockHeaders { request_id: 5, .. })
+                .then_some(()))
+                .await
+                .is_some(),
+            "{case}: the honest peer stays"
+        );
+    }
+}
