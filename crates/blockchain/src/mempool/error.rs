@@ -153,7 +153,9 @@ impl Rejection {
     /// than sending a transaction that is merely not wanted.
     pub fn is_peer_fault(&self) -> bool {
         match self {
-            Rejection::Decode(_) | Rejection::Oversized { .. } => true,
+            // Oversized is not: the protocol allows large messages; the tx costs
+            // reputation instead.
+            Rejection::Decode(_) => true,
             Rejection::Sidecar(e) => e.is_peer_fault(),
             _ => false,
         }

