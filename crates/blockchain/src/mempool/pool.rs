@@ -85,8 +85,10 @@ fn priority(tx: &PoolTx, base_fee: u64) -> (u128, u128) {
     )
 }
 
+/// The least a replacement must offer: `old` plus `percent`, and always more than `old`
+/// (at small prices the percentage rounds to nothing; geth also wants a strict rise).
 fn bumped(old: u128, percent: u128) -> u128 {
-    old.saturating_mul(100 + percent) / 100
+    (old.saturating_mul(100 + percent) / 100).max(old.saturating_add(1))
 }
 
 impl PoolInner {

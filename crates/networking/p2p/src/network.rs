@@ -633,6 +633,8 @@ impl Network {
     fn fault(&self, peer: &Peer, why: &str) {
         tracing::info!(peer = %short(&peer.info.id), addr = %peer.info.addr, why, "dropping peer for a protocol fault");
         metrics::counter!("moat_p2p_peer_faults_total").increment(1);
+        // Nothing more is asked of it: its other announcements go to other peers.
+        self.inner.fetcher.lock().remove_peer(peer.info.id);
         peer.disconnect(DisconnectReason::SubprotocolError);
     }
 
