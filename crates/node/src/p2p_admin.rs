@@ -8,13 +8,17 @@ pub struct Admin(pub Network);
 
 impl moat_rpc::PeerAdmin for Admin {
     fn add_peer(&self, enode: &str) -> Result<(), String> {
-        let enode: Enode = enode.parse().map_err(|e: moat_p2p::EnodeError| e.to_string())?;
+        let enode: Enode = enode
+            .parse()
+            .map_err(|e: moat_p2p::EnodeError| e.to_string())?;
         self.0.add_peer(enode);
         Ok(())
     }
 
     fn remove_peer(&self, enode: &str) -> Result<bool, String> {
-        let enode: Enode = enode.parse().map_err(|e: moat_p2p::EnodeError| e.to_string())?;
+        let enode: Enode = enode
+            .parse()
+            .map_err(|e: moat_p2p::EnodeError| e.to_string())?;
         Ok(self.0.remove_peer(&enode.id))
     }
 

@@ -79,8 +79,9 @@ pub struct NodeArgs {
     #[arg(long, value_delimiter = ',')]
     pub bootnodes: Vec<String>,
     /// Most peers, inbound and outbound together; 0 disables p2p networking.
-    #[arg(long, default_value_t = 50)]
-    pub maxpeers: usize,
+    /// [default: 50, or 0 with --dev]
+    #[arg(long)]
+    pub maxpeers: Option<usize>,
     /// File with the node key (hex); default `nodekey` in the datadir, created if absent.
     #[arg(long)]
     pub nodekey: Option<PathBuf>,
@@ -287,7 +288,9 @@ async fn start_network(
     pool: &Pool,
     synced: Arc<AtomicBool>,
 ) -> Result<Option<moat_p2p::Network>, String> {
-    if args.maxpeers == 0 {
+    // A dev chain is private: no p2p unless asked for.
+    let max_peers = args.maxpeers.unwrap_or(if args.dev { 0 } else { 50 });
+    if max_peers == 0 {
         return Ok(None);
     }
     let key = match (&args.nodekeyhex, &args.nodekey) {
@@ -298,7 +301,7 @@ async fn start_network(
     let mut cfg =
         moat_p2p::NetworkConfig::new(key, args.networkid.unwrap_or(chain.config().chain_id));
     cfg.listen = Some(SocketAddr::new(args.p2p_addr, args.port));
-    cfg.max_peers = args.maxpeers;
+    cfg.max_peers = max_peers;
     for url in args.bootnodes.iter().filter(|u| !u.is_empty()) {
         let enode = url
             .parse()

@@ -45,7 +45,11 @@ fn imported() -> &'static Path {
             .arg(&dir)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         dir
     })
 }
@@ -117,7 +121,10 @@ fn start(tag: &str) -> Moat {
     );
     let fcu = std::fs::read_to_string(testdata("headfcu.json")).unwrap();
     let (_, response) = post(auth, &auth_header, &fcu).expect("the engine answers");
-    assert_eq!(response["result"]["payloadStatus"]["status"], "VALID", "{response}");
+    assert_eq!(
+        response["result"]["payloadStatus"]["status"], "VALID",
+        "{response}"
+    );
     let id = moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1));
     Moat {
         _node: node,
@@ -160,12 +167,22 @@ impl Moat {
     }
 
     fn nonce(&self, a: Address) -> u64 {
-        let v = rpc(self.http, "eth_getTransactionCount", &format!(r#"["{a}","latest"]"#)).unwrap();
+        let v = rpc(
+            self.http,
+            "eth_getTransactionCount",
+            &format!(r#"["{a}","latest"]"#),
+        )
+        .unwrap();
         u64::from_str_radix(v["result"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
     }
 
     fn pooled(&self, hash: B256) -> bool {
-        let v = rpc(self.http, "eth_getTransactionByHash", &format!(r#"["{hash}"]"#)).unwrap();
+        let v = rpc(
+            self.http,
+            "eth_getTransactionByHash",
+            &format!(r#"["{hash}"]"#),
+        )
+        .unwrap();
         !v["result"].is_null()
     }
 
@@ -275,7 +292,10 @@ async fn status_propagation_and_invalid_txs() {
     wrong.genesis = B256::repeat_byte(1);
     let refused = Client::connect(&moat.enode, key(9), &[69], wrong).await;
     if let Ok(mut c) = refused {
-        assert!(c.wait_disconnect(WAIT).await.is_some(), "a wrong genesis must cost the connection");
+        assert!(
+            c.wait_disconnect(WAIT).await.is_some(),
+            "a wrong genesis must cost the connection"
+        );
     }
 
     let mut sender = moat.peer(1).await;
@@ -306,7 +326,11 @@ async fn status_propagation_and_invalid_txs() {
         .expect("headers");
     let numbers: Vec<u64> = headers
         .iter()
-        .map(|h| moat_common::block::Header::decode(&mut &h[..]).unwrap().number)
+        .map(|h| {
+            moat_common::block::Header::decode(&mut &h[..])
+                .unwrap()
+                .number
+        })
         .collect();
     assert_eq!(numbers, vec![600, 598, 596]);
 
@@ -319,7 +343,10 @@ async fn status_propagation_and_invalid_txs() {
         .await
         .unwrap();
     let seen = collect_until(&mut receiver, &[good.hash()], WAIT).await;
-    assert!(seen.contains(&good.hash()), "the valid tx reaches the second peer");
+    assert!(
+        seen.contains(&good.hash()),
+        "the valid tx reaches the second peer"
+    );
 
     // Invalid ones do not: nonce used, unaffordable, gas below intrinsic, init code over
     // the limit, data over the size cap.
@@ -330,7 +357,9 @@ async fn status_propagation_and_invalid_txs() {
         .find(|k| moat.nonce(k.address()) > 0)
         .expect("the chain has senders");
     let mut invalid = vec![transfer(chain_id, used, 0)];
-    invalid.push(tx_with(chain_id, b, nb, |t| t.value = U256::MAX / U256::from(2)));
+    invalid.push(tx_with(chain_id, b, nb, |t| {
+        t.value = U256::MAX / U256::from(2)
+    }));
     invalid.push(tx_with(chain_id, b, nb, |t| t.gas_limit = 20_000));
     invalid.push(tx_with(chain_id, b, nb, |t| {
         t.to = TxKind::Create;
@@ -371,8 +400,11 @@ async fn status_propagation_and_invalid_txs() {
         .unwrap();
     assert!(
         sender
-            .wait_for(WAIT, |m| matches!(m, EthMessage::BlockHeaders { request_id: 7, .. })
-                .then_some(()))
+            .wait_for(WAIT, |m| matches!(
+                m,
+                EthMessage::BlockHeaders { request_id: 7, .. }
+            )
+            .then_some(()))
             .await
             .is_some()
     );
@@ -381,7 +413,9 @@ async fn status_propagation_and_invalid_txs() {
     let blob = blob_tx(chain_id, &keys[2], moat.nonce(keys[2].address()), 1);
     let mut offender = moat.peer(3).await;
     offender
-        .send(&EthMessage::Transactions(vec![Bytes::from(blob.encoded_2718())]))
+        .send(&EthMessage::Transactions(vec![Bytes::from(
+            blob.encoded_2718(),
+        )]))
         .await
         .unwrap();
     assert_eq!(
@@ -466,7 +500,9 @@ async fn bulk_txs_are_fetched_back_and_announcements_become_one_request() {
         .await
         .unwrap();
     let last = fresh.last().unwrap().hash();
-    wait_for("the fetched txs in the pool", || moat.pooled(last).then_some(()));
+    wait_for("the fetched txs in the pool", || {
+        moat.pooled(last).then_some(())
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,8 +551,7 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
         let bad_bytes = match case {
             "no sidecar" => Bytes::from(tx.tx().encoded_2718()),
             _ => {
-                let swapped =
-                    PooledTransaction::new(tx.tx().clone(), other.sidecar().cloned());
+                let swapped = PooledTransaction::new(tx.tx().clone(), other.sidecar().cloned());
                 Bytes::from(swapped.encoded_2718())
             }
         };
@@ -567,7 +602,9 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
         })
         .await
         .unwrap();
-        wait_for("the honest copy in the pool", || moat.pooled(tx.hash()).then_some(()));
+        wait_for("the honest copy in the pool", || {
+            moat.pooled(tx.hash()).then_some(())
+        });
         // The honest peer is still connected: it gets an answer.
         good.send(&EthMessage::GetBlockHeaders {
             request_id: 5,
@@ -579,8 +616,11 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
         .await
         .unwrap();
         assert!(
-            good.wait_for(WAIT, |m| matches!(m, EthMessage::BlockHeaders { request_id: 5, .. })
-                .then_some(()))
+            good.wait_for(WAIT, |m| matches!(
+                m,
+                EthMessage::BlockHeaders { request_id: 5, .. }
+            )
+            .then_some(()))
                 .await
                 .is_some(),
             "{case}: the honest peer stays"

@@ -131,7 +131,13 @@ impl PoolInner {
     /// A sender past its guaranteed slots may still add an executable tx (the next in
     /// an unbroken nonce run) while the pending subpool is under half full, as geth lets
     /// an account grow while global slots are free. Gapped txs never pass the slots.
-    fn may_exceed_slots(&self, cfg: &PoolConfig, nonce: u64, state_nonce: u64, others: usize) -> bool {
+    fn may_exceed_slots(
+        &self,
+        cfg: &PoolConfig,
+        nonce: u64,
+        state_nonce: u64,
+        others: usize,
+    ) -> bool {
         let unbroken = nonce == state_nonce.saturating_add(others as u64);
         unbroken && self.usage(SubPool::Pending).txs < cfg.pending.max_txs / 2
     }

@@ -294,7 +294,10 @@ async fn an_unbroken_run_may_pass_the_slots_while_pending_has_room() {
     let a = funded(&state, 10);
     for nonce in 0..40 {
         assert_eq!(
-            add(&pool, &tx1559(&a, nonce, 2, 100)).await.unwrap().subpool,
+            add(&pool, &tx1559(&a, nonce, 2, 100))
+                .await
+                .unwrap()
+                .subpool,
             SubPool::Pending,
             "nonce {nonce}"
         );

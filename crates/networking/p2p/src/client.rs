@@ -71,11 +71,11 @@ impl Client {
     pub async fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, SessionError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let payload =
-                match tokio::time::timeout_at(deadline, self.session.reader.recv()).await {
-                    Err(_) => return Ok(None),
-                    Ok(r) => r?,
-                };
+            let payload = match tokio::time::timeout_at(deadline, self.session.reader.recv()).await
+            {
+                Err(_) => return Ok(None),
+                Ok(r) => r?,
+            };
             match self.session.framing.decode(&payload)? {
                 Incoming::Ping => {
                     let pong = self.session.framing.pong();

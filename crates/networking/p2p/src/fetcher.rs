@@ -109,7 +109,11 @@ pub enum DeliveryError {
     #[error("delivered tx {0} was not requested, or out of order")]
     NotRequested(B256),
     #[error("delivered tx {hash} has type {found}, announced {announced}")]
-    TypeMismatch { hash: B256, announced: u8, found: u8 },
+    TypeMismatch {
+        hash: B256,
+        announced: u8,
+        found: u8,
+    },
     #[error("delivered tx {hash} is {found} bytes, announced {announced}")]
     SizeMismatch {
         hash: B256,
@@ -162,7 +166,11 @@ impl Fetcher {
 
     /// Records `peer`'s announcement of hashes the pool does not have (the caller filters
     /// with the pool). Returns how many were dropped over the per-peer or global cap.
-    pub fn announce(&mut self, peer: PeerId, entries: impl IntoIterator<Item = (B256, Meta)>) -> usize {
+    pub fn announce(
+        &mut self,
+        peer: PeerId,
+        entries: impl IntoIterator<Item = (B256, Meta)>,
+    ) -> usize {
         let mut dropped = 0;
         let max_tracked = self.cfg.max_tracked;
         let cap = self.cfg.max_announces_per_peer;
@@ -287,7 +295,12 @@ impl Fetcher {
         verdict.map(|()| accepted)
     }
 
-    fn check(&self, peer: PeerId, requested: &[B256], delivered: &[Delivered]) -> Result<(), DeliveryError> {
+    fn check(
+        &self,
+        peer: PeerId,
+        requested: &[B256],
+        delivered: &[Delivered],
+    ) -> Result<(), DeliveryError> {
         let mut next = 0;
         for d in delivered {
             match requested[next..].iter().position(|h| *h == d.hash) {
@@ -436,7 +449,10 @@ mod tests {
                 size: 100,
             })
             .collect();
-        assert_eq!(f.deliver(a, reqs[0].request_id, &delivered).unwrap().len(), 256);
+        assert_eq!(
+            f.deliver(a, reqs[0].request_id, &delivered).unwrap().len(),
+            256
+        );
         let next = f.schedule(now);
         assert_eq!(next[0].hashes.len(), 44);
 
@@ -477,11 +493,27 @@ mod tests {
         let now = Instant::now();
         let setup = || {
             let mut f = Fetcher::new(FetcherConfig::default());
-            f.announce(a, [(h(1), meta(100)), (h(2), Meta { ty: 3, size: 100_000 })]);
+            f.announce(
+                a,
+                [
+                    (h(1), meta(100)),
+                    (
+                        h(2),
+                        Meta {
+                            ty: 3,
+                            size: 100_000,
+                        },
+                    ),
+                ],
+            );
             let id = f.schedule(now)[0].request_id;
             (f, id)
         };
-        let d = |n, ty, size| Delivered { hash: h(n), ty, size };
+        let d = |n, ty, size| Delivered {
+            hash: h(n),
+            ty,
+            size,
+        };
 
         let (mut f, id) = setup();
         assert_eq!(f.deliver(a, id, &[d(2, 3, 100_000)]).unwrap(), vec![h(2)]);
@@ -529,7 +561,15 @@ mod tests {
         let first = reqs[0].peer;
         let other = if first == bad { good } else { bad };
         let got = f
-            .deliver(first, reqs[0].request_id, &[Delivered { hash: h(1), ty: 3, size: 1000 }])
+            .deliver(
+                first,
+                reqs[0].request_id,
+                &[Delivered {
+                    hash: h(1),
+                    ty: 3,
+                    size: 1000,
+                }],
+            )
             .unwrap();
         assert_eq!(got, vec![h(1)]);
         assert!(f.schedule(now).is_empty(), "importing: not asked again");
@@ -538,8 +578,16 @@ mod tests {
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].peer, other);
         assert_eq!(again[0].hashes, vec![h(1)]);
-        f.deliver(other, again[0].request_id, &[Delivered { hash: h(1), ty: 3, size: 1000 }])
-            .unwrap();
+        f.deliver(
+            other,
+            again[0].request_id,
+            &[Delivered {
+                hash: h(1),
+                ty: 3,
+                size: 1000,
+            }],
+        )
+        .unwrap();
         f.settled(&h(1));
         assert!(f.is_empty());
     }

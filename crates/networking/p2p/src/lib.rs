@@ -49,7 +49,10 @@ impl std::str::FromStr for Enode {
     type Err = EnodeError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let rest = s.trim().strip_prefix("enode://").ok_or(EnodeError::Scheme)?;
+        let rest = s
+            .trim()
+            .strip_prefix("enode://")
+            .ok_or(EnodeError::Scheme)?;
         let (id, addr) = rest.split_once('@').ok_or(EnodeError::Addr)?;
         let bytes = hex::decode(id).map_err(|_| EnodeError::Id)?;
         let id: [u8; 64] = bytes.try_into().map_err(|_| EnodeError::Id)?;
@@ -111,7 +114,10 @@ mod tests {
         assert_eq!(e.id, id);
         assert_eq!(e.to_string(), url.split('?').next().unwrap());
         assert_eq!("http://x".parse::<Enode>(), Err(EnodeError::Scheme));
-        assert_eq!("enode://abcd@1.2.3.4:1".parse::<Enode>(), Err(EnodeError::Id));
+        assert_eq!(
+            "enode://abcd@1.2.3.4:1".parse::<Enode>(),
+            Err(EnodeError::Id)
+        );
         let bad_key = format!("enode://{}@1.2.3.4:1", "00".repeat(64));
         assert_eq!(bad_key.parse::<Enode>(), Err(EnodeError::Key));
         let no_port = format!("enode://{}@1.2.3.4", hex::encode(id));

@@ -54,6 +54,8 @@ const PEER_QUEUE: usize = 1024;
 const ADMISSION_QUEUE: usize = 8;
 /// Handshakes in progress at once (inbound).
 const MAX_PENDING_HANDSHAKES: usize = 64;
+/// Head blocks between two BlockRangeUpdate messages.
+const RANGE_UPDATE_EVERY: u64 = 32;
 const PING_INTERVAL: Duration = Duration::from_secs(15);
 /// A peer silent this long (pings included) is dropped.
 const READ_TIMEOUT: Duration = Duration::from_secs(45);
@@ -185,6 +187,8 @@ struct Inner {
     handshakes: Arc<Semaphore>,
     blob_rules: Mutex<(B256, Option<BlobRules>)>,
     txs_received: AtomicU64,
+    /// Head number of the last BlockRangeUpdate (or of the head at start).
+    range_sent: AtomicU64,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -230,6 +234,7 @@ impl Network {
         let filter = chain
             .config()
             .fork_filter(chain.genesis_hash(), genesis.timestamp);
+        let start_head = chain.head().map(|(n, _)| n).unwrap_or(0);
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -259,6 +264,7 @@ impl Network {
             handshakes: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
             blob_rules: Mutex::new((B256::ZERO, None)),
             txs_received: AtomicU64::new(0),
+            range_sent: AtomicU64::new(start_head),
         });
         let net = Network { inner };
         if let Some(listener) = listener {
@@ -346,11 +352,18 @@ impl Network {
         }
     }
 
-    /// Tells eth/69+ peers the new served range after a head change.
+    /// Tells eth/69+ peers the new served range after a head change: when the head has
+    /// moved 32 blocks since the last update, or gone back (geth's rhythm; peers need
+    /// no more).
     pub fn on_new_head(&self) {
         let Ok((number, hash)) = self.inner.chain.head() else {
             return;
         };
+        let last = self.inner.range_sent.load(Ordering::Relaxed);
+        if number < last.saturating_add(RANGE_UPDATE_EVERY) && number >= last {
+            return;
+        }
+        self.inner.range_sent.store(number, Ordering::Relaxed);
         let msg = EthMessage::BlockRangeUpdate {
             earliest: 0,
             latest: number,
@@ -433,18 +446,16 @@ impl Network {
         if enode.id == self.inner.local.id || self.inner.peers.read().contains_key(&enode.id) {
             return;
         }
-        let stream = match tokio::time::timeout(
-            session::HANDSHAKE_TIMEOUT,
-            TcpStream::connect(enode.addr),
-        )
-        .await
-        {
-            Ok(Ok(s)) => s,
-            _ => {
-                tracing::debug!(peer = %enode, "dial failed");
-                return;
-            }
-        };
+        let stream =
+            match tokio::time::timeout(session::HANDSHAKE_TIMEOUT, TcpStream::connect(enode.addr))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                _ => {
+                    tracing::debug!(peer = %enode, "dial failed");
+                    return;
+                }
+            };
         let _ = stream.set_nodelay(true);
         let rlpx = match tokio::time::timeout(
             session::HANDSHAKE_TIMEOUT,
@@ -720,7 +731,10 @@ impl Network {
                 if !self.inner.synced.load(Ordering::Acquire) {
                     return;
                 }
-                if txs.iter().any(|t| t.first() == Some(&(TxType::Eip4844 as u8))) {
+                if txs
+                    .iter()
+                    .any(|t| t.first() == Some(&(TxType::Eip4844 as u8)))
+                {
                     self.fault(peer, "full blob transaction in Transactions");
                     return;
                 }
@@ -739,8 +753,15 @@ impl Network {
                         }
                     }
                 }
-                self.spawn_admission(peer, admitted.into_iter().map(|(h, e)| (h, TxInput::Raw(e))).collect(), false)
-                    .await;
+                self.spawn_admission(
+                    peer,
+                    admitted
+                        .into_iter()
+                        .map(|(h, e)| (h, TxInput::Raw(e)))
+                        .collect(),
+                    false,
+                )
+                .await;
             }
             EthMessage::NewPooledTransactionHashes(a) => {
                 if !self.inner.synced.load(Ordering::Acquire) {
@@ -762,7 +783,13 @@ impl Network {
             for ((hash, ty), size) in a.hashes.iter().zip(&a.types).zip(&a.sizes) {
                 known.insert(*hash);
                 if !pool.is_known_or_importing(hash) {
-                    entries.push((*hash, Meta { ty: *ty, size: *size }));
+                    entries.push((
+                        *hash,
+                        Meta {
+                            ty: *ty,
+                            size: *size,
+                        },
+                    ));
                 }
             }
         }
@@ -798,7 +825,11 @@ impl Network {
         for env in txs {
             let Some(hash) = PooledTransaction::hash_of_envelope(&env) else {
                 self.fault(peer, "malformed transaction in PooledTransactions");
-                self.inner.fetcher.lock().deliver(peer.info.id, request_id, &[]).ok();
+                self.inner
+                    .fetcher
+                    .lock()
+                    .deliver(peer.info.id, request_id, &[])
+                    .ok();
                 return;
             };
             let ty = match env.first() {
@@ -969,8 +1000,9 @@ impl Network {
         let mut known = peer.known.lock();
         for hash in pool.hashes() {
             let Some(tx) = pool.get(&hash) else { continue };
-            if pool.subpool_of(&hash) != Some(moat_blockchain::mempool::SubPool::Pending)
-                && !tx.is_blob()
+            // Pending non-blob txs, as geth does; blob txs travel by fresh announcements.
+            if tx.is_blob()
+                || pool.subpool_of(&hash) != Some(moat_blockchain::mempool::SubPool::Pending)
             {
                 continue;
             }
@@ -983,7 +1015,10 @@ impl Network {
             }
         }
         if !ann.is_empty() {
-            peer.send(peer.framing.eth(&EthMessage::NewPooledTransactionHashes(ann)));
+            peer.send(
+                peer.framing
+                    .eth(&EthMessage::NewPooledTransactionHashes(ann)),
+            );
         }
     }
 

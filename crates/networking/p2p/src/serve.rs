@@ -205,7 +205,10 @@ mod tests {
     #[test]
     fn bodies_skip_unknown() {
         let s = store_with(3);
-        let got = bodies(&s, &[B256::with_last_byte(1), B256::ZERO, B256::with_last_byte(3)]);
+        let got = bodies(
+            &s,
+            &[B256::with_last_byte(1), B256::ZERO, B256::with_last_byte(3)],
+        );
         assert_eq!(got.len(), 2);
     }
 
@@ -214,7 +217,10 @@ mod tests {
         let s = store_with(2);
         let hashes = [B256::with_last_byte(1), B256::with_last_byte(2)];
         let (v68, _) = receipts(&s, 68, 0, &hashes);
-        assert_eq!(v68[0].as_ref(), s.receipts_rlp(&hashes[0]).unwrap().unwrap());
+        assert_eq!(
+            v68[0].as_ref(),
+            s.receipts_rlp(&hashes[0]).unwrap().unwrap()
+        );
         let (v69, incomplete) = receipts(&s, 69, 0, &hashes);
         assert!(!incomplete);
         let mut f = rlp::Fields::new(&v69[0][..], "x");

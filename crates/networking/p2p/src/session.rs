@@ -27,8 +27,8 @@ pub enum SessionError {
     Frame(#[from] FrameError),
     #[error("malformed hello: {0}")]
     Hello(moat_common::rlp::RlpError),
-    #[error("hello names node {found}, the handshake was with {expected}")]
-    WrongIdentity { expected: PeerId, found: PeerId },
+    #[error("hello names node {}, the handshake was with {}", .0.1, .0.0)]
+    WrongIdentity(Box<(PeerId, PeerId)>),
     #[error("no eth version in common (peer offers {0})")]
     NoCommonVersion(String),
     #[error(transparent)]
@@ -48,7 +48,7 @@ impl SessionError {
             SessionError::Rlpx(_) => DisconnectReason::TcpError,
             SessionError::Timeout(_) => DisconnectReason::Timeout,
             SessionError::Disconnected(_) => DisconnectReason::Requested,
-            SessionError::WrongIdentity { .. } => DisconnectReason::UnexpectedIdentity,
+            SessionError::WrongIdentity(_) => DisconnectReason::UnexpectedIdentity,
             SessionError::NoCommonVersion(_) => DisconnectReason::UselessPeer,
             SessionError::Hello(_) | SessionError::Unexpected { .. } => {
                 DisconnectReason::ProtocolBreach
@@ -287,10 +287,7 @@ where
             }
         };
         if hello.id != remote_id {
-            return Err(SessionError::WrongIdentity {
-                expected: remote_id,
-                found: hello.id,
-            });
+            return Err(SessionError::WrongIdentity(Box::new((remote_id, hello.id))));
         }
         let version = local
             .eth_versions

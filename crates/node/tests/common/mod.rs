@@ -17,10 +17,18 @@ pub fn testdata(name: &str) -> PathBuf {
 pub struct Node(pub Child);
 
 impl Node {
+    /// Starts `moat` with `args`; unless they name a p2p port, the OS picks one, so
+    /// nodes of parallel tests do not collide on 30303.
     pub fn start(args: &[&str]) -> Node {
+        let port: &[&str] = if args.contains(&"--port") {
+            &[]
+        } else {
+            &["--port", "0"]
+        };
         Node(
             Command::new(env!("CARGO_BIN_EXE_moat"))
                 .args(args)
+                .args(port)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
