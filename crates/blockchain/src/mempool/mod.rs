@@ -267,6 +267,61 @@ impl Pool {
         result
     }
 
+    /// Recovers the senders of a batch of wire txs on the blocking pool, spread over the
+    /// cores, so that admitting them one by one afterwards (in order, as a peer's txs must
+    /// be) finds every sender cached instead of paying ECDSA on one core.
+    ///
+    /// The shields still come first: a tx that is oversized, recently failed, pooled, in
+    /// flight, undecodable or against the stateless rules costs no recovery here. Nothing
+    /// is recorded as failed: admission meets those txs again and decides. Batches under
+    /// 16 txs are left to admission.
+    pub async fn warm_senders(&self, raw: &[Bytes]) {
+        const MIN_BATCH: usize = 16;
+        if raw.len() < MIN_BATCH {
+            return;
+        }
+        let s = &*self.shared;
+        let rules = *s.rules.read();
+        let candidates: Vec<(B256, Bytes)> = raw
+            .iter()
+            .filter(|b| b.len() <= MAX_TX_SIZE && b.first() != Some(&(TxType::Eip4844 as u8)))
+            .filter_map(|b| Some((PooledTransaction::hash_of_envelope(b)?, b.clone())))
+            .filter(|(h, _)| {
+                !s.failures.contains(h)
+                    && !s.sender_cache.contains(h)
+                    && !s.in_flight.contains(h)
+                    && !s.pool.lock().contains(h)
+            })
+            .collect();
+        if candidates.len() < MIN_BATCH {
+            return;
+        }
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let chunk = candidates.len().div_ceil(workers);
+        let mut tasks = Vec::with_capacity(workers);
+        for part in candidates.chunks(chunk) {
+            let part = part.to_vec();
+            let shared = self.shared.clone();
+            tasks.push(tokio::task::spawn_blocking(move || {
+                for (hash, bytes) in part {
+                    let Ok(p) = PooledTransaction::decode_2718(&bytes) else {
+                        continue;
+                    };
+                    if validate_stateless(p.tx(), &rules.remote).is_err() {
+                        continue;
+                    }
+                    shared.metrics.inc(Counter::sender_recoveries);
+                    if let Ok(sender) = p.tx().recover_sender_from_envelope(&bytes) {
+                        shared.sender_cache.insert(hash, sender);
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+
     /// Keeps local transactions across restarts from now on (the node attaches the
     /// store's journal once, before reloading it).
     pub fn attach_journal(&self, journal: Journal) {

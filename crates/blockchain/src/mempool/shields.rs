@@ -56,6 +56,11 @@ impl SenderCache {
         self.inner.map.insert(hash, sender);
     }
 
+    /// Whether `hash` has a sender cached, without counting a hit or miss.
+    pub fn contains(&self, hash: &B256) -> bool {
+        self.inner.map.peek(hash).is_some()
+    }
+
     pub fn hits(&self) -> u64 {
         self.inner.hits.load(Ordering::Relaxed)
     }

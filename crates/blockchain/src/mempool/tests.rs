@@ -906,3 +906,59 @@ async fn blob_txs_wait_for_cancun() {
     assert_eq!(r, Err(Rejection::BlobsNotActive));
     assert_eq!(pool.metrics().get(Counter::kzg_verifications), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warming_a_batch_recovers_in_parallel_but_behind_the_shields() {
+    let (pool, state) = setup();
+    let a = funded(&state, 71);
+    let txs: Vec<PooledTransaction> = (0..40).map(|n| tx1559(&a, n, 2, 100)).collect();
+    // One is pooled already, one recently failed (wrong chain id), one breaks the
+    // stateless rules: none of them may cost a recovery.
+    add(&pool, &txs[0]).await.unwrap();
+    let wrong_chain = {
+        let tx = Transaction::Eip1559(Eip1559Tx {
+            chain_id: 999,
+            nonce: 50,
+            max_priority_fee_per_gas: 2,
+            max_fee_per_gas: 100,
+            gas_limit: 21_000,
+            to: TxKind::Call(Address::repeat_byte(9)),
+            value: U256::from(1),
+            input: Bytes::new(),
+            access_list: vec![],
+        });
+        PooledTransaction::new(SignedTransaction::sign(tx, &a), None)
+    };
+    assert!(add(&pool, &wrong_chain).await.is_err());
+    let low_gas = {
+        let tx = Transaction::Eip1559(Eip1559Tx {
+            chain_id: 1,
+            nonce: 51,
+            max_priority_fee_per_gas: 2,
+            max_fee_per_gas: 100,
+            gas_limit: 20_000,
+            to: TxKind::Call(Address::repeat_byte(9)),
+            value: U256::from(1),
+            input: Bytes::new(),
+            access_list: vec![],
+        });
+        PooledTransaction::new(SignedTransaction::sign(tx, &a), None)
+    };
+    let before = pool.metrics().get(Counter::sender_recoveries);
+    let mut batch: Vec<Bytes> = txs.iter().map(|t| Bytes::from(t.encoded_2718())).collect();
+    batch.push(Bytes::from(wrong_chain.encoded_2718()));
+    batch.push(Bytes::from(low_gas.encoded_2718()));
+    pool.warm_senders(&batch).await;
+    assert_eq!(
+        pool.metrics().get(Counter::sender_recoveries) - before,
+        39,
+        "one recovery per new tx that passes the shields"
+    );
+    // Admission in order now finds every sender cached.
+    for t in &txs[1..] {
+        add(&pool, t).await.unwrap();
+    }
+    assert_eq!(pool.metrics().get(Counter::sender_recoveries) - before, 39);
+    assert_eq!(pool.status().pending.txs, 40);
+    pool.assert_consistent();
+}

@@ -938,6 +938,17 @@ impl Network {
     async fn admission_worker(self, peer: Arc<Peer>, mut jobs: mpsc::Receiver<AdmissionJob>) {
         let origin = TxOrigin::Peer(peer.info.id);
         while let Some(job) = jobs.recv().await {
+            // Senders of a large batch are recovered on all cores first; the in-order
+            // admissions below then find them cached.
+            let raw: Vec<Bytes> = job
+                .txs
+                .iter()
+                .filter_map(|(_, input)| match input {
+                    TxInput::Raw(b) => Some(b.clone()),
+                    TxInput::Decoded(_) => None,
+                })
+                .collect();
+            self.inner.pool.warm_senders(&raw).await;
             for (hash, input) in job.txs {
                 self.inner.txs_received.fetch_add(1, Ordering::Relaxed);
                 let result = self.inner.pool.add_transaction(input, origin).await;
