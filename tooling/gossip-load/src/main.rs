@@ -114,7 +114,10 @@ async fn main() {
         addr: net.listen_addr().expect("listening"),
     };
 
-    eprintln!("signing {} transfers from {} senders…", args.txs, args.senders);
+    eprintln!(
+        "signing {} transfers from {} senders…",
+        args.txs, args.senders
+    );
     let per_sender = args.txs.div_ceil(args.senders);
     let mut txs: Vec<Bytes> = Vec::with_capacity(args.txs);
     'outer: for nonce in 0..per_sender as u64 {
