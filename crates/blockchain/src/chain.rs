@@ -14,6 +14,7 @@
 //! [`state_root_after`] without changing its callers.
 
 use crate::mempool::SenderCache;
+use crate::undo::{UNDO_DEPTH, Undo};
 use crate::vm::{self, AccountChange, AccountInfo, StateReader, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
 use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
@@ -53,8 +54,12 @@ pub enum ChainError {
         hash: B256,
         parent: B256,
     },
-    #[error("block {number} ({hash}) does not extend the head {head}: reorgs are not imported yet")]
+    #[error("block {number} ({hash}) does not extend the head {head}")]
     NotOnHead { number: u64, hash: B256, head: B256 },
+    #[error("unknown block {0}")]
+    UnknownBlock(B256),
+    #[error("reorg of {depth} blocks is deeper than the {max} kept for undo")]
+    ReorgTooDeep { depth: u64, max: u64 },
     #[error("the datadir holds genesis {found}, this chain's genesis is {expected}")]
     GenesisMismatch { expected: B256, found: B256 },
     #[error("stored data is corrupt: {0}")]
@@ -72,6 +77,14 @@ pub enum ImportOutcome {
         gas_used: u64,
     },
     AlreadyKnown,
+}
+
+/// What [`Chain::set_head`] did: blocks taken off the canonical chain and blocks put
+/// on it, each oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct HeadChange {
+    pub removed: Vec<Block>,
+    pub added: Vec<Block>,
 }
 
 /// The canonical chain over a store.
@@ -356,9 +369,133 @@ impl Chain {
             .collect()
     }
 
+    /// Whether `hash` is on the canonical chain.
+    pub fn is_canonical(&self, hash: &B256) -> Result<bool, ChainError> {
+        let Some(number) = self.store.block_number(hash)? else {
+            return Ok(false);
+        };
+        Ok(self.store.canonical_hash(number)? == Some(*hash))
+    }
+
+    /// Stores a block off the canonical chain after the checks its parent allows
+    /// (header rules, roots of the body); it is executed if a reorg makes it canonical.
+    pub fn store_side_block(&self, block: &Block) -> Result<(), ChainError> {
+        let (number, hash) = (block.header.number, block.hash);
+        if self.store.block_number(&hash)?.is_some() {
+            return Ok(());
+        }
+        let parent = self
+            .header(&block.header.parent_hash)?
+            .ok_or(ChainError::UnknownParent {
+                number,
+                hash,
+                parent: block.header.parent_hash,
+            })?;
+        validate_header(&self.config, &parent, block)?;
+        let mut batch = WriteBatch::new();
+        batch
+            .put_header(hash, number, block.header.encoded())
+            .put_body(hash, block.encode_body());
+        self.store.commit(batch)?;
+        Ok(())
+    }
+
+    /// Makes the stored block `target` the head: the canonical blocks above the fork
+    /// point are taken back (their undo records restore the state), then the blocks of
+    /// `target`'s branch are executed in order. If one of those is invalid, the old
+    /// branch is put back and the error returned. A `target` already on the canonical
+    /// chain below the head changes nothing (the consensus client is catching up).
+    ///
+    /// Each block taken back or added is its own atomic commit, so a crash leaves a
+    /// consistent chain at some point on the way.
+    pub fn set_head(&self, target: B256) -> Result<HeadChange, ChainError> {
+        let (head_number, head_hash) = self.head()?;
+        if target == head_hash || self.is_canonical(&target)? {
+            return Ok(HeadChange::default());
+        }
+        // The new branch, from `target` down to the first canonical ancestor.
+        let mut branch = Vec::new();
+        let mut cursor = target;
+        let fork_point = loop {
+            let header = self
+                .header(&cursor)?
+                .ok_or(ChainError::UnknownBlock(cursor))?;
+            if self.store.canonical_hash(header.number)? == Some(cursor) {
+                break header.number;
+            }
+            branch.push(cursor);
+            if branch.len() as u64 > UNDO_DEPTH {
+                return Err(ChainError::ReorgTooDeep {
+                    depth: branch.len() as u64,
+                    max: UNDO_DEPTH,
+                });
+            }
+            cursor = header.parent_hash;
+        };
+        let depth = head_number - fork_point;
+        if depth > UNDO_DEPTH {
+            return Err(ChainError::ReorgTooDeep {
+                depth,
+                max: UNDO_DEPTH,
+            });
+        }
+        let mut blocks = Vec::with_capacity(branch.len());
+        for hash in branch.iter().rev() {
+            blocks.push(self.block(hash)?.ok_or(ChainError::UnknownBlock(*hash))?);
+        }
+        let removed = self.unwind_to(fork_point)?;
+        let mut added = Vec::with_capacity(blocks.len());
+        for block in blocks {
+            if let Err(e) = self.import(&block) {
+                // Back to where we were; the old blocks were valid before.
+                self.unwind_to(fork_point)?;
+                for old in &removed {
+                    self.import(old)?;
+                }
+                return Err(e);
+            }
+            added.push(block);
+        }
+        Ok(HeadChange { removed, added })
+    }
+
+    /// Takes canonical blocks above `number` back, head first; returns them oldest first.
+    fn unwind_to(&self, number: u64) -> Result<Vec<Block>, ChainError> {
+        let (head, _) = self.head()?;
+        let mut removed = Vec::new();
+        for n in (number + 1..=head).rev() {
+            let hash = self
+                .store
+                .canonical_hash(n)?
+                .ok_or_else(|| ChainError::Corrupt(format!("no canonical block {n}")))?;
+            let block = self
+                .block(&hash)?
+                .ok_or_else(|| ChainError::Corrupt(format!("canonical block {n} missing")))?;
+            let record = self.store.undo(&hash)?.ok_or(ChainError::ReorgTooDeep {
+                depth: head - number,
+                max: UNDO_DEPTH,
+            })?;
+            let undo = Undo::decode(&record)
+                .map_err(|e| ChainError::Corrupt(format!("undo record of {hash}: {e}")))?;
+            let mut batch = WriteBatch::new();
+            undo.apply(&mut batch);
+            for tx in &block.transactions {
+                batch.delete_tx_location(tx.hash());
+            }
+            batch
+                .delete_undo(hash)
+                .unset_canonical_above(n - 1)
+                .set_head(n - 1, block.header.parent_hash);
+            self.store.commit(batch)?;
+            removed.push(block);
+        }
+        removed.reverse();
+        Ok(removed)
+    }
+
     /// Validates, executes and stores `block` as the new head.
     pub fn import(&self, block: &Block) -> Result<ImportOutcome, ChainError> {
-        if self.store.block_number(&block.hash)?.is_some() {
+        if self.is_canonical(&block.hash)? {
             return Ok(ImportOutcome::AlreadyKnown);
         }
         let (number, hash) = (block.header.number, block.hash);
@@ -442,7 +579,14 @@ impl Chain {
             );
         }
 
+        let undo = Undo::collect(&self.store, &executed.changes, &accounts)?;
         let mut batch = WriteBatch::new();
+        batch.put_undo(hash, undo.encode());
+        if let Some(old) = number.checked_sub(UNDO_DEPTH + 1)
+            && let Some(old_hash) = self.store.canonical_hash(old)?
+        {
+            batch.delete_undo(old_hash);
+        }
         batch
             .put_header(hash, number, h.encoded())
             .put_body(hash, block.encode_body())

@@ -22,4 +22,5 @@
 pub mod chain;
 pub mod mempool;
 pub mod payload;
+pub mod undo;
 pub mod vm;

@@ -12,7 +12,7 @@
 //! 5. storage writes (zero deletes the slot), except for addresses whose last account
 //!    entry in this batch is a deletion: a deleted account keeps no storage;
 //! 6. accounts, in call order; code;
-//! 7. blob sidecars and the pool journal, puts and deletes in call order;
+//! 7. blob sidecars, the pool journal and undo records, puts and deletes in call order;
 //! 8. the head.
 //!
 //! Within a phase, a later entry for the same key wins.
@@ -41,6 +41,7 @@ pub struct WriteBatch {
     code: Vec<(B256, Bytes)>,
     sidecars: Vec<(B256, Option<Vec<u8>>)>,
     journal: Vec<(B256, Option<Vec<u8>>)>,
+    undo: Vec<(B256, Option<Vec<u8>>)>,
     head: Option<(u64, B256)>,
 }
 
@@ -64,6 +65,7 @@ impl WriteBatch {
             && self.code.is_empty()
             && self.sidecars.is_empty()
             && self.journal.is_empty()
+            && self.undo.is_empty()
             && self.head.is_none()
     }
 
@@ -148,6 +150,17 @@ impl WriteBatch {
 
     pub fn put_journal(&mut self, tx_hash: B256, raw: impl Into<Vec<u8>>) -> &mut Self {
         self.journal.push((tx_hash, Some(raw.into())));
+        self
+    }
+
+    /// Stores what `block_hash` overwrote (opaque to the store; the chain encodes it).
+    pub fn put_undo(&mut self, block_hash: B256, record: impl Into<Vec<u8>>) -> &mut Self {
+        self.undo.push((block_hash, Some(record.into())));
+        self
+    }
+
+    pub fn delete_undo(&mut self, block_hash: B256) -> &mut Self {
+        self.undo.push((block_hash, None));
         self
     }
 
@@ -256,6 +269,9 @@ impl WriteBatch {
         }
         for (tx_hash, raw) in self.journal {
             ops.push(put_or_delete(Table::Journal, tx_hash.as_slice(), raw));
+        }
+        for (block_hash, record) in self.undo {
+            ops.push(put_or_delete(Table::Undo, block_hash.as_slice(), record));
         }
 
         if let Some((number, hash)) = self.head {

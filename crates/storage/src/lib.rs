@@ -228,6 +228,11 @@ impl Store {
         self.raw(Table::Sidecars, tx_hash.as_slice())
     }
 
+    /// What `block_hash` overwrote when it was imported, if still kept.
+    pub fn undo(&self, block_hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(Table::Undo, block_hash.as_slice())
+    }
+
     /// The local-tx journal, sorted by tx hash (the pool re-orders by sender and nonce).
     pub fn journal(&self) -> Result<Vec<(B256, Vec<u8>)>, StoreError> {
         let mut entries = Vec::new();

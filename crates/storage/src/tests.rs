@@ -632,3 +632,19 @@ fn account_layout_is_what_the_store_reads() {
         .unwrap();
     assert_eq!(store.account(&addr(3)).unwrap(), Some(account(3)));
 }
+
+#[test]
+fn undo_records_put_and_delete() {
+    on_both("undo", |store| {
+        commit(store, |b| {
+            b.put_undo(hash(1), vec![1, 2, 3])
+                .put_undo(hash(2), vec![4]);
+        });
+        assert_eq!(store.undo(&hash(1)).unwrap(), Some(vec![1, 2, 3]));
+        commit(store, |b| {
+            b.delete_undo(hash(1));
+        });
+        assert_eq!(store.undo(&hash(1)).unwrap(), None);
+        assert_eq!(store.undo(&hash(2)).unwrap(), Some(vec![4]));
+    });
+}

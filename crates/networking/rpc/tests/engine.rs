@@ -621,3 +621,168 @@ async fn the_ethtest_chain_replays_through_new_payload() {
     assert_eq!(r["payloadStatus"]["status"], "VALID", "{r}");
     handle.stop();
 }
+
+/// Builds a payload on `parent` through forkchoiceUpdated + getPayloadV4.
+async fn build_on(addr: SocketAddr, parent: B256, attrs: Value) -> Value {
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(parent), attrs]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    let id = fcu["payloadId"].as_str().expect("a payload id").to_string();
+    result(addr, "engine_getPayloadV4", json!([id])).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_tx_goes_through_the_flow_with_its_bundle() {
+    let n = node().await;
+    let addr = n.handle.local_addr();
+    let genesis = n.chain.head_header().unwrap();
+    let mut blob = moat_common::testing::sample_blob_tx(
+        moat_common::transaction::SidecarVersion::V0,
+        2,
+        0,
+        &n.rich,
+    );
+    // Re-sign for this chain: the sample is for chain id 1.
+    let (signed, sidecar) = blob.clone().into_parts();
+    let Transaction::Eip4844(mut inner) = signed.into_tx() else {
+        unreachable!()
+    };
+    inner.chain_id = CHAIN_ID;
+    inner.max_fee_per_gas = 10_000_000_000;
+    inner.max_priority_fee_per_gas = 2_000_000_000;
+    blob = PooledTransaction::new(
+        SignedTransaction::sign(Transaction::Eip4844(inner), &n.rich),
+        sidecar,
+    );
+    n.pool
+        .add_transaction(TxInput::Raw(blob.encoded_2718().into()), TxOrigin::Local)
+        .await
+        .expect("pool admits the blob tx");
+
+    let env = build_on(addr, genesis.hash(), attributes(genesis.timestamp + 12)).await;
+    let payload = env["executionPayload"].clone();
+    assert_eq!(payload["transactions"].as_array().unwrap().len(), 1);
+    assert_eq!(payload["blobGasUsed"], json!(format!("{:#x}", 2 * 131_072)));
+    let bundle = &env["blobsBundle"];
+    let sidecar = blob.sidecar().unwrap();
+    assert_eq!(bundle["blobs"].as_array().unwrap().len(), 2);
+    for i in 0..2 {
+        assert_eq!(
+            bundle["commitments"][i],
+            json!(format!(
+                "0x{}",
+                alloy_primitives::hex::encode(sidecar.commitments[i])
+            ))
+        );
+        assert_eq!(
+            bundle["proofs"][i],
+            json!(format!(
+                "0x{}",
+                alloy_primitives::hex::encode(sidecar.proofs[i])
+            ))
+        );
+    }
+    let hashes = sidecar.versioned_hashes();
+    let status = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([payload, hashes, B256::repeat_byte(9), []]),
+    )
+    .await;
+    assert_eq!(status["status"], "VALID", "{status}");
+    let block_hash: B256 = payload["blockHash"].as_str().unwrap().parse().unwrap();
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(block_hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID");
+    assert!(
+        !n.pool.contains(&blob.hash()),
+        "the mined blob tx left the pool"
+    );
+    n.handle.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
+    let n = node().await;
+    let addr = n.handle.local_addr();
+    let genesis = n.chain.head_header().unwrap();
+
+    // B: built on genesis while the pool is empty (another fee recipient).
+    let mut attrs_b = attributes(genesis.timestamp + 12);
+    attrs_b["suggestedFeeRecipient"] = json!(Address::repeat_byte(0xbb));
+    let env_b = build_on(addr, genesis.hash(), attrs_b).await;
+    let payload_b = env_b["executionPayload"].clone();
+    assert_eq!(payload_b["transactions"].as_array().unwrap().len(), 0);
+
+    // A: built on genesis with a transfer, imported and made head.
+    let tx = transfer(&n.rich, 0);
+    n.pool
+        .add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
+        .await
+        .unwrap();
+    let env_a = build_on(addr, genesis.hash(), attributes(genesis.timestamp + 12)).await;
+    let payload_a = env_a["executionPayload"].clone();
+    let hash_a: B256 = payload_a["blockHash"].as_str().unwrap().parse().unwrap();
+    let hash_b: B256 = payload_b["blockHash"].as_str().unwrap().parse().unwrap();
+    let np = |p: &Value| json!([p, [], B256::repeat_byte(9), []]);
+    assert_eq!(
+        result(addr, "engine_newPayloadV4", np(&payload_a)).await["status"],
+        "VALID"
+    );
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(hash_a), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID");
+    assert!(!n.pool.contains(&tx.hash()));
+
+    // B arrives: off the head, so kept but not executed.
+    let status = result(addr, "engine_newPayloadV4", np(&payload_b)).await;
+    assert_eq!(status["status"], "ACCEPTED", "{status}");
+    assert_eq!(n.chain.head().unwrap().1, hash_a);
+
+    // The consensus client picks B: reorg, and A's transfer is pending again.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(hash_b), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(hash_b));
+    assert_eq!(n.chain.head().unwrap(), (1, hash_b));
+    assert!(
+        n.pool.contains(&tx.hash()),
+        "the reorged tx is back in the pool"
+    );
+    let receiver = n
+        .chain
+        .store()
+        .account(&Address::repeat_byte(0x11))
+        .unwrap();
+    assert!(receiver.is_none(), "A's transfer is undone");
+
+    // And back to A, now a side block that was executed before.
+    let status = result(addr, "engine_newPayloadV4", np(&payload_a)).await;
+    assert_eq!(status["status"], "VALID");
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(hash_a), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID");
+    assert_eq!(n.chain.head().unwrap(), (1, hash_a));
+    assert!(!n.pool.contains(&tx.hash()));
+    n.handle.stop();
+}

@@ -40,10 +40,12 @@ pub(crate) enum Table {
     Sidecars,
     /// local tx hash → raw tx, for the pool to reload after a restart
     Journal,
+    /// block hash → the state the block overwrote, to take it back in a reorg
+    Undo,
 }
 
 impl Table {
-    pub(crate) const ALL: [Table; 12] = [
+    pub(crate) const ALL: [Table; 13] = [
         Table::Meta,
         Table::Headers,
         Table::HeaderNumbers,
@@ -56,6 +58,7 @@ impl Table {
         Table::Code,
         Table::Sidecars,
         Table::Journal,
+        Table::Undo,
     ];
 
     pub(crate) const COUNT: usize = Self::ALL.len();
@@ -79,6 +82,7 @@ impl Table {
             Table::Code => "code",
             Table::Sidecars => "sidecars",
             Table::Journal => "journal",
+            Table::Undo => "undo",
         }
     }
 }

@@ -15,12 +15,12 @@ use alloy_primitives::{Address, B256};
 use jsonrpsee::RpcModule;
 use jsonrpsee::server::RegisterMethodError;
 use jsonrpsee::types::Params;
-use moat_blockchain::chain::{ChainError, ImportOutcome};
+use moat_blockchain::chain::{ChainError, HeadChange, ImportOutcome};
 use moat_blockchain::mempool::{HeadInfo, HeadUpdate};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::{Block, Header};
 use moat_common::config::Fork;
-use moat_common::transaction::SidecarVersion;
+use moat_common::transaction::{PooledTransaction, SidecarVersion, TxType};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -74,6 +74,8 @@ struct PoolNews {
     hash: B256,
     mined: Vec<B256>,
     touched: Vec<Address>,
+    /// Transactions of blocks that left the canonical chain.
+    reorged: Vec<PooledTransaction>,
 }
 
 impl PoolNews {
@@ -97,7 +99,40 @@ impl PoolNews {
             hash: block.hash,
             mined: block.transactions.iter().map(|tx| tx.hash()).collect(),
             touched,
+            reorged: Vec::new(),
         }
+    }
+
+    /// A reorg: the new branch's txs are mined, the old branch's txs that the new one
+    /// does not hold go back to the pool.
+    fn of_reorg(ctx: &EngineContext, change: &HeadChange, head: &Header) -> Self {
+        let mut news = PoolNews {
+            head: head_info(ctx, head),
+            hash: head.hash(),
+            mined: Vec::new(),
+            touched: Vec::new(),
+            reorged: Vec::new(),
+        };
+        for block in change.added.iter().chain(&change.removed) {
+            let part = Self::of(ctx, block);
+            news.touched.extend(part.touched);
+        }
+        for block in &change.added {
+            news.mined
+                .extend(block.transactions.iter().map(|tx| tx.hash()));
+        }
+        news.touched.sort_unstable();
+        news.touched.dedup();
+        for tx in change.removed.iter().flat_map(|b| &b.transactions) {
+            // Blob txs come back only with their sidecar, which a block does not carry
+            // and the pool let go of when it was mined: they are left out.
+            if news.mined.contains(&tx.hash()) || tx.tx_type() == TxType::Eip4844 {
+                continue;
+            }
+            news.reorged.push(PooledTransaction::new(tx.clone(), None));
+        }
+        metrics::counter!("moat_engine_reorgs_total").increment(1);
+        news
     }
 }
 
@@ -109,7 +144,7 @@ impl EngineContext {
                 head: news.head,
                 mined: news.mined,
                 touched: news.touched,
-                reorged: Vec::new(),
+                reorged: news.reorged,
             })
             .await;
         *self.shared.pool_head.lock() = news.hash;
@@ -121,13 +156,12 @@ impl EngineContext {
         let parent_hash = payload.header.parent_hash;
         // A block we hold is VALID without rebuilding it: a CL replaying from genesis
         // sends pre-merge blocks (difficulty, nonce) a payload cannot express.
+        // Executed once means valid: canonical now, or with receipts from an earlier
+        // stint on the canonical chain. A side block stored unexecuted is not.
         let claimed = payload.block_hash;
-        if self
-            .chain
-            .store()
-            .block_number(&claimed)
-            .map_err(internal)?
-            .is_some()
+        let store = self.chain.store();
+        if self.chain.is_canonical(&claimed).map_err(chain_err)?
+            || store.receipts_rlp(&claimed).map_err(internal)?.is_some()
         {
             return Ok((Status::Valid(claimed), None));
         }
@@ -156,8 +190,15 @@ impl EngineContext {
             }
             Ok(ImportOutcome::AlreadyKnown) => Ok((Status::Valid(hash), None)),
             Err(ChainError::UnknownParent { .. }) => Ok((Status::Syncing, None)),
-            // A valid-looking block off our head: without reorgs it cannot be executed.
-            Err(ChainError::NotOnHead { .. }) => Ok((Status::Accepted, None)),
+            // Off our head: kept, and executed if a forkchoiceUpdated makes it head.
+            Err(ChainError::NotOnHead { .. }) => match self.chain.store_side_block(&block) {
+                Ok(()) => Ok((Status::Accepted, None)),
+                Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
+                    self.shared.invalid.lock().insert(hash, Some(parent_hash));
+                    Ok((Status::Invalid(Some(parent_hash), e.to_string()), None))
+                }
+                Err(e) => Err(chain_err(e)),
+            },
             Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
                 // A PoW parent has no valid post-merge ancestor to name: the zero hash.
                 let lvh = if parent.difficulty.is_zero() {
@@ -204,9 +245,36 @@ impl EngineContext {
             };
             Ok(store.canonical_hash(n).map_err(internal)? == Some(*h))
         };
+        let mut news = None;
         if !canonical(&head)? {
-            // Known but off the canonical chain: making it head needs a reorg.
-            return Ok(Err(Status::Syncing));
+            // Known but off the canonical chain: reorg to it.
+            match self.chain.set_head(head) {
+                Ok(change) => {
+                    tracing::info!(
+                        removed = change.removed.len(),
+                        added = change.added.len(),
+                        head = %head,
+                        "chain reorganised"
+                    );
+                    news = Some(PoolNews::of_reorg(self, &change, &header));
+                }
+                Err(e @ (ChainError::Mismatch { hash, .. } | ChainError::Invalid { hash, .. })) => {
+                    let lvh = self
+                        .chain
+                        .header(&hash)
+                        .map_err(chain_err)?
+                        .map(|h| h.parent_hash);
+                    let mut invalid = self.shared.invalid.lock();
+                    invalid.insert(hash, lvh);
+                    invalid.insert(head, lvh);
+                    metrics::counter!("moat_engine_invalid_payloads_total").increment(1);
+                    return Ok(Err(Status::Invalid(lvh, e.to_string())));
+                }
+                Err(ChainError::ReorgTooDeep { .. } | ChainError::UnknownBlock(_)) => {
+                    return Ok(Err(Status::Syncing));
+                }
+                Err(e) => return Err(chain_err(e)),
+            }
         }
         for (name, h) in [("finalized", finalized), ("safe", safe)] {
             if !h.is_zero() && !canonical(&h)? {
@@ -220,7 +288,9 @@ impl EngineContext {
             // A canonical ancestor: the CL is catching up; keep our head, as geth does.
             return Ok(Err(Status::Valid(head)));
         }
-        let news = if *self.shared.pool_head.lock() != head {
+        let news = if news.is_some() {
+            news
+        } else if *self.shared.pool_head.lock() != head {
             self.chain
                 .block(&head)
                 .map_err(chain_err)?

@@ -1,0 +1,212 @@
+//! Reorgs on the conformance chain: competing blocks built on one parent, the chain
+//! switching branches back and forth with its state following, and an invalid branch
+//! that leaves the chain where it was.
+
+use alloy_primitives::{Address, B256, TxKind, U256};
+use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
+use moat_blockchain::mempool::{
+    AccountState, CodeKind, HeadInfo, Pool, PoolConfig, StateView, TxInput, TxOrigin,
+};
+use moat_blockchain::payload::PayloadAttributes;
+use moat_common::block::Block;
+use moat_common::config::Genesis;
+use moat_common::transaction::{Eip1559Tx, Transaction};
+use moat_common::{PooledTransaction, SignedTransaction};
+use moat_crypto::secp::Signer;
+use moat_storage::Store;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/testdata/ethtest")
+        .join(name)
+}
+
+/// The pool's view of the chain head (just what this test needs).
+struct HeadState(Chain);
+
+impl StateView for HeadState {
+    fn account(&self, address: &Address) -> AccountState {
+        let a = self
+            .0
+            .store()
+            .account(address)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        AccountState {
+            nonce: a.nonce,
+            balance: a.balance,
+            code: CodeKind::None,
+        }
+    }
+    fn head(&self) -> HeadInfo {
+        let h = self.0.head_header().expect("a head");
+        let base_fee = moat_common::fees::next_base_fee(
+            h.gas_used,
+            h.gas_limit,
+            h.base_fee_per_gas.unwrap_or_default(),
+        );
+        HeadInfo {
+            number: h.number,
+            timestamp: h.timestamp,
+            base_fee,
+            blob_base_fee: 1,
+            gas_limit: h.gas_limit,
+        }
+    }
+}
+
+fn key() -> Signer {
+    let accounts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("accounts.json")).unwrap()).unwrap();
+    let (_, entry) = accounts.as_object().unwrap().iter().next().unwrap();
+    let key: B256 = entry["key"].as_str().unwrap().parse().unwrap();
+    Signer::from_bytes(&key).unwrap()
+}
+
+fn balance(chain: &Chain, a: Address) -> U256 {
+    chain
+        .store()
+        .account(&a)
+        .unwrap()
+        .map_or(U256::ZERO, |a| a.balance)
+}
+
+fn nonce(chain: &Chain, a: Address) -> u64 {
+    chain.store().account(&a).unwrap().map_or(0, |a| a.nonce)
+}
+
+/// A block on the current head with `txs`, paying `recipient`.
+async fn build(chain: &Chain, txs: &[PooledTransaction], recipient: u8) -> Block {
+    let pool = Pool::new(
+        PoolConfig::new(chain.config().clone()),
+        Arc::new(HeadState(chain.clone())),
+    );
+    for tx in txs {
+        pool.add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
+            .await
+            .unwrap();
+    }
+    let head = chain.head_header().unwrap();
+    let attrs = PayloadAttributes {
+        timestamp: head.timestamp + 12,
+        prev_randao: B256::repeat_byte(7),
+        suggested_fee_recipient: Address::repeat_byte(recipient),
+        withdrawals: Some(Vec::new()),
+        parent_beacon_block_root: Some(B256::repeat_byte(9)),
+    };
+    let built = chain.build_payload(&pool, head.hash(), &attrs).unwrap();
+    assert_eq!(built.block.transactions.len(), txs.len());
+    built.block
+}
+
+fn transfer(chain_id: u64, signer: &Signer, nonce: u64, to: u8, value: u64) -> PooledTransaction {
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id,
+        nonce,
+        max_priority_fee_per_gas: 2,
+        max_fee_per_gas: 1_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(to)),
+        value: U256::from(value),
+        ..Default::default()
+    });
+    PooledTransaction::new(SignedTransaction::sign(tx, signer), None)
+}
+
+#[tokio::test]
+async fn the_chain_switches_branches_and_its_state_follows() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
+        chain.import(block).unwrap();
+    }
+    let id = genesis.config.chain_id;
+    let x = key();
+    let n = nonce(&chain, x.address());
+    let fork_head = chain.head_header().unwrap();
+
+    // Two children of #30: A1 pays 0x11, B1 is empty with another fee recipient.
+    let tx_a = transfer(id, &x, n, 0x11, 5);
+    let a1 = build(&chain, std::slice::from_ref(&tx_a), 0xaa).await;
+    let b1 = build(&chain, &[], 0xbb).await;
+    assert_ne!(a1.hash, b1.hash);
+    assert!(matches!(
+        chain.import(&a1).unwrap(),
+        ImportOutcome::Imported { .. }
+    ));
+    assert_eq!(balance(&chain, Address::repeat_byte(0x11)), U256::from(5));
+    assert!(matches!(
+        chain.import(&b1),
+        Err(ChainError::NotOnHead { .. })
+    ));
+    chain.store_side_block(&b1).unwrap();
+    assert!(!chain.is_canonical(&b1.hash).unwrap());
+
+    // To B1: A1 is taken back.
+    let change = chain.set_head(b1.hash).unwrap();
+    assert_eq!(
+        change.removed.iter().map(|b| b.hash).collect::<Vec<_>>(),
+        vec![a1.hash]
+    );
+    assert_eq!(
+        change.added.iter().map(|b| b.hash).collect::<Vec<_>>(),
+        vec![b1.hash]
+    );
+    assert_eq!(chain.head().unwrap(), (31, b1.hash));
+    assert_eq!(balance(&chain, Address::repeat_byte(0x11)), U256::ZERO);
+    assert_eq!(nonce(&chain, x.address()), n);
+    assert!(chain.store().tx_location(&tx_a.hash()).unwrap().is_none());
+    assert!(chain.is_canonical(&b1.hash).unwrap() && !chain.is_canonical(&a1.hash).unwrap());
+
+    // B2 on B1 spends the same nonce elsewhere.
+    let tx_b = transfer(id, &x, n, 0x22, 7);
+    let b2 = build(&chain, std::slice::from_ref(&tx_b), 0xbb).await;
+    chain.import(&b2).unwrap();
+    assert_eq!(balance(&chain, Address::repeat_byte(0x22)), U256::from(7));
+
+    // Back to the shorter A branch (the consensus client decides, not length).
+    let change = chain.set_head(a1.hash).unwrap();
+    assert_eq!(change.removed.len(), 2);
+    assert_eq!(change.added.len(), 1);
+    assert_eq!(chain.head().unwrap(), (31, a1.hash));
+    assert_eq!(balance(&chain, Address::repeat_byte(0x11)), U256::from(5));
+    assert_eq!(balance(&chain, Address::repeat_byte(0x22)), U256::ZERO);
+    assert_eq!(chain.store().canonical_hash(32).unwrap(), None);
+    assert_eq!(
+        chain
+            .store()
+            .tx_location(&tx_a.hash())
+            .unwrap()
+            .unwrap()
+            .block_hash,
+        a1.hash
+    );
+    // A canonical ancestor as target changes nothing.
+    assert!(chain.set_head(fork_head.hash()).unwrap().added.is_empty());
+    assert_eq!(chain.head().unwrap().1, a1.hash);
+
+    // A branch whose block lies about its state root: tried, refused, A1 stays.
+    let mut bad = b1.clone();
+    bad.header.state_root = B256::repeat_byte(0x66);
+    bad.hash = bad.header.hash();
+    chain.store_side_block(&bad).unwrap();
+    assert!(matches!(
+        chain.set_head(bad.hash),
+        Err(ChainError::Mismatch {
+            field: "stateRoot",
+            ..
+        })
+    ));
+    assert_eq!(chain.head().unwrap(), (31, a1.hash));
+    assert_eq!(balance(&chain, Address::repeat_byte(0x11)), U256::from(5));
+    assert_eq!(nonce(&chain, x.address()), n + 1);
+    // An unknown target is an error, not a panic.
+    assert!(matches!(
+        chain.set_head(B256::repeat_byte(0x77)),
+        Err(ChainError::UnknownBlock(_))
+    ));
+}
