@@ -121,5 +121,64 @@ fn headfcu_is_accepted_after_an_offline_import() {
         status["latestValidHash"],
         "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a"
     );
+    logs_agree_with_receipts(http);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// eth_getLogs over the imported chain (blocks 1–10: block 11 alone answers with more
+/// than the 10 MiB response cap): every log is the one its receipt holds at that
+/// index, and an address + topic filter returns only matching logs.
+fn logs_agree_with_receipts(http: u16) {
+    let all = rpc(
+        http,
+        "eth_getLogs",
+        r#"[{"fromBlock":"0x1","toBlock":"0xa"}]"#,
+    )
+    .unwrap();
+    let logs = all["result"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list of logs: {all}"))
+        .clone();
+    assert!(!logs.is_empty(), "the chain's first blocks emit logs");
+    for log in logs.iter().take(20) {
+        let receipt = rpc(
+            http,
+            "eth_getTransactionReceipt",
+            &format!(r#"["{}"]"#, log["transactionHash"].as_str().unwrap()),
+        )
+        .unwrap();
+        let found = receipt["result"]["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["logIndex"] == log["logIndex"])
+            .expect("the receipt holds the log");
+        assert_eq!(found, log);
+    }
+    let first = &logs[0];
+    let filter = format!(
+        r#"[{{"fromBlock":"0x1","toBlock":"0xa","address":"{}","topics":[["{}"]]}}]"#,
+        first["address"].as_str().unwrap(),
+        first["topics"][0].as_str().unwrap()
+    );
+    let some = rpc(http, "eth_getLogs", &filter).unwrap()["result"].clone();
+    let some = some.as_array().unwrap();
+    assert!(!some.is_empty() && some.len() <= logs.len());
+    for l in some {
+        assert_eq!(l["address"], first["address"]);
+        assert_eq!(l["topics"][0], first["topics"][0]);
+    }
+    let by_hash = format!(
+        r#"[{{"blockHash":"{}"}}]"#,
+        first["blockHash"].as_str().unwrap()
+    );
+    let in_block = rpc(http, "eth_getLogs", &by_hash).unwrap()["result"].clone();
+    assert!(in_block.as_array().unwrap().contains(first));
+    let bad = rpc(
+        http,
+        "eth_getLogs",
+        r#"[{"blockHash":"0x01","fromBlock":"0x1"}]"#,
+    )
+    .unwrap();
+    assert!(bad["error"].is_object());
 }

@@ -29,6 +29,7 @@ pub mod engine;
 mod eth;
 mod fees;
 mod json;
+mod logs;
 mod params;
 mod state;
 mod subscribe;
@@ -256,6 +257,7 @@ pub fn module(
     })?;
     blocking(&mut m, "eth_blobBaseFee", |c, _| fees::blob_base_fee(c))?;
     blocking(&mut m, "eth_feeHistory", fees::fee_history)?;
+    blocking(&mut m, "eth_getLogs", logs::get_logs)?;
     cheap(&mut m, "txpool_status", |c, _| Ok(txpool::status(c)))?;
     cheap(&mut m, "txpool_content", |c, _| Ok(txpool::content(c)))?;
     cheap(&mut m, "txpool_contentFrom", txpool::content_from)?;
