@@ -69,6 +69,9 @@ pub struct NodeArgs {
     /// Metrics port.
     #[arg(long = "metrics.port", default_value_t = 9001)]
     pub metrics_port: u16,
+    /// Most gas an eth_call or eth_estimateGas may use (0: the block gas limit).
+    #[arg(long = "rpc.gascap", default_value_t = moat_rpc::DEFAULT_GAS_CAP)]
+    pub rpc_gascap: u64,
     /// devp2p listening port (TCP).
     #[arg(long, default_value_t = 30303)]
     pub port: u16,
@@ -199,6 +202,7 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     let synced = Arc::new(AtomicBool::new(args.dev));
     let network = start_network(&args, &datadir, &chain, &pool, synced.clone()).await?;
     let mut ctx = RpcContext::new(chain.clone(), pool.clone());
+    ctx.gas_cap = args.rpc_gascap;
     if let Some(net) = &network {
         ctx = ctx.with_admin(Arc::new(crate::p2p_admin::Admin(net.clone())));
     }

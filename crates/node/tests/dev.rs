@@ -25,6 +25,8 @@ fn dev_node_mines_a_transaction_sent_over_http() {
         "--metrics",
         "--metrics.port",
         &metrics_port.to_string(),
+        "--rpc.gascap",
+        "30000",
     ]);
     let chain_id = wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
     assert_eq!(chain_id["result"], "0x539");
@@ -58,6 +60,18 @@ fn dev_node_mines_a_transaction_sent_over_http() {
         "0x5208"
     );
     assert_eq!(rpc(port, "eth_call", transfer).unwrap()["result"], "0x");
+    // --rpc.gascap 30000: 2000 bytes of calldata need 53000 gas, more than allowed.
+    let heavy = format!(
+        r#"[{{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","data":"0x{}"}}]"#,
+        "11".repeat(2000)
+    );
+    let capped = rpc(port, "eth_estimateGas", &heavy).unwrap();
+    assert!(
+        capped["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exceeds allowance") || m.contains("gas")),
+        "{capped}"
+    );
     // EIP-2935's history contract holds the genesis hash once block 1 exists.
     let genesis =
         rpc(port, "eth_getBlockByNumber", r#"["0x0", false]"#).unwrap()["result"]["hash"].clone();

@@ -259,7 +259,7 @@ impl Pool {
                     self.shared.metrics.inc(Counter::replaced);
                 }
                 if origin == TxOrigin::Local {
-                    self.journal_record(&added.hash);
+                    self.journal_record(&added.hash).await;
                 }
             }
             Err(e) => self.shared.metrics.rejected(e),
@@ -328,13 +328,19 @@ impl Pool {
         let _ = self.shared.journal.set(journal);
     }
 
-    fn journal_record(&self, hash: &B256) {
-        let (Some(journal), Some(tx)) = (self.shared.journal.get(), self.get(hash)) else {
+    /// Writes a local tx to the journal on the blocking pool (the write is durable, an
+    /// fsync), and waits for it: when the RPC call returns, the tx survives a crash.
+    async fn journal_record(&self, hash: &B256) {
+        let (Some(journal), Some(tx)) = (self.shared.journal.get().cloned(), self.get(hash)) else {
             return;
         };
+        let hash = *hash;
+        let written = tokio::task::spawn_blocking(move || journal.record(&tx.tx)).await;
         // A failed write costs durability, not the transaction: it stays pooled.
-        if let Err(e) = journal.record(&tx.tx) {
-            tracing::warn!(%hash, error = %e, "journal write failed");
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(%hash, error = %e, "journal write failed"),
+            Err(e) => tracing::warn!(%hash, error = %e, "journal write did not run"),
         }
     }
 

@@ -100,10 +100,16 @@ fn vm_error(e: VmError) -> ErrorObjectOwned {
 }
 
 /// Both take `[call, block?]`; only the head state is kept.
+/// The request, with its gas held to the node's RPC gas cap (`--rpc.gascap`, geth's
+/// 50M by default): one call cannot make the node run a whole block's worth of EVM.
 fn request_at_head(ctx: &RpcContext, params: &Params<'_>) -> RpcResult<CallRequest> {
     let [call, block] = positional::<2>(params)?;
     ctx.state_at(block_param(block)?)?;
-    parse_request(call)
+    let mut req = parse_request(call)?;
+    if ctx.gas_cap > 0 {
+        req.gas = Some(req.gas.map_or(ctx.gas_cap, |g| g.min(ctx.gas_cap)));
+    }
+    Ok(req)
 }
 
 pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {

@@ -83,6 +83,9 @@ impl Default for RpcConfig {
     }
 }
 
+/// geth's default `--rpc.gascap`.
+pub const DEFAULT_GAS_CAP: u64 = 50_000_000;
+
 /// What the handlers read: the chain, the pool, and the newHeads hook.
 #[derive(Debug, Clone)]
 pub struct RpcContext {
@@ -92,6 +95,8 @@ pub struct RpcContext {
     tips: Arc<fees::TipCache>,
     /// The p2p layer, when the node runs one.
     pub admin: Option<Arc<dyn PeerAdmin>>,
+    /// Most gas an eth_call or eth_estimateGas may use; 0 for no cap beyond the block's.
+    pub gas_cap: u64,
 }
 
 impl RpcContext {
@@ -102,6 +107,7 @@ impl RpcContext {
             heads: HeadNotifier::default(),
             tips: Arc::default(),
             admin: None,
+            gas_cap: DEFAULT_GAS_CAP,
         }
     }
 
