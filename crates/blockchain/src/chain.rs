@@ -151,20 +151,51 @@ pub fn state_root_after(
     store: &Store,
     changes: &[AccountChange],
 ) -> Result<(B256, AccountUpdates), StoreError> {
+    state_root_and_undo(store, changes).map(|(root, updates, _)| (root, updates))
+}
+
+/// [`state_root_after`], plus the undo record of the change: the old accounts and slots
+/// come from the same reads the root needs, so keeping them costs no extra lookups (only
+/// wiped or deleted accounts need a scan of their old storage).
+pub fn state_root_and_undo(
+    store: &Store,
+    changes: &[AccountChange],
+) -> Result<(B256, AccountUpdates, Undo), StoreError> {
     let mut accounts: BTreeMap<Address, Account> = store.accounts()?.into_iter().collect();
     let mut updated = Vec::with_capacity(changes.len());
+    let mut undo = Undo::default();
     for change in changes {
+        let previous = accounts.get(&change.address).copied();
+        if !undo.accounts.iter().any(|(a, _)| *a == change.address) {
+            undo.accounts.push((change.address, previous));
+        }
+        let drops_storage = change.storage_wiped || (change.info.is_none() && previous.is_some());
+        let old_slots: Option<BTreeMap<B256, U256>> = if drops_storage || !change.storage.is_empty()
+        {
+            Some(store.storage_slots(&change.address)?.into_iter().collect())
+        } else {
+            None
+        };
+        if let Some(old) = &old_slots {
+            if drops_storage && !undo.wiped.iter().any(|(a, _)| *a == change.address) {
+                undo.wiped
+                    .push((change.address, old.iter().map(|(k, v)| (*k, *v)).collect()));
+            }
+            for (slot, _) in &change.storage {
+                let value = old.get(slot).copied().unwrap_or_default();
+                undo.slots.push((change.address, *slot, value));
+            }
+        }
         let Some(info) = change.info else {
             accounts.remove(&change.address);
             updated.push((change.address, None));
             continue;
         };
-        let previous = accounts.get(&change.address).copied();
         let storage_root = if change.storage_wiped || !change.storage.is_empty() {
             let mut slots: BTreeMap<B256, U256> = if change.storage_wiped {
                 BTreeMap::new()
             } else {
-                store.storage_slots(&change.address)?.into_iter().collect()
+                old_slots.unwrap_or_default()
             };
             for (slot, value) in &change.storage {
                 if value.is_zero() {
@@ -197,7 +228,7 @@ pub fn state_root_after(
             },
         )
     }));
-    Ok((root, updated))
+    Ok((root, updated, undo))
 }
 
 impl Chain {
@@ -570,7 +601,7 @@ impl Chain {
                 return mismatch("requestsHash", expected.to_string(), found.to_string());
             }
         }
-        let (state_root, accounts) = state_root_after(&self.store, &executed.changes)?;
+        let (state_root, accounts, undo) = state_root_and_undo(&self.store, &executed.changes)?;
         if state_root != h.state_root {
             return mismatch(
                 "stateRoot",
@@ -579,7 +610,6 @@ impl Chain {
             );
         }
 
-        let undo = Undo::collect(&self.store, &executed.changes, &accounts)?;
         let mut batch = WriteBatch::new();
         batch.put_undo(hash, undo.encode());
         if let Some(old) = number.checked_sub(UNDO_DEPTH + 1)

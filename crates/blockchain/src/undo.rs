@@ -3,16 +3,15 @@
 //!
 //! Only the head state is stored, so going back to a fork point means restoring, block
 //! by block from the head down, every account and storage slot each block changed. The
-//! record is taken at import from the state before the block (the same reads the
-//! executor needed anyway) and written in the block's own atomic commit. Records older
+//! record is taken at import from the state before the block (the reads the state root
+//! needs anyway, `chain::state_root_and_undo`) and written in the block's own atomic
+//! commit. Records older
 //! than [`UNDO_DEPTH`] blocks are dropped: a deeper reorg is refused.
 
-use crate::chain::AccountUpdates;
-use crate::vm::AccountChange;
 use alloy_primitives::{Address, B256, U256};
 use alloy_rlp::Encodable;
 use moat_common::rlp::{self, RlpError};
-use moat_storage::{Account, Store, StoreError, WriteBatch};
+use moat_storage::{Account, WriteBatch};
 
 /// How many blocks back a reorg may reach.
 pub const UNDO_DEPTH: u64 = 128;
@@ -30,33 +29,6 @@ pub struct Undo {
 }
 
 impl Undo {
-    /// Reads, before the block is written, what its changes will overwrite.
-    pub fn collect(
-        store: &Store,
-        changes: &[AccountChange],
-        accounts: &AccountUpdates,
-    ) -> Result<Self, StoreError> {
-        let mut undo = Undo::default();
-        for (address, new) in accounts {
-            let old = store.account(address)?;
-            if new.is_none() && old.is_some() {
-                undo.wiped.push((*address, store.storage_slots(address)?));
-            }
-            undo.accounts.push((*address, old));
-        }
-        for change in changes {
-            if change.storage_wiped && !undo.wiped.iter().any(|(a, _)| *a == change.address) {
-                undo.wiped
-                    .push((change.address, store.storage_slots(&change.address)?));
-            }
-            for (slot, _) in &change.storage {
-                let old = store.storage(&change.address, slot)?;
-                undo.slots.push((change.address, *slot, old));
-            }
-        }
-        Ok(undo)
-    }
-
     /// Adds the writes that restore the state before the block to `batch`.
     pub fn apply(&self, batch: &mut WriteBatch) {
         for (address, slots) in &self.wiped {

@@ -28,6 +28,12 @@ struct Args {
     /// The requests to replay.
     #[arg(long, default_value = "../shared/testdata/ethtest/newpayload.json")]
     file: PathBuf,
+    /// After each VALID newPayload, make its block the head with forkchoiceUpdated, as a
+    /// consensus client does (clients that keep recent state only near the head, geth
+    /// among them, answer SYNCING to long runs of payloads without it). Its time is not
+    /// counted in the latencies.
+    #[arg(long)]
+    fcu: bool,
 }
 
 /// A kept-alive HTTP/1.1 connection that posts JSON and reads `Content-Length` bodies.
@@ -96,6 +102,30 @@ fn gas_used(request: &Value) -> u64 {
         .unwrap_or(0)
 }
 
+/// forkchoiceUpdated to the block a newPayload request carried (V3 for V3+ payloads).
+fn forkchoice(client: &mut Client, secret: &[u8; 32], request: &Value) -> Result<(), String> {
+    let hash = &request["params"][0]["blockHash"];
+    let method = request["method"].as_str().unwrap_or_default();
+    let version = if method.ends_with("V1") || method.ends_with("V2") {
+        "V2"
+    } else {
+        "V3"
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": format!("engine_forkchoiceUpdated{version}"),
+        "params": [{ "headBlockHash": hash, "safeBlockHash": hash, "finalizedBlockHash": hash }, null],
+    });
+    let token = moat_rpc::engine::make_token(secret, moat_rpc::engine::unix_now());
+    let (code, response) = client.post(&token, &body.to_string())?;
+    let parsed: Value = serde_json::from_str(&response).unwrap_or(Value::Null);
+    match parsed["result"]["payloadStatus"]["status"].as_str() {
+        Some("VALID") if code == 200 => Ok(()),
+        _ => Err(format!("http {code}: {response}")),
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let secret = match std::fs::read_to_string(&args.jwtsecret) {
@@ -152,6 +182,15 @@ fn main() -> ExitCode {
         };
         if status == "VALID" {
             gas += gas_used(request);
+            if args.fcu
+                && let Err(e) = forkchoice(&mut client, &secret, request)
+            {
+                eprintln!(
+                    "error: forkchoiceUpdated after {} failed: {e}",
+                    request["id"]
+                );
+                return ExitCode::from(1);
+            }
         }
         *statuses.entry(status).or_default() += 1;
     }
