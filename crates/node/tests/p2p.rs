@@ -409,6 +409,21 @@ async fn status_propagation_and_invalid_txs() {
             .is_some()
     );
 
+    // Txs that their own bytes prove invalid cost reputation: twenty signed for another
+    // chain bring the peer to the floor, and it is dropped as useless.
+    let mut spammer = moat.peer(4).await;
+    let wrong_chain: Vec<Bytes> = (0..20)
+        .map(|i| env(&transfer(1, &keys[6], 100 + i)))
+        .collect();
+    spammer
+        .send(&EthMessage::Transactions(wrong_chain))
+        .await
+        .unwrap();
+    assert_eq!(
+        spammer.wait_disconnect(WAIT).await,
+        Some(Some(DisconnectReason::UselessPeer))
+    );
+
     // A full blob tx in Transactions is a fault.
     let blob = blob_tx(chain_id, &keys[2], moat.nonce(keys[2].address()), 1);
     let mut offender = moat.peer(3).await;

@@ -43,7 +43,7 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 pub const MAX_BROADCAST_TX_SIZE: usize = 4096;
 /// Hashes a peer is remembered to know.
 const KNOWN_TXS: usize = 32_768;
-/// Reputation start; a peer reaching [`REPUTATION_FLOOR`] is dropped.
+/// A peer whose reputation (starting at 0) reaches this is dropped.
 const REPUTATION_FLOOR: i64 = -100;
 /// Cost of one transaction that the bytes alone prove invalid.
 const INVALID_TX_PENALTY: i64 = 5;
@@ -606,7 +606,7 @@ impl Network {
             let msg = match framing.decode(&payload) {
                 Ok(m) => m,
                 Err(e) => {
-                    self.fault(&peer, &format!("malformed message: {e}"));
+                    self.fault(&peer, "malformed message", &e.to_string());
                     continue;
                 }
             };
@@ -638,12 +638,14 @@ impl Network {
         })
         .await;
         tracing::info!(peer = %short(&remote_id), %addr, why = %end, "peer disconnected");
+        metrics::counter!("moat_p2p_disconnects_total").increment(1);
     }
 
-    /// A protocol fault: disconnect with subprotocol error.
-    fn fault(&self, peer: &Peer, why: &str) {
-        tracing::info!(peer = %short(&peer.info.id), addr = %peer.info.addr, why, "dropping peer for a protocol fault");
-        metrics::counter!("moat_p2p_peer_faults_total").increment(1);
+    /// A protocol fault: disconnect with subprotocol error. `kind` is a fixed label (the
+    /// metric's), `detail` what exactly happened (the log's).
+    fn fault(&self, peer: &Peer, kind: &'static str, detail: &str) {
+        tracing::info!(peer = %short(&peer.info.id), addr = %peer.info.addr, kind, detail, "dropping peer for a protocol fault");
+        metrics::counter!("moat_p2p_peer_faults_total", "kind" => kind).increment(1);
         // Nothing more is asked of it: its other announcements go to other peers.
         self.inner.fetcher.lock().remove_peer(peer.info.id);
         peer.disconnect(DisconnectReason::SubprotocolError);
@@ -653,7 +655,7 @@ impl Network {
         let score = peer.reputation.fetch_sub(points, Ordering::Relaxed) - points;
         if score <= REPUTATION_FLOOR {
             tracing::info!(peer = %short(&peer.info.id), score, why, "dropping peer: reputation too low");
-            metrics::counter!("moat_p2p_peers_dropped_reputation_total").increment(1);
+            metrics::counter!("moat_p2p_peer_faults_total", "kind" => "reputation").increment(1);
             peer.disconnect(DisconnectReason::UselessPeer);
         }
     }
@@ -661,7 +663,7 @@ impl Network {
     async fn handle(&self, peer: &Arc<Peer>, msg: EthMessage) {
         let store = self.inner.chain.store();
         match msg {
-            EthMessage::Status(_) => self.fault(peer, "second status"),
+            EthMessage::Status(_) => self.fault(peer, "second status", ""),
             EthMessage::NewBlockHashes | EthMessage::NewBlock => {}
             EthMessage::GetBlockHeaders {
                 request_id,
@@ -705,7 +707,7 @@ impl Network {
                 earliest, latest, ..
             } => {
                 if earliest > latest {
-                    self.fault(peer, "block range update with earliest > latest");
+                    self.fault(peer, "invalid block range", "earliest > latest");
                 }
             }
             EthMessage::GetPooledTransactions { request_id, hashes } => {
@@ -735,7 +737,7 @@ impl Network {
                     .iter()
                     .any(|t| t.first() == Some(&(TxType::Eip4844 as u8)))
                 {
-                    self.fault(peer, "full blob transaction in Transactions");
+                    self.fault(peer, "blob tx broadcast", "full blob tx in Transactions");
                     return;
                 }
                 let admitted = txs
@@ -824,7 +826,11 @@ impl Network {
         let mut inputs = Vec::with_capacity(txs.len());
         for env in txs {
             let Some(hash) = PooledTransaction::hash_of_envelope(&env) else {
-                self.fault(peer, "malformed transaction in PooledTransactions");
+                self.fault(
+                    peer,
+                    "malformed message",
+                    "undecodable tx in PooledTransactions",
+                );
                 self.inner
                     .fetcher
                     .lock()
@@ -859,7 +865,7 @@ impl Network {
                 return;
             }
             Err(e) => {
-                self.fault(peer, &e.to_string());
+                self.fault(peer, "delivery mismatch", &e.to_string());
                 self.reschedule();
                 return;
             }
@@ -892,7 +898,7 @@ impl Network {
                     Err(why) => {
                         drop(known);
                         self.inner.fetcher.lock().peer_fault(peer.info.id, &hash);
-                        self.fault(peer, &format!("blob tx {hash}: {why}"));
+                        self.fault(peer, "bad sidecar", &format!("blob tx {hash}: {why}"));
                         self.reschedule();
                         return;
                     }
@@ -970,7 +976,7 @@ impl Network {
                 match (blame, &result) {
                     (Some(true), Err(r)) => {
                         let hash = hash.unwrap_or_default();
-                        self.fault(&peer, &format!("transaction {hash}: {r}"));
+                        self.fault(&peer, r.reason(), &format!("transaction {hash}: {r}"));
                         if job.fetched {
                             self.reschedule();
                         }
