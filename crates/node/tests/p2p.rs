@@ -303,6 +303,23 @@ async fn status_propagation_and_invalid_txs() {
     let keys = accounts();
     let chain_id = moat.chain_id();
 
+    // The admin namespace sees the node and its peers.
+    let info = rpc(moat.http, "admin_nodeInfo", "[]").unwrap();
+    assert!(
+        info["result"]["enode"]
+            .as_str()
+            .unwrap()
+            .contains(&alloy_primitives::hex::encode(moat.enode.id)),
+        "{info}"
+    );
+    let peers = wait_for("two peers", || {
+        let v = rpc(moat.http, "admin_peers", "[]")?;
+        (v["result"].as_array()?.len() >= 2).then_some(v)
+    });
+    assert!(peers["result"][0]["name"].as_str().is_some());
+    let count = rpc(moat.http, "net_peerCount", "[]").unwrap();
+    assert_ne!(count["result"], "0x0");
+
     // Headers are served, by number with skip and reverse, request id echoed.
     sender
         .send(&EthMessage::GetBlockHeaders {
