@@ -6,8 +6,9 @@
 //!   codecs live in moat-common), indexed by block hash, with the canonical chain
 //!   (number → hash), the head, and a tx hash → [`TxLocation`] index;
 //! - **state**, typed: [`Account`]s, storage slots and contract code;
-//! - **blob sidecars** of pooled blob txs and the **journal** of local txs, so that a
-//!   restarted node gets its pool back;
+//! - **mined blob txs** with their sidecars (for the last 128 blocks, so a reorg can
+//!   give them back to the pool), **undo records** of recent blocks, and the **journal**
+//!   of local txs, so that a restarted node gets its pool back;
 //! - the [`ChainMeta`] (chain id, genesis hash) that ties a datadir to one network.
 //!
 //! ```text
@@ -223,7 +224,7 @@ impl Store {
             })
     }
 
-    /// Network-encoded blob sidecar of a blob tx.
+    /// A mined blob tx in network form, sidecar included, kept while a reorg may need it.
     pub fn sidecar(&self, tx_hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
         self.raw(Table::Sidecars, tx_hash.as_slice())
     }

@@ -45,10 +45,12 @@ fn genesis(rich: Address) -> Genesis {
     ] {
         alloc.insert(address.into(), ethtest["alloc"][address].clone());
     }
-    alloc.insert(
-        format!("{rich:x}"),
-        json!({ "balance": "0xde0b6b3a7640000" }),
-    );
+    for funded in [rich, blob_sender().address()] {
+        alloc.insert(
+            format!("{funded:x}"),
+            json!({ "balance": "0xde0b6b3a7640000" }),
+        );
+    }
     let genesis = json!({
         "config": {
             "chainId": CHAIN_ID, "homesteadBlock": 0, "eip150Block": 0, "eip155Block": 0,
@@ -62,6 +64,32 @@ fn genesis(rich: Address) -> Genesis {
         "alloc": alloc,
     });
     Genesis::from_json(&genesis.to_string()).expect("test genesis parses")
+}
+
+/// A second funded key: a sender holds blob or plain txs, not both.
+fn blob_sender() -> Signer {
+    Signer::from_seed(2)
+}
+
+/// A blob tx (v0 sidecar with `blobs` blobs) for this chain.
+fn blob_tx(signer: &Signer, nonce: u64, blobs: usize) -> PooledTransaction {
+    let sample = moat_common::testing::sample_blob_tx(
+        moat_common::transaction::SidecarVersion::V0,
+        blobs,
+        nonce,
+        signer,
+    );
+    let (signed, sidecar) = sample.into_parts();
+    let Transaction::Eip4844(mut inner) = signed.into_tx() else {
+        unreachable!("a blob sample")
+    };
+    inner.chain_id = CHAIN_ID;
+    inner.max_fee_per_gas = 10_000_000_000;
+    inner.max_priority_fee_per_gas = 2_000_000_000;
+    PooledTransaction::new(
+        SignedTransaction::sign(Transaction::Eip4844(inner), signer),
+        sidecar,
+    )
 }
 
 struct Node {
@@ -640,24 +668,7 @@ async fn a_blob_tx_goes_through_the_flow_with_its_bundle() {
     let n = node().await;
     let addr = n.handle.local_addr();
     let genesis = n.chain.head_header().unwrap();
-    let mut blob = moat_common::testing::sample_blob_tx(
-        moat_common::transaction::SidecarVersion::V0,
-        2,
-        0,
-        &n.rich,
-    );
-    // Re-sign for this chain: the sample is for chain id 1.
-    let (signed, sidecar) = blob.clone().into_parts();
-    let Transaction::Eip4844(mut inner) = signed.into_tx() else {
-        unreachable!()
-    };
-    inner.chain_id = CHAIN_ID;
-    inner.max_fee_per_gas = 10_000_000_000;
-    inner.max_priority_fee_per_gas = 2_000_000_000;
-    blob = PooledTransaction::new(
-        SignedTransaction::sign(Transaction::Eip4844(inner), &n.rich),
-        sidecar,
-    );
+    let blob = blob_tx(&n.rich, 0, 2);
     n.pool
         .add_transaction(TxInput::Raw(blob.encoded_2718().into()), TxOrigin::Local)
         .await
@@ -722,19 +733,24 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
     let payload_b = env_b["executionPayload"].clone();
     assert_eq!(payload_b["transactions"].as_array().unwrap().len(), 0);
 
-    // A: built on genesis with a transfer, imported and made head.
+    // A: built on genesis with a transfer and a blob tx, imported and made head.
     let tx = transfer(&n.rich, 0);
-    n.pool
-        .add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
-        .await
-        .unwrap();
+    let blob = blob_tx(&blob_sender(), 0, 1);
+    for t in [&tx, &blob] {
+        n.pool
+            .add_transaction(TxInput::Raw(t.encoded_2718().into()), TxOrigin::Local)
+            .await
+            .unwrap();
+    }
     let env_a = build_on(addr, genesis.hash(), attributes(genesis.timestamp + 12)).await;
     let payload_a = env_a["executionPayload"].clone();
     let hash_a: B256 = payload_a["blockHash"].as_str().unwrap().parse().unwrap();
     let hash_b: B256 = payload_b["blockHash"].as_str().unwrap().parse().unwrap();
-    let np = |p: &Value| json!([p, [], B256::repeat_byte(9), []]);
+    assert_eq!(payload_a["transactions"].as_array().unwrap().len(), 2);
+    let a_hashes = json!(blob.sidecar().unwrap().versioned_hashes());
+    let np = |p: &Value, vh: &Value| json!([p, vh, B256::repeat_byte(9), []]);
     assert_eq!(
-        result(addr, "engine_newPayloadV4", np(&payload_a)).await["status"],
+        result(addr, "engine_newPayloadV4", np(&payload_a, &a_hashes)).await["status"],
         "VALID"
     );
     let fcu = result(
@@ -745,9 +761,10 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
     .await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID");
     assert!(!n.pool.contains(&tx.hash()));
+    assert!(!n.pool.contains(&blob.hash()));
 
     // B arrives: off the head, so kept but not executed.
-    let status = result(addr, "engine_newPayloadV4", np(&payload_b)).await;
+    let status = result(addr, "engine_newPayloadV4", np(&payload_b, &json!([]))).await;
     assert_eq!(status["status"], "ACCEPTED", "{status}");
     assert_eq!(n.chain.head().unwrap().1, hash_a);
 
@@ -765,6 +782,10 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
         n.pool.contains(&tx.hash()),
         "the reorged tx is back in the pool"
     );
+    assert!(
+        n.pool.contains(&blob.hash()),
+        "the reorged blob tx is back, with the sidecar kept when it was mined"
+    );
     let receiver = n
         .chain
         .store()
@@ -773,7 +794,7 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
     assert!(receiver.is_none(), "A's transfer is undone");
 
     // And back to A, now a side block that was executed before.
-    let status = result(addr, "engine_newPayloadV4", np(&payload_a)).await;
+    let status = result(addr, "engine_newPayloadV4", np(&payload_a, &a_hashes)).await;
     assert_eq!(status["status"], "VALID");
     let fcu = result(
         addr,

@@ -36,7 +36,7 @@ pub(crate) enum Table {
     Storage,
     /// code hash → bytecode
     Code,
-    /// blob tx hash → network-encoded sidecar
+    /// blob tx hash → the tx in network form with its sidecar (mined blob txs, kept for reorgs)
     Sidecars,
     /// local tx hash → raw tx, for the pool to reload after a restart
     Journal,

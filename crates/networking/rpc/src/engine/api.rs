@@ -18,9 +18,11 @@ use jsonrpsee::types::Params;
 use moat_blockchain::chain::{ChainError, HeadChange, ImportOutcome};
 use moat_blockchain::mempool::{HeadInfo, HeadUpdate};
 use moat_blockchain::payload::PayloadAttributes;
+use moat_blockchain::undo::UNDO_DEPTH;
 use moat_common::block::{Block, Header};
 use moat_common::config::Fork;
 use moat_common::transaction::{PooledTransaction, SidecarVersion, TxType};
+use moat_storage::WriteBatch;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -118,21 +120,65 @@ impl PoolNews {
             news.touched.extend(part.touched);
         }
         for block in &change.added {
+            keep_blob_txs(ctx, block);
             news.mined
                 .extend(block.transactions.iter().map(|tx| tx.hash()));
         }
         news.touched.sort_unstable();
         news.touched.dedup();
+        let store = ctx.chain.store();
         for tx in change.removed.iter().flat_map(|b| &b.transactions) {
-            // Blob txs come back only with their sidecar, which a block does not carry
-            // and the pool let go of when it was mined: they are left out.
-            if news.mined.contains(&tx.hash()) || tx.tx_type() == TxType::Eip4844 {
+            if news.mined.contains(&tx.hash()) {
                 continue;
             }
-            news.reorged.push(PooledTransaction::new(tx.clone(), None));
+            if tx.tx_type() != TxType::Eip4844 {
+                news.reorged.push(PooledTransaction::new(tx.clone(), None));
+                continue;
+            }
+            // A blob tx comes back only with its sidecar, kept when it was mined.
+            let kept = store
+                .sidecar(&tx.hash())
+                .ok()
+                .flatten()
+                .and_then(|raw| PooledTransaction::decode_2718(&raw).ok())
+                .filter(|p| p.hash() == tx.hash());
+            if let Some(pooled) = kept {
+                news.reorged.push(pooled);
+            }
         }
         metrics::counter!("moat_engine_reorgs_total").increment(1);
         news
+    }
+}
+
+/// Keeps the blob txs `block` mines, sidecar included, while a reorg may still take the
+/// block back (the pool forgets them once mined; a block carries no sidecar), and drops
+/// those of the block that has just left that window. Runs on the blocking pool.
+fn keep_blob_txs(ctx: &EngineContext, block: &Block) {
+    let store = ctx.chain.store();
+    let mut batch = WriteBatch::new();
+    for tx in &block.transactions {
+        if tx.tx_type() == TxType::Eip4844
+            && let Some(pooled) = ctx.pool.get(&tx.hash())
+        {
+            batch.put_sidecar(tx.hash(), pooled.tx.encoded_2718());
+        }
+    }
+    let expired = block
+        .header
+        .number
+        .checked_sub(UNDO_DEPTH + 1)
+        .and_then(|n| store.canonical_hash(n).ok().flatten())
+        .and_then(|h| ctx.chain.block(&h).ok().flatten());
+    for tx in expired.iter().flat_map(|b| &b.transactions) {
+        if tx.tx_type() == TxType::Eip4844 {
+            batch.delete_sidecar(tx.hash());
+        }
+    }
+    if !batch.is_empty()
+        && let Err(e) = store.commit(batch)
+    {
+        tracing::warn!(error = %e, "could not keep mined blob txs for reorgs");
     }
 }
 
@@ -185,6 +231,7 @@ impl EngineContext {
         };
         match self.chain.import(&block) {
             Ok(ImportOutcome::Imported { .. }) => {
+                keep_blob_txs(self, &block);
                 let news = PoolNews::of(self, &block);
                 Ok((Status::Valid(hash), Some(news)))
             }
@@ -291,10 +338,10 @@ impl EngineContext {
         let news = if news.is_some() {
             news
         } else if *self.shared.pool_head.lock() != head {
-            self.chain
-                .block(&head)
-                .map_err(chain_err)?
-                .map(|b| PoolNews::of(self, &b))
+            self.chain.block(&head).map_err(chain_err)?.map(|b| {
+                keep_blob_txs(self, &b);
+                PoolNews::of(self, &b)
+            })
         } else {
             None
         };
