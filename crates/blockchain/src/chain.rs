@@ -58,6 +58,8 @@ pub enum ChainError {
     NotOnHead { number: u64, hash: B256, head: B256 },
     #[error("unknown block {0}")]
     UnknownBlock(B256),
+    #[error("state of block {number} is not available (head {head}; the last 128 blocks are kept)")]
+    HistoryUnavailable { number: u64, head: u64 },
     #[error("reorg of {depth} blocks is deeper than the {max} kept for undo")]
     ReorgTooDeep { depth: u64, max: u64 },
     #[error("the datadir holds genesis {found}, this chain's genesis is {expected}")]
@@ -311,6 +313,35 @@ impl Chain {
             .head_header()
             .map_err(|e| VmError::State(e.to_string()))?;
         vm::estimate_gas(&self.config, &head, req, &StoreState(&self.store))
+    }
+
+    /// [`Chain::call`] on the state after canonical block `number` (up to 128 back). The
+    /// outer error is about the block's state, the inner one about the call.
+    #[allow(clippy::type_complexity)]
+    pub fn call_at(
+        &self,
+        number: u64,
+        req: &vm::CallRequest,
+    ) -> Result<Result<vm::CallOutcome, VmError>, ChainError> {
+        let header = self
+            .header_by_number(number)?
+            .ok_or_else(|| ChainError::Corrupt(format!("no canonical block {number}")))?;
+        let state = self.state_at(number)?;
+        Ok(vm::call(&self.config, &header, req, &state))
+    }
+
+    /// [`Chain::estimate_gas`] on the state after canonical block `number`.
+    #[allow(clippy::type_complexity)]
+    pub fn estimate_gas_at(
+        &self,
+        number: u64,
+        req: &vm::CallRequest,
+    ) -> Result<Result<Result<u64, vm::CallOutcome>, VmError>, ChainError> {
+        let header = self
+            .header_by_number(number)?
+            .ok_or_else(|| ChainError::Corrupt(format!("no canonical block {number}")))?;
+        let state = self.state_at(number)?;
+        Ok(vm::estimate_gas(&self.config, &header, req, &state))
     }
 
     /// Reads senders from (and records them in) the pool's sender cache.

@@ -122,7 +122,44 @@ fn headfcu_is_accepted_after_an_offline_import() {
         "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a"
     );
     logs_agree_with_receipts(http);
+    recent_state_is_served(http);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// State of the last 128 blocks is served (through the undo records), older is not.
+fn recent_state_is_served(http: u16) {
+    // The newest block with a transaction (the last blocks of the chain are empty).
+    let (number, from) = (473..=600u64)
+        .rev()
+        .find_map(|n| {
+            let b = rpc(
+                http,
+                "eth_getBlockByNumber",
+                &format!(r#"["{n:#x}", true]"#),
+            )?;
+            let from = b["result"]["transactions"][0]["from"].as_str()?.to_string();
+            Some((n, from))
+        })
+        .expect("a recent block with a transaction");
+    let nonce_at = |block: u64| {
+        let v = rpc(
+            http,
+            "eth_getTransactionCount",
+            &format!(r#"["{from}","{block:#x}"]"#),
+        )
+        .unwrap();
+        let hex = v["result"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"))
+            .to_string();
+        u64::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap()
+    };
+    assert!(
+        nonce_at(number - 1) < nonce_at(number),
+        "block {number} spent a nonce of {from}"
+    );
+    let old = rpc(http, "eth_getBalance", &format!(r#"["{from}","0x190"]"#)).unwrap();
+    assert_eq!(old["error"]["message"], "historical state is not available");
 }
 
 /// eth_getLogs over the imported chain (blocks 1–10: block 11 alone answers with more

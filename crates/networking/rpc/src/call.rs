@@ -3,10 +3,11 @@
 //! one) and the revert data in `data`.
 
 use crate::RpcContext;
-use crate::eth::{block_param, positional};
+use crate::eth::{StateAt, block_param, positional};
 use crate::params::{RpcResult, internal, invalid_params, server_error};
 use alloy_primitives::{Address, Bytes, U256, hex};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
+use moat_blockchain::chain::ChainError;
 use moat_blockchain::vm::{CallOutcome, CallRequest, VmError};
 use serde_json::{Map, Value, json};
 
@@ -100,21 +101,36 @@ fn vm_error(e: VmError) -> ErrorObjectOwned {
 }
 
 /// Both take `[call, block?]`; only the head state is kept.
-/// The request, with its gas held to the node's RPC gas cap (`--rpc.gascap`, geth's
-/// 50M by default): one call cannot make the node run a whole block's worth of EVM.
-fn request_at_head(ctx: &RpcContext, params: &Params<'_>) -> RpcResult<CallRequest> {
+/// The request and the block whose state it runs on (`None`: the head), with its gas
+/// held to the node's RPC gas cap (`--rpc.gascap`, geth's 50M by default): one call
+/// cannot make the node run a whole block's worth of EVM.
+fn parse_call(ctx: &RpcContext, params: &Params<'_>) -> RpcResult<(CallRequest, Option<u64>)> {
     let [call, block] = positional::<2>(params)?;
-    ctx.state_at(block_param(block)?)?;
+    let at = match ctx.state_at(block_param(block)?)? {
+        StateAt::Past(n) => Some(n),
+        StateAt::Head | StateAt::Pending => None,
+    };
     let mut req = parse_request(call)?;
     if ctx.gas_cap > 0 {
         req.gas = Some(req.gas.map_or(ctx.gas_cap, |g| g.min(ctx.gas_cap)));
     }
-    Ok(req)
+    Ok((req, at))
+}
+
+fn history_error(e: ChainError) -> ErrorObjectOwned {
+    match e {
+        ChainError::HistoryUnavailable { .. } => crate::params::historical_state(),
+        other => internal(other),
+    }
 }
 
 pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
-    let req = request_at_head(ctx, &params)?;
-    match ctx.chain.call(&req).map_err(vm_error)? {
+    let (req, at) = parse_call(ctx, &params)?;
+    let outcome = match at {
+        None => ctx.chain.call(&req),
+        Some(n) => ctx.chain.call_at(n, &req).map_err(history_error)?,
+    };
+    match outcome.map_err(vm_error)? {
         CallOutcome::Success { output, .. } => Ok(json!(output)),
         CallOutcome::Revert { output, .. } => Err(reverted(&output)),
         CallOutcome::Halt { reason, .. } => {
@@ -124,8 +140,12 @@ pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 }
 
 pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
-    let req = request_at_head(ctx, &params)?;
-    match ctx.chain.estimate_gas(&req).map_err(vm_error)? {
+    let (req, at) = parse_call(ctx, &params)?;
+    let outcome = match at {
+        None => ctx.chain.estimate_gas(&req),
+        Some(n) => ctx.chain.estimate_gas_at(n, &req).map_err(history_error)?,
+    };
+    match outcome.map_err(vm_error)? {
         Ok(gas) => Ok(json!(format!("0x{gas:x}"))),
         Err(CallOutcome::Revert { output, .. }) => Err(reverted(&output)),
         Err(other) => Err(server_error(format!(

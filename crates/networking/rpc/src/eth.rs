@@ -8,16 +8,21 @@ use crate::params::{
 };
 use alloy_primitives::{Address, B256, Bytes};
 use jsonrpsee::types::Params;
+use moat_blockchain::chain::ChainError;
+use moat_blockchain::history::StateAtBlock;
 use moat_blockchain::mempool::{TxInput, TxOrigin};
 use moat_common::block::{Block, Header};
 use serde_json::Value;
 
-/// Which state a state query reads. Only the head state is kept.
+/// Which state a state query reads: the head's, or that of one of the last 128 blocks
+/// (read through the undo records; older state is not kept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateAt {
     Head,
     /// The head state plus the pool (only the nonce differs).
     Pending,
+    /// The state after canonical block `n`, below the head.
+    Past(u64),
 }
 
 impl RpcContext {
@@ -50,9 +55,16 @@ impl RpcContext {
         self.chain.store().canonical_hash(number).map_err(internal)
     }
 
-    /// Which state a block reference allows reading: the head's, or an error.
+    /// Which state a block reference allows reading, or an error.
     pub(crate) fn state_at(&self, r: BlockRef) -> RpcResult<StateAt> {
         let (head_number, head_hash) = self.head()?;
+        let past = |n: u64| {
+            if head_number - n > moat_blockchain::undo::UNDO_DEPTH {
+                Err(historical_state())
+            } else {
+                Ok(StateAt::Past(n))
+            }
+        };
         match r {
             BlockRef::Tag(Tag::Pending) => Ok(StateAt::Pending),
             BlockRef::Tag(Tag::Latest | Tag::Safe | Tag::Finalized) => Ok(StateAt::Head),
@@ -60,15 +72,27 @@ impl RpcContext {
                 let n = if let BlockRef::Number(n) = r { n } else { 0 };
                 match n.cmp(&head_number) {
                     std::cmp::Ordering::Equal => Ok(StateAt::Head),
-                    std::cmp::Ordering::Less => Err(historical_state()),
+                    std::cmp::Ordering::Less => past(n),
                     std::cmp::Ordering::Greater => Err(header_not_found()),
                 }
             }
             BlockRef::Hash(h) if h == head_hash => Ok(StateAt::Head),
             BlockRef::Hash(h) => match self.chain.store().block_number(&h).map_err(internal)? {
+                Some(n) if self.chain.is_canonical(&h).map_err(internal)? => past(n),
                 Some(_) => Err(historical_state()),
                 None => Err(header_not_found()),
             },
+        }
+    }
+
+    /// A reader of the state `at` names (the pool's nonces aside).
+    pub(crate) fn reader(&self, at: StateAt) -> RpcResult<StateAtBlock> {
+        match at {
+            StateAt::Head | StateAt::Pending => Ok(StateAtBlock::head(self.chain.store().clone())),
+            StateAt::Past(n) => self.chain.state_at(n).map_err(|e| match e {
+                ChainError::HistoryUnavailable { .. } => historical_state(),
+                other => internal(other),
+            }),
         }
     }
 
@@ -141,19 +165,19 @@ pub(crate) fn positional<const N: usize>(params: &Params<'_>) -> RpcResult<[Opti
 pub fn get_balance(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, b] = positional::<2>(&params)?;
     let (address, at) = (address_param(a)?, block_param(b)?);
-    ctx.state_at(at)?;
-    let account = ctx.chain.store().account(&address).map_err(internal)?;
+    let state = ctx.reader(ctx.state_at(at)?)?;
+    let account = state.account(&address).map_err(internal)?;
     Ok(q256(account.map(|a| a.balance).unwrap_or_default()))
 }
 
 pub fn get_transaction_count(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, b] = positional::<2>(&params)?;
     let (address, at) = (address_param(a)?, block_param(b)?);
-    let nonce = match ctx.state_at(at)? {
+    let at = ctx.state_at(at)?;
+    let nonce = match at {
         StateAt::Pending => ctx.pool.pending_nonce(&address),
-        StateAt::Head => ctx
-            .chain
-            .store()
+        _ => ctx
+            .reader(at)?
             .account(&address)
             .map_err(internal)?
             .map_or(0, |a| a.nonce),
@@ -164,10 +188,9 @@ pub fn get_transaction_count(ctx: &RpcContext, params: Params<'_>) -> RpcResult<
 pub fn get_code(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, b] = positional::<2>(&params)?;
     let (address, at) = (address_param(a)?, block_param(b)?);
-    ctx.state_at(at)?;
-    let store = ctx.chain.store();
-    let code = match store.account(&address).map_err(internal)? {
-        Some(acc) => store
+    let state = ctx.reader(ctx.state_at(at)?)?;
+    let code = match state.account(&address).map_err(internal)? {
+        Some(acc) => state
             .code(&acc.code_hash)
             .map_err(internal)?
             .unwrap_or_default(),
@@ -183,12 +206,8 @@ pub fn get_storage_at(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> 
         Some(Value::String(s)) => parse_slot(&s)?,
         _ => return Err(invalid_params("missing value for required argument 1")),
     };
-    ctx.state_at(block_param(b)?)?;
-    let value = ctx
-        .chain
-        .store()
-        .storage(&address, &slot)
-        .map_err(internal)?;
+    let state = ctx.reader(ctx.state_at(block_param(b)?)?)?;
+    let value = state.storage(&address, &slot).map_err(internal)?;
     Ok(serde_json::json!(B256::from(value.to_be_bytes::<32>())))
 }
 

@@ -12,10 +12,10 @@
 //!  node, after each import ─▶ HeadNotifier::notify_new_head ─▶ newHeads subscribers
 //! ```
 //!
-//! Only the head state is kept, so state methods answer for "latest", "safe",
-//! "finalized", "pending" and the head's own number or hash; any other block gets
-//! -32000 "historical state is not available". Handlers that read the store run on the
-//! blocking pool so a slow disk never stalls the runtime's I/O.
+//! State methods answer for "latest", "safe", "finalized", "pending" and any of the
+//! last 128 canonical blocks (the head state with the undo records laid over it); an
+//! older block gets -32000 "historical state is not available". Handlers that read the
+//! store run on the blocking pool so a slow disk never stalls the runtime's I/O.
 //!
 //! Everything a client sends is untrusted: parameters are parsed into typed values with
 //! errors, never unwrapped; request bodies and batches are capped before parsing.
