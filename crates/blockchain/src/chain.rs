@@ -144,6 +144,31 @@ pub fn requests_hash(requests: &[Bytes]) -> B256 {
     B256::from_slice(&outer.finalize())
 }
 
+/// keccak256 of trie keys (addresses, storage slots), remembered: the state root is
+/// recomputed over every key each block, and hashing the same keys again was a large part
+/// of that work. Bounded; a key that fell out is simply hashed again.
+fn hashed_slot(slot: &B256) -> B256 {
+    static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<B256, B256>> =
+        std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 18));
+    if let Some(h) = CACHE.get(slot) {
+        return h;
+    }
+    let h = keccak256(slot);
+    CACHE.insert(*slot, h);
+    h
+}
+
+fn hashed_address(address: &Address) -> B256 {
+    static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<Address, B256>> =
+        std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 16));
+    if let Some(h) = CACHE.get(address) {
+        return h;
+    }
+    let h = keccak256(address);
+    CACHE.insert(*address, h);
+    h
+}
+
 /// Accounts to write after a block: `None` deletes.
 pub type AccountUpdates = Vec<(Address, Option<Account>)>;
 
@@ -206,7 +231,9 @@ pub fn state_root_and_undo(
                     slots.insert(*slot, *value);
                 }
             }
-            alloy_trie::root::storage_root_unhashed(slots)
+            alloy_trie::root::storage_root_unsorted(
+                slots.into_iter().map(|(k, v)| (hashed_slot(&k), v)),
+            )
         } else {
             previous.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
         };
@@ -219,9 +246,9 @@ pub fn state_root_and_undo(
         accounts.insert(change.address, account);
         updated.push((change.address, Some(account)));
     }
-    let root = alloy_trie::root::state_root_unhashed(accounts.into_iter().map(|(a, acc)| {
+    let root = alloy_trie::root::state_root_unsorted(accounts.into_iter().map(|(a, acc)| {
         (
-            a,
+            hashed_address(&a),
             TrieAccount {
                 nonce: acc.nonce,
                 balance: acc.balance,
