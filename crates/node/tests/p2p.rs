@@ -88,6 +88,10 @@ fn key(n: u8) -> secp256k1::SecretKey {
 /// Starts a node on a copy of the imported chain, marks it synced with the suite's
 /// forkchoiceUpdated, and returns how to reach it.
 fn start(tag: &str) -> Moat {
+    start_with(tag, &[])
+}
+
+fn start_with(tag: &str, extra: &[&str]) -> Moat {
     let dir = std::env::temp_dir().join(format!("moat-p2p-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(imported(), &dir);
@@ -95,24 +99,29 @@ fn start(tag: &str) -> Moat {
     std::fs::write(&secret_file, SECRET_HEX).unwrap();
     let (http, auth, p2p) = (free_port(), free_port(), free_port());
     let node_key = key(0x42);
-    let node = Node::start(&[
+    let (http_s, auth_s, p2p_s) = (http.to_string(), auth.to_string(), p2p.to_string());
+    let key_hex = alloy_primitives::hex::encode(node_key.secret_bytes());
+    let genesis_path = testdata("genesis.json");
+    let mut args = vec![
         "--network",
-        testdata("genesis.json").to_str().unwrap(),
+        genesis_path.to_str().unwrap(),
         "--datadir",
         dir.to_str().unwrap(),
         "--http.port",
-        &http.to_string(),
+        &http_s,
         "--authrpc.port",
-        &auth.to_string(),
+        &auth_s,
         "--authrpc.jwtsecret",
         secret_file.to_str().unwrap(),
         "--port",
-        &p2p.to_string(),
+        &p2p_s,
         "--p2p.addr",
         "127.0.0.1",
         "--nodekeyhex",
-        &alloy_primitives::hex::encode(node_key.secret_bytes()),
-    ]);
+        &key_hex,
+    ];
+    args.extend_from_slice(extra);
+    let node = Node::start(&args);
     wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
     let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
     let auth_header = format!(
@@ -657,5 +666,23 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
                 .is_some(),
             "{case}: the honest peer stays"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbound_peers_leave_a_third_of_the_slots_free() {
+    // --maxpeers 3: two inbound slots, one kept for peers the node dials.
+    let moat = start_with("maxpeers", &["--maxpeers", "3"]);
+    let _a = moat.peer(1).await;
+    let _b = moat.peer(2).await;
+    match Client::connect(&moat.enode, key(3), &[69], moat.status()).await {
+        Err(moat_p2p::session::SessionError::Disconnected(Some(reason))) => {
+            assert_eq!(reason, DisconnectReason::TooManyPeers)
+        }
+        Ok(mut c) => assert_eq!(
+            c.wait_disconnect(WAIT).await,
+            Some(Some(DisconnectReason::TooManyPeers))
+        ),
+        Err(e) => panic!("expected too many peers, got {e}"),
     }
 }

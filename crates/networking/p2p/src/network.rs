@@ -74,6 +74,7 @@ pub struct NetworkConfig {
     pub secret_key: secp256k1::SecretKey,
     /// Where to listen; `None` for no inbound connections.
     pub listen: Option<SocketAddr>,
+    /// Most peers in all; inbound ones may take all but a third of the slots.
     pub max_peers: usize,
     /// Peers dialled at start and kept connected.
     pub static_peers: Vec<Enode>,
@@ -542,7 +543,11 @@ impl Network {
                 Some(DisconnectReason::ConnectedToSelf)
             } else if peers.contains_key(&remote_id) {
                 Some(DisconnectReason::AlreadyConnected)
-            } else if peers.len() >= self.inner.cfg.max_peers {
+            } else if peers.len() >= self.inner.cfg.max_peers
+                || (inbound
+                    && peers.values().filter(|p| p.info.inbound).count()
+                        >= max_inbound(self.inner.cfg.max_peers))
+            {
                 Some(DisconnectReason::TooManyPeers)
             } else {
                 peers.insert(remote_id, peer.clone());
@@ -1138,6 +1143,12 @@ impl Network {
     }
 }
 
+/// Inbound peers may take all slots but a third, kept for the peers this node dials
+/// (geth's dial ratio): a crowd of inbound connections cannot lock out static peers.
+fn max_inbound(max_peers: usize) -> usize {
+    max_peers - max_peers / 3
+}
+
 /// Rejections that the transaction's own bytes decide and that an honest peer would
 /// not have relayed.
 fn costs_reputation(r: &Rejection) -> bool {
@@ -1157,6 +1168,13 @@ fn short(id: &PeerId) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_third_of_the_slots_is_kept_for_dialled_peers() {
+        assert_eq!(max_inbound(50), 34);
+        assert_eq!(max_inbound(3), 2);
+        assert_eq!(max_inbound(1), 1);
+    }
 
     #[test]
     fn known_txs_are_bounded() {
