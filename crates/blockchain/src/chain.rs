@@ -147,26 +147,28 @@ pub fn requests_hash(requests: &[Bytes]) -> B256 {
 /// keccak256 of trie keys (addresses, storage slots), remembered: the state root is
 /// recomputed over every key each block, and hashing the same keys again was a large part
 /// of that work. Bounded; a key that fell out is simply hashed again.
+fn remembered_keccak<K>(cache: &quick_cache::sync::Cache<K, B256>, key: &K) -> B256
+where
+    K: AsRef<[u8]> + Eq + std::hash::Hash + Clone,
+{
+    if let Some(h) = cache.get(key) {
+        return h;
+    }
+    let h = keccak256(key.as_ref());
+    cache.insert(key.clone(), h);
+    h
+}
+
 fn hashed_slot(slot: &B256) -> B256 {
     static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<B256, B256>> =
         std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 18));
-    if let Some(h) = CACHE.get(slot) {
-        return h;
-    }
-    let h = keccak256(slot);
-    CACHE.insert(*slot, h);
-    h
+    remembered_keccak(&CACHE, slot)
 }
 
 fn hashed_address(address: &Address) -> B256 {
     static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<Address, B256>> =
         std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 16));
-    if let Some(h) = CACHE.get(address) {
-        return h;
-    }
-    let h = keccak256(address);
-    CACHE.insert(*address, h);
-    h
+    remembered_keccak(&CACHE, address)
 }
 
 /// Accounts to write after a block: `None` deletes.

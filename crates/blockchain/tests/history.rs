@@ -7,13 +7,10 @@ use moat_common::block::Block;
 use moat_common::config::Genesis;
 use moat_storage::{Account, Store};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-fn testdata(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/testdata/ethtest")
-        .join(name)
-}
+mod common;
+
+use common::testdata;
 
 type Snapshot = (
     BTreeMap<Address, Account>,

@@ -4,9 +4,7 @@
 
 use alloy_primitives::{Address, B256, TxKind, U256};
 use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
-use moat_blockchain::mempool::{
-    AccountState, CodeKind, HeadInfo, Pool, PoolConfig, StateView, TxInput, TxOrigin,
-};
+use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::Block;
 use moat_common::config::Genesis;
@@ -14,49 +12,11 @@ use moat_common::transaction::{Eip1559Tx, Transaction};
 use moat_common::{PooledTransaction, SignedTransaction};
 use moat_crypto::secp::Signer;
 use moat_storage::Store;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-fn testdata(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/testdata/ethtest")
-        .join(name)
-}
+mod common;
 
-/// The pool's view of the chain head (just what this test needs).
-struct HeadState(Chain);
-
-impl StateView for HeadState {
-    fn account(&self, address: &Address) -> AccountState {
-        let a = self
-            .0
-            .store()
-            .account(address)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        AccountState {
-            nonce: a.nonce,
-            balance: a.balance,
-            code: CodeKind::None,
-        }
-    }
-    fn head(&self) -> HeadInfo {
-        let h = self.0.head_header().expect("a head");
-        let base_fee = moat_common::fees::next_base_fee(
-            h.gas_used,
-            h.gas_limit,
-            h.base_fee_per_gas.unwrap_or_default(),
-        );
-        HeadInfo {
-            number: h.number,
-            timestamp: h.timestamp,
-            base_fee,
-            blob_base_fee: 1,
-            gas_limit: h.gas_limit,
-        }
-    }
-}
+use common::{HeadState, testdata};
 
 fn key() -> Signer {
     let accounts: serde_json::Value =

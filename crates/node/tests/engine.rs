@@ -4,8 +4,7 @@
 
 mod common;
 
-use common::{Node, free_port, post, rpc, testdata, wait_for};
-use std::process::Command;
+use common::{Node, free_port, import_ethtest, post, rpc, testdata, wait_for};
 
 const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
 
@@ -95,20 +94,7 @@ fn newpayload_replay_rebuilds_the_chain_and_headfcu_is_accepted() {
 #[test]
 fn headfcu_is_accepted_after_an_offline_import() {
     let dir = datadir("import");
-    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
-        .arg("import")
-        .arg(testdata("chain.rlp"))
-        .arg("--network")
-        .arg(testdata("genesis.json"))
-        .arg("--datadir")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    import_ethtest(&dir);
     let (_node, http, auth) = start(&dir);
     assert_eq!(
         rpc(http, "eth_blockNumber", "[]").unwrap()["result"],

@@ -9,7 +9,7 @@
 mod common;
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
-use common::{Node, free_port, post, rpc, testdata, wait_for};
+use common::{Node, free_port, import_ethtest, post, rpc, testdata, wait_for};
 use moat_common::config::Genesis;
 use moat_common::transaction::{
     BlobsBundle, Eip1559Tx, Eip4844Tx, PooledTransaction, SidecarVersion, SignedTransaction,
@@ -22,7 +22,6 @@ use moat_p2p::eth::{Announcement, EthMessage, HashOrNumber, Status};
 use moat_p2p::p2p::DisconnectReason;
 use moat_p2p::session::Incoming;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -36,20 +35,7 @@ fn imported() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("moat-p2p-template-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let out = Command::new(env!("CARGO_BIN_EXE_moat"))
-            .arg("import")
-            .arg(testdata("chain.rlp"))
-            .arg("--network")
-            .arg(testdata("genesis.json"))
-            .arg("--datadir")
-            .arg(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        import_ethtest(&dir);
         dir
     })
 }
@@ -258,6 +244,18 @@ fn blob_tx(chain_id: u64, signer: &Signer, nonce: u64, seed: u64) -> PooledTrans
 
 fn env(tx: &SignedTransaction) -> Bytes {
     Bytes::from(tx.encoded_2718())
+}
+
+/// The next GetPooledTransactions the node sends `client`: its request id and hashes.
+async fn requested(client: &mut Client) -> Option<(u64, Vec<B256>)> {
+    client
+        .wait_for(WAIT, |m| match m {
+            EthMessage::GetPooledTransactions { request_id, hashes } => {
+                Some((*request_id, hashes.clone()))
+            }
+            _ => None,
+        })
+        .await
 }
 
 /// Every hash `client` hears of (whole or announced) until `want` are all seen.
@@ -523,13 +521,7 @@ async fn bulk_txs_are_fetched_back_and_announcements_become_one_request() {
         .send(&EthMessage::NewPooledTransactionHashes(ann.clone()))
         .await
         .unwrap();
-    let (request_id, asked) = announcer
-        .wait_for(WAIT, |m| match m {
-            EthMessage::GetPooledTransactions { request_id, hashes } => {
-                Some((*request_id, hashes.clone()))
-            }
-            _ => None,
-        })
+    let (request_id, asked) = requested(&mut announcer)
         .await
         .expect("a GetPooledTransactions");
     assert_eq!(asked, ann.hashes, "one request of exactly the 50 announced");
@@ -563,11 +555,7 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
         liar.send(&EthMessage::NewPooledTransactionHashes(ann))
             .await
             .unwrap();
-        let id = liar
-            .wait_for(WAIT, |m| match m {
-                EthMessage::GetPooledTransactions { request_id, .. } => Some(*request_id),
-                _ => None,
-            })
+        let (id, _) = requested(&mut liar)
             .await
             .expect("the node asks for the announced tx");
         liar.send(&EthMessage::PooledTransactions {
@@ -603,11 +591,7 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
         bad.send(&EthMessage::NewPooledTransactionHashes(ann))
             .await
             .unwrap();
-        let id = bad
-            .wait_for(WAIT, |m| match m {
-                EthMessage::GetPooledTransactions { request_id, .. } => Some(*request_id),
-                _ => None,
-            })
+        let (id, _) = requested(&mut bad)
             .await
             .expect("the bad peer is asked first");
         let mut ann = Announcement::default();

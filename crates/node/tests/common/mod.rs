@@ -13,6 +13,25 @@ pub fn testdata(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// `moat import` of the conformance chain into `datadir`; panics with moat's stderr if it
+/// fails.
+pub fn import_ethtest(datadir: &std::path::Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .arg("import")
+        .arg(testdata("chain.rlp"))
+        .arg("--network")
+        .arg(testdata("genesis.json"))
+        .arg("--datadir")
+        .arg(datadir)
+        .output()
+        .expect("moat runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A running `moat`, killed on drop.
 pub struct Node(pub Child);
 
