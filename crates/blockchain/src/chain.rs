@@ -468,6 +468,16 @@ impl Chain {
         Ok(self.store.canonical_hash(number)? == Some(*hash))
     }
 
+    /// The stored parent of `block`, or [`ChainError::UnknownParent`].
+    fn parent_of(&self, block: &Block) -> Result<Header, ChainError> {
+        self.header(&block.header.parent_hash)?
+            .ok_or(ChainError::UnknownParent {
+                number: block.header.number,
+                hash: block.hash,
+                parent: block.header.parent_hash,
+            })
+    }
+
     /// Stores a block off the canonical chain after the checks its parent allows
     /// (header rules, roots of the body); it is executed if a reorg makes it canonical.
     pub fn store_side_block(&self, block: &Block) -> Result<(), ChainError> {
@@ -475,13 +485,7 @@ impl Chain {
         if self.store.block_number(&hash)?.is_some() {
             return Ok(());
         }
-        let parent = self
-            .header(&block.header.parent_hash)?
-            .ok_or(ChainError::UnknownParent {
-                number,
-                hash,
-                parent: block.header.parent_hash,
-            })?;
+        let parent = self.parent_of(block)?;
         validate_header(&self.config, &parent, block)?;
         let mut batch = WriteBatch::new();
         batch
@@ -590,13 +594,7 @@ impl Chain {
             return Ok(ImportOutcome::AlreadyKnown);
         }
         let (number, hash) = (block.header.number, block.hash);
-        let parent = self
-            .header(&block.header.parent_hash)?
-            .ok_or(ChainError::UnknownParent {
-                number,
-                hash,
-                parent: block.header.parent_hash,
-            })?;
+        let parent = self.parent_of(block)?;
         let (_, head) = self.head()?;
         if head != block.header.parent_hash {
             return Err(ChainError::NotOnHead { number, hash, head });

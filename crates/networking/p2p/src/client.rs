@@ -55,12 +55,6 @@ impl Client {
         self.session.writer.send(&frame).await
     }
 
-    /// Sends an eth message id with a body as given (for malformed-input tests).
-    pub async fn send_raw(&mut self, id: u64, body: &[u8]) -> Result<(), RlpxError> {
-        let frame = self.session.framing.eth_raw(id, body);
-        self.session.writer.send(&frame).await
-    }
-
     pub async fn disconnect(&mut self, reason: DisconnectReason) {
         let frame = self.session.framing.disconnect(reason);
         let _ = self.session.writer.send(&frame).await;

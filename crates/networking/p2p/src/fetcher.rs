@@ -146,10 +146,6 @@ impl Fetcher {
         }
     }
 
-    pub fn config(&self) -> &FetcherConfig {
-        &self.cfg
-    }
-
     /// Hashes tracked (waiting, requested or importing).
     pub fn len(&self) -> usize {
         self.hashes.len()
@@ -400,14 +396,6 @@ impl Fetcher {
         for hash in hashes {
             self.drop_announcer(&hash, peer);
         }
-    }
-
-    /// The hashes of `peer`'s outstanding request, if any.
-    pub fn in_flight(&self, peer: &PeerId) -> Option<&[B256]> {
-        self.peers
-            .get(peer)
-            .and_then(|s| s.request.as_ref())
-            .map(|r| r.hashes.as_slice())
     }
 }
 

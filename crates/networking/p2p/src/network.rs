@@ -187,7 +187,6 @@ struct Inner {
     listen_addr: Mutex<Option<SocketAddr>>,
     handshakes: Arc<Semaphore>,
     blob_rules: Mutex<(B256, Option<BlobRules>)>,
-    txs_received: AtomicU64,
     /// Head number of the last BlockRangeUpdate (or of the head at start).
     range_sent: AtomicU64,
 }
@@ -264,7 +263,6 @@ impl Network {
             listen_addr: Mutex::new(listen_addr),
             handshakes: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
             blob_rules: Mutex::new((B256::ZERO, None)),
-            txs_received: AtomicU64::new(0),
             range_sent: AtomicU64::new(start_head),
         });
         let net = Network { inner };
@@ -853,7 +851,7 @@ impl Network {
                 ty,
                 size: env.len(),
             });
-            inputs.push((Some(hash), env));
+            inputs.push((hash, env));
         }
         let verdict = self
             .inner
@@ -882,7 +880,6 @@ impl Network {
         {
             let mut known = peer.known.lock();
             for (hash, env) in inputs {
-                let hash = hash.expect("set above");
                 known.insert(hash);
                 if env.first() != Some(&(TxType::Eip4844 as u8)) {
                     admit.push((Some(hash), TxInput::Raw(env)));
@@ -961,7 +958,6 @@ impl Network {
                 .collect();
             self.inner.pool.warm_senders(&raw).await;
             for (hash, input) in job.txs {
-                self.inner.txs_received.fetch_add(1, Ordering::Relaxed);
                 let result = self.inner.pool.add_transaction(input, origin).await;
                 let blame = match &result {
                     Err(r) if r.is_peer_fault() => Some(true),
@@ -1130,11 +1126,6 @@ impl Network {
         if !p.send(p.framing.eth(&msg)) {
             metrics::counter!("moat_p2p_broadcasts_dropped_total").increment(1);
         }
-    }
-
-    /// Transactions taken from peers so far (for benches and tests).
-    pub fn txs_received(&self) -> u64 {
-        self.inner.txs_received.load(Ordering::Relaxed)
     }
 
     /// The local identity (for tools that play a peer of this node).

@@ -180,11 +180,6 @@ impl Framing {
         )
     }
 
-    /// A framed eth message whose body is already encoded.
-    pub fn eth_raw(&self, id: u64, body: &[u8]) -> Vec<u8> {
-        p2p::frame(p2p::BASE_PROTOCOL_LENGTH + id, body, self.snappy)
-    }
-
     pub fn ping(&self) -> Vec<u8> {
         p2p::frame(p2p::PING, &p2p::EMPTY_LIST, self.snappy)
     }
