@@ -27,12 +27,10 @@ pub struct ImportArgs {
     files: Vec<PathBuf>,
 }
 
-fn load_genesis(network: &str) -> Result<Genesis, String> {
+/// A built-in network's genesis by name, else a geth-style genesis.json.
+pub fn load_genesis(network: &str) -> Result<Genesis, String> {
     if let Some(net) = Network::from_name(network) {
-        return Err(format!(
-            "the {} genesis allocation is not bundled with moat yet; pass its genesis.json with --network",
-            net.name()
-        ));
+        return Ok(net.genesis());
     }
     Genesis::from_file(Path::new(network))
         .map_err(|e| format!("cannot load genesis {network}: {e}"))

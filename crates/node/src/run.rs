@@ -5,7 +5,7 @@ use crate::dev;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Journal, Pool, PoolConfig};
 use moat_blockchain::payload::PayloadService;
-use moat_common::config::{Genesis, Network};
+use moat_common::config::Genesis;
 use moat_rpc::engine::{EngineConfig, EngineContext, read_jwt_secret, start_engine};
 use moat_rpc::{RpcConfig, RpcContext, StoreStateView};
 use moat_storage::Store;
@@ -32,7 +32,7 @@ pub struct NodeArgs {
     /// Database directory (dev mode: a temporary one when not given).
     #[arg(long)]
     pub datadir: Option<PathBuf>,
-    /// A geth-style genesis.json (or mainnet, sepolia, hoodi once their state is bundled).
+    /// A built-in network (mainnet, sepolia, hoodi) or a geth-style genesis.json.
     #[arg(long)]
     pub network: Option<String>,
     /// HTTP JSON-RPC listening interface.
@@ -126,16 +126,9 @@ fn load_genesis(args: &NodeArgs) -> Result<Genesis, String> {
         return Ok(dev::dev_genesis(args.dev_osaka));
     }
     let Some(network) = &args.network else {
-        return Err("give --network <genesis.json> (or --dev for a development chain)".into());
+        return Err("give --network <mainnet | sepolia | hoodi | genesis.json> (or --dev for a development chain)".into());
     };
-    if let Some(net) = Network::from_name(network) {
-        return Err(format!(
-            "the {} genesis allocation is not bundled with moat yet; pass its genesis.json",
-            net.name()
-        ));
-    }
-    Genesis::from_file(Path::new(network))
-        .map_err(|e| format!("cannot load genesis {network}: {e}"))
+    crate::chain_cmd::load_genesis(network)
 }
 
 pub fn run(args: NodeArgs) -> ExitCode {

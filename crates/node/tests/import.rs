@@ -148,3 +148,36 @@ fn another_chains_datadir_is_refused() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `moat init --network <name>` writes the built-in network's block 0, the one its clients
+/// publish, and a second init of the same datadir is a no-op.
+#[test]
+fn init_writes_the_builtin_networks_genesis() {
+    for (name, hash) in [
+        (
+            "mainnet",
+            "0xd4e56740f876aef8c010b86a40d5f56745a118d0906a34e69aec8c0db1cb8fa3",
+        ),
+        (
+            "sepolia",
+            "0x25a5cc106eea7138acab33231d7160d69cb777ee0c2c553fcddf5138993e6dd9",
+        ),
+        (
+            "hoodi",
+            "0xbbe312868b376a3001692a646dd2d7d1e4406380dfd86b98aa8a34d1557c971b",
+        ),
+    ] {
+        let dir = datadir(name);
+        for _ in 0..2 {
+            let out = run(Command::new(env!("CARGO_BIN_EXE_moat"))
+                .args(["init", "--network", name, "--datadir"])
+                .arg(&dir));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                stdout.contains(&format!("genesis {hash}")) && stdout.contains("head #0"),
+                "{name}: {stdout}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -5,7 +5,7 @@
 //! them: JSON numbers, `"0x"` hex strings and decimal strings all work. Keys moat does not
 //! use (`ethash`, `clique`, an account's `privateKey`, ...) are ignored.
 
-use super::{BlobParams, ChainConfig, ConfigError, Fork};
+use super::{BlobParams, ChainConfig, ConfigError, Fork, Network};
 use alloy_primitives::{Address, B256, Bytes, U256};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
@@ -97,6 +97,63 @@ impl Genesis {
             source,
         })?;
         Genesis::from_json(&text)
+    }
+}
+
+impl Network {
+    /// The network's genesis: its fork schedule, the fields of its block 0 and its
+    /// allocation (embedded by `moat-genesis-alloc`). The block it makes hashes to
+    /// [`Network::genesis_hash`].
+    pub fn genesis(self) -> Genesis {
+        // (allocation, nonce, timestamp, extra data, gas limit, difficulty)
+        let (alloc, nonce, timestamp, extra_data, gas_limit, difficulty): (_, _, _, &[u8], _, _) =
+            match self {
+                Network::Mainnet => (
+                    moat_genesis_alloc::MAINNET,
+                    0x42,
+                    0,
+                    &alloy_primitives::hex!(
+                        "11bbe8db4e347b4e8c937c1c8370e4b5ed33adb3db69cbdb7a38e1e50b1b82fa"
+                    ),
+                    5_000,
+                    17_179_869_184u64,
+                ),
+                Network::Sepolia => (
+                    moat_genesis_alloc::SEPOLIA,
+                    0,
+                    self.genesis_timestamp(),
+                    b"Sepolia, Athens, Attica, Greece!",
+                    30_000_000,
+                    0x20000,
+                ),
+                Network::Hoodi => (
+                    moat_genesis_alloc::HOODI,
+                    0x1234,
+                    self.genesis_timestamp(),
+                    b"",
+                    36_000_000,
+                    1,
+                ),
+            };
+        let alloc = alloc_map(&mut serde_json::Deserializer::from_str(alloc))
+            .expect("the embedded allocation is a geth alloc object (tested)");
+        Genesis {
+            config: self.config(),
+            nonce,
+            timestamp,
+            extra_data: Bytes::copy_from_slice(extra_data),
+            gas_limit,
+            difficulty: U256::from(difficulty),
+            mix_hash: B256::ZERO,
+            coinbase: Address::ZERO,
+            alloc,
+            number: 0,
+            gas_used: 0,
+            parent_hash: B256::ZERO,
+            base_fee_per_gas: None,
+            excess_blob_gas: None,
+            blob_gas_used: None,
+        }
     }
 }
 

@@ -563,6 +563,29 @@ fn builtin_networks() {
     assert_eq!(ChainConfig::hoodi().fork_at(0, 1_742_212_800), Fork::Cancun);
 }
 
+/// The built-in genesis (schedule, block 0 fields, embedded allocation) of each network
+/// makes the block every client publishes.
+#[test]
+fn builtin_genesis_blocks_hash_to_the_published_values() {
+    for network in Network::ALL {
+        let genesis = network.genesis();
+        let header = genesis.header();
+        assert_eq!(header.hash(), network.genesis_hash(), "{network}");
+        assert_eq!(header.timestamp, network.genesis_timestamp(), "{network}");
+    }
+    let mainnet = Network::Mainnet.genesis();
+    assert_eq!(mainnet.alloc.len(), 8893);
+    let total: U256 = mainnet.alloc.values().map(|a| a.balance).sum();
+    // 72,009,990.49948 ether were allocated at launch.
+    assert_eq!(total / U256::from(10u64.pow(18)), U256::from(72_009_990u64));
+    // Hoodi starts with the deposit contract and the four system contracts.
+    let hoodi = Network::Hoodi.genesis();
+    let deposit = &hoodi.alloc[&address!("00000000219ab540356cbb839cbe05303d7705fa")];
+    assert!(!deposit.code.is_empty() && !deposit.storage.is_empty());
+    let history = &hoodi.alloc[&address!("0000f90827f1c53a10cb7a02335b175320002935")];
+    assert_eq!(history.nonce, 1);
+}
+
 fn minimal_genesis(config: &str) -> String {
     format!(
         r#"{{"config": {config}, "gasLimit": "0x1c9c380", "difficulty": "0x0", "alloc": {{}}}}"#
