@@ -1,6 +1,7 @@
-//! `moat`: the node binary. For now it carries the offline tools: `moat tx decode` prints
-//! what a raw transaction is and which stateless rules of a fork it breaks; `moat init` and
-//! `moat import` build a datadir from a genesis file and `chain.rlp` files.
+//! `moat`: the node binary. `moat` runs the node (beside a consensus client, or `--dev`);
+//! `moat init` and `moat import` build a datadir from a genesis and `chain.rlp` files;
+//! `moat tx decode` prints what a raw transaction is and which stateless rules of a fork it
+//! breaks.
 
 mod chain_cmd;
 mod dev;

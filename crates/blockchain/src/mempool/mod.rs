@@ -34,6 +34,7 @@ use moat_common::transaction::{
 use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
 use parking_lot::{Mutex, RwLock};
 use pool::PoolInner;
+use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::broadcast;
@@ -556,7 +557,10 @@ impl Pool {
         let (result, evicted, pending) = {
             let mut pool = self.shared.pool.lock();
             let (result, evicted) = pool.insert(tx, account);
-            (result, evicted, std::mem::take(&mut pool.newly_pending))
+            // Copied out rather than taken: the pool's buffer keeps its capacity, and an
+            // insert (which promotes a handful of txs at most) allocates nothing here.
+            let pending: SmallVec<[B256; 8]> = pool.newly_pending.drain(..).collect();
+            (result, evicted, pending)
         };
         if !evicted.is_empty() {
             self.shared
@@ -567,7 +571,7 @@ impl Pool {
         result
     }
 
-    fn publish(&self, hashes: Vec<B256>) {
+    fn publish(&self, hashes: impl IntoIterator<Item = B256>) {
         for h in hashes {
             // No subscriber is not an error.
             let _ = self.shared.pending_events.send(h);
