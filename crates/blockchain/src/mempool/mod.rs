@@ -283,12 +283,15 @@ impl Pool {
         }
         let s = &*self.shared;
         let rules = *s.rules.read();
+        // One recovery per distinct hash: a batch of copies of one tx costs one.
+        let mut seen = FastSet::with_capacity_and_hasher(raw.len(), Default::default());
         let candidates: Vec<(B256, Bytes)> = raw
             .iter()
             .filter(|b| b.len() <= MAX_TX_SIZE && b.first() != Some(&(TxType::Eip4844 as u8)))
             .filter_map(|b| Some((PooledTransaction::hash_of_envelope(b)?, b.clone())))
             .filter(|(h, _)| {
-                !s.failures.contains(h)
+                seen.insert(*h)
+                    && !s.failures.contains(h)
                     && !s.sender_cache.contains(h)
                     && !s.in_flight.contains(h)
                     && !s.pool.lock().contains(h)
