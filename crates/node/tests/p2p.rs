@@ -461,6 +461,18 @@ async fn status_propagation_and_invalid_txs() {
         offender.wait_disconnect(WAIT).await,
         Some(Some(DisconnectReason::SubprotocolError))
     );
+
+    // So are two copies of one tx in one message.
+    let twice = env(&transfer(chain_id, &keys[7], moat.nonce(keys[7].address())));
+    let mut repeater = moat.peer(5).await;
+    repeater
+        .send(&EthMessage::Transactions(vec![twice.clone(), twice]))
+        .await
+        .unwrap();
+    assert_eq!(
+        repeater.wait_disconnect(WAIT).await,
+        Some(Some(DisconnectReason::SubprotocolError))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

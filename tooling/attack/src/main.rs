@@ -9,7 +9,8 @@
 //! the cost.
 //!
 //! Scenarios:
-//! - `repeat-unfunded`: one transaction signed by a key that owns nothing, again and again.
+//! - `repeat-unfunded`: one transaction signed by a key that owns nothing, again and again
+//!   (one copy per message: two copies in one message are a protocol fault).
 //!   Every copy needs the sender to reject it; a node that remembers senders by hash pays
 //!   one recovery in all.
 //! - `fresh-unfunded`: distinct transactions from keys that own nothing. Each costs a
@@ -56,7 +57,8 @@ struct Args {
     /// Transactions to send in all.
     #[arg(long, default_value_t = 5_000)]
     txs: usize,
-    /// Transactions per `Transactions` message.
+    /// Transactions per `Transactions` message (`fresh-unfunded`; the repeat scenarios send
+    /// one per message).
     #[arg(long, default_value_t = 128)]
     batch: usize,
     /// The eth version to offer.
@@ -183,7 +185,13 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .ok_or_else(|| format!("cannot read /proc/{}/stat", args.pid))?;
     let start = Instant::now();
-    for chunk in txs.chunks(args.batch.max(1)) {
+    // Copies of one tx travel one per message: two in one message are a protocol fault
+    // to geth and moat alike, and the point is what each copy costs.
+    let per_message = match args.scenario {
+        Scenario::FreshUnfunded => args.batch.max(1),
+        Scenario::RepeatUnfunded | Scenario::Duplicate => 1,
+    };
+    for chunk in txs.chunks(per_message) {
         let msg = EthMessage::Transactions(chunk.to_vec());
         // A dropped connection is dialled again (the node may refuse for a while).
         while client.send(&msg).await.is_err() {

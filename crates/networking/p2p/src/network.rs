@@ -750,6 +750,21 @@ impl Network {
                         (hash, env)
                     })
                     .collect::<Vec<_>>();
+                // Two copies of one tx in a message is a fault (as in geth): no honest
+                // peer sends them, and each copy would cost a trip through the pool.
+                let mut distinct = std::collections::HashSet::with_capacity(admitted.len());
+                if let Some(dup) = admitted
+                    .iter()
+                    .filter_map(|(h, _)| *h)
+                    .find(|h| !distinct.insert(*h))
+                {
+                    self.fault(
+                        peer,
+                        "duplicate tx",
+                        &format!("transaction {dup} twice in one Transactions message"),
+                    );
+                    return;
+                }
                 {
                     let mut known = peer.known.lock();
                     for (h, _) in &admitted {
