@@ -22,7 +22,7 @@
 use aes::Aes256;
 use aes::cipher::{BlockEncrypt, KeyInit, KeyIvInit, StreamCipher};
 use alloy_primitives::B256;
-use sha3::{Digest, Keccak256};
+use keccak_asm::{Digest, Keccak256};
 
 use super::RlpxError;
 
