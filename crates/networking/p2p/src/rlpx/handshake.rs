@@ -22,9 +22,9 @@ use std::borrow::Cow;
 
 use alloy_primitives::{B256, B512};
 use alloy_rlp::{Decodable, Encodable, Header};
+use keccak_asm::{Digest, Keccak256};
 use secp256k1::ecdsa::{RecoverableSignature, RecoveryId};
 use secp256k1::{Message, PublicKey, SECP256K1, SecretKey, ecdh};
-use keccak_asm::{Digest, Keccak256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::codec::Secrets;
