@@ -761,7 +761,7 @@ mod tests {
         let mut ingress = recipient.ingress_mac.clone();
         ingress.update(b"foo");
         assert_eq!(
-            ingress.finalize().as_slice(),
+            <[u8; 32]>::from(ingress.finalize()).to_vec(),
             unhex("0c7ec6340062cc46f5e9f1e3cf86f8c8c403c5a0964f5df0ebd34a75ddc86db5")
         );
 
