@@ -135,7 +135,14 @@ fn build_txs(args: &Args, chain_id: u64) -> Result<Vec<Bytes>, String> {
             vec![one; args.txs]
         }
         Scenario::FreshUnfunded => (0..args.txs as u64)
-            .map(|i| transfer(chain_id, &Signer::from_seed(0x000a_77ac_0000 + i), 0, FEE_CAP))
+            .map(|i| {
+                transfer(
+                    chain_id,
+                    &Signer::from_seed(0x000a_77ac_0000 + i),
+                    0,
+                    FEE_CAP,
+                )
+            })
             .collect(),
         Scenario::Duplicate => {
             let key = args
