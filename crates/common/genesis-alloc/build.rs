@@ -47,7 +47,7 @@ fn fail(message: &str) -> ! {
         "moat-genesis-alloc: {message}\n\
          The built-in genesis allocations come from the npm package {PACKAGE}. Install npm \
          (the build runs `npm pack`), or download {TARBALL} and set MOAT_GENESIS_PACKAGE to \
-         its path."
+         its absolute path."
     );
     std::process::exit(1)
 }
@@ -78,21 +78,45 @@ fn locate_tarball(out: &Path) -> PathBuf {
         .unwrap_or_else(|| out.join("npm-genesis"));
     fs::create_dir_all(&cache).unwrap_or_else(|e| fail(&format!("{}: {e}", cache.display())));
     let path = cache.join(TARBALL);
+    // A cached copy that fails the check (an interrupted download) is fetched again.
+    if path.exists() && hash_of(&path).as_deref() != Some(want_hash().as_str()) {
+        let _ = fs::remove_file(&path);
+    }
     if !path.exists() {
+        // Packed into this build's own directory, checked, then moved into the cache in
+        // one rename: a concurrent build never reads a half-written file.
+        let staging = out.join("npm-staging");
+        let _ = fs::remove_dir_all(&staging);
+        fs::create_dir_all(&staging).unwrap_or_else(|e| fail(&format!("{e}")));
         run(Command::new("npm")
             .args(["pack", "--silent", PACKAGE, "--pack-destination"])
-            .arg(&cache)
-            .current_dir(&cache));
+            .arg(&staging)
+            .current_dir(&staging));
+        check_hash(&staging.join(TARBALL));
+        fs::rename(staging.join(TARBALL), &path)
+            .unwrap_or_else(|e| fail(&format!("caching {}: {e}", path.display())));
     }
     check_hash(&path);
     path
 }
 
+fn want_hash() -> String {
+    SHA512.split_whitespace().collect()
+}
+
+fn hash_of(path: &Path) -> Option<String> {
+    let bytes = fs::read(path).ok()?;
+    Some(
+        Sha512::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
+}
+
 fn check_hash(path: &Path) {
-    let bytes = fs::read(path).unwrap_or_else(|e| fail(&format!("{}: {e}", path.display())));
-    let digest = Sha512::digest(&bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    let want: String = SHA512.split_whitespace().collect();
+    let hex = hash_of(path).unwrap_or_else(|| fail(&format!("cannot read {}", path.display())));
+    let want = want_hash();
     if hex != want {
         fail(&format!(
             "{} has SHA-512 {hex}, expected {want}",
