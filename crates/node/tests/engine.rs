@@ -69,7 +69,11 @@ fn newpayload_replay_rebuilds_the_chain_and_headfcu_is_accepted() {
         serde_json::from_str(&std::fs::read_to_string(testdata("newpayload.json")).unwrap())
             .unwrap();
     assert_eq!(requests.len(), 601);
-    for r in &requests {
+    // The genesis payload cannot hash to the proof-of-work genesis: INVALID, as in geth.
+    let (code, response) = engine_call(auth, &requests[0].to_string());
+    assert_eq!(code, 200);
+    assert_eq!(response["result"]["status"], "INVALID", "{response}");
+    for r in &requests[1..] {
         let (code, response) = engine_call(auth, &r.to_string());
         assert_eq!(code, 200);
         assert_eq!(

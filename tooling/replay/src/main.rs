@@ -3,6 +3,10 @@
 //! rebuild the chain from genesis) one after another to an engine endpoint — moat's, geth's,
 //! any — with a fresh JWT each, and prints latency percentiles, gas throughput and the
 //! count of each payload status.
+//!
+//! Exit status 0 when every payload of a block after genesis is VALID. A genesis payload
+//! (block 0, as the ethtest file's first call) is a proof-of-work block no payload can
+//! express: it does not hash to its `blockHash`, and nodes answer it INVALID.
 
 use clap::Parser;
 use serde_json::Value;
@@ -102,6 +106,12 @@ fn gas_used(request: &Value) -> u64 {
         .unwrap_or(0)
 }
 
+fn block_number(request: &Value) -> Option<u64> {
+    request["params"][0]["blockNumber"]
+        .as_str()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+}
+
 /// forkchoiceUpdated to the block a newPayload request carried (V3 for V3+ payloads).
 fn forkchoice(client: &mut Client, secret: &[u8; 32], request: &Value) -> Result<(), String> {
     let hash = &request["params"][0]["blockHash"];
@@ -157,6 +167,7 @@ fn main() -> ExitCode {
     let mut latencies = Vec::with_capacity(requests.len());
     let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
     let mut gas = 0u64;
+    let mut failed_after_genesis = 0usize;
     let started = Instant::now();
     for request in &requests {
         let token = moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now());
@@ -192,6 +203,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+        if status != "VALID" && block_number(request) != Some(0) {
+            failed_after_genesis += 1;
+        }
         *statuses.entry(status).or_default() += 1;
     }
     let wall = started.elapsed();
@@ -215,7 +229,7 @@ fn main() -> ExitCode {
         busy.as_secs_f64(),
         wall.as_secs_f64()
     );
-    if statuses.get("VALID") == Some(&requests.len()) {
+    if failed_after_genesis == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)

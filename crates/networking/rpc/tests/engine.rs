@@ -530,6 +530,36 @@ async fn bad_payloads_and_forkchoices_get_the_spec_answers() {
     .await;
     assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
     assert_eq!(n.chain.head().unwrap().1, genesis_hash);
+    // A payload on the rejected block, and one on that: INVALID without execution,
+    // naming the rejected block's parent as the latest valid block.
+    let mut parent = wrong.clone();
+    for depth in 1..=2 {
+        let mut child = parent.clone();
+        child.header.parent_hash = parent.hash;
+        child.header.number += 1;
+        child.header.timestamp += 12;
+        child.hash = child.header.hash();
+        let s = result(
+            addr,
+            "engine_newPayloadV4",
+            json!([payload_of(&child), [], root, []]),
+        )
+        .await;
+        assert_eq!(s["status"], "INVALID", "depth {depth}: {s}");
+        assert_eq!(s["latestValidHash"], json!(genesis_hash), "depth {depth}");
+        assert_eq!(
+            s["validationError"], "links to previously rejected block",
+            "depth {depth}"
+        );
+        let fcu = result(
+            addr,
+            "engine_forkchoiceUpdatedV3",
+            json!([fcu_state(child.hash), null]),
+        )
+        .await;
+        assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
+        parent = child;
+    }
 
     // The good one still imports.
     let s = result(addr, "engine_newPayloadV4", json!([good, [], root, []])).await;
@@ -631,7 +661,19 @@ async fn the_ethtest_chain_replays_through_new_payload() {
     let calls: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(format!("{dir}newpayload.json")).unwrap())
             .unwrap();
-    for c in &calls {
+    // Block 0 is the genesis, a proof-of-work block (difficulty 0x20000) that no payload
+    // can express: rebuilt from its payload fields it hashes to something else, and it is
+    // INVALID, as go-ethereum answers it. Blocks 1..600 are VALID.
+    let s = result(addr, "engine_newPayloadV2", calls[0]["params"].clone()).await;
+    assert_eq!(s["status"], "INVALID", "{s}");
+    assert!(
+        s["validationError"]
+            .as_str()
+            .unwrap()
+            .starts_with("blockhash mismatch"),
+        "{s}"
+    );
+    for c in &calls[1..] {
         let method = c["method"].as_str().unwrap();
         let status = result(addr, method, c["params"].clone()).await;
         assert_eq!(status["status"], "VALID", "{}: {status}", c["id"]);
@@ -647,7 +689,140 @@ async fn the_ethtest_chain_replays_through_new_payload() {
     assert_eq!(chain.head().unwrap(), (600, head));
     let r = result(addr, "engine_forkchoiceUpdatedV3", fcu["params"].clone()).await;
     assert_eq!(r["payloadStatus"]["status"], "VALID", "{r}");
+    altered_payloads_of_known_blocks_are_invalid(addr, &calls).await;
+    // The chain did not move.
+    assert_eq!(chain.head().unwrap(), (600, head));
     handle.stop();
+}
+
+/// One change to a payload: what it alters, and how.
+type Alteration = (&'static str, fn(&mut Value));
+
+/// A payload is believed only once it hashes to its `blockHash`: each field of a known
+/// payload changed in turn gives INVALID with go-ethereum's message (latest valid hash
+/// null), whether the claimed hash is one of our blocks or unknown. The rules checked, in
+/// go-ethereum's order (`ExecutableDataToBlock`):
+/// - every transaction decodes (`invalid transaction N: …`);
+/// - the versioned hashes are the blob hashes of the transactions, in number
+///   (`invalid number of versionedHashes`) and one by one (`invalid versionedHash at N`);
+/// - the block rebuilt from every field, the beacon root and the requests hash included,
+///   hashes to `blockHash` (`blockhash mismatch, want …, got …`).
+///
+/// Rules tested elsewhere in this file: an unknown parent is SYNCING, a block that fails
+/// execution is INVALID with its parent as latest valid hash and is remembered (a
+/// forkchoiceUpdated to it, and payloads built on it or on its descendants, are INVALID
+/// "links to previously rejected block").
+async fn altered_payloads_of_known_blocks_are_invalid(addr: SocketAddr, calls: &[Value]) {
+    fn set(p: &mut Value, field: &str, v: Value) {
+        p[0][field] = v;
+    }
+    fn bump(p: &mut Value, field: &str) {
+        let n = p[0][field].as_str().unwrap().trim_start_matches("0x");
+        let n = u64::from_str_radix(n, 16).unwrap() + 1;
+        p[0][field] = json!(format!("{n:#x}"));
+    }
+    let one = json!(B256::repeat_byte(1));
+    let alterations: [Alteration; 22] = [
+        ("transactions (junk)", |p| {
+            set(p, "transactions", json!(["0xdeadbeef"]))
+        }),
+        ("transactions (empty)", |p| {
+            set(p, "transactions", json!([]))
+        }),
+        ("withdrawals", |p| {
+            set(
+                p,
+                "withdrawals",
+                json!([{ "index": "0x0", "validatorIndex": "0x1",
+                         "address": Address::repeat_byte(2), "amount": "0x3" }]),
+            )
+        }),
+        ("parentHash", |p| {
+            set(p, "parentHash", json!(B256::repeat_byte(1)))
+        }),
+        ("feeRecipient", |p| {
+            set(p, "feeRecipient", json!(Address::repeat_byte(1)))
+        }),
+        ("stateRoot", |p| {
+            set(p, "stateRoot", json!(B256::repeat_byte(1)))
+        }),
+        ("receiptsRoot", |p| {
+            set(p, "receiptsRoot", json!(B256::repeat_byte(1)))
+        }),
+        ("logsBloom", |p| {
+            set(p, "logsBloom", json!(format!("0x{}", "ff".repeat(256))))
+        }),
+        ("prevRandao", |p| {
+            set(p, "prevRandao", json!(B256::repeat_byte(1)))
+        }),
+        ("blockNumber", |p| bump(p, "blockNumber")),
+        ("gasLimit", |p| bump(p, "gasLimit")),
+        ("gasUsed", |p| bump(p, "gasUsed")),
+        ("timestamp", |p| bump(p, "timestamp")),
+        ("extraData", |p| set(p, "extraData", json!("0x01"))),
+        ("baseFeePerGas", |p| bump(p, "baseFeePerGas")),
+        ("blobGasUsed", |p| bump(p, "blobGasUsed")),
+        ("excessBlobGas", |p| bump(p, "excessBlobGas")),
+        ("versioned hashes (one too many)", |p| {
+            p[1].as_array_mut()
+                .unwrap()
+                .push(json!(B256::repeat_byte(1)))
+        }),
+        ("versioned hashes (one changed)", |p| {
+            if let Some(first) = p[1].as_array_mut().unwrap().first_mut() {
+                *first = json!(B256::repeat_byte(1));
+            } else {
+                p[1] = json!([B256::repeat_byte(1)]);
+            }
+        }),
+        ("parentBeaconBlockRoot", |p| {
+            p[2] = json!(B256::repeat_byte(1))
+        }),
+        ("executionRequests (one more)", |p| {
+            p[3].as_array_mut().unwrap().push(json!("0x02aa"))
+        }),
+        ("executionRequests (none)", |p| p[3] = json!([])),
+    ];
+    // Block 600 (no blob, no request), 23 (one blob tx), 13 (a deposit request).
+    for index in [600, 23, 13] {
+        let call = &calls[index];
+        let method = call["method"].as_str().unwrap();
+        let known = call["params"][0]["blockHash"].clone();
+        for (what, alter) in &alterations {
+            let mut params = call["params"].clone();
+            alter(&mut params);
+            if params == call["params"] {
+                continue; // e.g. no requests to remove from block 600
+            }
+            for claimed in [known.clone(), one.clone()] {
+                params[0]["blockHash"] = claimed.clone();
+                let s = result(addr, method, params.clone()).await;
+                let context = format!("block {index}, {what}, claimed {claimed}: {s}");
+                assert_eq!(s["status"], "INVALID", "{context}");
+                assert_eq!(s["latestValidHash"], Value::Null, "{context}");
+                let error = s["validationError"].as_str().unwrap();
+                let claimed: B256 = claimed.as_str().unwrap().parse().unwrap();
+                // The blob hashes the altered transactions carry, against those claimed.
+                let blob_hashes = match *what {
+                    "transactions (empty)" => 0,
+                    _ => call["params"][1].as_array().unwrap().len(),
+                };
+                let expected = if *what == "transactions (junk)" {
+                    "invalid transaction 0: ".to_string()
+                } else if params[1].as_array().unwrap().len() != blob_hashes {
+                    "invalid number of versionedHashes: ".to_string()
+                } else if what.starts_with("versioned hashes") {
+                    "invalid versionedHash at 0: ".to_string()
+                } else {
+                    format!("blockhash mismatch, want {claimed:x}, got ")
+                };
+                assert!(error.starts_with(&expected), "{context}");
+            }
+        }
+        // Unaltered, the known payload is still VALID.
+        let s = result(addr, method, call["params"].clone()).await;
+        assert_eq!(s["status"], "VALID", "block {index}: {s}");
+    }
 }
 
 /// Builds a payload on `parent` through forkchoiceUpdated + getPayloadV4.

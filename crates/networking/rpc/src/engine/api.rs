@@ -200,26 +200,32 @@ impl EngineContext {
     /// newPayload after parsing: build the block, then import it (blocking).
     fn import_payload(&self, payload: NewPayload) -> RpcResult<(Status, Option<PoolNews>)> {
         let parent_hash = payload.header.parent_hash;
-        // A block we hold is VALID without rebuilding it: a CL replaying from genesis
-        // sends pre-merge blocks (difficulty, nonce) a payload cannot express.
-        // Executed once means valid: canonical now, or with receipts from an earlier
-        // stint on the canonical chain. A side block stored unexecuted is not.
-        let claimed = payload.block_hash;
-        let store = self.chain.store();
-        if self.chain.is_canonical(&claimed).map_err(chain_err)?
-            || store.receipts_rlp(&claimed).map_err(internal)?.is_some()
-        {
-            return Ok((Status::Valid(claimed), None));
-        }
+        // The block is rebuilt from every field of the call and must hash to the claimed
+        // hash before anything else is believed: a known `blockHash` proves nothing about
+        // the fields that came with it.
         let block = match payload.into_block() {
             Ok(b) => b,
             // No latest valid hash: the block is not what it claims to be.
-            Err(e) => return Ok((Status::Invalid(None, e), None)),
+            Err(e) => {
+                metrics::counter!("moat_engine_invalid_payloads_total").increment(1);
+                return Ok((Status::Invalid(None, e), None));
+            }
         };
+        // A block we hold and have executed is VALID without executing it again:
+        // canonical now, or with receipts from an earlier stint on the canonical chain.
+        // A side block stored unexecuted is not.
+        let store = self.chain.store();
+        if self.chain.is_canonical(&block.hash).map_err(chain_err)?
+            || store.receipts_rlp(&block.hash).map_err(internal)?.is_some()
+        {
+            return Ok((Status::Valid(block.hash), None));
+        }
         let hash = block.hash;
         {
-            let invalid = self.shared.invalid.lock();
+            let mut invalid = self.shared.invalid.lock();
             if let Some(lvh) = invalid.get(&hash).or_else(|| invalid.get(&parent_hash)) {
+                // A child of a rejected block is rejected too, and remembered as such.
+                invalid.insert(hash, lvh);
                 return Ok((
                     Status::Invalid(lvh, "links to previously rejected block".into()),
                     None,

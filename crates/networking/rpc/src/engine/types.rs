@@ -265,14 +265,13 @@ fn parse_requests(v: &Value) -> RpcResult<Vec<Bytes>> {
 }
 
 impl NewPayload {
-    /// Assembles the block; `Err` is a validation error (status INVALID).
+    /// Assembles the block from every field of the call and checks that it hashes to the
+    /// claimed `blockHash`; `Err` is a validation error (status INVALID). The checks and
+    /// their messages follow go-ethereum's `ExecutableDataToBlock`, in its order: the
+    /// transactions decode, the extra data fits, the versioned hashes are the blob
+    /// hashes of the transactions, then the hash of the whole block (beacon root and
+    /// requests hash included) is the claimed one.
     pub fn into_block(self) -> Result<Block, String> {
-        if self.header.extra_data.len() > MAX_EXTRA_DATA {
-            return Err(format!(
-                "invalid extradata length: {}",
-                self.header.extra_data.len()
-            ));
-        }
         let transactions = self
             .transactions
             .iter()
@@ -282,6 +281,31 @@ impl NewPayload {
                     .map_err(|e| format!("invalid transaction {i}: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if self.header.extra_data.len() > MAX_EXTRA_DATA {
+            return Err(format!(
+                "invalid extradata length: {}",
+                self.header.extra_data.len()
+            ));
+        }
+        // Before V3 no versioned hashes travel: a blob transaction then has none to match.
+        let expected = self.versioned_hashes.unwrap_or_default();
+        let found: Vec<B256> = transactions
+            .iter()
+            .flat_map(|tx| tx.tx().blob_versioned_hashes().iter().copied())
+            .collect();
+        if found.len() != expected.len() {
+            return Err(format!(
+                "invalid number of versionedHashes: {} blobHashes: {}",
+                hash_list(&expected),
+                hash_list(&found)
+            ));
+        }
+        if let Some(i) = (0..found.len()).find(|&i| found[i] != expected[i]) {
+            return Err(format!(
+                "invalid versionedHash at {i}: {} blobHash: {}",
+                expected[i], found[i]
+            ));
+        }
         let mut block = Block {
             header: self.header,
             hash: B256::ZERO,
@@ -294,26 +318,18 @@ impl NewPayload {
         block.hash = block.header.hash();
         if block.hash != self.block_hash {
             return Err(format!(
-                "blockhash mismatch, want {}, got {}",
+                "blockhash mismatch, want {:x}, got {:x}",
                 self.block_hash, block.hash
             ));
         }
-        if let Some(expected) = &self.versioned_hashes {
-            let found: Vec<B256> = block
-                .transactions
-                .iter()
-                .flat_map(|tx| tx.tx().blob_versioned_hashes().iter().copied())
-                .collect();
-            if &found != expected {
-                return Err(format!(
-                    "invalid blob versioned hashes: expected {} hashes, block has {} (or they differ)",
-                    expected.len(),
-                    found.len()
-                ));
-            }
-        }
         Ok(block)
     }
+}
+
+/// A list of hashes as go-ethereum prints one: `[0xab.. 0xcd..]`.
+fn hash_list(hashes: &[B256]) -> String {
+    let items: Vec<String> = hashes.iter().map(|h| h.to_string()).collect();
+    format!("[{}]", items.join(" "))
 }
 
 /// `ExecutionPayloadV{1,2,3}` of a block (V3 from Cancun on; later versions reuse it).
