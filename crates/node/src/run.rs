@@ -3,7 +3,7 @@
 
 use crate::dev;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Journal, Pool, PoolConfig};
+use moat_blockchain::mempool::{Journal, Pool, PoolConfig, ReloadFate};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::Genesis;
 use moat_rpc::engine::{EngineConfig, EngineContext, read_jwt_secret, start_engine};
@@ -69,9 +69,31 @@ pub struct NodeArgs {
     /// Metrics port.
     #[arg(long = "metrics.port", default_value_t = 9001)]
     pub metrics_port: u16,
+    /// File of local transactions kept across restarts (relative paths are in the
+    /// datadir).
+    #[arg(long = "txpool.journal", default_value = "txpool.journal")]
+    pub txpool_journal: PathBuf,
+    /// How often the journal is rewritten from the pool's local transactions (Go-style
+    /// duration, as geth: 1h, 30m, 90s, 1h30m0s).
+    #[arg(long = "txpool.rejournal", default_value = "1h", value_parser = parse_duration)]
+    pub txpool_rejournal: Duration,
     /// Most gas an eth_call or eth_estimateGas may use (0: the block gas limit).
     #[arg(long = "rpc.gascap", default_value_t = moat_rpc::DEFAULT_GAS_CAP)]
     pub rpc_gascap: u64,
+    /// Most calls in one JSON-RPC batch; more get -32600 "batch too large" (0: no limit).
+    #[arg(long = "rpc.batch-request-limit", default_value_t = moat_rpc::DEFAULT_BATCH_REQUEST_LIMIT)]
+    pub rpc_batch_request_limit: u32,
+    /// Most bytes of a batch's responses; the calls after the response that passes it get
+    /// -32003 "response too large" (0: no limit).
+    #[arg(long = "rpc.batch-response-max-size", default_value_t = moat_rpc::DEFAULT_BATCH_RESPONSE_MAX_SIZE)]
+    pub rpc_batch_response_max_size: usize,
+    /// Largest JSON-RPC request body (and WebSocket message), in MiB; bigger gets HTTP 413.
+    #[arg(long = "rpc.http-body-limit", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..4096))]
+    pub rpc_http_body_limit: u32,
+    /// Most JSON-RPC HTTP requests in progress at once; more are answered at once with
+    /// HTTP 429 and -32005 "server busy: too many requests in progress".
+    #[arg(long = "rpc.max-concurrent-requests", default_value_t = moat_rpc::DEFAULT_MAX_CONCURRENT_REQUESTS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rpc_max_concurrent_requests: u32,
     /// devp2p listening port (TCP).
     #[arg(long, default_value_t = 30303)]
     pub port: u16,
@@ -178,15 +200,7 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     );
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
     // Local transactions from before a restart come back through the pipeline.
-    pool.attach_journal(Journal::new(store.clone()));
-    let reload = pool.reload_journal().await;
-    if reload.readmitted + reload.dropped > 0 {
-        tracing::info!(
-            readmitted = reload.readmitted,
-            dropped = reload.dropped,
-            "pool journal reloaded"
-        );
-    }
+    let journal = reload_journal(&args, &datadir, &store, &pool).await?;
     let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
     tracing::info!(chain_id = config.chain_id, genesis = %chain.genesis_hash(), head, %head_hash, datadir = %datadir.display(), "chain open");
 
@@ -205,6 +219,10 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
         RpcConfig {
             http_addr: http,
             ws_addr: ws,
+            max_request_body_size: args.rpc_http_body_limit << 20,
+            batch_request_limit: args.rpc_batch_request_limit,
+            batch_response_max_size: args.rpc_batch_response_max_size,
+            max_concurrent_requests: args.rpc_max_concurrent_requests,
             ..RpcConfig::default()
         },
         ctx.clone(),
@@ -270,11 +288,108 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
         }
     });
 
+    // The journal is rewritten from the pool now and then, and early if it grows fast.
+    let rejournal = pool.clone();
+    let every = args.txpool_rejournal;
+    tokio::spawn(async move {
+        let mut last = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(every.min(Duration::from_secs(60))).await;
+            let grown = rejournal.journal().is_some_and(|j| j.wants_rotation());
+            if grown || last.elapsed() >= every {
+                match rejournal.rotate_journal().await {
+                    Ok(n) => tracing::debug!(records = n, "pool journal rewritten"),
+                    Err(e) => tracing::warn!(error = %e, "pool journal could not be rewritten"),
+                }
+                last = tokio::time::Instant::now();
+            }
+        }
+    });
+
     tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
     tracing::info!("shutting down");
     rpc.stop();
     engine.stop();
+    // Every acknowledged tx is already durable; this writes what is queued and stops.
+    journal.close();
     Ok(())
+}
+
+/// Opens the journal, gives its entries back to the pool, and logs what became of them.
+/// Entries of the journal table of earlier versions (in the store) are taken too, then
+/// removed once the journal file holds them.
+async fn reload_journal(
+    args: &NodeArgs,
+    datadir: &Path,
+    store: &Store,
+    pool: &Pool,
+) -> Result<Journal, String> {
+    let path = datadir.join(&args.txpool_journal);
+    let (journal, mut contents) = Journal::open(&path)
+        .map_err(|e| format!("cannot open the pool journal {}: {e}", path.display()))?;
+    let legacy = store.journal().unwrap_or_default();
+    if !legacy.is_empty() {
+        let mut all: Vec<Vec<u8>> = legacy.iter().map(|(_, raw)| raw.clone()).collect();
+        all.append(&mut contents.entries);
+        contents.entries = all;
+    }
+    pool.attach_journal(journal.clone());
+    let reload = pool.reload_journal(contents).await;
+    if !legacy.is_empty() {
+        let mut batch = moat_storage::WriteBatch::new();
+        for (hash, _) in &legacy {
+            batch.delete_journal(*hash);
+        }
+        if let Err(e) = store.commit(batch) {
+            tracing::warn!(error = %e, "could not clear the old journal table");
+        }
+    }
+    if reload.total() > 0 || reload.damaged_tail > 0 {
+        let count = |f: ReloadFate| reload.count(f);
+        tracing::info!(
+            readmitted = count(ReloadFate::Readmitted),
+            held = count(ReloadFate::Held),
+            mined = count(ReloadFate::Mined),
+            replaced = count(ReloadFate::Replaced),
+            unaffordable = count(ReloadFate::Unaffordable),
+            invalid = count(ReloadFate::Invalid),
+            damaged_tail_bytes = reload.damaged_tail,
+            path = %path.display(),
+            "pool journal reloaded"
+        );
+    }
+    Ok(journal)
+}
+
+/// A Go-style duration (`1h`, `30m`, `90s`, `1h30m0s`, `500ms`), as geth's flags take.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("not a duration: {text:?} (use e.g. 1h, 30m, 90s)");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let one = match &rest[..unit] {
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        total += one * u32::try_from(n).map_err(|_| bad())?;
+        rest = &rest[unit..];
+    }
+    if total.is_zero() {
+        return Err(bad());
+    }
+    Ok(total)
 }
 
 /// Starts devp2p unless `--maxpeers 0`; prints the enode.
@@ -329,4 +444,22 @@ fn jwt_secret(args: &NodeArgs, datadir: &Path) -> Result<[u8; 32], String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     tracing::info!(path = %path.display(), "wrote a new engine API JWT secret");
     Ok(secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_as_geth_writes_them() {
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("1h0m0s").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        for bad in ["", "1", "h", "0s", "1d", "-1h", "1.5h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

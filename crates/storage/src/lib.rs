@@ -8,7 +8,8 @@
 //! - **state**, typed: [`Account`]s, storage slots and contract code;
 //! - **mined blob txs** with their sidecars (for the last 128 blocks, so a reorg can
 //!   give them back to the pool), **undo records** of recent blocks, and the **journal**
-//!   of local txs, so that a restarted node gets its pool back;
+//!   table of local txs of earlier versions (the pool now keeps its own journal file;
+//!   the node reads the table once into it);
 //! - the [`ChainMeta`] (chain id, genesis hash) that ties a datadir to one network.
 //!
 //! ```text
@@ -234,7 +235,8 @@ impl Store {
         self.raw(Table::Undo, block_hash.as_slice())
     }
 
-    /// The local-tx journal, sorted by tx hash (the pool re-orders by sender and nonce).
+    /// The local-tx journal table of earlier versions, sorted by tx hash: read once at start
+    /// into the pool's journal file, then emptied.
     pub fn journal(&self) -> Result<Vec<(B256, Vec<u8>)>, StoreError> {
         let mut entries = Vec::new();
         self.backend.scan(Table::Journal, &[], None, |key, value| {

@@ -1,52 +1,577 @@
 //! The local-transaction journal: transactions submitted to this node (RPC) survive a
-//! restart. Each is written to the store's journal table (one durable write) when the pool
-//! takes it; entries whose transaction has left the pool are dropped at each head change;
-//! at start the node reloads them through the normal admission pipeline.
+//! restart, a graceful stop as well as `kill -9`.
+//!
+//! It is an append-only file of records, `len: u32 LE | crc32(tx): u32 LE | tx`, each tx
+//! in its network form (blob sidecar included). One writer thread owns the file:
+//! - **Group commit.** Appends queue on a channel; the writer takes everything queued,
+//!   writes it in one `write`, makes it durable with one `fdatasync`, and only then
+//!   answers each append. Concurrent submissions share one sync: the batch is whatever
+//!   arrived while the previous sync was in flight.
+//! - **Rotation.** The file is rewritten from a snapshot (the pool's local transactions,
+//!   plus entries held back at the last reload): written beside, synced, renamed over the
+//!   journal, the directory synced. The snapshot is taken on the writer thread, between
+//!   two batches, so a tx acknowledged before the rotation is in the pool and in the
+//!   snapshot, and one acknowledged after it is appended to the new file.
+//! - **Damage.** A torn or corrupt tail (a kill in the middle of a write) is skipped with
+//!   a warning and cut off, so that later appends stay readable; it never stops a start.
+//!
+//! What the entries become at start is the pool's business ([`super::Pool::reload_journal`]).
 
+use super::Rejection;
 use alloy_primitives::B256;
-use moat_common::PooledTransaction;
-use moat_storage::{Store, StoreError, WriteBatch};
+use parking_lot::Mutex;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use tokio::sync::oneshot;
 
-/// The journal over a store.
-#[derive(Debug, Clone)]
+/// Bytes before each record: length and checksum.
+const RECORD_HEADER: usize = 8;
+/// No transaction on the wire is larger (a blob tx with its sidecar is a few MiB).
+const MAX_RECORD: usize = 32 << 20;
+/// The file is rotated early once it has grown past this many times its size after the
+/// last rotation (and past [`MIN_ROTATE_SIZE`]).
+const GROWTH_FACTOR: u64 = 4;
+const MIN_ROTATE_SIZE: u64 = 64 << 20;
+
+/// What the journal file held when it was opened.
+#[derive(Debug, Default)]
+pub struct JournalContents {
+    /// Network bytes of each record, oldest first (a replacement comes after what it
+    /// replaced).
+    pub entries: Vec<Vec<u8>>,
+    /// Bytes at the end that did not form whole, intact records (skipped and cut off).
+    pub damaged_tail: u64,
+}
+
+/// Snapshot of what a rotation writes: network bytes of each tx to keep.
+pub type Snapshot = Box<dyn FnOnce() -> Vec<Vec<u8>> + Send>;
+
+enum Command {
+    Append {
+        record: Vec<u8>,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    Rotate {
+        snapshot: Snapshot,
+        done: oneshot::Sender<io::Result<usize>>,
+    },
+}
+
+struct Inner {
+    path: PathBuf,
+    commands: Mutex<Option<mpsc::Sender<Command>>>,
+    /// Entries kept though the pool did not take them back (a transient refusal such as
+    /// a full pool): each rotation writes them again.
+    held: Mutex<Vec<Vec<u8>>>,
+    /// Current file size, and the size right after the last rotation.
+    size: Arc<AtomicU64>,
+    rotated_size: Arc<AtomicU64>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The journal: a handle on the writer thread. Cloning shares it.
+#[derive(Clone)]
 pub struct Journal {
-    store: Store,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("path", &self.inner.path)
+            .field("size", &self.size())
+            .finish()
+    }
 }
 
 impl Journal {
-    pub fn new(store: Store) -> Self {
-        Self { store }
-    }
-
-    /// Records a local transaction in its network form (blob sidecar included).
-    pub fn record(&self, tx: &PooledTransaction) -> Result<(), StoreError> {
-        let mut batch = WriteBatch::new();
-        batch.put_journal(tx.hash(), tx.encoded_2718());
-        self.store.commit(batch)
-    }
-
-    /// Drops the given entries in one write.
-    pub fn forget(&self, hashes: &[B256]) -> Result<(), StoreError> {
-        if hashes.is_empty() {
-            return Ok(());
+    /// Opens (or creates) the journal at `path`, reads its records, cuts off a damaged
+    /// tail, and starts the writer thread.
+    pub fn open(path: &Path) -> io::Result<(Journal, JournalContents)> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
         }
-        let mut batch = WriteBatch::new();
-        for h in hashes {
-            batch.delete_journal(*h);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)?;
+        let mut raw = Vec::new();
+        file.read_to_end(&mut raw)?;
+        let (entries, good) = parse_records(&raw);
+        let damaged_tail = (raw.len() - good) as u64;
+        if damaged_tail > 0 {
+            tracing::warn!(
+                path = %path.display(),
+                skipped_bytes = damaged_tail,
+                records = entries.len(),
+                "pool journal: damaged tail skipped (an interrupted write); the records before it are kept"
+            );
+            file.set_len(good as u64)?;
+            file.sync_all()?;
         }
-        self.store.commit(batch)
+        let size = Arc::new(AtomicU64::new(good as u64));
+        let rotated_size = Arc::new(AtomicU64::new(good as u64));
+        let (tx, rx) = mpsc::channel();
+        let writer = Writer {
+            path: path.to_path_buf(),
+            file,
+            size: Arc::clone(&size),
+            rotated_size: Arc::clone(&rotated_size),
+        };
+        let handle = std::thread::Builder::new()
+            .name("pool-journal".into())
+            .spawn(move || writer.run(rx))?;
+        let journal = Journal {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                commands: Mutex::new(Some(tx)),
+                held: Mutex::new(Vec::new()),
+                size,
+                rotated_size,
+                writer: Mutex::new(Some(handle)),
+            }),
+        };
+        Ok((
+            journal,
+            JournalContents {
+                entries,
+                damaged_tail,
+            },
+        ))
     }
 
-    /// Every entry: hash and network bytes.
-    pub fn entries(&self) -> Result<Vec<(B256, Vec<u8>)>, StoreError> {
-        self.store.journal()
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Current size of the file in bytes.
+    pub fn size(&self) -> u64 {
+        self.inner.size.load(Ordering::Relaxed)
+    }
+
+    /// Whether the file has grown enough since the last rotation to rotate it now.
+    pub fn wants_rotation(&self) -> bool {
+        let size = self.size();
+        let base = self.inner.rotated_size.load(Ordering::Relaxed).max(1);
+        size > MIN_ROTATE_SIZE && size > base.saturating_mul(GROWTH_FACTOR)
+    }
+
+    fn send(&self, command: Command) -> io::Result<()> {
+        let closed = || io::Error::new(io::ErrorKind::BrokenPipe, "the journal is closed");
+        let guard = self.inner.commands.lock();
+        let sender = guard.as_ref().ok_or_else(closed)?;
+        sender.send(command).map_err(|_| closed())
+    }
+
+    /// Appends one tx (network bytes) and returns once it is durable.
+    pub async fn append(&self, tx: &[u8]) -> io::Result<()> {
+        let (done, wait) = oneshot::channel();
+        self.send(Command::Append {
+            record: encode_record(tx),
+            done,
+        })?;
+        wait.await
+            .unwrap_or_else(|_| Err(io::Error::other("the journal writer stopped")))
+    }
+
+    /// Rewrites the file from `snapshot` (taken on the writer thread, see the module
+    /// docs) plus the held entries; returns the number of records written.
+    pub async fn rotate(&self, snapshot: Snapshot) -> io::Result<usize> {
+        let held = self.inner.held.lock().clone();
+        let snapshot: Snapshot = Box::new(move || {
+            let mut all = snapshot();
+            all.extend(held);
+            all
+        });
+        let (done, wait) = oneshot::channel();
+        self.send(Command::Rotate { snapshot, done })?;
+        wait.await
+            .unwrap_or_else(|_| Err(io::Error::other("the journal writer stopped")))
+    }
+
+    /// Keeps `entries` in the journal across rotations although the pool does not hold
+    /// them (they are offered to the pool again at the next start).
+    pub fn hold(&self, entries: Vec<Vec<u8>>) {
+        *self.inner.held.lock() = entries;
+    }
+
+    /// Entries held back at the last reload.
+    pub fn held(&self) -> usize {
+        self.inner.held.lock().len()
+    }
+
+    /// Stops the writer after what is queued is written (appends after this fail).
+    pub fn close(&self) {
+        self.inner.commands.lock().take();
+        if let Some(handle) = self.inner.writer.lock().take() {
+            let _ = handle.join();
+        }
     }
 }
 
-/// What reloading the journal did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.commands.lock().take();
+        if let Some(handle) = self.writer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn encode_record(tx: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(RECORD_HEADER + tx.len());
+    record.extend_from_slice(&(tx.len() as u32).to_le_bytes());
+    record.extend_from_slice(&crc32fast::hash(tx).to_le_bytes());
+    record.extend_from_slice(tx);
+    record
+}
+
+/// The intact records of `raw`, and how many bytes they span (the rest is damage).
+fn parse_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize) {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while raw.len() - at >= RECORD_HEADER {
+        let len = u32::from_le_bytes(raw[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(raw[at + 4..at + 8].try_into().expect("4 bytes"));
+        let body = at + RECORD_HEADER;
+        if len == 0 || len > MAX_RECORD || raw.len() - body < len {
+            break;
+        }
+        let tx = &raw[body..body + len];
+        if crc32fast::hash(tx) != crc {
+            break;
+        }
+        entries.push(tx.to_vec());
+        at = body + len;
+    }
+    (entries, at)
+}
+
+struct Writer {
+    path: PathBuf,
+    file: File,
+    size: Arc<AtomicU64>,
+    rotated_size: Arc<AtomicU64>,
+}
+
+impl Writer {
+    fn run(mut self, commands: mpsc::Receiver<Command>) {
+        let mut records = Vec::new();
+        let mut waiting = Vec::new();
+        while let Ok(first) = commands.recv() {
+            let mut next = Some(first);
+            // Everything queued by now goes in this batch; a rotation closes it.
+            while let Some(command) = next.take().or_else(|| commands.try_recv().ok()) {
+                match command {
+                    Command::Append { record, done } => {
+                        records.extend_from_slice(&record);
+                        waiting.push(done);
+                    }
+                    Command::Rotate { snapshot, done } => {
+                        self.flush(&mut records, &mut waiting);
+                        let _ = done.send(self.rotate(snapshot));
+                    }
+                }
+            }
+            self.flush(&mut records, &mut waiting);
+        }
+    }
+
+    /// One write and one sync for the whole batch, then every append is answered.
+    fn flush(&mut self, records: &mut Vec<u8>, waiting: &mut Vec<oneshot::Sender<io::Result<()>>>) {
+        if waiting.is_empty() {
+            return;
+        }
+        let written = self
+            .file
+            .write_all(records)
+            .and_then(|()| self.file.sync_data());
+        match &written {
+            Ok(()) => {
+                self.size.fetch_add(records.len() as u64, Ordering::Relaxed);
+                metrics::counter!("moat_pool_journal_syncs_total").increment(1);
+                metrics::counter!("moat_pool_journal_records_total")
+                    .increment(waiting.len() as u64);
+            }
+            Err(e) => tracing::warn!(error = %e, "pool journal write failed"),
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(match &written {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            });
+        }
+        records.clear();
+    }
+
+    fn rotate(&mut self, snapshot: Snapshot) -> io::Result<usize> {
+        let entries = snapshot();
+        let mut unique = std::collections::HashSet::with_capacity(entries.len());
+        let mut bytes = Vec::new();
+        let mut count = 0;
+        for tx in &entries {
+            if unique.insert(alloy_primitives::keccak256(tx)) {
+                bytes.extend_from_slice(&encode_record(tx));
+                count += 1;
+            }
+        }
+        let tmp = self.path.with_extension("rotating");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent()
+            && let Ok(d) = File::open(dir)
+        {
+            d.sync_all()?;
+        }
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.size.store(bytes.len() as u64, Ordering::Relaxed);
+        self.rotated_size
+            .store(bytes.len() as u64, Ordering::Relaxed);
+        Ok(count)
+    }
+}
+
+/// Why a journal entry left the journal at a reload, or stayed out of the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReloadFate {
+    /// Back in the pool.
+    Readmitted,
+    /// Its nonce is used on chain: mined (or another tx of the sender's was).
+    Mined,
+    /// A later journal entry, or a pooled tx, has the same sender and nonce.
+    Replaced,
+    /// The sender can no longer pay for it.
+    Unaffordable,
+    /// Not a valid transaction against the current chain (bytes, signature, rules).
+    Invalid,
+    /// Refused for now (pool full, busy, sender's slots): kept in the journal and
+    /// offered again at the next start.
+    Held,
+}
+
+impl ReloadFate {
+    pub const ALL: [ReloadFate; 6] = [
+        ReloadFate::Readmitted,
+        ReloadFate::Mined,
+        ReloadFate::Replaced,
+        ReloadFate::Unaffordable,
+        ReloadFate::Invalid,
+        ReloadFate::Held,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReloadFate::Readmitted => "readmitted",
+            ReloadFate::Mined => "mined",
+            ReloadFate::Replaced => "replaced",
+            ReloadFate::Unaffordable => "unaffordable",
+            ReloadFate::Invalid => "invalid",
+            ReloadFate::Held => "held",
+        }
+    }
+
+    /// Whether the entry stays in the journal.
+    pub fn kept(self) -> bool {
+        match self {
+            ReloadFate::Readmitted | ReloadFate::Held => true,
+            ReloadFate::Mined
+            | ReloadFate::Replaced
+            | ReloadFate::Unaffordable
+            | ReloadFate::Invalid => false,
+        }
+    }
+}
+
+/// What becomes of a journal entry the pool refused at a reload. The rule table:
+/// refusals that depend on the chain's state decide the entry's end, those that depend on
+/// the pool's momentary state keep it.
+pub(crate) fn reload_fate(refusal: &Rejection) -> ReloadFate {
+    match refusal {
+        Rejection::AlreadyKnown => ReloadFate::Readmitted,
+        Rejection::NonceTooLow { .. } => ReloadFate::Mined,
+        Rejection::ReplacementUnderpriced => ReloadFate::Replaced,
+        Rejection::InsufficientFunds { .. } | Rejection::Overdraft { .. } => {
+            ReloadFate::Unaffordable
+        }
+        Rejection::Busy
+        | Rejection::OriginBusy
+        | Rejection::Aborted
+        | Rejection::Underpriced
+        | Rejection::AccountLimit { .. }
+        | Rejection::AlreadyReserved
+        | Rejection::InflightLimit
+        | Rejection::AuthorityReserved => ReloadFate::Held,
+        Rejection::Oversized { .. }
+        | Rejection::Decode(_)
+        | Rejection::RecentlyFailed
+        | Rejection::Sidecar(_)
+        | Rejection::Stateless(_)
+        | Rejection::InvalidSender(_)
+        | Rejection::SenderHasCode
+        | Rejection::TooManyAuthorizations { .. }
+        | Rejection::BlobsNotActive => ReloadFate::Invalid,
+    }
+}
+
+/// What reloading the journal did: a count per fate, and the damage skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JournalReload {
-    pub readmitted: usize,
-    /// Entries no longer valid (mined while the node was down, …), now forgotten.
-    pub dropped: usize,
+    pub counts: std::collections::BTreeMap<ReloadFate, usize>,
+    pub damaged_tail: u64,
+    /// Hashes of the readmitted txs, in the order they were admitted.
+    pub readmitted: Vec<B256>,
+}
+
+impl JournalReload {
+    pub fn count(&self, fate: ReloadFate) -> usize {
+        self.counts.get(&fate).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> usize {
+        self.counts.values().sum()
+    }
+
+    pub(crate) fn note(&mut self, fate: ReloadFate) {
+        *self.counts.entry(fate).or_default() += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "moat-journal-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("journal")
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn appends_survive_a_reopen_in_order() {
+        let path = temp("order");
+        let rt = rt();
+        let (j, contents) = Journal::open(&path).unwrap();
+        assert!(contents.entries.is_empty());
+        rt.block_on(async {
+            for i in 1..=5u8 {
+                j.append(&[i; 10]).await.unwrap();
+            }
+        });
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(
+            contents.entries,
+            (1..=5u8).map(|i| vec![i; 10]).collect::<Vec<_>>()
+        );
+        assert_eq!(contents.damaged_tail, 0);
+    }
+
+    #[test]
+    fn a_truncated_or_corrupt_tail_is_skipped_and_cut_off() {
+        let path = temp("tail");
+        let rt = rt();
+        let (j, _) = Journal::open(&path).unwrap();
+        rt.block_on(async {
+            j.append(&[1; 100]).await.unwrap();
+            j.append(&[2; 100]).await.unwrap();
+        });
+        j.close();
+        // A kill in the middle of the third record's write.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&encode_record(&[3; 100])[..50]).unwrap();
+        drop(f);
+        let (j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, vec![vec![1; 100], vec![2; 100]]);
+        assert_eq!(contents.damaged_tail, 50);
+        // Appends after the cut are readable.
+        rt.block_on(j.append(&[4; 7])).unwrap();
+        j.close();
+        let (j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries.len(), 3);
+        assert_eq!(contents.entries[2], vec![4; 7]);
+        j.close();
+
+        // A flipped byte in the last record: that record is dropped, not the file.
+        let mut raw = std::fs::read(&path).unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 0xff;
+        std::fs::write(&path, &raw).unwrap();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, vec![vec![1; 100], vec![2; 100]]);
+        assert_eq!(contents.damaged_tail, (RECORD_HEADER + 7) as u64);
+    }
+
+    #[test]
+    fn concurrent_appends_share_syncs_and_all_land() {
+        let path = temp("group");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let (j, _) = Journal::open(&path).unwrap();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..200u32)
+                .map(|i| {
+                    let j = j.clone();
+                    tokio::spawn(async move { j.append(&i.to_le_bytes()).await })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap().unwrap();
+            }
+        });
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        let mut got: Vec<u32> = contents
+            .entries
+            .iter()
+            .map(|e| u32::from_le_bytes(e[..].try_into().unwrap()))
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..200).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn rotation_keeps_the_snapshot_and_the_held_entries_once() {
+        let path = temp("rotate");
+        let rt = rt();
+        let (j, _) = Journal::open(&path).unwrap();
+        j.hold(vec![vec![9; 3]]);
+        rt.block_on(async {
+            for i in 1..=4u8 {
+                j.append(&[i; 5]).await.unwrap();
+            }
+            let n = j
+                .rotate(Box::new(|| vec![vec![2; 5], vec![4; 5], vec![2; 5]]))
+                .await
+                .unwrap();
+            assert_eq!(n, 3);
+            j.append(&[5; 5]).await.unwrap();
+        });
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(
+            contents.entries,
+            vec![vec![2; 5], vec![4; 5], vec![9; 3], vec![5; 5]]
+        );
+    }
 }

@@ -18,7 +18,7 @@ mod state;
 pub use best::{BestTransactions, BlockBudget};
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, Rejection, SubPool};
-pub use journal::{Journal, JournalReload};
+pub use journal::{Journal, JournalContents, JournalReload, ReloadFate, Snapshot};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;
 pub use shields::{Backpressure, InFlight, RecentFailures, SenderCache};
@@ -327,63 +327,138 @@ impl Pool {
     }
 
     /// Keeps local transactions across restarts from now on (the node attaches the
-    /// store's journal once, before reloading it).
+    /// journal once, before reloading it).
     pub fn attach_journal(&self, journal: Journal) {
         let _ = self.shared.journal.set(journal);
     }
 
-    /// Writes a local tx to the journal on the blocking pool (the write is durable, an
-    /// fsync), and waits for it: when the RPC call returns, the tx survives a crash.
+    pub fn journal(&self) -> Option<&Journal> {
+        self.shared.journal.get()
+    }
+
+    /// Appends a local tx to the journal and waits until it is durable (group commit:
+    /// concurrent submissions share one sync): when the RPC call returns, the tx
+    /// survives a crash.
     async fn journal_record(&self, hash: &B256) {
-        let (Some(journal), Some(tx)) = (self.shared.journal.get().cloned(), self.get(hash)) else {
+        let (Some(journal), Some(tx)) = (self.shared.journal.get(), self.get(hash)) else {
             return;
         };
-        let hash = *hash;
-        let written = tokio::task::spawn_blocking(move || journal.record(&tx.tx)).await;
         // A failed write costs durability, not the transaction: it stays pooled.
-        match written {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(%hash, error = %e, "journal write failed"),
-            Err(e) => tracing::warn!(%hash, error = %e, "journal write did not run"),
+        if let Err(e) = journal.append(&tx.tx.encoded_2718()).await {
+            tracing::warn!(%hash, error = %e, "journal write failed");
         }
     }
 
-    /// Re-admits the journal's transactions (origin `Journal`) and forgets those that no
-    /// longer get in.
-    pub async fn reload_journal(&self) -> JournalReload {
-        let Some(journal) = self.shared.journal.get() else {
-            return JournalReload::default();
+    /// Re-admits the journal's entries (origin `Journal`) and rewrites the journal from
+    /// what the pool then holds (DESIGN: a promise kept across restarts):
+    /// - entries are offered per sender in nonce order, under the rules that admitted
+    ///   them live (an unbroken nonce run may pass the sender's slots);
+    /// - of two entries with one sender and nonce, the later (the replacement) wins;
+    /// - an entry leaves the journal only when it is mined, replaced, unaffordable or
+    ///   invalid against the current state; one refused for a transient reason (pool
+    ///   full, sender's slots) is held: kept in the journal, offered again next start.
+    pub async fn reload_journal(&self, contents: JournalContents) -> JournalReload {
+        let mut out = JournalReload {
+            damaged_tail: contents.damaged_tail,
+            ..JournalReload::default()
         };
-        let mut out = JournalReload::default();
-        let mut dropped = Vec::new();
-        for (hash, bytes) in journal.entries().unwrap_or_default() {
-            match self
-                .add_transaction(TxInput::Raw(bytes.into()), TxOrigin::Journal)
+        struct Entry {
+            sender: Address,
+            nonce: u64,
+            position: usize,
+            tx: PooledTransaction,
+            bytes: Vec<u8>,
+        }
+        let mut seen = FastSet::default();
+        let mut entries = Vec::with_capacity(contents.entries.len());
+        for (position, bytes) in contents.entries.into_iter().enumerate() {
+            let Ok(tx) = PooledTransaction::decode_2718(&bytes) else {
+                out.note(ReloadFate::Invalid);
+                continue;
+            };
+            let hash = tx.hash();
+            if !seen.insert(hash) {
+                continue; // one tx written twice is one entry
+            }
+            let sender = match self.shared.sender_cache.get(&hash) {
+                Some(sender) => sender,
+                None => match tx.tx().recover_sender() {
+                    Ok(sender) => {
+                        self.shared.sender_cache.insert(hash, sender);
+                        sender
+                    }
+                    Err(_) => {
+                        out.note(ReloadFate::Invalid);
+                        continue;
+                    }
+                },
+            };
+            let nonce = tx.tx().tx().nonce();
+            entries.push(Entry {
+                sender,
+                nonce,
+                position,
+                tx,
+                bytes,
+            });
+        }
+        entries.sort_by_key(|e| (e.sender, e.nonce, e.position));
+        let mut held = Vec::new();
+        let mut entries = entries.into_iter().peekable();
+        while let Some(e) = entries.next() {
+            if entries
+                .peek()
+                .is_some_and(|next| next.sender == e.sender && next.nonce == e.nonce)
+            {
+                out.note(ReloadFate::Replaced);
+                continue;
+            }
+            let hash = e.tx.hash();
+            let fate = match self
+                .add_transaction(TxInput::Decoded(Box::new(e.tx)), TxOrigin::Journal)
                 .await
             {
-                Ok(_) | Err(Rejection::AlreadyKnown) => out.readmitted += 1,
-                Err(_) => dropped.push(hash),
+                Ok(_) | Err(Rejection::AlreadyKnown) => ReloadFate::Readmitted,
+                Err(r) => journal::reload_fate(&r),
+            };
+            out.note(fate);
+            match fate {
+                ReloadFate::Readmitted => out.readmitted.push(hash),
+                ReloadFate::Held => held.push(e.bytes),
+                ReloadFate::Mined
+                | ReloadFate::Replaced
+                | ReloadFate::Unaffordable
+                | ReloadFate::Invalid => {}
             }
         }
-        out.dropped = dropped.len();
-        let _ = journal.forget(&dropped);
+        if let Some(journal) = self.shared.journal.get() {
+            journal.hold(held);
+            if let Err(e) = self.rotate_journal().await {
+                tracing::warn!(error = %e, "pool journal could not be rewritten");
+            }
+        }
         out
     }
 
-    /// Drops journal entries whose transaction has left the pool.
-    fn compact_journal(&self) {
+    /// Rewrites the journal from the pool's local transactions (and the entries held at
+    /// the last reload), dropping what was mined or replaced since. Returns the number
+    /// of records written.
+    pub async fn rotate_journal(&self) -> std::io::Result<usize> {
         let Some(journal) = self.shared.journal.get() else {
-            return;
+            return Ok(0);
         };
-        let Ok(entries) = journal.entries() else {
-            return;
-        };
-        let gone: Vec<B256> = entries
-            .into_iter()
-            .map(|(h, _)| h)
-            .filter(|h| !self.contains(h))
-            .collect();
-        let _ = journal.forget(&gone);
+        let pool = self.clone();
+        journal
+            .rotate(Box::new(move || {
+                let locals: Vec<Arc<PoolTx>> = pool
+                    .content()
+                    .into_iter()
+                    .flat_map(|(_, txs)| txs.into_iter().map(|(tx, _)| tx))
+                    .filter(|tx| tx.origin.is_local())
+                    .collect();
+                locals.iter().map(|tx| tx.tx.encoded_2718()).collect()
+            }))
+            .await
     }
 
     /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
@@ -609,7 +684,6 @@ impl Pool {
         };
         s.metrics.add(Counter::mined, removed.len() as u64);
         self.publish(pending);
-        self.compact_journal();
         let mut reinjected = 0;
         for tx in update.reorged {
             s.metrics.inc(Counter::reinjected);

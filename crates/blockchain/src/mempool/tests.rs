@@ -790,63 +790,223 @@ async fn oversized_and_malformed_input_is_rejected_as_a_peer_fault() {
     assert_eq!(pool.metrics().rejections("decode"), 1);
 }
 
+/// A journal file of its own for each test.
+fn journal_path(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("moat-pool-journal-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir.join("txpool.journal")
+}
+
+/// A pool over `state` (a restart) with the journal at `path` reloaded into it.
+async fn restart(
+    path: &std::path::Path,
+    state: &Arc<InMemoryState>,
+    cfg: impl FnOnce(&mut PoolConfig),
+) -> (Pool, JournalReload) {
+    let mut config = PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Prague));
+    cfg(&mut config);
+    let pool = Pool::new(config, state.clone());
+    let (journal, contents) = Journal::open(path).unwrap();
+    pool.attach_journal(journal);
+    let reload = pool.reload_journal(contents).await;
+    pool.assert_consistent();
+    (pool, reload)
+}
+
+/// The records of the journal file now.
+fn journal_entries(path: &std::path::Path) -> Vec<Vec<u8>> {
+    let (journal, contents) = Journal::open(path).unwrap();
+    journal.close();
+    contents.entries
+}
+
+fn fates(reload: &JournalReload) -> Vec<(&'static str, usize)> {
+    ReloadFate::ALL
+        .iter()
+        .filter(|f| reload.count(**f) > 0)
+        .map(|f| (f.name(), reload.count(*f)))
+        .collect()
+}
+
 #[tokio::test]
 async fn local_txs_survive_a_restart_through_the_journal() {
-    let store = moat_storage::Store::in_memory();
+    let path = journal_path("survive");
     let (pool, state) = setup();
-    pool.attach_journal(Journal::new(store.clone()));
+    let (journal, _) = Journal::open(&path).unwrap();
+    pool.attach_journal(journal.clone());
+    // A long unbroken run from one sender: more than its slots, as live admission allows.
     let a = funded(&state, 90);
-    let local = tx1559(&a, 0, 2, 100);
-    pool.add_transaction(raw(&local), TxOrigin::Local)
-        .await
-        .unwrap();
+    let txs: Vec<_> = (0..40).map(|n| tx1559(&a, n, 2, 100)).collect();
+    for tx in &txs {
+        pool.add_transaction(raw(tx), TxOrigin::Local)
+            .await
+            .unwrap();
+    }
     // Remote transactions are not journaled.
     add(&pool, &tx1559(&funded(&state, 91), 0, 2, 100))
         .await
         .unwrap();
-    assert_eq!(store.journal().unwrap().len(), 1);
+    journal.close();
+    assert_eq!(journal_entries(&path).len(), 40);
 
-    // A new pool over the same store (a restart) takes it back.
-    let restarted = Pool::new(
-        PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Prague)),
-        state.clone(),
-    );
-    restarted.attach_journal(Journal::new(store.clone()));
-    assert_eq!(
-        restarted.reload_journal().await,
-        JournalReload {
-            readmitted: 1,
-            dropped: 0
-        }
-    );
-    assert!(restarted.contains(&local.hash()));
+    let (restarted, reload) = restart(&path, &state, |_| {}).await;
+    assert_eq!(fates(&reload), vec![("readmitted", 40)]);
+    for tx in &txs {
+        assert_eq!(restarted.subpool_of(&tx.hash()), Some(SubPool::Pending));
+    }
+    assert_eq!(restarted.len(), 40);
+    // Rewritten at start: the same 40, once each.
+    assert_eq!(journal_entries(&path).len(), 40);
+}
 
-    // Mined: it leaves the pool and the journal.
-    state.set_nonce(a.address(), 1);
-    restarted
-        .on_head_change(HeadUpdate {
-            head: head(),
-            mined: vec![local.hash()],
-            ..Default::default()
-        })
-        .await;
-    assert!(store.journal().unwrap().is_empty());
+#[tokio::test]
+async fn an_out_of_order_journal_is_readmitted_in_nonce_order() {
+    let path = journal_path("order");
+    let state = Arc::new(InMemoryState::new(head()));
+    let (a, b) = (funded(&state, 92), funded(&state, 93));
+    let (journal, _) = Journal::open(&path).unwrap();
+    // Newest nonce first, two senders interleaved.
+    for n in (0..30).rev() {
+        journal
+            .append(&tx1559(&a, n, 2, 100).encoded_2718())
+            .await
+            .unwrap();
+        journal
+            .append(&tx1559(&b, n, 2, 100).encoded_2718())
+            .await
+            .unwrap();
+    }
+    journal.close();
+    let (pool, reload) = restart(&path, &state, |_| {}).await;
+    assert_eq!(fates(&reload), vec![("readmitted", 60)]);
+    assert_eq!(pool.status().pending.txs, 60);
+}
 
-    // A journal entry that no longer gets in is dropped on reload.
-    Journal::new(store.clone()).record(&local).unwrap();
-    let again = Pool::new(
-        PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Prague)),
-        state.clone(),
-    );
-    again.attach_journal(Journal::new(store.clone()));
-    assert_eq!(
-        again.reload_journal().await,
-        JournalReload {
-            readmitted: 0,
-            dropped: 1
-        }
-    );
-    assert!(store.journal().unwrap().is_empty());
+#[tokio::test]
+async fn entries_mined_while_down_leave_the_journal_and_the_rest_stays() {
+    let path = journal_path("mined");
+    let state = Arc::new(InMemoryState::new(head()));
+    let a = funded(&state, 94);
+    let (journal, _) = Journal::open(&path).unwrap();
+    for n in 0..5 {
+        journal
+            .append(&tx1559(&a, n, 2, 100).encoded_2718())
+            .await
+            .unwrap();
+    }
+    journal.close();
+    // Nonces 0 and 1 were mined while the node was down.
+    state.set_nonce(a.address(), 2);
+    let (pool, reload) = restart(&path, &state, |_| {}).await;
+    assert_eq!(fates(&reload), vec![("readmitted", 3), ("mined", 2)]);
+    assert_eq!(pool.pending_nonce(&a.address()), 5);
+    let kept = journal_entries(&path);
+    assert_eq!(kept.len(), 3);
+    assert!(!kept.contains(&tx1559(&a, 0, 2, 100).encoded_2718()));
+}
+
+#[tokio::test]
+async fn a_replaced_entry_gives_way_to_its_replacement() {
+    let path = journal_path("replaced");
+    let state = Arc::new(InMemoryState::new(head()));
+    let a = funded(&state, 95);
+    let (old, new) = (tx1559(&a, 0, 2, 100), tx1559(&a, 0, 20, 200));
+    let (journal, _) = Journal::open(&path).unwrap();
+    journal.append(&old.encoded_2718()).await.unwrap();
+    journal.append(&new.encoded_2718()).await.unwrap();
+    journal
+        .append(&tx1559(&a, 1, 2, 100).encoded_2718())
+        .await
+        .unwrap();
+    journal.close();
+    let (pool, reload) = restart(&path, &state, |_| {}).await;
+    assert_eq!(fates(&reload), vec![("readmitted", 2), ("replaced", 1)]);
+    assert!(pool.contains(&new.hash()) && !pool.contains(&old.hash()));
+    assert_eq!(journal_entries(&path).len(), 2);
+}
+
+#[tokio::test]
+async fn a_truncated_final_record_costs_only_itself() {
+    let path = journal_path("torn");
+    let state = Arc::new(InMemoryState::new(head()));
+    let a = funded(&state, 96);
+    let (journal, _) = Journal::open(&path).unwrap();
+    for n in 0..3 {
+        journal
+            .append(&tx1559(&a, n, 2, 100).encoded_2718())
+            .await
+            .unwrap();
+    }
+    journal.close();
+    // A kill in the middle of the fourth record's write.
+    let mut raw = std::fs::read(&path).unwrap();
+    let whole = raw.len();
+    raw.extend_from_slice(&[0x80, 0, 0, 0, 1, 2, 3]);
+    std::fs::write(&path, &raw).unwrap();
+    let (pool, reload) = restart(&path, &state, |_| {}).await;
+    assert_eq!(fates(&reload), vec![("readmitted", 3)]);
+    assert_eq!(reload.damaged_tail, 7);
+    assert_eq!(pool.len(), 3);
+    assert!(std::fs::metadata(&path).unwrap().len() as usize <= whole);
+}
+
+#[tokio::test]
+async fn refused_for_now_is_held_and_unaffordable_is_dropped() {
+    let path = journal_path("held");
+    let state = Arc::new(InMemoryState::new(head()));
+    let (a, poor) = (funded(&state, 97), funded(&state, 98));
+    let (journal, _) = Journal::open(&path).unwrap();
+    for n in 0..4 {
+        journal
+            .append(&tx1559(&a, n, 2, 100).encoded_2718())
+            .await
+            .unwrap();
+    }
+    journal
+        .append(&tx1559(&poor, 0, 2, 100).encoded_2718())
+        .await
+        .unwrap();
+    journal.close();
+    state.set_balance(poor.address(), U256::from(1));
+    // A busy pool this time (no admission slot at all): every entry is held.
+    let (pool, reload) = restart(&path, &state, |c| c.max_in_flight = 0).await;
+    assert_eq!(fates(&reload), vec![("held", 5)]);
+    assert!(pool.is_empty());
+    assert_eq!(journal_entries(&path).len(), 5, "held entries stay");
+    // The next start takes them, and drops the unaffordable one.
+    let (pool, reload) = restart(&path, &state, |_| {}).await;
+    assert_eq!(fates(&reload), vec![("readmitted", 4), ("unaffordable", 1)]);
+    assert_eq!(pool.len(), 4);
+    assert_eq!(journal_entries(&path).len(), 4);
+}
+
+#[tokio::test]
+async fn the_journal_is_rewritten_from_the_pool() {
+    let path = journal_path("rotate");
+    let (pool, state) = setup();
+    let (journal, _) = Journal::open(&path).unwrap();
+    pool.attach_journal(journal.clone());
+    let a = funded(&state, 99);
+    let txs: Vec<_> = (0..4).map(|n| tx1559(&a, n, 2, 100)).collect();
+    for tx in &txs {
+        pool.add_transaction(raw(tx), TxOrigin::Local)
+            .await
+            .unwrap();
+    }
+    // Two mined: a rotation keeps the other two only.
+    state.set_nonce(a.address(), 2);
+    pool.on_head_change(HeadUpdate {
+        head: head(),
+        mined: vec![txs[0].hash(), txs[1].hash()],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(pool.rotate_journal().await.unwrap(), 2);
+    pool.add_transaction(raw(&tx1559(&a, 4, 2, 100)), TxOrigin::Local)
+        .await
+        .unwrap();
+    journal.close();
+    assert_eq!(journal_entries(&path).len(), 3);
 }
 
 #[tokio::test]

@@ -2,8 +2,11 @@
 //! WebSocket, in geth's formats and with geth's error codes and messages.
 //!
 //! ```text
-//!  HTTP / WS request ─▶ jsonrpsee (body-size cap, batch cap, JSON parsing, unknown method)
-//!        ─▶ method table (one counter per method) ─▶ handler
+//!  HTTP request ─▶ in-flight cap (429 when busy, before the body is read)
+//!        ─▶ batch-count check (geth's "batch too large", before the calls are parsed)
+//!  HTTP / WS ─▶ jsonrpsee (body-size cap 413, JSON parsing, unknown method)
+//!        ─▶ batch response cap ("response too large" past it) ─▶ method table
+//!           (one counter per method) ─▶ handler
 //!               │ reads                     │ submits / reads
 //!               ▼                           ▼
 //!        Chain + Store (head state,      Pool (eth_sendRawTransaction, txpool_*,
@@ -18,7 +21,9 @@
 //! store run on the blocking pool so a slow disk never stalls the runtime's I/O.
 //!
 //! Everything a client sends is untrusted: parameters are parsed into typed values with
-//! errors, never unwrapped; request bodies and batches are capped before parsing.
+//! errors, never unwrapped; request bodies and batches are capped before parsing, a batch's
+//! responses are capped as they are made, and HTTP requests beyond a number in progress
+//! are refused with 429 before their bodies are read ([`limits`]).
 //!
 //! The engine API ([`engine`]) is a second server on its own port (8551), every request
 //! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
@@ -29,6 +34,7 @@ pub mod engine;
 mod eth;
 mod fees;
 mod json;
+pub mod limits;
 mod logs;
 mod params;
 mod state;
@@ -40,15 +46,20 @@ pub use engine::{
     EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
 };
 pub use eth::StateAt;
+pub use limits::{
+    DEFAULT_BATCH_REQUEST_LIMIT, DEFAULT_BATCH_RESPONSE_MAX_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
+};
 pub use params::SERVER_ERROR_CODE;
 pub use state::{StoreStateView, head_info, next_block_fees};
 pub use subscribe::{HeadMessage, HeadNotifier};
 
 use jsonrpsee::RpcModule;
+use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::server::{
     BatchRequestConfig, RegisterMethodError, Server, ServerConfig, ServerHandle,
 };
 use jsonrpsee::types::Params;
+use limits::{BatchCountLayer, BatchResponseCapLayer, InFlightLimitLayer};
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::Pool;
 use moat_common::block::Header;
@@ -64,10 +75,22 @@ pub struct RpcConfig {
     /// WebSocket endpoint; `None` serves no WebSocket. Equal to `http_addr`: one port
     /// serves both.
     pub ws_addr: Option<SocketAddr>,
-    /// Largest request body in bytes; must fit a blob transaction in hex (~1 MiB raw).
+    /// Largest request body (and WebSocket message) in bytes, geth's `--rpc.http-body-limit`:
+    /// a bigger HTTP body gets 413, a bigger WebSocket message -32007. Must fit a blob
+    /// transaction in hex (~1 MiB raw).
     pub max_request_body_size: u32,
-    /// Most calls in one batch.
-    pub max_batch: u32,
+    /// Largest response to one call in bytes: a bigger one is replaced by jsonrpsee's
+    /// -32008 "Response is too big". A batch's total is `batch_response_max_size`.
+    pub max_response_body_size: u32,
+    /// Most calls in one batch, geth's `--rpc.batch-request-limit` (0: no limit). More get
+    /// -32600 "batch too large" (over WebSocket, jsonrpsee's -32010).
+    pub batch_request_limit: u32,
+    /// Most bytes of a batch's responses, geth's `--rpc.batch-response-max-size` (0: no
+    /// limit); the calls after the response that passes it get -32003 "response too large".
+    pub batch_response_max_size: usize,
+    /// Most HTTP requests in progress at once across the HTTP and WebSocket ports (at
+    /// least 1); more are refused with HTTP 429 before their bodies are read.
+    pub max_concurrent_requests: u32,
     pub client_version: String,
 }
 
@@ -77,11 +100,21 @@ impl Default for RpcConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8545)),
             ws_addr: None,
             max_request_body_size: 5 << 20,
-            max_batch: 100,
+            max_response_body_size: 10 << 20,
+            batch_request_limit: DEFAULT_BATCH_REQUEST_LIMIT,
+            batch_response_max_size: DEFAULT_BATCH_RESPONSE_MAX_SIZE,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
             client_version: format!("moat/v{}", env!("CARGO_PKG_VERSION")),
         }
     }
 }
+
+/// Open WebSockets jsonrpsee allows beyond `max_concurrent_requests`. Its own connection
+/// cap counts HTTP requests in progress and open WebSockets together and is set to the
+/// sum: while no more than this many WebSockets are open, a busy server's HTTP requests
+/// are refused by [`InFlightLimitLayer`] (JSON body); past it, jsonrpsee's own plain-text
+/// 429 "Too many connections" can answer first, and refuses further WebSockets too.
+const WS_CONNECTIONS: u32 = 100;
 
 /// geth's default `--rpc.gascap`.
 pub const DEFAULT_GAS_CAP: u64 = 50_000_000;
@@ -285,9 +318,20 @@ pub fn module(
 }
 
 fn server_config(config: &RpcConfig, http: bool, ws: bool) -> ServerConfig {
+    let batches = match config.batch_request_limit {
+        0 => BatchRequestConfig::Unlimited,
+        n => BatchRequestConfig::Limit(n),
+    };
     let mut b = ServerConfig::builder()
         .max_request_body_size(config.max_request_body_size)
-        .set_batch_request_config(BatchRequestConfig::Limit(config.max_batch))
+        .max_response_body_size(config.max_response_body_size)
+        .max_connections(
+            config
+                .max_concurrent_requests
+                .max(1)
+                .saturating_add(WS_CONNECTIONS),
+        )
+        .set_batch_request_config(batches)
         .set_id_provider(subscribe::HexIdProvider::default());
     if !ws {
         b = b.http_only();
@@ -298,12 +342,35 @@ fn server_config(config: &RpcConfig, http: bool, ws: bool) -> ServerConfig {
     b.build()
 }
 
-async fn bind(addr: SocketAddr, cfg: ServerConfig) -> Result<Server, RpcError> {
-    Server::builder()
-        .set_config(cfg)
+/// Binds `addr` behind the request limits and starts serving `methods`; returns the bound
+/// address.
+async fn serve(
+    addr: SocketAddr,
+    config: &RpcConfig,
+    (http, ws): (bool, bool),
+    in_flight: &InFlightLimitLayer,
+    methods: RpcModule<RpcContext>,
+) -> Result<(SocketAddr, ServerHandle), RpcError> {
+    let http_layers = tower::ServiceBuilder::new()
+        .layer(in_flight.clone())
+        // A WebSocket-only port serves no HTTP calls: nothing to count there.
+        .layer(BatchCountLayer::new(
+            if http { config.batch_request_limit } else { 0 },
+            config.max_request_body_size,
+        ));
+    let rpc_layers =
+        RpcServiceBuilder::new().layer(BatchResponseCapLayer::new(config.batch_response_max_size));
+    let server = Server::builder()
+        .set_config(server_config(config, http, ws))
+        .set_http_middleware(http_layers)
+        .set_rpc_middleware(rpc_layers)
         .build(addr)
         .await
-        .map_err(|source| RpcError::Bind { addr, source })
+        .map_err(|source| RpcError::Bind { addr, source })?;
+    let bound = server
+        .local_addr()
+        .map_err(|source| RpcError::Bind { addr, source })?;
+    Ok((bound, server.start(methods)))
 }
 
 /// Binds the configured endpoints and starts serving `ctx`.
@@ -311,25 +378,26 @@ pub async fn start(config: RpcConfig, ctx: RpcContext) -> Result<RpcHandle, RpcE
     let heads = ctx.heads.clone();
     let methods = module(ctx, config.client_version.clone())?;
     let shared_port = config.ws_addr == Some(config.http_addr);
-    let http = bind(config.http_addr, server_config(&config, true, shared_port)).await?;
-    let http_addr = http.local_addr().map_err(|source| RpcError::Bind {
-        addr: config.http_addr,
-        source,
-    })?;
-    let mut servers = Vec::new();
+    // One count of requests in progress for both ports.
+    let in_flight = InFlightLimitLayer::new(config.max_concurrent_requests);
+    let (http_addr, http) = serve(
+        config.http_addr,
+        &config,
+        (true, shared_port),
+        &in_flight,
+        methods.clone(),
+    )
+    .await?;
+    let mut servers = vec![http];
     let ws_addr = match config.ws_addr {
         Some(_) if shared_port => Some(http_addr),
         Some(addr) => {
-            let ws = bind(addr, server_config(&config, false, true)).await?;
-            let bound = ws
-                .local_addr()
-                .map_err(|source| RpcError::Bind { addr, source })?;
-            servers.push(ws.start(methods.clone()));
+            let (bound, ws) = serve(addr, &config, (false, true), &in_flight, methods).await?;
+            servers.push(ws);
             Some(bound)
         }
         None => None,
     };
-    servers.push(http.start(methods));
     Ok(RpcHandle {
         http_addr,
         ws_addr,

@@ -1,8 +1,8 @@
 //! The server end to end: a chain over an in-memory store from a small genesis, a pool
 //! over it, and requests over real HTTP and WebSocket connections.
 //!
-//! The client is a few lines of raw HTTP/1.1 and WebSocket framing, so malformed and
-//! oversized requests can be sent as bytes.
+//! The client is a few lines of raw HTTP/1.1 and WebSocket framing, so malformed, oversized
+//! and half-sent requests (to hold the server's request slots) can be sent as bytes.
 
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use moat_blockchain::chain::Chain;
@@ -51,6 +51,11 @@ struct Node {
 }
 
 async fn node() -> Node {
+    node_with(RpcConfig::default()).await
+}
+
+/// A node whose server takes `config`'s limits (its addresses are replaced).
+async fn node_with(config: RpcConfig) -> Node {
     let (rich, poor) = (Signer::from_seed(1), Signer::from_seed(2));
     let genesis = genesis(rich.address(), poor.address());
     let store = Store::in_memory();
@@ -61,7 +66,7 @@ async fn node() -> Node {
     let config = RpcConfig {
         http_addr: "127.0.0.1:0".parse().unwrap(),
         ws_addr: Some("127.0.0.1:0".parse().unwrap()),
-        ..RpcConfig::default()
+        ..config
     };
     let handle = moat_rpc::start(config, RpcContext::new(chain, pool))
         .await
@@ -378,12 +383,16 @@ async fn hostile_requests_get_errors() {
     let (status, _) = post_raw(addr, &big).await;
     assert_eq!(status, 413);
 
-    // Over the batch limit.
-    let batch: Vec<Value> = (0..101)
+    // Over the batch limit (geth's default, 1000 calls).
+    let batch: Vec<Value> = (0..1001)
         .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"eth_chainId"}))
         .collect();
-    let (_, body) = post_raw(addr, Value::Array(batch).to_string().as_bytes()).await;
-    assert!(parse_body(&body).get("error").is_some(), "{body}");
+    let (status, body) = post_raw(addr, Value::Array(batch).to_string().as_bytes()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        parse_body(&body),
+        json!([{"jsonrpc":"2.0","id":0,"error":{"code":-32600,"message":"batch too large"}}])
+    );
 
     // The server still serves.
     assert_eq!(result(addr, "eth_chainId", json!([])).await, json!("0x539"));
@@ -659,5 +668,334 @@ async fn mined_transactions_and_receipts() {
         fh["gasUsedRatio"][1],
         json!(74_000.0 / genesis.gas_limit as f64)
     );
+    n.handle.stop();
+}
+
+/// A batch of `eth_chainId` calls with the ids given.
+fn chain_id_batch(ids: impl IntoIterator<Item = Value>) -> Vec<Value> {
+    ids.into_iter()
+        .map(|id| json!({"jsonrpc":"2.0","id":id,"method":"eth_chainId"}))
+        .collect()
+}
+
+async fn post_batch(addr: SocketAddr, batch: &[Value]) -> Value {
+    let body = Value::Array(batch.to_vec()).to_string();
+    let (status, body) =
+        tokio::time::timeout(Duration::from_secs(30), post_raw(addr, body.as_bytes()))
+            .await
+            .expect("an answer within 30 s");
+    assert_eq!(status, 200, "{body}");
+    parse_body(&body)
+}
+
+async fn pending_count(addr: SocketAddr) -> Value {
+    result(addr, "txpool_status", json!([])).await["pending"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_request_limit_gives_geths_error() {
+    let n = node_with(RpcConfig {
+        batch_request_limit: 3,
+        ..RpcConfig::default()
+    })
+    .await;
+    let addr = n.handle.http_addr();
+
+    // At the limit: every call answered, in order.
+    let answer = post_batch(addr, &chain_id_batch([json!(10), json!(11), json!(12)])).await;
+    assert_eq!(
+        answer,
+        json!([
+            {"jsonrpc":"2.0","id":10,"result":"0x539"},
+            {"jsonrpc":"2.0","id":11,"result":"0x539"},
+            {"jsonrpc":"2.0","id":12,"result":"0x539"},
+        ])
+    );
+
+    // One more (a notification counts too): geth's single error, carrying the id of the
+    // first call, and none of the calls runs (the transaction does not reach the pool).
+    let mut batch = vec![json!({"jsonrpc":"2.0","method":"eth_chainId"})];
+    batch.extend(chain_id_batch([json!("first"), json!(2)]));
+    batch.push(
+        json!({"jsonrpc":"2.0","id":3,"method":"eth_sendRawTransaction",
+        "params":[transfer(&n.rich, 1, 1_000_000_000, 1)]}),
+    );
+    assert_eq!(
+        post_batch(addr, &batch).await,
+        json!([{"jsonrpc":"2.0","id":"first","error":{"code":-32600,"message":"batch too large"}}])
+    );
+    assert_eq!(pending_count(addr).await, json!("0x0"));
+
+    // Over WebSocket, jsonrpsee's own check (also before the calls are parsed) answers.
+    let mut ws = Ws::connect(n.handle.ws_addr().unwrap()).await;
+    ws.send(&Value::Array(chain_id_batch([
+        json!(1),
+        json!(2),
+        json!(3),
+    ])))
+    .await;
+    assert_eq!(ws.recv_timeout().await.as_array().map(Vec::len), Some(3));
+    ws.send(&Value::Array(chain_id_batch((1..=4).map(|i| json!(i)))))
+        .await;
+    let refused = ws.recv_timeout().await;
+    assert_eq!(refused["error"]["code"], json!(-32010), "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        json!("The batch request was too large"),
+        "{refused}"
+    );
+
+    assert_eq!(result(addr, "eth_chainId", json!([])).await, json!("0x539"));
+    n.handle.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_response_cap_answers_response_too_large() {
+    const CAP: usize = 200;
+    let n = node_with(RpcConfig {
+        batch_response_max_size: CAP,
+        ..RpcConfig::default()
+    })
+    .await;
+    let addr = n.handle.http_addr();
+
+    // Each answer, `{"jsonrpc":"2.0","id":N,"result":"0x539"}`, is 41 bytes, 42 with its
+    // separator: the fifth passes 200 bytes (210) and is the last one served. The calls after
+    // it get geth's -32003, the transaction at the end included: it never reaches the pool.
+    let mut batch = chain_id_batch((0..8).map(|i| json!(i)));
+    batch.push(
+        json!({"jsonrpc":"2.0","id":8,"method":"eth_sendRawTransaction",
+        "params":[transfer(&n.rich, 1, 1_000_000_000, 1)]}),
+    );
+    let answer = post_batch(addr, &batch).await;
+    let answers = answer.as_array().unwrap_or_else(|| panic!("{answer}"));
+    assert_eq!(answers.len(), 9, "{answer}");
+    let served = answers
+        .iter()
+        .take_while(|a| a.get("result").is_some())
+        .count();
+    assert_eq!(served, 5, "{answer}");
+    // The cap is passed by the last response served, not before.
+    let sizes: Vec<usize> = answers[..served]
+        .iter()
+        .map(|a| a.to_string().len() + 1)
+        .collect();
+    assert!(
+        sizes[..served - 1].iter().sum::<usize>() <= CAP,
+        "{sizes:?}"
+    );
+    assert!(sizes.iter().sum::<usize>() > CAP, "{sizes:?}");
+    for (i, a) in answers.iter().enumerate() {
+        if i < served {
+            assert_eq!(a["result"], json!("0x539"), "{a}");
+        } else {
+            assert_eq!(
+                *a,
+                json!({"jsonrpc":"2.0","id":i,"error":{"code":-32003,"message":"response too large"}})
+            );
+        }
+    }
+    assert_eq!(pending_count(addr).await, json!("0x0"));
+
+    // One response bigger than the cap is served, alone or first in a batch; what follows it
+    // in the batch is not.
+    let block =
+        json!({"jsonrpc":"2.0","id":"b","method":"eth_getBlockByNumber","params":["0x0", true]});
+    assert!(
+        result(addr, "eth_getBlockByNumber", json!(["0x0", true]))
+            .await
+            .to_string()
+            .len()
+            > CAP
+    );
+    let answer = post_batch(addr, &[block, chain_id_batch([json!("c")]).remove(0)]).await;
+    assert_eq!(
+        answer[0]["result"]["hash"],
+        json!(n.genesis_hash),
+        "{answer}"
+    );
+    assert_eq!(answer[1]["error"]["code"], json!(-32003), "{answer}");
+    assert_eq!(answer[1]["id"], json!("c"), "{answer}");
+
+    // Under the cap, all served; the same cap holds over WebSocket.
+    let answer = post_batch(addr, &chain_id_batch((0..4).map(|i| json!(i)))).await;
+    assert!(
+        answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["result"] == json!("0x539")),
+        "{answer}"
+    );
+    let mut ws = Ws::connect(n.handle.ws_addr().unwrap()).await;
+    ws.send(&Value::Array(chain_id_batch((0..8).map(|i| json!(i)))))
+        .await;
+    let answer = ws.recv_timeout().await;
+    let codes: Vec<Value> = answer
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .map(|a| a["error"]["code"].clone())
+        .collect();
+    assert_eq!(codes[..5], vec![Value::Null; 5][..], "{answer}");
+    assert_eq!(codes[5..], vec![json!(-32003); 3][..], "{answer}");
+    n.handle.stop();
+}
+
+/// An HTTP request whose headers and half of whose body have been sent: the server has it
+/// in progress until the rest arrives.
+struct HeldRequest {
+    stream: TcpStream,
+    rest: Vec<u8>,
+}
+
+impl HeldRequest {
+    async fn open(addr: SocketAddr) -> HeldRequest {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"})
+            .to_string()
+            .into_bytes();
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let (first, rest) = body.split_at(body.len() / 2);
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(first).await.unwrap();
+        HeldRequest {
+            stream,
+            rest: rest.to_vec(),
+        }
+    }
+
+    /// Sends the rest of the body; returns (status, body).
+    async fn finish(mut self) -> (u16, Value) {
+        self.stream.write_all(&self.rest).await.unwrap();
+        let (status, _, body) = read_answer(&mut self.stream).await;
+        (status, parse_body(&body))
+    }
+}
+
+/// Reads one HTTP response (headers, then a Content-Length body): (status, head lines
+/// lowercased, body). Panics after 30 s.
+async fn read_answer(s: &mut TcpStream) -> (u16, String, String) {
+    let read = async {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let head = head.to_ascii_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if len.is_some_and(|n| body.len() >= n) {
+                    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok());
+                    return (status.unwrap_or(0), head, body.to_string());
+                }
+            }
+            let n = s.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection closed mid-answer: {text}");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .expect("an answer within 30 s")
+}
+
+/// POSTs `body` and returns (status, head lines lowercased, body).
+async fn post_with_head(addr: SocketAddr, body: &[u8]) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    read_answer(&mut s).await
+}
+
+/// On a server with two slots, opens three requests that stop mid-body. The two that reach
+/// the server first are held; the third is refused at once, before its body is read.
+/// Returns the held two and the refusal (head lines lowercased, body).
+async fn fill_two_slots(addr: SocketAddr) -> (Vec<HeldRequest>, String, Value) {
+    let mut held = vec![
+        HeldRequest::open(addr).await,
+        HeldRequest::open(addr).await,
+        HeldRequest::open(addr).await,
+    ];
+    // Only a refused request can be answered: the others wait for the rest of their body.
+    let (refused, (status, head, body)) = {
+        let [a, b, c] = &mut held[..] else {
+            unreachable!()
+        };
+        tokio::select! {
+            r = read_answer(&mut a.stream) => (0, r),
+            r = read_answer(&mut b.stream) => (1, r),
+            r = read_answer(&mut c.stream) => (2, r),
+        }
+    };
+    assert_eq!(status, 429, "{head}\n{body}");
+    held.remove(refused);
+    (held, head, parse_body(&body))
+}
+
+/// Sends `eth_chainId` until it is served (at most 100 tries, 20 ms apart): the server
+/// learns of the clients that left at its own pace.
+async fn until_served(addr: SocketAddr) {
+    let probe = json!({"jsonrpc":"2.0","id":8,"method":"eth_chainId"}).to_string();
+    for _ in 0..100 {
+        let (status, head, body) = post_with_head(addr, probe.as_bytes()).await;
+        if status == 200 {
+            assert_eq!(parse_body(&body)["result"], json!("0x539"), "{body}");
+            return;
+        }
+        assert_eq!(status, 429, "{head}\n{body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the server never served again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_server_answers_429_then_serves_again() {
+    let n = node_with(RpcConfig {
+        max_concurrent_requests: 2,
+        ..RpcConfig::default()
+    })
+    .await;
+    let addr = n.handle.http_addr();
+    assert_eq!(result(addr, "eth_chainId", json!([])).await, json!("0x539"));
+
+    // Two requests whose bodies are still arriving fill both slots: the decision is made
+    // before a body is read, so a third is refused at once.
+    let (held, head, body) = fill_two_slots(addr).await;
+    assert_eq!(
+        body,
+        json!({"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"server busy: too many requests in progress"}})
+    );
+    assert!(head.contains("\r\nretry-after: 1"), "{head}");
+    assert!(
+        head.contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    // Refused again while they are held, whatever the body.
+    let (status, _, _) = post_with_head(addr, b"{}").await;
+    assert_eq!(status, 429);
+
+    // The held requests complete normally, and their slots are free again at once.
+    for h in held {
+        let (status, body) = h.finish().await;
+        assert_eq!((status, &body["result"]), (200, &json!("0x539")), "{body}");
+    }
+    let call = json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"}).to_string();
+    let (status, _, body) = post_with_head(addr, call.as_bytes()).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Clients that go away mid-body give their slots back too.
+    let (held, _, _) = fill_two_slots(addr).await;
+    drop(held);
+    until_served(addr).await;
     n.handle.stop();
 }

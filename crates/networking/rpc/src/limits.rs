@@ -1,0 +1,474 @@
+//! Request limits of the public JSON-RPC server, in go-ethereum's terms where geth has them:
+//!
+//! - [`InFlightLimitLayer`] (HTTP, decided before the body is read): once
+//!   `max_concurrent_requests` HTTP requests are in progress, a new one is answered at once
+//!   with HTTP 429, a `Retry-After` header and a JSON-RPC error body ([`BUSY_CODE`]).
+//! - [`BatchCountLayer`] (HTTP): a batch with more calls than `--rpc.batch-request-limit`
+//!   gets geth's answer, `[{"jsonrpc":"2.0","id":<first call's id>,"error":{"code":-32600,
+//!   "message":"batch too large"}}]` (HTTP 200), after a scan that counts elements without
+//!   building them; none of its calls runs.
+//! - [`BatchResponseCapLayer`] (RPC, HTTP and WebSocket): once a batch's responses pass
+//!   `--rpc.batch-response-max-size` bytes, the calls still to run are not run and each
+//!   gets geth's -32003 "response too large".
+//!
+//! Over WebSocket, a batch over the limit is refused by jsonrpsee's own check, which also
+//! runs before the calls are parsed, with its -32010 "The batch request was too large".
+
+use jsonrpsee::core::BoxError;
+use jsonrpsee::core::http_helpers::{HttpError, read_body};
+use jsonrpsee::core::middleware::{Batch, BatchEntry, Notification, Request, RpcServiceT};
+use jsonrpsee::core::server::{BatchResponseBuilder, MethodResponse};
+use jsonrpsee::server::http::{content_type_is_json, response};
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
+use jsonrpsee::types::{ErrorObject, Id};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+/// geth's default `--rpc.batch-request-limit`.
+pub const DEFAULT_BATCH_REQUEST_LIMIT: u32 = 1000;
+/// geth's default `--rpc.batch-response-max-size`, in bytes.
+pub const DEFAULT_BATCH_RESPONSE_MAX_SIZE: usize = 25_000_000;
+/// Default most HTTP requests in progress at once.
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: u32 = 256;
+
+/// geth's code and message for a batch with too many calls (an invalid request).
+pub const BATCH_TOO_LARGE_CODE: i32 = -32600;
+pub const BATCH_TOO_LARGE_MSG: &str = "batch too large";
+/// geth's code and message for the calls of a batch past its response size cap.
+pub const RESPONSE_TOO_LARGE_CODE: i32 = -32003;
+pub const RESPONSE_TOO_LARGE_MSG: &str = "response too large";
+/// EIP-1474's "limit exceeded", for a request refused because the server is busy.
+pub const BUSY_CODE: i32 = -32005;
+pub const BUSY_MSG: &str = "server busy: too many requests in progress";
+/// Seconds a refused client is asked to wait (`Retry-After`).
+const RETRY_AFTER_SECS: &str = "1";
+
+const JSON: &str = "application/json; charset=utf-8";
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send>>;
+
+/// Counts the HTTP requests in progress across the servers that share it, and refuses
+/// new ones past `max` with HTTP 429.
+///
+/// A request is counted from the moment its headers are parsed (before its body is read,
+/// so a slow upload holds its slot) until its response is ready, or until its response
+/// future is dropped because the client went away; a blocking handler already running then
+/// finishes on its own. A WebSocket upgrade is counted once, for its handshake: calls on an
+/// open WebSocket are not counted (jsonrpsee's connection cap bounds open sockets).
+#[derive(Debug, Clone)]
+pub struct InFlightLimitLayer {
+    in_flight: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl InFlightLimitLayer {
+    /// `max` below 1 is taken as 1.
+    pub fn new(max: u32) -> Self {
+        Self {
+            in_flight: Arc::default(),
+            max: (max as usize).max(1),
+        }
+    }
+
+    /// Requests in progress now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    fn try_acquire(&self) -> Option<InFlightGuard> {
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InFlightGuard(Arc::clone(&self.in_flight)))
+    }
+}
+
+/// One request's slot; given back on drop.
+struct InFlightGuard(Arc<AtomicUsize>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<S> Layer<S> for InFlightLimitLayer {
+    type Service = InFlightLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        InFlightLimit {
+            inner,
+            limit: self.clone(),
+        }
+    }
+}
+
+/// The service [`InFlightLimitLayer`] wraps around the rest of the server.
+#[derive(Debug, Clone)]
+pub struct InFlightLimit<S> {
+    inner: S,
+    limit: InFlightLimitLayer,
+}
+
+/// The answer to a request refused because too many are in progress.
+fn busy() -> HttpResponse {
+    metrics::counter!("moat_rpc_refused_busy_total").increment(1);
+    let body = error_json(Id::Null, ErrorObject::borrowed(BUSY_CODE, BUSY_MSG, None));
+    HttpResponse::builder()
+        .status(429)
+        .header("content-type", JSON)
+        .header("retry-after", RETRY_AFTER_SECS)
+        .body(HttpBody::from(body))
+        .expect("a static status and headers make a valid response")
+}
+
+impl<S, B> Service<HttpRequest<B>> for InFlightLimit<S>
+where
+    S: Service<HttpRequest<B>, Response = HttpResponse>,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: HttpRequest<B>) -> Self::Future {
+        let Some(guard) = self.limit.try_acquire() else {
+            let resp = busy();
+            return Box::pin(async move { Ok(resp) });
+        };
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let resp = fut.await.map_err(Into::into);
+            drop(guard);
+            resp
+        })
+    }
+}
+
+/// Refuses an HTTP batch with more than `limit` calls (0: no limit) with geth's error,
+/// before jsonrpsee parses its calls. It reads the body itself (with the same size cap and
+/// the same 413 as jsonrpsee) and hands it on to jsonrpsee.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchCountLayer {
+    limit: u32,
+    max_body_size: u32,
+}
+
+impl BatchCountLayer {
+    pub fn new(limit: u32, max_body_size: u32) -> Self {
+        Self {
+            limit,
+            max_body_size,
+        }
+    }
+}
+
+impl<S> Layer<S> for BatchCountLayer {
+    type Service = BatchCount<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BatchCount { inner, cfg: *self }
+    }
+}
+
+/// The service [`BatchCountLayer`] wraps around jsonrpsee.
+#[derive(Debug, Clone)]
+pub struct BatchCount<S> {
+    inner: S,
+    cfg: BatchCountLayer,
+}
+
+impl<S> Service<HttpRequest> for BatchCount<S>
+where
+    S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: HttpRequest) -> Self::Future {
+        let checked =
+            self.cfg.limit != 0 && req.method().as_str() == "POST" && content_type_is_json(&req);
+        if !checked {
+            let fut = self.inner.call(req);
+            return Box::pin(async move { fut.await.map_err(Into::into) });
+        }
+        // The inner service was made ready for this call; the clone left behind takes its
+        // place once the body is in.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let cfg = self.cfg;
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let (body, is_single) = match read_body(&parts.headers, body, cfg.max_body_size).await {
+                Ok(read) => read,
+                Err(HttpError::TooLarge) => return Ok(response::too_large(cfg.max_body_size)),
+                Err(HttpError::Malformed) => return Ok(response::malformed()),
+                Err(HttpError::Stream(e)) => {
+                    tracing::debug!(error = %e, "reading an RPC request body failed");
+                    return Ok(response::internal_error());
+                }
+            };
+            if !is_single && let Some(id) = batch_over_limit(&body, cfg.limit as usize) {
+                metrics::counter!("moat_rpc_batch_limited_total", "reason" => "calls").increment(1);
+                let err = ErrorObject::borrowed(BATCH_TOO_LARGE_CODE, BATCH_TOO_LARGE_MSG, None);
+                let json = format!("[{}]", error_json(id, err));
+                return Ok(HttpResponse::builder()
+                    .header("content-type", JSON)
+                    .body(HttpBody::from(json))
+                    .expect("a static header makes a valid response"));
+            }
+            // Leading whitespace was trimmed: the length changed.
+            parts.headers.insert("content-length", body.len().into());
+            let req = HttpRequest::from_parts(parts, HttpBody::from(body));
+            inner.call(req).await.map_err(Into::into)
+        })
+    }
+}
+
+/// A JSON-RPC error response as text.
+fn error_json(id: Id<'_>, err: ErrorObject<'_>) -> String {
+    MethodResponse::error(id, err).as_json().get().to_string()
+}
+
+/// When the batch `body` (a JSON array) has more than `limit` elements: the id of its
+/// first call (geth puts it on the error), or null. Counts at most `limit + 1` elements
+/// and builds none of them; a malformed batch within the limit is left to jsonrpsee.
+fn batch_over_limit(body: &[u8], limit: usize) -> Option<Id<'static>> {
+    let mut count = 0;
+    // Stopping early leaves the array unfinished, which serde reports as an error: the
+    // count is what matters.
+    let _ = serde_json::Deserializer::from_slice(body).deserialize_seq(CountUpTo {
+        stop: limit.saturating_add(1),
+        count: &mut count,
+    });
+    if count <= limit {
+        return None;
+    }
+    let mut first = Id::Null;
+    let _ = serde_json::Deserializer::from_slice(body).deserialize_seq(FirstCallId(&mut first));
+    Some(first)
+}
+
+/// Counts array elements, skipping each without building it, up to `stop`.
+struct CountUpTo<'c> {
+    stop: usize,
+    count: &'c mut usize,
+}
+
+impl<'de> Visitor<'de> for CountUpTo<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC batch")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while *self.count < self.stop && seq.next_element::<IgnoredAny>()?.is_some() {
+            *self.count += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The id of the first element that is a call (an object with a `method` and an id).
+struct FirstCallId<'c>(&'c mut Id<'static>);
+
+#[derive(serde::Deserialize)]
+struct CallProbe<'a> {
+    #[serde(borrow)]
+    id: Option<Id<'a>>,
+    method: Option<IgnoredAny>,
+}
+
+impl<'de> Visitor<'de> for FirstCallId<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC batch")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(raw) = seq.next_element::<&RawValue>()? {
+            if let Ok(CallProbe {
+                id: Some(id),
+                method: Some(_),
+            }) = CallProbe::deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
+            {
+                *self.0 = id.into_owned();
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Caps the bytes of a batch's responses at `max` (0: no cap), as geth does: calls run in
+/// order, and once the responses so far pass `max`, each call still to come is not run and
+/// gets -32003 "response too large" (notifications past the cap are dropped). The response
+/// that crossed the cap is kept, so a batch answer may exceed `max` by one response.
+/// Bytes are those of the serialized responses.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchResponseCapLayer {
+    max: usize,
+}
+
+impl BatchResponseCapLayer {
+    pub fn new(max: usize) -> Self {
+        Self { max }
+    }
+}
+
+impl<S> Layer<S> for BatchResponseCapLayer {
+    type Service = BatchResponseCap<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BatchResponseCap {
+            inner,
+            max: self.max,
+        }
+    }
+}
+
+/// The RPC service [`BatchResponseCapLayer`] wraps around jsonrpsee's method dispatch.
+#[derive(Debug, Clone)]
+pub struct BatchResponseCap<S> {
+    inner: S,
+    max: usize,
+}
+
+fn response_too_large() -> ErrorObject<'static> {
+    ErrorObject::borrowed(RESPONSE_TOO_LARGE_CODE, RESPONSE_TOO_LARGE_MSG, None)
+}
+
+impl<S> RpcServiceT for BatchResponseCap<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.call(req)
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.notification(n)
+    }
+
+    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let inner = self.inner.clone();
+        let max = if self.max == 0 { usize::MAX } else { self.max };
+        async move {
+            // Our own accounting decides; the builder itself never refuses.
+            let mut out = BatchResponseBuilder::new_with_limit(usize::MAX);
+            let mut bytes = 0usize;
+            let mut over = false;
+            let mut got_notification = false;
+            for entry in batch {
+                let rp = match entry {
+                    Ok(BatchEntry::Call(req)) if over => {
+                        MethodResponse::error(req.id, response_too_large())
+                            .with_extensions(req.extensions)
+                    }
+                    Ok(BatchEntry::Call(req)) => inner.call(req).await,
+                    Ok(BatchEntry::Notification(n)) => {
+                        got_notification = true;
+                        if !over {
+                            inner.notification(n).await;
+                        }
+                        continue;
+                    }
+                    Err(err) => {
+                        let (err, id) = err.into_parts();
+                        let err = if over { response_too_large() } else { err };
+                        MethodResponse::error(id, err)
+                    }
+                };
+                if !over {
+                    // The `,` or `]` after each response.
+                    bytes = bytes.saturating_add(rp.as_json().get().len() + 1);
+                    if bytes > max {
+                        over = true;
+                        metrics::counter!("moat_rpc_batch_limited_total", "reason" => "response_size")
+                            .increment(1);
+                    }
+                }
+                if let Err(rp) = out.append(rp) {
+                    return rp;
+                }
+            }
+            if out.is_empty() && got_notification {
+                MethodResponse::notification()
+            } else {
+                // An empty batch becomes jsonrpsee's "invalid request".
+                MethodResponse::from_batch(out.finish())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_count_stops_past_the_limit_and_finds_the_first_call() {
+        let batch =
+            br#"[{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":"x","method":"m"},1,2]"#;
+        assert_eq!(batch_over_limit(batch, 4), None);
+        assert_eq!(batch_over_limit(batch, 3), Some(Id::Str("x".into())));
+        assert_eq!(batch_over_limit(b"[1,2,3]", 2), Some(Id::Null));
+        assert_eq!(
+            batch_over_limit(br#"[{"id":7,"method":"m"},{"id":8,"method":"m"}]"#, 1),
+            Some(Id::Number(7))
+        );
+        // Malformed after the limit is passed: still too large. Malformed before: jsonrpsee's.
+        assert_eq!(batch_over_limit(b"[1,2,3,", 2), Some(Id::Null));
+        assert_eq!(batch_over_limit(b"[1,2,", 2), None);
+    }
+
+    #[test]
+    fn in_flight_slots_are_given_back_on_drop() {
+        let limit = InFlightLimitLayer::new(2);
+        let a = limit.try_acquire().expect("first slot");
+        let b = limit.try_acquire().expect("second slot");
+        assert!(limit.try_acquire().is_none());
+        drop(a);
+        assert_eq!(limit.in_flight(), 1);
+        let _c = limit.try_acquire().expect("a freed slot");
+        drop(b);
+        assert_eq!(limit.in_flight(), 1);
+        assert_eq!(InFlightLimitLayer::new(0).max, 1);
+    }
+}
