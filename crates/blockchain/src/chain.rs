@@ -8,16 +8,15 @@
 //!        ─▶ one WriteBatch: header, body, receipts, indices, accounts, storage, code, head
 //! ```
 //!
-//! The state root is recomputed from every account in the store with this block's
-//! changes applied (storage roots only for accounts whose storage changed). That is
-//! correct and simple, and costs O(accounts) per block; an incremental trie can replace
-//! [`state_root_after`] without changing its callers.
+//! The state root comes from the stored tries updated along the changed keys only
+//! ([`crate::state_root`]): a block costs what it changes, not what the state holds.
 
 use crate::mempool::SenderCache;
+pub use crate::state_root::{AccountUpdates, state_root_after};
+use crate::state_root::{build_tries, state_update};
 use crate::undo::{UNDO_DEPTH, Undo};
-use crate::vm::{self, AccountChange, AccountInfo, StateReader, VmError};
+use crate::vm::{self, AccountInfo, StateReader, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
-use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
 use moat_common::block::{Block, Header};
 use moat_common::config::{ChainConfig, Fork, Genesis};
 use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB};
@@ -26,7 +25,6 @@ use moat_common::genesis_block::genesis_storage_root;
 use moat_common::receipt::{self, Receipt};
 use moat_storage::{Account, ChainMeta, Store, StoreError, TxLocation, WriteBatch};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
 
 /// Why a block was not imported. Validation failures name the field, the value the
 /// rules expect and the value found.
@@ -144,122 +142,47 @@ pub fn requests_hash(requests: &[Bytes]) -> B256 {
     B256::from_slice(&outer.finalize())
 }
 
-/// keccak256 of trie keys (addresses, storage slots), remembered: the state root is
-/// recomputed over every key each block, and hashing the same keys again was a large part
-/// of that work. Bounded; a key that fell out is simply hashed again.
-fn remembered_keccak<K>(cache: &quick_cache::sync::Cache<K, B256>, key: &K) -> B256
-where
-    K: AsRef<[u8]> + Eq + std::hash::Hash + Clone,
-{
-    if let Some(h) = cache.get(key) {
-        return h;
+/// A datadir written before the state tries were stored has flat state only: its tries
+/// are built once from it, checked against the head's state root, and committed.
+fn build_missing_tries(store: &Store) -> Result<(), ChainError> {
+    if store
+        .trie_node(&crate::state_root::ACCOUNT_TRIE, &[])?
+        .is_some()
+    {
+        return Ok(());
     }
-    let h = keccak256(key.as_ref());
-    cache.insert(key.clone(), h);
-    h
-}
-
-fn hashed_slot(slot: &B256) -> B256 {
-    static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<B256, B256>> =
-        std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 18));
-    remembered_keccak(&CACHE, slot)
-}
-
-fn hashed_address(address: &Address) -> B256 {
-    static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<Address, B256>> =
-        std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 16));
-    remembered_keccak(&CACHE, address)
-}
-
-/// Accounts to write after a block: `None` deletes.
-pub type AccountUpdates = Vec<(Address, Option<Account>)>;
-
-/// The state root after applying `changes` to the accounts in `store`, with the account
-/// records (new storage roots included) to write.
-pub fn state_root_after(
-    store: &Store,
-    changes: &[AccountChange],
-) -> Result<(B256, AccountUpdates), StoreError> {
-    state_root_and_undo(store, changes).map(|(root, updates, _)| (root, updates))
-}
-
-/// [`state_root_after`], plus the undo record of the change: the old accounts and slots
-/// come from the same reads the root needs, so keeping them costs no extra lookups (only
-/// wiped or deleted accounts need a scan of their old storage).
-pub fn state_root_and_undo(
-    store: &Store,
-    changes: &[AccountChange],
-) -> Result<(B256, AccountUpdates, Undo), StoreError> {
-    let mut accounts: BTreeMap<Address, Account> = store.accounts()?.into_iter().collect();
-    let mut updated = Vec::with_capacity(changes.len());
-    let mut undo = Undo::default();
-    for change in changes {
-        let previous = accounts.get(&change.address).copied();
-        if !undo.accounts.iter().any(|(a, _)| *a == change.address) {
-            undo.accounts.push((change.address, previous));
-        }
-        let drops_storage = change.storage_wiped || (change.info.is_none() && previous.is_some());
-        let old_slots: Option<BTreeMap<B256, U256>> = if drops_storage || !change.storage.is_empty()
-        {
-            Some(store.storage_slots(&change.address)?.into_iter().collect())
-        } else {
-            None
-        };
-        if let Some(old) = &old_slots {
-            if drops_storage && !undo.wiped.iter().any(|(a, _)| *a == change.address) {
-                undo.wiped
-                    .push((change.address, old.iter().map(|(k, v)| (*k, *v)).collect()));
-            }
-            for (slot, _) in &change.storage {
-                let value = old.get(slot).copied().unwrap_or_default();
-                undo.slots.push((change.address, *slot, value));
-            }
-        }
-        let Some(info) = change.info else {
-            accounts.remove(&change.address);
-            updated.push((change.address, None));
-            continue;
-        };
-        let storage_root = if change.storage_wiped || !change.storage.is_empty() {
-            let mut slots: BTreeMap<B256, U256> = if change.storage_wiped {
-                BTreeMap::new()
-            } else {
-                old_slots.unwrap_or_default()
-            };
-            for (slot, value) in &change.storage {
-                if value.is_zero() {
-                    slots.remove(slot);
-                } else {
-                    slots.insert(*slot, *value);
-                }
-            }
-            alloy_trie::root::storage_root_unsorted(
-                slots.into_iter().map(|(k, v)| (hashed_slot(&k), v)),
-            )
-        } else {
-            previous.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
-        };
-        let account = Account {
-            nonce: info.nonce,
-            balance: info.balance,
-            code_hash: info.code_hash,
-            storage_root,
-        };
-        accounts.insert(change.address, account);
-        updated.push((change.address, Some(account)));
+    let Some((number, head)) = store.head()? else {
+        return Ok(());
+    };
+    let header = store
+        .header_rlp(&head)?
+        .ok_or_else(|| ChainError::Corrupt(format!("head header {head} missing")))?;
+    let header =
+        Header::decode(&mut header.as_slice()).map_err(|e| ChainError::Corrupt(e.to_string()))?;
+    let accounts = store.accounts()?;
+    if accounts.is_empty() {
+        return Ok(());
     }
-    let root = alloy_trie::root::state_root_unsorted(accounts.into_iter().map(|(a, acc)| {
-        (
-            hashed_address(&a),
-            TrieAccount {
-                nonce: acc.nonce,
-                balance: acc.balance,
-                storage_root: acc.storage_root,
-                code_hash: acc.code_hash,
-            },
-        )
-    }));
-    Ok((root, updated, undo))
+    tracing::info!(
+        accounts = accounts.len(),
+        head = number,
+        "building the state trie from the flat state (once)"
+    );
+    let mut state = Vec::with_capacity(accounts.len());
+    for (address, account) in accounts {
+        let slots = store.storage_slots(&address)?;
+        state.push((address, account, slots));
+    }
+    let mut batch = WriteBatch::new();
+    let root = build_tries(store, state, &mut batch)?;
+    if root != header.state_root {
+        return Err(ChainError::Corrupt(format!(
+            "the flat state hashes to {root}, the head (#{number}) says {}",
+            header.state_root
+        )));
+    }
+    store.commit(batch)?;
+    Ok(())
 }
 
 impl Chain {
@@ -278,27 +201,39 @@ impl Chain {
                     found: found.genesis_hash,
                 });
             }
-            Some(_) => {}
+            Some(_) => build_missing_tries(&store)?,
             None => {
                 let mut batch = WriteBatch::new();
                 batch.set_meta(meta);
+                let mut state = Vec::with_capacity(genesis.alloc.len());
                 for (address, account) in &genesis.alloc {
                     let code_hash = keccak256(&account.code);
-                    batch.set_account(
-                        *address,
-                        Some(Account {
-                            nonce: account.nonce,
-                            balance: account.balance,
-                            code_hash,
-                            storage_root: genesis_storage_root(account),
-                        }),
-                    );
+                    let record = Account {
+                        nonce: account.nonce,
+                        balance: account.balance,
+                        code_hash,
+                        storage_root: genesis_storage_root(account),
+                    };
+                    batch.set_account(*address, Some(record));
                     if !account.code.is_empty() {
                         batch.put_code(code_hash, account.code.clone());
                     }
-                    for (slot, value) in &account.storage {
-                        batch.set_storage(*address, *slot, U256::from_be_bytes(value.0));
+                    let slots: Vec<(B256, U256)> = account
+                        .storage
+                        .iter()
+                        .map(|(slot, value)| (*slot, U256::from_be_bytes(value.0)))
+                        .collect();
+                    for (slot, value) in &slots {
+                        batch.set_storage(*address, *slot, *value);
                     }
+                    state.push((*address, record, slots));
+                }
+                let root = build_tries(&store, state, &mut batch)?;
+                if root != header.state_root {
+                    return Err(ChainError::Corrupt(format!(
+                        "the genesis allocation hashes to {root}, its header says {}",
+                        header.state_root
+                    )));
                 }
                 let block = Block {
                     hash,
@@ -659,17 +594,18 @@ impl Chain {
                 return mismatch("requestsHash", expected.to_string(), found.to_string());
             }
         }
-        let (state_root, accounts, undo) = state_root_and_undo(&self.store, &executed.changes)?;
-        if state_root != h.state_root {
+        let update = state_update(&self.store, &executed.changes)?;
+        if update.root != h.state_root {
             return mismatch(
                 "stateRoot",
-                state_root.to_string(),
+                update.root.to_string(),
                 h.state_root.to_string(),
             );
         }
 
         let mut batch = WriteBatch::new();
-        batch.put_undo(hash, undo.encode());
+        batch.put_undo(hash, update.undo.encode());
+        update.write_trie(&mut batch);
         if let Some(old) = number.checked_sub(UNDO_DEPTH + 1)
             && let Some(old_hash) = self.store.canonical_hash(old)?
         {
@@ -691,7 +627,7 @@ impl Chain {
                 },
             );
         }
-        for (address, account) in accounts {
+        for (address, account) in update.accounts {
             batch.set_account(address, account);
         }
         for change in executed.changes {

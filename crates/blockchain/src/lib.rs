@@ -23,5 +23,6 @@ pub mod chain;
 pub mod history;
 pub mod mempool;
 pub mod payload;
+pub mod state_root;
 pub mod undo;
 pub mod vm;

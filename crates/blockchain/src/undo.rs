@@ -11,7 +11,7 @@
 use alloy_primitives::{Address, B256, U256};
 use alloy_rlp::Encodable;
 use moat_common::rlp::{self, RlpError};
-use moat_storage::{Account, WriteBatch};
+use moat_storage::{Account, TrieNode, WriteBatch};
 
 /// How many blocks back a reorg may reach.
 pub const UNDO_DEPTH: u64 = 128;
@@ -26,6 +26,11 @@ pub struct Undo {
     /// Accounts whose whole storage the block dropped (wiped or deleted), with all their
     /// slots before.
     pub wiped: Vec<(Address, Vec<(B256, U256)>)>,
+    /// Every trie node the block wrote or deleted: (trie owner, path, node before).
+    pub trie: Vec<(B256, Vec<u8>, Option<Vec<u8>>)>,
+    /// Tries the block dropped whole (storage of wiped or deleted accounts), with all
+    /// their nodes before: (owner, [(path, node)]).
+    pub wiped_tries: Vec<(B256, Vec<TrieNode>)>,
 }
 
 impl Undo {
@@ -45,6 +50,18 @@ impl Undo {
         }
         for (address, account) in &self.accounts {
             batch.set_account(*address, *account);
+        }
+        for (owner, nodes) in &self.wiped_tries {
+            batch.wipe_trie(*owner);
+            for (path, rlp) in nodes {
+                batch.set_trie_node(*owner, path.clone(), Some(rlp.clone()));
+            }
+        }
+        for (owner, path, old) in &self.trie {
+            // A node of a wiped trie is restored from the full list above.
+            if !self.wiped_tries.iter().any(|(o, _)| o == owner) {
+                batch.set_trie_node(*owner, path.clone(), old.clone());
+            }
         }
     }
 
@@ -87,10 +104,40 @@ impl Undo {
             rlp::encode_list_payload(&pairs, &mut item);
             rlp::encode_list_payload(&item, &mut wiped);
         }
+        let mut trie = Vec::new();
+        for (owner, path, old) in &self.trie {
+            let mut item = Vec::new();
+            owner.encode(&mut item);
+            path.as_slice().encode(&mut item);
+            match old {
+                None => false.encode(&mut item),
+                Some(node) => {
+                    true.encode(&mut item);
+                    node.as_slice().encode(&mut item);
+                }
+            }
+            rlp::encode_list_payload(&item, &mut trie);
+        }
+        let mut wiped_tries = Vec::new();
+        for (owner, nodes) in &self.wiped_tries {
+            let mut pairs = Vec::new();
+            for (path, node) in nodes {
+                let mut pair = Vec::new();
+                path.as_slice().encode(&mut pair);
+                node.as_slice().encode(&mut pair);
+                rlp::encode_list_payload(&pair, &mut pairs);
+            }
+            let mut item = Vec::new();
+            owner.encode(&mut item);
+            rlp::encode_list_payload(&pairs, &mut item);
+            rlp::encode_list_payload(&item, &mut wiped_tries);
+        }
         let mut payload = Vec::new();
         rlp::encode_list_payload(&accounts, &mut payload);
         rlp::encode_list_payload(&slots, &mut payload);
         rlp::encode_list_payload(&wiped, &mut payload);
+        rlp::encode_list_payload(&trie, &mut payload);
+        rlp::encode_list_payload(&wiped_tries, &mut payload);
         let mut out = Vec::with_capacity(payload.len() + 9);
         rlp::encode_list_payload(&payload, &mut out);
         out
@@ -140,6 +187,36 @@ impl Undo {
             item.finish()?;
             undo.wiped.push((address, list));
         }
+        // Records written before the state trie was stored end here.
+        if !f.is_empty() {
+            let mut trie = f.list("undo trie")?;
+            while !trie.is_empty() {
+                let mut item = trie.list("undo trie node")?;
+                let owner = item.b256("owner")?;
+                let path = item.bytes("path")?.to_vec();
+                let old = if item.bool("existed")? {
+                    Some(item.bytes("node")?.to_vec())
+                } else {
+                    None
+                };
+                item.finish()?;
+                undo.trie.push((owner, path, old));
+            }
+            let mut wiped = f.list("undo wiped tries")?;
+            while !wiped.is_empty() {
+                let mut item = wiped.list("undo wiped trie")?;
+                let owner = item.b256("owner")?;
+                let mut pairs = item.list("nodes")?;
+                let mut nodes = Vec::new();
+                while !pairs.is_empty() {
+                    let mut pair = pairs.list("node")?;
+                    nodes.push((pair.bytes("path")?.to_vec(), pair.bytes("node")?.to_vec()));
+                    pair.finish()?;
+                }
+                item.finish()?;
+                undo.wiped_tries.push((owner, nodes));
+            }
+        }
         f.finish()?;
         Ok(undo)
     }
@@ -169,6 +246,11 @@ mod tests {
                 Address::repeat_byte(7),
                 vec![(B256::repeat_byte(8), U256::from(9))],
             )],
+            trie: vec![
+                (B256::ZERO, vec![], Some(vec![0xc1, 0x80])),
+                (B256::repeat_byte(3), vec![1, 2, 3], None),
+            ],
+            wiped_tries: vec![(B256::repeat_byte(4), vec![(vec![5], vec![0xc0])])],
         };
         assert_eq!(Undo::decode(&undo.encode()).unwrap(), undo);
         assert_eq!(

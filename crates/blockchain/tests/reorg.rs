@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 mod common;
 
-use common::{HeadState, testdata};
+use common::{HeadState, assert_tries_match_flat_state, testdata};
 
 fn key() -> Signer {
     let accounts: serde_json::Value =
@@ -121,6 +121,7 @@ async fn the_chain_switches_branches_and_its_state_follows() {
     assert_eq!(nonce(&chain, x.address()), n);
     assert!(chain.store().tx_location(&tx_a.hash()).unwrap().is_none());
     assert!(chain.is_canonical(&b1.hash).unwrap() && !chain.is_canonical(&a1.hash).unwrap());
+    assert_tries_match_flat_state(&chain);
 
     // B2 on B1 spends the same nonce elsewhere.
     let tx_b = transfer(id, &x, n, 0x22, 7);
@@ -136,6 +137,7 @@ async fn the_chain_switches_branches_and_its_state_follows() {
     assert_eq!(balance(&chain, Address::repeat_byte(0x11)), U256::from(5));
     assert_eq!(balance(&chain, Address::repeat_byte(0x22)), U256::ZERO);
     assert_eq!(chain.store().canonical_hash(32).unwrap(), None);
+    assert_tries_match_flat_state(&chain);
     assert_eq!(
         chain
             .store()
@@ -164,9 +166,40 @@ async fn the_chain_switches_branches_and_its_state_follows() {
     assert_eq!(chain.head().unwrap(), (31, a1.hash));
     assert_eq!(balance(&chain, Address::repeat_byte(0x11)), U256::from(5));
     assert_eq!(nonce(&chain, x.address()), n + 1);
+    assert_tries_match_flat_state(&chain);
     // An unknown target is an error, not a panic.
     assert!(matches!(
         chain.set_head(B256::repeat_byte(0x77)),
         Err(ChainError::UnknownBlock(_))
     ));
+}
+
+/// The whole conformance chain imported through the stored tries (deployments, storage
+/// writes and clears, system contracts): every block's root checked on import, and the
+/// stored tries at the head equal to tries rebuilt from the flat state. Then the last 100
+/// blocks are taken back and imported again, and the tries still match.
+#[test]
+fn the_stored_tries_follow_the_ethtest_chain_and_its_unwinding() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let blocks = Block::decode_all(&std::fs::read(testdata("chain.rlp")).unwrap()).unwrap();
+    for block in &blocks {
+        chain.import(block).unwrap();
+    }
+    assert_eq!(chain.head().unwrap().0, 600);
+    assert_tries_match_flat_state(&chain);
+    // A side block on #500 (another extra data) made head: #501..#600 are unwound
+    // through their undo records; then back to #600, the old branch executed again.
+    let mut side = blocks[500].clone();
+    side.header.extra_data = alloy_primitives::Bytes::from_static(b"side");
+    side.hash = side.header.hash();
+    chain.store_side_block(&side).unwrap();
+    let change = chain.set_head(side.hash).unwrap();
+    assert_eq!(change.removed.len(), 100);
+    assert_eq!(chain.head().unwrap(), (501, side.hash));
+    assert_tries_match_flat_state(&chain);
+    let change = chain.set_head(blocks[599].hash).unwrap();
+    assert_eq!(change.added.len(), 100);
+    assert_eq!(chain.head().unwrap(), (600, blocks[599].hash));
+    assert_tries_match_flat_state(&chain);
 }

@@ -11,7 +11,7 @@
 //!    `set_account(_, None)` loses all its slots;
 //! 5. storage writes (zero deletes the slot), except for addresses whose last account
 //!    entry in this batch is a deletion: a deleted account keeps no storage;
-//! 6. accounts, in call order; code;
+//! 6. accounts, in call order; code; trie wipes, then trie nodes in call order;
 //! 7. blob sidecars, the pool journal and undo records, puts and deletes in call order;
 //! 8. the head.
 //!
@@ -20,7 +20,7 @@
 use crate::backend::{Op, Table};
 use crate::codec::{
     META_CHAIN, META_HEAD, encode_account, encode_meta, encode_number_hash, encode_slot_value,
-    encode_tx_location, number_key, storage_bounds, storage_key,
+    encode_tx_location, number_key, storage_bounds, storage_key, trie_node_key, trie_owner_bounds,
 };
 use crate::{Account, ChainMeta, TxLocation};
 use alloy_primitives::{Address, B256, Bytes, U256};
@@ -42,6 +42,8 @@ pub struct WriteBatch {
     sidecars: Vec<(B256, Option<Vec<u8>>)>,
     journal: Vec<(B256, Option<Vec<u8>>)>,
     undo: Vec<(B256, Option<Vec<u8>>)>,
+    wipe_tries: Vec<B256>,
+    trie_nodes: Vec<(B256, Vec<u8>, Option<Vec<u8>>)>,
     head: Option<(u64, B256)>,
 }
 
@@ -66,6 +68,8 @@ impl WriteBatch {
             && self.sidecars.is_empty()
             && self.journal.is_empty()
             && self.undo.is_empty()
+            && self.wipe_tries.is_empty()
+            && self.trie_nodes.is_empty()
             && self.head.is_none()
     }
 
@@ -169,6 +173,18 @@ impl WriteBatch {
         self
     }
 
+    /// Drops every node of trie `owner` before this batch's trie node writes.
+    pub fn wipe_trie(&mut self, owner: B256) -> &mut Self {
+        self.wipe_tries.push(owner);
+        self
+    }
+
+    /// Writes the trie node at `path` of trie `owner`; `None` deletes it.
+    pub fn set_trie_node(&mut self, owner: B256, path: Vec<u8>, rlp: Option<Vec<u8>>) -> &mut Self {
+        self.trie_nodes.push((owner, path, rlp));
+        self
+    }
+
     pub fn set_head(&mut self, number: u64, hash: B256) -> &mut Self {
         self.head = Some((number, hash));
         self
@@ -262,6 +278,21 @@ impl WriteBatch {
         }
         for (code_hash, code) in self.code {
             ops.push(put(Table::Code, code_hash.as_slice(), code.to_vec()));
+        }
+        for owner in &self.wipe_tries {
+            let (start, end) = trie_owner_bounds(owner);
+            ops.push(Op::DeleteRange {
+                table: Table::TrieNodes,
+                start,
+                end: Some(end),
+            });
+        }
+        for (owner, path, rlp) in self.trie_nodes {
+            ops.push(put_or_delete(
+                Table::TrieNodes,
+                &trie_node_key(&owner, &path),
+                rlp,
+            ));
         }
 
         for (tx_hash, bytes) in self.sidecars {

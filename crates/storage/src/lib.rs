@@ -79,6 +79,11 @@ pub struct TxLocation {
     pub index: u64,
 }
 
+/// A trie node at its path: (nibbles, RLP).
+pub type TrieNode = (Vec<u8>, Vec<u8>);
+/// A trie node with its trie: (owner, nibbles, RLP).
+pub type OwnedTrieNode = (B256, Vec<u8>, Vec<u8>);
+
 /// Handle to the database; cheap to clone, and every clone sees every commit.
 #[derive(Clone)]
 pub struct Store {
@@ -233,6 +238,37 @@ impl Store {
     /// What `block_hash` overwrote when it was imported, if still kept.
     pub fn undo(&self, block_hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
         self.raw(Table::Undo, block_hash.as_slice())
+    }
+
+    /// The RLP of the trie node at `path` (nibbles) of trie `owner` (zero: the account
+    /// trie; keccak(address): that account's storage trie).
+    pub fn trie_node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(Table::TrieNodes, &codec::trie_node_key(owner, path))
+    }
+
+    /// Every stored trie node: (owner, path, RLP), in key order (for checks and tools).
+    pub fn trie_nodes(&self) -> Result<Vec<OwnedTrieNode>, StoreError> {
+        let mut nodes = Vec::new();
+        self.backend
+            .scan(Table::TrieNodes, &[], None, |key, value| {
+                let owner = decode_b256(key.get(..32).unwrap_or_default(), "trie node key")?;
+                nodes.push((owner, codec::trie_node_path(key)?, value.to_vec()));
+                Ok(())
+            })?;
+        Ok(nodes)
+    }
+
+    /// Every node of trie `owner` with its path (what taking back a wiped storage trie
+    /// needs).
+    pub fn trie_nodes_of(&self, owner: &B256) -> Result<Vec<TrieNode>, StoreError> {
+        let (start, end) = codec::trie_owner_bounds(owner);
+        let mut nodes = Vec::new();
+        self.backend
+            .scan(Table::TrieNodes, &start, Some(&end), |key, value| {
+                nodes.push((codec::trie_node_path(key)?, value.to_vec()));
+                Ok(())
+            })?;
+        Ok(nodes)
     }
 
     /// The local-tx journal table of earlier versions, sorted by tx hash: read once at start

@@ -42,10 +42,13 @@ pub(crate) enum Table {
     Journal,
     /// block hash → the state the block overwrote, to take it back in a reorg
     Undo,
+    /// trie owner (zero: accounts; keccak(address): its storage) ‖ packed nibble path ‖
+    /// path length → the node's RLP
+    TrieNodes,
 }
 
 impl Table {
-    pub(crate) const ALL: [Table; 13] = [
+    pub(crate) const ALL: [Table; 14] = [
         Table::Meta,
         Table::Headers,
         Table::HeaderNumbers,
@@ -59,6 +62,7 @@ impl Table {
         Table::Sidecars,
         Table::Journal,
         Table::Undo,
+        Table::TrieNodes,
     ];
 
     pub(crate) const COUNT: usize = Self::ALL.len();
@@ -83,6 +87,7 @@ impl Table {
             Table::Sidecars => "sidecars",
             Table::Journal => "journal",
             Table::Undo => "undo",
+            Table::TrieNodes => "trie_nodes",
         }
     }
 }

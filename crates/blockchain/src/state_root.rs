@@ -1,0 +1,271 @@
+//! The state root of a block, from what the block changed: the stored account trie and
+//! storage tries (moat-trie, nodes in the store's `trie_nodes` table) are updated along
+//! the paths of the changed keys only.
+//!
+//! ```text
+//!  AccountChange per address ─▶ storage trie of keccak(address): set / remove slots
+//!                               (a wipe starts it empty) ─▶ storage root
+//!                          ─▶ account trie: set / remove keccak(address) ─▶ state root
+//! ```
+//!
+//! Reads are point reads: the account before the block, each changed slot before the
+//! block (for the undo record), and the trie nodes on the changed paths. Only a storage
+//! wipe (SELFDESTRUCT of an account with storage, or its deletion) reads the whole of
+//! that account's storage and storage trie, to keep them in the undo record.
+//!
+//! [`StateUpdate::write`] puts everything in the block's own batch: flat accounts and
+//! slots (written by the caller), trie nodes, wipes; a crash leaves all or nothing.
+
+use crate::undo::Undo;
+use crate::vm::AccountChange;
+use alloy_primitives::{Address, B256, U256, keccak256};
+use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
+use moat_storage::{Account, Store, StoreError, WriteBatch};
+use moat_trie::{NodeSource, Trie, TrieError, TrieWrite};
+
+/// The account trie's owner.
+pub const ACCOUNT_TRIE: B256 = B256::ZERO;
+
+/// keccak256 of trie keys (addresses, storage slots), remembered: the same hot keys are
+/// hashed block after block. Bounded; a key that fell out is simply hashed again.
+fn remembered_keccak<K>(cache: &quick_cache::sync::Cache<K, B256>, key: &K) -> B256
+where
+    K: AsRef<[u8]> + Eq + std::hash::Hash + Clone,
+{
+    if let Some(h) = cache.get(key) {
+        return h;
+    }
+    let h = keccak256(key.as_ref());
+    cache.insert(key.clone(), h);
+    h
+}
+
+pub fn hashed_slot(slot: &B256) -> B256 {
+    static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<B256, B256>> =
+        std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 18));
+    remembered_keccak(&CACHE, slot)
+}
+
+pub fn hashed_address(address: &Address) -> B256 {
+    static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<Address, B256>> =
+        std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 16));
+    remembered_keccak(&CACHE, address)
+}
+
+/// The store as the trie's node source.
+pub struct StoreNodes<'a>(pub &'a Store);
+
+impl NodeSource for StoreNodes<'_> {
+    fn node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, TrieError> {
+        self.0
+            .trie_node(owner, path)
+            .map_err(|e| TrieError::Source(e.to_string()))
+    }
+}
+
+pub(crate) fn trie_err(e: TrieError) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+/// The leaf of an account in the account trie.
+pub fn account_leaf(account: &Account) -> Vec<u8> {
+    alloy_rlp::encode(TrieAccount {
+        nonce: account.nonce,
+        balance: account.balance,
+        storage_root: account.storage_root,
+        code_hash: account.code_hash,
+    })
+}
+
+/// The leaf of a (non-zero) storage value.
+pub fn slot_leaf(value: &U256) -> Vec<u8> {
+    alloy_rlp::encode(value)
+}
+
+/// Accounts to write after a block: `None` deletes.
+pub type AccountUpdates = Vec<(Address, Option<Account>)>;
+
+/// What a block's changes do to the state: the root, the account records, the trie
+/// writes and wipes, and the undo record of all of it.
+#[derive(Debug, Default)]
+pub struct StateUpdate {
+    pub root: B256,
+    pub accounts: AccountUpdates,
+    pub undo: Undo,
+    /// Tries dropped before the writes (storage of wiped or deleted accounts).
+    pub wiped_tries: Vec<B256>,
+    pub trie_writes: Vec<(B256, TrieWrite)>,
+}
+
+impl StateUpdate {
+    /// Adds the trie wipes and node writes to `batch` (accounts and slots are the
+    /// caller's: it holds the block's changes).
+    pub fn write_trie(&self, batch: &mut WriteBatch) {
+        for owner in &self.wiped_tries {
+            batch.wipe_trie(*owner);
+        }
+        for (owner, w) in &self.trie_writes {
+            batch.set_trie_node(*owner, w.path.clone(), w.node.clone());
+        }
+    }
+}
+
+/// The state root after applying `changes` to the state in `store`, with the account
+/// records (new storage roots included) to write.
+pub fn state_root_after(
+    store: &Store,
+    changes: &[AccountChange],
+) -> Result<(B256, AccountUpdates), StoreError> {
+    state_update(store, changes).map(|u| (u.root, u.accounts))
+}
+
+/// Everything applying `changes` (one block's) to the state in `store` writes.
+pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpdate, StoreError> {
+    let source = StoreNodes(store);
+    let mut update = StateUpdate::default();
+    // One entry per address, in the order of first appearance, its changes in order.
+    let mut order: Vec<Address> = Vec::new();
+    let mut by_address: std::collections::HashMap<Address, Vec<&AccountChange>> =
+        std::collections::HashMap::new();
+    for change in changes {
+        by_address
+            .entry(change.address)
+            .or_insert_with(|| {
+                order.push(change.address);
+                Vec::new()
+            })
+            .push(change);
+    }
+    let mut accounts = Trie::new(&source, ACCOUNT_TRIE);
+    for address in order {
+        let list = &by_address[&address];
+        let previous = store.account(&address)?;
+        update.undo.accounts.push((address, previous));
+        let owner = hashed_address(&address);
+        let had_storage = previous.is_some_and(|p| p.storage_root != EMPTY_ROOT_HASH);
+        let last = list.last().expect("grouped changes are not empty");
+        let deleted = last.info.is_none();
+        let wiped = deleted || list.iter().any(|c| c.storage_wiped);
+        if wiped {
+            // The whole old storage and storage trie go into the undo record (taking the
+            // block back wipes what it wrote, then restores them).
+            let (slots, nodes) = if had_storage {
+                (store.storage_slots(&address)?, store.trie_nodes_of(&owner)?)
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            update.undo.wiped.push((address, slots));
+            update.undo.wiped_tries.push((owner, nodes));
+            if had_storage {
+                update.wiped_tries.push(owner);
+            }
+        }
+        let Some(info) = last.info else {
+            accounts.remove(&owner).map_err(trie_err)?;
+            update.accounts.push((address, None));
+            continue;
+        };
+        let mut storage = if wiped {
+            Trie::wiped(&source, owner)
+        } else {
+            Trie::new(&source, owner)
+        };
+        let mut storage_changed = wiped;
+        for change in list {
+            if change.storage_wiped {
+                storage = Trie::wiped(&source, owner);
+            }
+            for (slot, value) in &change.storage {
+                if !wiped {
+                    let before = store.storage(&address, slot)?;
+                    update.undo.slots.push((address, *slot, before));
+                }
+                let key = hashed_slot(slot);
+                if value.is_zero() {
+                    storage.remove(&key).map_err(trie_err)?;
+                } else {
+                    storage.insert(&key, slot_leaf(value)).map_err(trie_err)?;
+                }
+                storage_changed = true;
+            }
+        }
+        let storage_root = if storage_changed {
+            let commit = storage.commit().map_err(trie_err)?;
+            for w in commit.writes {
+                if !wiped {
+                    update
+                        .undo
+                        .trie
+                        .push((owner, w.path.clone(), w.old.clone()));
+                }
+                update.trie_writes.push((owner, w));
+            }
+            commit.root
+        } else {
+            previous.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
+        };
+        let account = Account {
+            nonce: info.nonce,
+            balance: info.balance,
+            code_hash: info.code_hash,
+            storage_root,
+        };
+        accounts
+            .insert(&owner, account_leaf(&account))
+            .map_err(trie_err)?;
+        update.accounts.push((address, Some(account)));
+    }
+    let commit = accounts.commit().map_err(trie_err)?;
+    for w in commit.writes {
+        update
+            .undo
+            .trie
+            .push((ACCOUNT_TRIE, w.path.clone(), w.old.clone()));
+        update.trie_writes.push((ACCOUNT_TRIE, w));
+    }
+    update.root = commit.root;
+    Ok(update)
+}
+
+/// Builds the tries of a whole state from scratch (a genesis, or a datadir whose flat
+/// state has no trie yet) into `batch`; returns the state root. Each account's storage
+/// root is checked against the one its record claims.
+pub fn build_tries(
+    store: &Store,
+    accounts: impl IntoIterator<Item = (Address, Account, Vec<(B256, U256)>)>,
+    batch: &mut WriteBatch,
+) -> Result<B256, StoreError> {
+    let source = StoreNodes(store);
+    let mut trie = Trie::new(&source, ACCOUNT_TRIE);
+    for (address, account, slots) in accounts {
+        let owner = hashed_address(&address);
+        if !slots.is_empty() {
+            let mut storage = Trie::wiped(&source, owner);
+            for (slot, value) in &slots {
+                if !value.is_zero() {
+                    storage
+                        .insert(&hashed_slot(slot), slot_leaf(value))
+                        .map_err(trie_err)?;
+                }
+            }
+            let commit = storage.commit().map_err(trie_err)?;
+            if commit.root != account.storage_root {
+                return Err(StoreError::Corrupt(format!(
+                    "storage of {address}: its slots hash to {}, its account says {}",
+                    commit.root, account.storage_root
+                )));
+            }
+            batch.wipe_trie(owner);
+            for w in commit.writes {
+                batch.set_trie_node(owner, w.path, w.node);
+            }
+        }
+        trie.insert(&owner, account_leaf(&account))
+            .map_err(trie_err)?;
+    }
+    let commit = trie.commit().map_err(trie_err)?;
+    for w in commit.writes {
+        batch.set_trie_node(ACCOUNT_TRIE, w.path, w.node);
+    }
+    Ok(commit.root)
+}

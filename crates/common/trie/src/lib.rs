@@ -1,0 +1,733 @@
+//! moat-trie: the Merkle Patricia trie of Ethereum state, stored node by node under its
+//! path, updated in place, so that a block costs what it changes.
+//!
+//! # Storage model
+//! A trie is named by its **owner**: the zero hash for the account trie, the keccak of
+//! an address for that account's storage trie. Each node lives at its **path**: the
+//! nibbles of the key consumed from the root to reach it. The stored value is the node's
+//! own RLP (the encoding that is hashed), children referenced as in any Ethereum trie: by
+//! hash, or inline when their RLP is under 32 bytes. Inline children are stored at their
+//! own path too, so every node is reached the same way: by loading the path below.
+//!
+//! Invariants (the store holds exactly the current trie):
+//! - a node exists at a path if and only if the trie has a node there;
+//! - branches never move: inserting and removing keys only creates, moves, merges or
+//!   deletes leaves and extensions (a split adds a branch at a new path; a branch left
+//!   with one child becomes a leaf or extension at its own path), so an unchanged
+//!   subtree keeps its paths and its stored hashes stay valid;
+//! - a node's reference in its parent is the hash (or inline RLP) of the node stored at
+//!   the child path.
+//!
+//! # Updating
+//! [`Trie`] keeps an overlay of the nodes it read and changed. [`Trie::insert`] and
+//! [`Trie::remove`] walk from the root, loading only the nodes on the key's path, and
+//! mark what they change; [`Trie::commit`] encodes and hashes the changed nodes bottom up
+//! (unchanged children keep the reference their parent already holds) and returns the
+//! root with the writes to apply and, for each written path, what the store held before
+//! (the undo of the change). Cost: O(changed keys × depth) reads and hashes.
+//!
+//! [`proof`] gives the nodes on a key's path, as `eth_getProof` (EIP-1186) wants them.
+//! The store behind the trie is a [`NodeSource`]; no database code lives here.
+
+use alloy_primitives::{B256, keccak256};
+use alloy_rlp::{Encodable, Header};
+use std::collections::{HashMap, HashSet};
+
+/// keccak256 of the RLP of an empty string: the root of an empty trie.
+pub const EMPTY_ROOT: B256 =
+    alloy_primitives::b256!("56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421");
+
+/// Where nodes come from: the store, or a map in tests.
+pub trait NodeSource {
+    /// The RLP of the node at `path` (nibbles) of trie `owner`, if there is one.
+    fn node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, TrieError>;
+}
+
+/// Why a trie operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrieError {
+    #[error("trie node source: {0}")]
+    Source(String),
+    #[error("corrupt trie node of {owner} at path {path}: {reason}")]
+    Corrupt {
+        owner: B256,
+        path: String,
+        reason: &'static str,
+    },
+}
+
+/// The nibbles of a 32-byte key, high nibble first.
+pub fn nibbles(key: &B256) -> Vec<u8> {
+    key.iter().flat_map(|b| [b >> 4, b & 0x0f]).collect()
+}
+
+/// A node's reference as its parent holds it: the RLP of its hash, or its RLP itself
+/// when that is under 32 bytes.
+pub fn node_ref(rlp: &[u8]) -> Vec<u8> {
+    if rlp.len() < 32 {
+        rlp.to_vec()
+    } else {
+        let mut out = Vec::with_capacity(33);
+        keccak256(rlp).as_slice().encode(&mut out);
+        out
+    }
+}
+
+/// A child slot of a node in the overlay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Child {
+    Empty,
+    /// Unchanged: the reference the parent's stored RLP holds.
+    Stored(Vec<u8>),
+    /// Changed in this update: the node at the child path must be hashed again.
+    Dirty,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    Leaf { key: Vec<u8>, value: Vec<u8> },
+    Extension { key: Vec<u8>, child: Child },
+    Branch { children: Box<[Child; 16]> },
+}
+
+fn empty_children() -> Box<[Child; 16]> {
+    Box::new(std::array::from_fn(|_| Child::Empty))
+}
+
+fn joined(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    out.extend_from_slice(a);
+    out.extend_from_slice(b);
+    out
+}
+
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Hex-prefix encoding of a node's key nibbles.
+fn compact(nibbles: &[u8], leaf: bool) -> Vec<u8> {
+    let flag = if leaf { 2u8 } else { 0 };
+    let mut out = Vec::with_capacity(nibbles.len() / 2 + 1);
+    let rest = if nibbles.len() % 2 == 1 {
+        out.push(((flag | 1) << 4) | nibbles[0]);
+        &nibbles[1..]
+    } else {
+        out.push(flag << 4);
+        nibbles
+    };
+    for pair in rest.chunks(2) {
+        out.push((pair[0] << 4) | pair[1]);
+    }
+    out
+}
+
+/// The nibbles and leaf flag of a hex-prefix key.
+fn from_compact(bytes: &[u8]) -> Option<(Vec<u8>, bool)> {
+    let first = *bytes.first()?;
+    let flag = first >> 4;
+    if flag > 3 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    if flag & 1 == 1 {
+        out.push(first & 0x0f);
+    } else if first & 0x0f != 0 {
+        return None;
+    }
+    for b in &bytes[1..] {
+        out.push(b >> 4);
+        out.push(b & 0x0f);
+    }
+    Some((out, flag & 2 == 2))
+}
+
+/// The raw items (headers included) of an RLP list.
+fn list_items(mut rlp: &[u8]) -> Option<Vec<&[u8]>> {
+    let header = Header::decode(&mut rlp).ok()?;
+    if !header.list || header.payload_length != rlp.len() {
+        return None;
+    }
+    let mut items = Vec::with_capacity(17);
+    while !rlp.is_empty() {
+        let start = rlp;
+        let h = Header::decode(&mut rlp).ok()?;
+        if h.payload_length > rlp.len() {
+            return None;
+        }
+        rlp = &rlp[h.payload_length..];
+        items.push(&start[..start.len() - rlp.len()]);
+    }
+    Some(items)
+}
+
+/// The payload of an RLP string item.
+fn string_payload(mut item: &[u8]) -> Option<&[u8]> {
+    let h = Header::decode(&mut item).ok()?;
+    (!h.list && h.payload_length == item.len()).then_some(item)
+}
+
+fn child_of(item: &[u8]) -> Option<Child> {
+    if item == [alloy_rlp::EMPTY_STRING_CODE] {
+        return Some(Child::Empty);
+    }
+    // A hash (33 bytes with its header) or an inline node (a list under 32 bytes).
+    let ok = (item.len() == 33 && item[0] == 0xa0) || (item[0] >= 0xc0 && item.len() < 32);
+    ok.then(|| Child::Stored(item.to_vec()))
+}
+
+fn decode_node(rlp: &[u8]) -> Option<Node> {
+    let items = list_items(rlp)?;
+    match items.len() {
+        2 => {
+            let (key, leaf) = from_compact(string_payload(items[0])?)?;
+            if leaf {
+                Some(Node::Leaf {
+                    key,
+                    value: string_payload(items[1])?.to_vec(),
+                })
+            } else {
+                let child = child_of(items[1])?;
+                (child != Child::Empty && !key.is_empty()).then_some(Node::Extension { key, child })
+            }
+        }
+        17 => {
+            let mut children = empty_children();
+            for (slot, item) in children.iter_mut().zip(&items[..16]) {
+                *slot = child_of(item)?;
+            }
+            Some(Node::Branch { children })
+        }
+        _ => None,
+    }
+}
+
+/// RLP of a node whose children are all resolved (no `Dirty`).
+fn encode_node(node: &Node) -> Vec<u8> {
+    let mut payload = Vec::new();
+    match node {
+        Node::Leaf { key, value } => {
+            compact(key, true).as_slice().encode(&mut payload);
+            value.as_slice().encode(&mut payload);
+        }
+        Node::Extension { key, child } => {
+            compact(key, false).as_slice().encode(&mut payload);
+            push_child(child, &mut payload);
+        }
+        Node::Branch { children } => {
+            for child in children.iter() {
+                push_child(child, &mut payload);
+            }
+            payload.push(alloy_rlp::EMPTY_STRING_CODE);
+        }
+    }
+    let mut out = Vec::with_capacity(payload.len() + 3);
+    Header {
+        list: true,
+        payload_length: payload.len(),
+    }
+    .encode(&mut out);
+    out.extend_from_slice(&payload);
+    out
+}
+
+fn push_child(child: &Child, out: &mut Vec<u8>) {
+    match child {
+        Child::Empty => out.push(alloy_rlp::EMPTY_STRING_CODE),
+        Child::Stored(r) => out.extend_from_slice(r),
+        Child::Dirty => unreachable!("children are resolved before a node is encoded"),
+    }
+}
+
+fn path_text(path: &[u8]) -> String {
+    path.iter().map(|n| format!("{n:x}")).collect()
+}
+
+/// What a commit changes: the new root, and per path the node to write (`None`:
+/// delete) with the node the store held there before.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrieCommit {
+    pub root: B256,
+    pub writes: Vec<TrieWrite>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrieWrite {
+    pub path: Vec<u8>,
+    pub node: Option<Vec<u8>>,
+    pub old: Option<Vec<u8>>,
+}
+
+/// One trie being updated over a [`NodeSource`].
+pub struct Trie<'s, S: NodeSource + ?Sized> {
+    source: &'s S,
+    owner: B256,
+    /// The trie starts empty: the source's nodes of this owner are being dropped.
+    wiped: bool,
+    nodes: HashMap<Vec<u8>, Option<Node>>,
+    /// What the source held at each path read.
+    original: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Paths written or deleted.
+    touched: HashSet<Vec<u8>>,
+}
+
+impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
+    /// The trie `owner` as the source holds it.
+    pub fn new(source: &'s S, owner: B256) -> Self {
+        Self {
+            source,
+            owner,
+            wiped: false,
+            nodes: HashMap::new(),
+            original: HashMap::new(),
+            touched: HashSet::new(),
+        }
+    }
+
+    /// The trie `owner` emptied: the caller drops the source's nodes of `owner` in the
+    /// same write as this trie's commit.
+    pub fn wiped(source: &'s S, owner: B256) -> Self {
+        Self {
+            wiped: true,
+            ..Self::new(source, owner)
+        }
+    }
+
+    pub fn owner(&self) -> B256 {
+        self.owner
+    }
+
+    fn corrupt(&self, path: &[u8], reason: &'static str) -> TrieError {
+        TrieError::Corrupt {
+            owner: self.owner,
+            path: path_text(path),
+            reason,
+        }
+    }
+
+    fn read_source(&mut self, path: &[u8]) -> Result<Option<Vec<u8>>, TrieError> {
+        if let Some(raw) = self.original.get(path) {
+            return Ok(raw.clone());
+        }
+        let raw = if self.wiped {
+            None
+        } else {
+            self.source.node(&self.owner, path)?
+        };
+        self.original.insert(path.to_vec(), raw.clone());
+        Ok(raw)
+    }
+
+    /// Takes the node at `path` out of the overlay (reading the source on a miss); the
+    /// caller puts it back with [`Self::keep`] or replaces it with [`Self::set`].
+    fn take(&mut self, path: &[u8]) -> Result<Option<Node>, TrieError> {
+        if let Some(entry) = self.nodes.remove(path) {
+            return Ok(entry);
+        }
+        match self.read_source(path)? {
+            None => Ok(None),
+            Some(raw) => decode_node(&raw)
+                .map(Some)
+                .ok_or_else(|| self.corrupt(path, "undecodable node")),
+        }
+    }
+
+    /// Puts back what [`Self::take`] returned, unchanged.
+    fn keep(&mut self, path: Vec<u8>, node: Option<Node>) {
+        self.nodes.insert(path, node);
+    }
+
+    fn set(&mut self, path: Vec<u8>, node: Option<Node>) {
+        self.touched.insert(path.clone());
+        self.nodes.insert(path, node);
+    }
+
+    /// Sets `key` (32 bytes, hashed) to `value` (the leaf's payload: an account's or a
+    /// slot value's RLP).
+    pub fn insert(&mut self, key: &B256, value: Vec<u8>) -> Result<(), TrieError> {
+        self.insert_at(Vec::new(), &nibbles(key), value)
+    }
+
+    /// Removes `key`; absent keys change nothing.
+    pub fn remove(&mut self, key: &B256) -> Result<(), TrieError> {
+        self.remove_at(Vec::new(), &nibbles(key)).map(|_| ())
+    }
+
+    fn insert_at(&mut self, path: Vec<u8>, rest: &[u8], value: Vec<u8>) -> Result<(), TrieError> {
+        match self.take(&path)? {
+            None => self.set(
+                path,
+                Some(Node::Leaf {
+                    key: rest.to_vec(),
+                    value,
+                }),
+            ),
+            Some(Node::Leaf { key, value: old }) => {
+                if key == rest {
+                    if old == value {
+                        self.keep(path, Some(Node::Leaf { key, value: old }));
+                    } else {
+                        self.set(path, Some(Node::Leaf { key, value }));
+                    }
+                    return Ok(());
+                }
+                let c = common_prefix(&key, rest);
+                if c >= key.len() || c >= rest.len() {
+                    return Err(self.corrupt(&path, "keys of different lengths"));
+                }
+                let branch_path = joined(&path, &key[..c]);
+                let mut children = empty_children();
+                children[key[c] as usize] = Child::Dirty;
+                children[rest[c] as usize] = Child::Dirty;
+                self.set(
+                    joined(&branch_path, &[key[c]]),
+                    Some(Node::Leaf {
+                        key: key[c + 1..].to_vec(),
+                        value: old,
+                    }),
+                );
+                self.set(
+                    joined(&branch_path, &[rest[c]]),
+                    Some(Node::Leaf {
+                        key: rest[c + 1..].to_vec(),
+                        value,
+                    }),
+                );
+                self.place_branch(path, &key[..c], branch_path, children);
+            }
+            Some(Node::Extension { key, child }) => {
+                let c = common_prefix(&key, rest);
+                if c == key.len() {
+                    let below = joined(&path, &key);
+                    self.set(
+                        path,
+                        Some(Node::Extension {
+                            key: key.clone(),
+                            child: Child::Dirty,
+                        }),
+                    );
+                    return self.insert_at(below, &rest[c..], value);
+                }
+                if c >= rest.len() {
+                    return Err(self.corrupt(&path, "keys of different lengths"));
+                }
+                // Split the extension at `c`: a branch there, the old child under one
+                // slot (through a shorter extension if nibbles remain), the new leaf
+                // under another. The old child keeps its path.
+                let branch_path = joined(&path, &key[..c]);
+                let mut children = empty_children();
+                let tail = &key[c + 1..];
+                if tail.is_empty() {
+                    children[key[c] as usize] = child;
+                } else {
+                    self.set(
+                        joined(&branch_path, &[key[c]]),
+                        Some(Node::Extension {
+                            key: tail.to_vec(),
+                            child,
+                        }),
+                    );
+                    children[key[c] as usize] = Child::Dirty;
+                }
+                self.set(
+                    joined(&branch_path, &[rest[c]]),
+                    Some(Node::Leaf {
+                        key: rest[c + 1..].to_vec(),
+                        value,
+                    }),
+                );
+                children[rest[c] as usize] = Child::Dirty;
+                self.place_branch(path, &key[..c], branch_path, children);
+            }
+            Some(Node::Branch { mut children }) => {
+                let Some(&n) = rest.first() else {
+                    return Err(self.corrupt(&path, "a key ends at a branch"));
+                };
+                children[n as usize] = Child::Dirty;
+                let below = joined(&path, &[n]);
+                self.set(path, Some(Node::Branch { children }));
+                return self.insert_at(below, &rest[1..], value);
+            }
+        }
+        Ok(())
+    }
+
+    /// A new branch at `branch_path`, reached from `path` through `prefix` (an
+    /// extension at `path` when the prefix is not empty).
+    fn place_branch(
+        &mut self,
+        path: Vec<u8>,
+        prefix: &[u8],
+        branch_path: Vec<u8>,
+        children: Box<[Child; 16]>,
+    ) {
+        if prefix.is_empty() {
+            self.set(path, Some(Node::Branch { children }));
+        } else {
+            self.set(
+                path,
+                Some(Node::Extension {
+                    key: prefix.to_vec(),
+                    child: Child::Dirty,
+                }),
+            );
+            self.set(branch_path, Some(Node::Branch { children }));
+        }
+    }
+
+    /// Removes the key `rest` below `path`; whether it was there.
+    fn remove_at(&mut self, path: Vec<u8>, rest: &[u8]) -> Result<bool, TrieError> {
+        match self.take(&path)? {
+            None => {
+                self.keep(path, None);
+                Ok(false)
+            }
+            Some(Node::Leaf { key, value }) => {
+                if key == rest {
+                    self.set(path, None);
+                    Ok(true)
+                } else {
+                    self.keep(path, Some(Node::Leaf { key, value }));
+                    Ok(false)
+                }
+            }
+            Some(Node::Extension { key, child }) => {
+                if !rest.starts_with(&key) {
+                    self.keep(path, Some(Node::Extension { key, child }));
+                    return Ok(false);
+                }
+                let below = joined(&path, &key);
+                if !self.remove_at(below.clone(), &rest[key.len()..])? {
+                    self.keep(path, Some(Node::Extension { key, child }));
+                    return Ok(false);
+                }
+                // The child changed: merge it up if it is no longer a branch.
+                match self.take(&below)? {
+                    None => self.set(path, None),
+                    Some(Node::Leaf { key: k2, value }) => {
+                        self.set(below, None);
+                        let key = joined(&key, &k2);
+                        self.set(path, Some(Node::Leaf { key, value }));
+                    }
+                    Some(Node::Extension { key: k2, child }) => {
+                        self.set(below, None);
+                        let key = joined(&key, &k2);
+                        self.set(path, Some(Node::Extension { key, child }));
+                    }
+                    Some(branch @ Node::Branch { .. }) => {
+                        self.keep(below, Some(branch));
+                        let child = Child::Dirty;
+                        self.set(path, Some(Node::Extension { key, child }));
+                    }
+                }
+                Ok(true)
+            }
+            Some(Node::Branch { mut children }) => {
+                let Some(&n) = rest.first() else {
+                    self.keep(path, Some(Node::Branch { children }));
+                    return Ok(false);
+                };
+                let below = joined(&path, &[n]);
+                if !self.remove_at(below.clone(), &rest[1..])? {
+                    self.keep(path, Some(Node::Branch { children }));
+                    return Ok(false);
+                }
+                let still = self.take(&below)?;
+                children[n as usize] = if still.is_some() {
+                    Child::Dirty
+                } else {
+                    Child::Empty
+                };
+                self.keep(below, still);
+                let left: Vec<usize> = (0..16).filter(|i| children[*i] != Child::Empty).collect();
+                match left.as_slice() {
+                    [] => self.set(path, None),
+                    [only] => {
+                        // One child left: the branch becomes that child, one nibble up.
+                        let only_path = joined(&path, &[*only as u8]);
+                        match self.take(&only_path)? {
+                            Some(Node::Leaf { key, value }) => {
+                                self.set(only_path, None);
+                                let key = joined(&[*only as u8], &key);
+                                self.set(path, Some(Node::Leaf { key, value }));
+                            }
+                            Some(Node::Extension { key, child }) => {
+                                self.set(only_path, None);
+                                let key = joined(&[*only as u8], &key);
+                                self.set(path, Some(Node::Extension { key, child }));
+                            }
+                            Some(branch @ Node::Branch { .. }) => {
+                                self.keep(only_path, Some(branch));
+                                let child = std::mem::replace(&mut children[*only], Child::Empty);
+                                let key = vec![*only as u8];
+                                self.set(path, Some(Node::Extension { key, child }));
+                            }
+                            None => return Err(self.corrupt(&only_path, "missing child")),
+                        }
+                    }
+                    _ => self.set(path, Some(Node::Branch { children })),
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Resolves the dirty children of the node at `path`, encodes it and remembers the
+    /// encoding; returns it.
+    fn hash_at(
+        &mut self,
+        path: &[u8],
+        encoded: &mut HashMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>, TrieError> {
+        let Some(node) = self.nodes.remove(path) else {
+            return Err(self.corrupt(path, "a changed node is not in the overlay"));
+        };
+        let Some(mut node) = node else {
+            self.nodes.insert(path.to_vec(), None);
+            return Ok(None);
+        };
+        match &mut node {
+            Node::Leaf { .. } => {}
+            Node::Extension { key, child } => {
+                if *child == Child::Dirty {
+                    let below = joined(path, key);
+                    let rlp = self
+                        .hash_at(&below, encoded)?
+                        .ok_or_else(|| self.corrupt(&below, "an extension without child"))?;
+                    *child = Child::Stored(node_ref(&rlp));
+                }
+            }
+            Node::Branch { children } => {
+                for (i, child) in children.iter_mut().enumerate() {
+                    if *child == Child::Dirty {
+                        let below = joined(path, &[i as u8]);
+                        *child = match self.hash_at(&below, encoded)? {
+                            Some(rlp) => Child::Stored(node_ref(&rlp)),
+                            None => Child::Empty,
+                        };
+                    }
+                }
+            }
+        }
+        let rlp = encode_node(&node);
+        encoded.insert(path.to_vec(), rlp.clone());
+        self.nodes.insert(path.to_vec(), Some(node));
+        Ok(Some(rlp))
+    }
+
+    /// The new root, the writes that make the store hold the updated trie, and the
+    /// nodes they overwrite.
+    pub fn commit(mut self) -> Result<TrieCommit, TrieError> {
+        let mut encoded = HashMap::new();
+        let root = if self.touched.contains(&Vec::new()) {
+            self.hash_at(&[], &mut encoded)?
+        } else {
+            self.read_source(&[])?
+        };
+        let root = root.map_or(EMPTY_ROOT, |rlp| keccak256(&rlp));
+        let mut paths: Vec<Vec<u8>> = self.touched.iter().cloned().collect();
+        paths.sort();
+        let mut writes = Vec::with_capacity(paths.len());
+        for path in paths {
+            let node = match self.nodes.get(&path) {
+                Some(Some(_)) => Some(
+                    encoded
+                        .remove(&path)
+                        .ok_or_else(|| self.corrupt(&path, "a changed node is unreachable"))?,
+                ),
+                _ => None,
+            };
+            let old = self.read_source(&path)?;
+            if node == old {
+                continue;
+            }
+            writes.push(TrieWrite { path, node, old });
+        }
+        Ok(TrieCommit { root, writes })
+    }
+}
+
+/// The root of trie `owner` as the source holds it.
+pub fn root<S: NodeSource + ?Sized>(source: &S, owner: &B256) -> Result<B256, TrieError> {
+    Ok(source
+        .node(owner, &[])?
+        .map_or(EMPTY_ROOT, |rlp| keccak256(&rlp)))
+}
+
+/// The nodes from the root towards `key` (EIP-1186 proof): the root, then every node on
+/// the path that its parent references by hash (inline nodes travel inside their parent).
+/// For an absent key the proof ends at the node that shows the absence.
+pub fn proof<S: NodeSource + ?Sized>(
+    source: &S,
+    owner: &B256,
+    key: &B256,
+) -> Result<Vec<Vec<u8>>, TrieError> {
+    let key = nibbles(key);
+    let mut out = Vec::new();
+    let mut path = Vec::new();
+    let corrupt = |path: &[u8], reason| TrieError::Corrupt {
+        owner: *owner,
+        path: path_text(path),
+        reason,
+    };
+    while let Some(rlp) = source.node(owner, &path)? {
+        let node = decode_node(&rlp).ok_or_else(|| corrupt(&path, "undecodable node"))?;
+        if path.is_empty() || rlp.len() >= 32 {
+            out.push(rlp);
+        }
+        let rest = &key[path.len()..];
+        match node {
+            Node::Leaf { .. } => break,
+            Node::Extension { key: ext, .. } => {
+                if !rest.starts_with(&ext) {
+                    break;
+                }
+                path.extend_from_slice(&ext);
+            }
+            Node::Branch { children } => {
+                let Some(&n) = rest.first() else { break };
+                if children[n as usize] == Child::Empty {
+                    break;
+                }
+                path.push(n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A [`NodeSource`] over a map, with the writes of a commit applied to it: for tests
+/// and for building a trie in memory.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryNodes {
+    pub nodes: HashMap<(B256, Vec<u8>), Vec<u8>>,
+}
+
+impl MemoryNodes {
+    pub fn apply(&mut self, owner: &B256, commit: &TrieCommit) {
+        for w in &commit.writes {
+            match &w.node {
+                Some(rlp) => {
+                    self.nodes.insert((*owner, w.path.clone()), rlp.clone());
+                }
+                None => {
+                    self.nodes.remove(&(*owner, w.path.clone()));
+                }
+            }
+        }
+    }
+
+    /// Drops every node of `owner`.
+    pub fn wipe(&mut self, owner: &B256) {
+        self.nodes.retain(|(o, _), _| o != owner);
+    }
+}
+
+impl NodeSource for MemoryNodes {
+    fn node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, TrieError> {
+        Ok(self.nodes.get(&(*owner, path.to_vec())).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,212 @@
+use super::*;
+use alloy_primitives::{Bytes, U256};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const OWNER: B256 = B256::ZERO;
+
+fn value(v: u64) -> Vec<u8> {
+    alloy_rlp::encode(U256::from(v))
+}
+
+/// The reference root: alloy-trie's builder over the whole key set.
+fn reference_root(state: &BTreeMap<B256, u64>) -> B256 {
+    alloy_trie::root::storage_root_unsorted(state.iter().map(|(k, v)| (*k, U256::from(*v))))
+}
+
+/// The nodes a trie built from scratch over `state` stores.
+fn fresh(state: &BTreeMap<B256, u64>) -> MemoryNodes {
+    let mut nodes = MemoryNodes::default();
+    let mut trie = Trie::new(&nodes, OWNER);
+    for (k, v) in state {
+        trie.insert(k, value(*v)).unwrap();
+    }
+    let commit = trie.commit().unwrap();
+    nodes.apply(&OWNER, &commit);
+    nodes
+}
+
+/// Applies `ops` (key, Some(value) to set, None to remove) as one commit; checks the
+/// root against the reference, the stored nodes against a fresh build, and that the old
+/// values undo the commit exactly.
+fn step(nodes: &mut MemoryNodes, state: &mut BTreeMap<B256, u64>, ops: &[(B256, Option<u64>)]) {
+    let before = nodes.clone();
+    let mut trie = Trie::new(&*nodes, OWNER);
+    for (k, v) in ops {
+        match v {
+            Some(v) => {
+                trie.insert(k, value(*v)).unwrap();
+                state.insert(*k, *v);
+            }
+            None => {
+                trie.remove(k).unwrap();
+                state.remove(k);
+            }
+        }
+    }
+    let commit = trie.commit().unwrap();
+    assert_eq!(commit.root, reference_root(state));
+    nodes.apply(&OWNER, &commit);
+    assert_eq!(root(&*nodes, &OWNER).unwrap(), commit.root);
+    assert_eq!(
+        nodes.nodes,
+        fresh(state).nodes,
+        "the store holds exactly the trie"
+    );
+    // The old values take the store back.
+    let mut undone = nodes.clone();
+    for w in &commit.writes {
+        match &w.old {
+            Some(rlp) => undone.nodes.insert((OWNER, w.path.clone()), rlp.clone()),
+            None => undone.nodes.remove(&(OWNER, w.path.clone())),
+        };
+    }
+    assert_eq!(undone.nodes, before.nodes);
+}
+
+/// Keys that share long prefixes, so that deep, short (inline) nodes appear.
+fn clustered(i: u8, j: u8) -> B256 {
+    let mut k = B256::repeat_byte(0xab);
+    k[30] = i;
+    k[31] = j;
+    k
+}
+
+#[test]
+fn empty_and_single_key() {
+    let mut nodes = MemoryNodes::default();
+    let mut state = BTreeMap::new();
+    assert_eq!(root(&nodes, &OWNER).unwrap(), EMPTY_ROOT);
+    step(&mut nodes, &mut state, &[(B256::repeat_byte(1), Some(5))]);
+    step(&mut nodes, &mut state, &[(B256::repeat_byte(1), Some(6))]);
+    step(&mut nodes, &mut state, &[(B256::repeat_byte(1), None)]);
+    assert!(nodes.nodes.is_empty());
+    assert_eq!(root(&nodes, &OWNER).unwrap(), EMPTY_ROOT);
+}
+
+#[test]
+fn inline_nodes_deep_in_the_trie() {
+    let mut nodes = MemoryNodes::default();
+    let mut state = BTreeMap::new();
+    let ops: Vec<_> = (0..16u8)
+        .flat_map(|i| (0..4u8).map(move |j| (clustered(i, j), Some(1 + j as u64))))
+        .collect();
+    step(&mut nodes, &mut state, &ops);
+    // Inline leaves exist (a node under 32 bytes stored at its own path).
+    assert!(nodes.nodes.values().any(|rlp| rlp.len() < 32));
+    let removals: Vec<_> = (0..16u8)
+        .flat_map(|i| (1..4u8).map(move |j| (clustered(i, j), None)))
+        .collect();
+    step(&mut nodes, &mut state, &removals);
+    step(&mut nodes, &mut state, &[(clustered(3, 0), None)]);
+}
+
+#[test]
+fn a_wiped_trie_starts_empty() {
+    let mut nodes = MemoryNodes::default();
+    let mut state = BTreeMap::new();
+    step(
+        &mut nodes,
+        &mut state,
+        &[
+            (B256::repeat_byte(1), Some(1)),
+            (B256::repeat_byte(2), Some(2)),
+        ],
+    );
+    let mut trie = Trie::wiped(&nodes, OWNER);
+    trie.insert(&B256::repeat_byte(3), value(3)).unwrap();
+    let commit = trie.commit().unwrap();
+    let only: BTreeMap<B256, u64> = [(B256::repeat_byte(3), 3)].into();
+    assert_eq!(commit.root, reference_root(&only));
+    nodes.wipe(&OWNER);
+    nodes.apply(&OWNER, &commit);
+    assert_eq!(nodes.nodes, fresh(&only).nodes);
+}
+
+#[test]
+fn proofs_verify_against_the_root() {
+    let mut nodes = MemoryNodes::default();
+    let mut state = BTreeMap::new();
+    let ops: Vec<_> = (0..200u64)
+        .map(|i| (keccak256(i.to_be_bytes()), Some(i + 1)))
+        .chain((0..8u8).map(|j| (clustered(1, j), Some(7))))
+        .collect();
+    step(&mut nodes, &mut state, &ops);
+    let root = root(&nodes, &OWNER).unwrap();
+    for key in state
+        .keys()
+        .copied()
+        .chain([B256::repeat_byte(0x55), clustered(1, 9)])
+    {
+        let proof: Vec<Bytes> = proof(&nodes, &OWNER, &key)
+            .unwrap()
+            .into_iter()
+            .map(Bytes::from)
+            .collect();
+        let expected = state.get(&key).map(|v| value(*v));
+        alloy_trie::proof::verify_proof(
+            root,
+            alloy_trie::Nibbles::unpack(key),
+            expected,
+            proof.iter(),
+        )
+        .unwrap_or_else(|e| panic!("proof of {key}: {e:?}"));
+    }
+}
+
+#[test]
+fn a_corrupt_node_is_an_error_not_a_panic() {
+    let mut nodes = MemoryNodes::default();
+    nodes.nodes.insert((OWNER, Vec::new()), vec![0xc2, 0x01]);
+    let mut trie = Trie::new(&nodes, OWNER);
+    assert!(matches!(
+        trie.insert(&B256::repeat_byte(1), value(1)),
+        Err(TrieError::Corrupt { .. })
+    ));
+}
+
+fn key_strategy() -> impl Strategy<Value = B256> {
+    // Half random keys, half clustered ones (long shared prefixes, inline nodes).
+    prop_oneof![
+        any::<[u8; 32]>().prop_map(B256::from),
+        (0u8..4, 0u8..24).prop_map(|(i, j)| clustered(i, j)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random inserts, updates and removals over several commits: every root matches
+    /// alloy-trie's, the store always holds exactly the trie, and each commit's old
+    /// values undo it.
+    #[test]
+    fn incremental_updates_match_a_full_rebuild(
+        batches in proptest::collection::vec(
+            proptest::collection::vec((key_strategy(), proptest::option::of(1u64..1000)), 1..40),
+            1..6,
+        )
+    ) {
+        let mut nodes = MemoryNodes::default();
+        let mut state = BTreeMap::new();
+        let mut known: Vec<B256> = Vec::new();
+        for batch in batches {
+            // Removals aim at keys that exist, half of the time.
+            let ops: Vec<_> = batch
+                .into_iter()
+                .enumerate()
+                .map(|(i, (k, v))| match (v, known.get(i * 7 % known.len().max(1))) {
+                    (None, Some(existing)) if i % 2 == 0 => (*existing, None),
+                    _ => (k, v),
+                })
+                .collect();
+            known.extend(ops.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| *k));
+            step(&mut nodes, &mut state, &ops);
+        }
+    }
+
+    /// Node decoding never panics on arbitrary bytes.
+    #[test]
+    fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = decode_node(&bytes);
+    }
+}
