@@ -11,16 +11,18 @@
 //! The state root comes from the stored tries updated along the changed keys only
 //! ([`crate::state_root`]): a block costs what it changes, not what the state holds.
 
+pub use crate::header::{
+    HeaderError, next_block_base_fee, next_block_excess_blob_gas, validate_header,
+};
+use crate::history::StateAtBlock;
 use crate::mempool::SenderCache;
 pub use crate::state_root::{AccountUpdates, state_root_after};
 use crate::state_root::{build_tries, state_update};
 use crate::undo::{UNDO_DEPTH, Undo};
-use crate::vm::{self, AccountInfo, StateReader, VmError};
+use crate::vm::{self, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
 use moat_common::block::{Block, Header};
-use moat_common::config::{ChainConfig, Fork, Genesis};
-use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB};
-use moat_common::fees;
+use moat_common::config::{ChainConfig, Genesis};
 use moat_common::genesis_block::genesis_storage_root;
 use moat_common::receipt::{self, Receipt};
 use moat_storage::{Account, ChainMeta, Store, StoreError, TxLocation, WriteBatch};
@@ -39,6 +41,13 @@ pub enum ChainError {
         field: &'static str,
         expected: String,
         found: String,
+    },
+    #[error("invalid block {number} ({hash}): {error}")]
+    Header {
+        number: u64,
+        hash: B256,
+        #[source]
+        error: HeaderError,
     },
     #[error("invalid block {number} ({hash}): {reason}")]
     Invalid {
@@ -94,43 +103,6 @@ pub struct Chain {
     config: ChainConfig,
     genesis_hash: B256,
     senders: Option<SenderCache>,
-}
-
-/// Adapts the store to the executor's state reads.
-pub(crate) struct StoreState<'a>(pub(crate) &'a Store);
-
-fn state_err(e: StoreError) -> VmError {
-    VmError::State(e.to_string())
-}
-
-impl StateReader for StoreState<'_> {
-    fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {
-        Ok(self
-            .0
-            .account(address)
-            .map_err(state_err)?
-            .map(|a| AccountInfo {
-                nonce: a.nonce,
-                balance: a.balance,
-                code_hash: a.code_hash,
-            }))
-    }
-
-    fn storage(&self, address: &Address, slot: &B256) -> Result<U256, VmError> {
-        self.0.storage(address, slot).map_err(state_err)
-    }
-
-    fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError> {
-        self.0.code(code_hash).map_err(state_err)
-    }
-
-    fn block_hash(&self, number: u64) -> Result<B256, VmError> {
-        Ok(self
-            .0
-            .canonical_hash(number)
-            .map_err(state_err)?
-            .unwrap_or_default())
-    }
 }
 
 /// The EIP-7685 commitment to a block's requests.
@@ -264,7 +236,12 @@ impl Chain {
         let head = self
             .head_header()
             .map_err(|e| VmError::State(e.to_string()))?;
-        vm::call(&self.config, &head, req, &StoreState(&self.store))
+        vm::call(
+            &self.config,
+            &head,
+            req,
+            &StateAtBlock::head(self.store.clone()),
+        )
     }
 
     /// The least gas `req` needs on the head's post-state (eth_estimateGas), or how it
@@ -276,7 +253,12 @@ impl Chain {
         let head = self
             .head_header()
             .map_err(|e| VmError::State(e.to_string()))?;
-        vm::estimate_gas(&self.config, &head, req, &StoreState(&self.store))
+        vm::estimate_gas(
+            &self.config,
+            &head,
+            req,
+            &StateAtBlock::head(self.store.clone()),
+        )
     }
 
     /// [`Chain::call`] on the state after canonical block `number` (up to 128 back). The
@@ -421,7 +403,11 @@ impl Chain {
             return Ok(());
         }
         let parent = self.parent_of(block)?;
-        validate_header(&self.config, &parent, block)?;
+        validate_header(&self.config, &parent, block).map_err(|error| ChainError::Header {
+            number,
+            hash,
+            error,
+        })?;
         let mut batch = WriteBatch::new();
         batch
             .put_header(hash, number, block.header.encoded())
@@ -534,11 +520,20 @@ impl Chain {
         if head != block.header.parent_hash {
             return Err(ChainError::NotOnHead { number, hash, head });
         }
-        validate_header(&self.config, &parent, block)?;
+        validate_header(&self.config, &parent, block).map_err(|error| ChainError::Header {
+            number,
+            hash,
+            error,
+        })?;
 
         let senders = self.senders_of(block)?;
-        let executed = vm::execute_block(&self.config, block, &senders, &StoreState(&self.store))
-            .map_err(|e| match e {
+        let executed = vm::execute_block(
+            &self.config,
+            block,
+            &senders,
+            &StateAtBlock::head(self.store.clone()),
+        )
+        .map_err(|e| match e {
             VmError::State(s) => ChainError::State(s),
             other => ChainError::Invalid {
                 number,
@@ -648,196 +643,4 @@ impl Chain {
             gas_used: executed.gas_used,
         })
     }
-}
-
-/// Base fee of the block after `parent` at `timestamp`; `None` before London.
-pub fn next_block_base_fee(config: &ChainConfig, parent: &Header, timestamp: u64) -> Option<u64> {
-    if !config.is_active(Fork::London, parent.number + 1, timestamp) {
-        return None;
-    }
-    Some(match parent.base_fee_per_gas {
-        Some(base_fee) if config.is_active(Fork::London, parent.number, parent.timestamp) => {
-            fees::next_base_fee(parent.gas_used, parent.gas_limit, base_fee)
-        }
-        // The first London block.
-        _ => moat_common::constants::INITIAL_BASE_FEE,
-    })
-}
-
-/// Excess blob gas of the block after `parent` at `timestamp`; `None` before Cancun.
-pub fn next_block_excess_blob_gas(
-    config: &ChainConfig,
-    parent: &Header,
-    timestamp: u64,
-) -> Option<u64> {
-    let fork = config.fork_at(parent.number + 1, timestamp);
-    if fork < Fork::Cancun {
-        return None;
-    }
-    if !config.is_active(Fork::Cancun, parent.number, parent.timestamp) {
-        return Some(0);
-    }
-    let params = config
-        .blob_params_at(timestamp)
-        .unwrap_or(moat_common::config::BlobParams::CANCUN);
-    Some(fees::next_excess_blob_gas(
-        fork,
-        &params,
-        parent.excess_blob_gas.unwrap_or_default(),
-        parent.blob_gas_used.unwrap_or_default(),
-        parent.base_fee_per_gas.unwrap_or_default(),
-    ))
-}
-
-/// The header rules that need only the parent: number, time, gas, fees, blob gas, and
-/// the body roots that need no execution.
-pub fn validate_header(
-    config: &ChainConfig,
-    parent: &Header,
-    block: &Block,
-) -> Result<(), ChainError> {
-    let h = &block.header;
-    let (number, hash) = (h.number, block.hash);
-    let fail = |field: &'static str, expected: String, found: String| {
-        Err(ChainError::Mismatch {
-            number,
-            hash,
-            field,
-            expected,
-            found,
-        })
-    };
-    if h.number != parent.number + 1 {
-        return fail(
-            "number",
-            (parent.number + 1).to_string(),
-            h.number.to_string(),
-        );
-    }
-    if h.timestamp <= parent.timestamp {
-        return fail(
-            "timestamp",
-            format!("> {}", parent.timestamp),
-            h.timestamp.to_string(),
-        );
-    }
-    let fork = config.fork_at(h.number, h.timestamp);
-    if h.extra_data.len() > 32 {
-        return fail(
-            "extraData",
-            "at most 32 bytes".into(),
-            format!("{} bytes", h.extra_data.len()),
-        );
-    }
-    if h.gas_used > h.gas_limit {
-        return fail(
-            "gasUsed",
-            format!("<= gasLimit {}", h.gas_limit),
-            h.gas_used.to_string(),
-        );
-    }
-    let max_delta = parent.gas_limit / 1024;
-    if h.gas_limit.abs_diff(parent.gas_limit) >= max_delta.max(1) || h.gas_limit < 5_000 {
-        return fail(
-            "gasLimit",
-            format!("within {} of the parent's {}", max_delta, parent.gas_limit),
-            h.gas_limit.to_string(),
-        );
-    }
-    if fork >= Fork::Paris {
-        if !h.difficulty.is_zero() {
-            return fail("difficulty", "0".into(), h.difficulty.to_string());
-        }
-        if h.nonce != [0u8; 8] {
-            return fail(
-                "nonce",
-                "0".into(),
-                alloy_primitives::hex::encode_prefixed(h.nonce),
-            );
-        }
-        if h.ommers_hash != EMPTY_OMMERS_HASH || !block.ommers.is_empty() {
-            return fail(
-                "ommersHash",
-                EMPTY_OMMERS_HASH.to_string(),
-                h.ommers_hash.to_string(),
-            );
-        }
-    }
-    let base_fee = next_block_base_fee(config, parent, h.timestamp);
-    if h.base_fee_per_gas != base_fee {
-        return fail(
-            "baseFeePerGas",
-            format!("{base_fee:?}"),
-            format!("{:?}", h.base_fee_per_gas),
-        );
-    }
-    let tx_root = block.transactions_root();
-    if tx_root != h.transactions_root {
-        return fail(
-            "transactionsRoot",
-            tx_root.to_string(),
-            h.transactions_root.to_string(),
-        );
-    }
-    if (fork >= Fork::Shanghai) != block.withdrawals.is_some() {
-        return fail(
-            "withdrawals",
-            format!("present from Shanghai ({fork} here)"),
-            format!("{}", block.withdrawals.is_some()),
-        );
-    }
-    if block.withdrawals_root() != h.withdrawals_root {
-        return fail(
-            "withdrawalsRoot",
-            format!("{:?}", block.withdrawals_root()),
-            format!("{:?}", h.withdrawals_root),
-        );
-    }
-    if fork >= Fork::Cancun {
-        let params = config
-            .blob_params_at(h.timestamp)
-            .unwrap_or(moat_common::config::BlobParams::CANCUN);
-        let expected = next_block_excess_blob_gas(config, parent, h.timestamp);
-        if h.excess_blob_gas != expected {
-            return fail(
-                "excessBlobGas",
-                format!("{expected:?}"),
-                format!("{:?}", h.excess_blob_gas),
-            );
-        }
-        let blobs: u64 = block
-            .transactions
-            .iter()
-            .map(|t| t.tx().blob_versioned_hashes().len() as u64)
-            .sum();
-        if h.blob_gas_used != Some(blobs * GAS_PER_BLOB) {
-            return fail(
-                "blobGasUsed",
-                (blobs * GAS_PER_BLOB).to_string(),
-                format!("{:?}", h.blob_gas_used),
-            );
-        }
-        if blobs > params.max {
-            return fail(
-                "blobGasUsed",
-                format!("at most {} blobs", params.max),
-                blobs.to_string(),
-            );
-        }
-        if h.parent_beacon_block_root.is_none() {
-            return fail(
-                "parentBeaconBlockRoot",
-                "present from Cancun".into(),
-                "absent".into(),
-            );
-        }
-    }
-    if (fork >= Fork::Prague) != h.requests_hash.is_some() {
-        return fail(
-            "requestsHash",
-            format!("present from Prague ({fork} here)"),
-            format!("{:?}", h.requests_hash),
-        );
-    }
-    Ok(())
 }

@@ -12,10 +12,18 @@ use alloy_primitives::{Address, B256, Bytes, U256};
 use moat_storage::{Account, Store, StoreError};
 use std::collections::{HashMap, HashSet};
 
-/// The state after one block: the store, plus what changed since.
+/// The state after one block: the store, plus what changed since. With no overlay it
+/// is the head state itself: the one adapter execution reads state through, for block
+/// import, payload building and calls alike.
 #[derive(Debug, Clone)]
 pub struct StateAtBlock {
     store: Store,
+    overlay: Option<Box<Overlay>>,
+}
+
+/// What the blocks above a recent one changed, as it was before them.
+#[derive(Debug, Clone, Default)]
+struct Overlay {
     /// Accounts as they were (`None`: absent).
     accounts: HashMap<Address, Option<Account>>,
     /// Slots as they were.
@@ -24,6 +32,10 @@ pub struct StateAtBlock {
     storage: HashMap<Address, HashMap<B256, U256>>,
     /// Accounts that did not exist back then: no storage at all.
     absent: HashSet<Address>,
+    /// Trie nodes as they were (`None`: absent), by owner and path.
+    nodes: HashMap<(B256, Vec<u8>), Option<Vec<u8>>>,
+    /// Tries that were, back then, exactly these nodes.
+    tries: HashMap<B256, HashMap<Vec<u8>, Vec<u8>>>,
 }
 
 impl StateAtBlock {
@@ -31,47 +43,71 @@ impl StateAtBlock {
     pub fn head(store: Store) -> Self {
         Self {
             store,
-            accounts: HashMap::new(),
-            slots: HashMap::new(),
-            storage: HashMap::new(),
-            absent: HashSet::new(),
+            overlay: None,
         }
     }
 
     /// Lays one undo record over what is there (records must come newest first).
     fn apply(&mut self, undo: Undo) {
+        let o = self.overlay.get_or_insert_with(Box::default);
         for (address, old) in undo.accounts {
             if old.is_none() {
-                self.absent.insert(address);
+                o.absent.insert(address);
             } else {
-                self.absent.remove(&address);
+                o.absent.remove(&address);
             }
-            self.accounts.insert(address, old);
+            o.accounts.insert(address, old);
         }
         for (address, list) in undo.wiped {
-            self.slots.retain(|(a, _), _| *a != address);
-            self.storage.insert(address, list.into_iter().collect());
+            o.slots.retain(|(a, _), _| *a != address);
+            o.storage.insert(address, list.into_iter().collect());
         }
         for (address, slot, old) in undo.slots {
-            self.slots.insert((address, slot), old);
+            o.slots.insert((address, slot), old);
         }
+        for (owner, list) in &undo.wiped_tries {
+            o.nodes.retain(|(w, _), _| w != owner);
+            o.tries.insert(*owner, list.iter().cloned().collect());
+        }
+        for (owner, path, old) in undo.trie {
+            // A wiped trie's nodes come whole from its list.
+            if !undo.wiped_tries.iter().any(|(w, _)| *w == owner) {
+                o.nodes.insert((owner, path), old);
+            }
+        }
+    }
+
+    /// The trie node at `path` of trie `owner` as it was.
+    pub fn trie_node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(o) = &self.overlay {
+            if let Some(old) = o.nodes.get(&(*owner, path.to_vec())) {
+                return Ok(old.clone());
+            }
+            if let Some(trie) = o.tries.get(owner) {
+                return Ok(trie.get(path).cloned());
+            }
+        }
+        self.store.trie_node(owner, path)
     }
 
     pub fn account(&self, address: &Address) -> Result<Option<Account>, StoreError> {
-        match self.accounts.get(address) {
-            Some(old) => Ok(*old),
-            None => self.store.account(address),
+        if let Some(old) = self.overlay.as_ref().and_then(|o| o.accounts.get(address)) {
+            return Ok(*old);
         }
+        self.store.account(address)
     }
 
     pub fn storage(&self, address: &Address, slot: &B256) -> Result<U256, StoreError> {
-        if let Some(v) = self.slots.get(&(*address, *slot)) {
+        let Some(o) = &self.overlay else {
+            return self.store.storage(address, slot);
+        };
+        if let Some(v) = o.slots.get(&(*address, *slot)) {
             return Ok(*v);
         }
-        if self.absent.contains(address) {
+        if o.absent.contains(address) {
             return Ok(U256::ZERO);
         }
-        if let Some(list) = self.storage.get(address) {
+        if let Some(list) = o.storage.get(address) {
             return Ok(list.get(slot).copied().unwrap_or_default());
         }
         self.store.storage(address, slot)
@@ -140,5 +176,12 @@ impl Chain {
             state.apply(undo);
         }
         Ok(state)
+    }
+}
+
+impl moat_trie::NodeSource for StateAtBlock {
+    fn node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, moat_trie::TrieError> {
+        self.trie_node(owner, path)
+            .map_err(|e| moat_trie::TrieError::Source(e.to_string()))
     }
 }

@@ -7,7 +7,7 @@
 //! again, so the sealed block never holds a failing transaction.
 
 use crate::chain::{
-    Chain, ChainError, StoreState, next_block_base_fee, next_block_excess_blob_gas, requests_hash,
+    Chain, ChainError, next_block_base_fee, next_block_excess_blob_gas, requests_hash,
     state_root_after,
 };
 use crate::mempool::{BlockBudget, Pool};
@@ -144,7 +144,12 @@ impl Chain {
                 withdrawals: withdrawals.clone(),
             };
             let senders: Vec<Address> = picked.iter().map(|p| p.1).collect();
-            match vm::execute_block(config, &block, &senders, &StoreState(self.store())) {
+            match vm::execute_block(
+                config,
+                &block,
+                &senders,
+                &crate::history::StateAtBlock::head(self.store().clone()),
+            ) {
                 Ok(executed) => return self.seal(block, header, executed, picked),
                 Err(VmError::InvalidTransaction { index, .. }) if index < picked.len() => {
                     // Drop it and its sender's later transactions, then try again.

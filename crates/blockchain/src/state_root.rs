@@ -269,3 +269,54 @@ pub fn build_tries(
     }
     Ok(commit.root)
 }
+
+/// An EIP-1186 proof of one account and some of its slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountProof {
+    pub address: Address,
+    /// `None`: the account does not exist (the proof shows its absence).
+    pub account: Option<Account>,
+    /// Account trie nodes from the root towards keccak(address).
+    pub proof: Vec<Vec<u8>>,
+    pub storage: Vec<SlotProof>,
+}
+
+/// A slot's value (zero when absent) and the storage trie nodes towards keccak(slot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotProof {
+    pub slot: B256,
+    pub value: U256,
+    pub proof: Vec<Vec<u8>>,
+}
+
+/// Proves `address` and its `slots` in `state` (the head's, or a recent block's).
+pub fn prove(
+    state: &crate::history::StateAtBlock,
+    address: &Address,
+    slots: &[B256],
+) -> Result<AccountProof, StoreError> {
+    let owner = hashed_address(address);
+    let account = state.account(address)?;
+    let proof = moat_trie::proof(state, &ACCOUNT_TRIE, &owner).map_err(trie_err)?;
+    let has_storage = account.is_some_and(|a| a.storage_root != EMPTY_ROOT_HASH);
+    let mut storage = Vec::with_capacity(slots.len());
+    for slot in slots {
+        let (value, proof) = if has_storage {
+            let proof = moat_trie::proof(state, &owner, &hashed_slot(slot)).map_err(trie_err)?;
+            (state.storage(address, slot)?, proof)
+        } else {
+            (U256::ZERO, Vec::new())
+        };
+        storage.push(SlotProof {
+            slot: *slot,
+            value,
+            proof,
+        });
+    }
+    Ok(AccountProof {
+        address: *address,
+        account,
+        proof,
+        storage,
+    })
+}

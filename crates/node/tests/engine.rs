@@ -113,6 +113,7 @@ fn headfcu_is_accepted_after_an_offline_import() {
     );
     logs_agree_with_receipts(http);
     recent_state_is_served(http);
+    proofs_verify_against_state_roots(http);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -208,4 +209,111 @@ fn logs_agree_with_receipts(http: u16) {
     )
     .unwrap();
     assert!(bad["error"].is_object());
+}
+
+/// eth_getProof at the head and ten blocks back: the account proof verifies against the
+/// block's state root with the account's fields as the leaf, and each slot proof against
+/// the account's storage hash (present slots, an absent slot, an absent account).
+fn proofs_verify_against_state_roots(http: u16) {
+    use alloy_primitives::{B256, Bytes, U256, keccak256};
+    use alloy_trie::{Nibbles, TrieAccount, proof::verify_proof};
+    let hex_u = |v: &serde_json::Value| {
+        U256::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+    };
+    let nodes = |v: &serde_json::Value| -> Vec<Bytes> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().parse().unwrap())
+            .collect()
+    };
+    let targets = [
+        // The EIP-2935 history contract (hundreds of slots), the beacon roots contract,
+        // a funded key of the suite, and an account that does not exist.
+        (
+            "0x0000F90827F1C53a10cb7A02335B175320002935",
+            vec!["0xb", "0xc", "0x1"],
+        ),
+        (
+            "0x000F3df6D732807Ef1319fB7B8bB8522d0Beac02",
+            vec!["0x3c", "0x999999"],
+        ),
+        ("0x0c2c51a0990aee1d73c1228de158688341557508", vec!["0x0"]),
+        ("0x00000000000000000000000000000000000000aa", vec!["0x1"]),
+    ];
+    for block in ["0x258", "0x24e"] {
+        let header = rpc(
+            http,
+            "eth_getBlockByNumber",
+            &format!(r#"["{block}", false]"#),
+        )
+        .unwrap();
+        let state_root: B256 = header["result"]["stateRoot"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        for (address, slots) in &targets {
+            let keys = serde_json::to_string(slots).unwrap();
+            let r = rpc(
+                http,
+                "eth_getProof",
+                &format!(r#"["{address}", {keys}, "{block}"]"#),
+            )
+            .unwrap();
+            let p = &r["result"];
+            assert!(p.is_object(), "{r}");
+            let address: alloy_primitives::Address = address.parse().unwrap();
+            let storage_hash: B256 = p["storageHash"].as_str().unwrap().parse().unwrap();
+            let code_hash: B256 = p["codeHash"].as_str().unwrap().parse().unwrap();
+            // An absent account is all zeros, its hashes too (as geth answers).
+            let exists = !code_hash.is_zero();
+            let storage_hash = if exists {
+                storage_hash
+            } else {
+                alloy_trie::EMPTY_ROOT_HASH
+            };
+            let leaf = exists.then(|| {
+                alloy_rlp::encode(TrieAccount {
+                    nonce: hex_u(&p["nonce"]).to::<u64>(),
+                    balance: hex_u(&p["balance"]),
+                    storage_root: storage_hash,
+                    code_hash,
+                })
+            });
+            verify_proof(
+                state_root,
+                Nibbles::unpack(keccak256(address)),
+                leaf,
+                nodes(&p["accountProof"]).iter(),
+            )
+            .unwrap_or_else(|e| panic!("account proof of {address} at {block}: {e:?}"));
+            for (i, key) in slots.iter().enumerate() {
+                let s = &p["storageProof"][i];
+                assert_eq!(s["key"], *key);
+                let value = hex_u(&s["value"]);
+                let slot = B256::from(
+                    U256::from_str_radix(key.trim_start_matches("0x"), 16)
+                        .unwrap()
+                        .to_be_bytes::<32>(),
+                );
+                let expected = (!value.is_zero()).then(|| alloy_rlp::encode(value));
+                verify_proof(
+                    storage_hash,
+                    Nibbles::unpack(keccak256(slot)),
+                    expected,
+                    nodes(&s["proof"]).iter(),
+                )
+                .unwrap_or_else(|e| panic!("slot {key} of {address} at {block}: {e:?}"));
+            }
+        }
+    }
+    // The history contract holds slot 0xb at the head.
+    let r = rpc(
+        http,
+        "eth_getProof",
+        r#"["0x0000F90827F1C53a10cb7A02335B175320002935", ["0xb"], "latest"]"#,
+    )
+    .unwrap();
+    assert_ne!(r["result"]["storageProof"][0]["value"], "0x0", "{r}");
 }

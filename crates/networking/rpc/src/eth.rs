@@ -211,6 +211,57 @@ pub fn get_storage_at(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> 
     Ok(serde_json::json!(B256::from(value.to_be_bytes::<32>())))
 }
 
+/// `eth_getProof(address, storageKeys, block)` (EIP-1186): the account and each slot
+/// with the trie nodes that prove them against the block's state root; the head's and
+/// the last 128 blocks'. Keys are echoed as given, values are quantities, as geth does.
+pub fn get_proof(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [a, k, b] = positional::<3>(&params)?;
+    let address = address_param(a)?;
+    let keys: Vec<String> = match k {
+        Some(Value::Array(list)) => list
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                _ => Err(invalid_params("storage keys must be hex strings")),
+            })
+            .collect::<RpcResult<_>>()?,
+        None | Some(Value::Null) => Vec::new(),
+        _ => return Err(invalid_params("storage keys must be an array")),
+    };
+    let slots = keys
+        .iter()
+        .map(|k| parse_slot(k))
+        .collect::<RpcResult<Vec<B256>>>()?;
+    let state = ctx.reader(ctx.state_at(block_param(b)?)?)?;
+    let p = moat_blockchain::state_root::prove(&state, &address, &slots).map_err(internal)?;
+    let hex_list = |nodes: &[Vec<u8>]| {
+        Value::Array(
+            nodes
+                .iter()
+                .map(|n| serde_json::json!(Bytes::copy_from_slice(n)))
+                .collect(),
+        )
+    };
+    // An absent account reads as zeros, both hashes included (as geth answers it).
+    let account = p.account.unwrap_or_default();
+    let storage: Vec<Value> = keys
+        .iter()
+        .zip(&p.storage)
+        .map(|(key, s)| {
+            serde_json::json!({ "key": key, "value": q256(s.value), "proof": hex_list(&s.proof) })
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "address": address,
+        "accountProof": hex_list(&p.proof),
+        "balance": q256(account.balance),
+        "codeHash": account.code_hash,
+        "nonce": q(account.nonce),
+        "storageHash": account.storage_root,
+        "storageProof": storage,
+    }))
+}
+
 fn block_response(ctx: &RpcContext, hash: Option<B256>, full: bool) -> RpcResult<Value> {
     let Some(hash) = hash else {
         return Ok(Value::Null);

@@ -278,6 +278,7 @@ pub fn module(
     blocking(&mut m, "eth_call", call::call)?;
     blocking(&mut m, "eth_estimateGas", call::estimate_gas)?;
     blocking(&mut m, "eth_getStorageAt", eth::get_storage_at)?;
+    blocking(&mut m, "eth_getProof", eth::get_proof)?;
     blocking(&mut m, "eth_getBlockByNumber", eth::get_block_by_number)?;
     blocking(&mut m, "eth_getBlockByHash", eth::get_block_by_hash)?;
     blocking(

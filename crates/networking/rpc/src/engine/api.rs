@@ -246,13 +246,21 @@ impl EngineContext {
             // Off our head: kept, and executed if a forkchoiceUpdated makes it head.
             Err(ChainError::NotOnHead { .. }) => match self.chain.store_side_block(&block) {
                 Ok(()) => Ok((Status::Accepted, None)),
-                Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
+                Err(
+                    e @ (ChainError::Mismatch { .. }
+                    | ChainError::Header { .. }
+                    | ChainError::Invalid { .. }),
+                ) => {
                     self.shared.invalid.lock().insert(hash, Some(parent_hash));
                     Ok((Status::Invalid(Some(parent_hash), e.to_string()), None))
                 }
                 Err(e) => Err(chain_err(e)),
             },
-            Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
+            Err(
+                e @ (ChainError::Mismatch { .. }
+                | ChainError::Header { .. }
+                | ChainError::Invalid { .. }),
+            ) => {
                 // A PoW parent has no valid post-merge ancestor to name: the zero hash.
                 let lvh = if parent.difficulty.is_zero() {
                     parent_hash
@@ -311,7 +319,11 @@ impl EngineContext {
                     );
                     news = Some(PoolNews::of_reorg(self, &change, &header));
                 }
-                Err(e @ (ChainError::Mismatch { hash, .. } | ChainError::Invalid { hash, .. })) => {
+                Err(
+                    e @ (ChainError::Mismatch { hash, .. }
+                    | ChainError::Header { hash, .. }
+                    | ChainError::Invalid { hash, .. }),
+                ) => {
                     let lvh = self
                         .chain
                         .header(&hash)
