@@ -157,6 +157,27 @@ fn build_missing_tries(store: &Store) -> Result<(), ChainError> {
     Ok(())
 }
 
+/// The stored state must be the head's: its trie root is the head header's state root.
+/// Each block commits atomically, so anything else is damage, reported before use.
+fn check_state_root(store: &Store) -> Result<(), ChainError> {
+    let Some((number, head)) = store.head()? else {
+        return Ok(());
+    };
+    let Some(rlp) = store.header_rlp(&head)? else {
+        return Err(ChainError::Corrupt(format!("head header {head} missing")));
+    };
+    let header =
+        Header::decode(&mut rlp.as_slice()).map_err(|e| ChainError::Corrupt(e.to_string()))?;
+    let root = crate::state_root::stored_state_root(store)?;
+    if root != header.state_root {
+        return Err(ChainError::Corrupt(format!(
+            "the stored state hashes to {root}, the head (#{number}) says {}",
+            header.state_root
+        )));
+    }
+    Ok(())
+}
+
 impl Chain {
     /// Opens the chain in `store`, writing genesis first if the store is empty.
     pub fn init(store: Store, genesis: &Genesis) -> Result<Self, ChainError> {
@@ -173,7 +194,10 @@ impl Chain {
                     found: found.genesis_hash,
                 });
             }
-            Some(_) => build_missing_tries(&store)?,
+            Some(_) => {
+                build_missing_tries(&store)?;
+                check_state_root(&store)?;
+            }
             None => {
                 let mut batch = WriteBatch::new();
                 batch.set_meta(meta);

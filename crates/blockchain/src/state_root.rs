@@ -67,6 +67,12 @@ pub(crate) fn trie_err(e: TrieError) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
 
+/// The root of the stored account trie: the state root of the head when the store is
+/// consistent.
+pub fn stored_state_root(store: &Store) -> Result<B256, StoreError> {
+    moat_trie::root(&StoreNodes(store), &ACCOUNT_TRIE).map_err(trie_err)
+}
+
 /// The leaf of an account in the account trie.
 pub fn account_leaf(account: &Account) -> Vec<u8> {
     alloy_rlp::encode(TrieAccount {

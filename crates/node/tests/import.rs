@@ -100,23 +100,57 @@ fn imports_the_ethtest_chain_and_a_second_import_is_a_no_op() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The head the datadir holds, after checking that its stored state is that head's: the
+/// state trie's root is the head header's state root.
+fn consistent_head(dir: &Path) -> (u64, B256) {
+    let store = Store::open(dir, None).unwrap();
+    let (number, hash) = store
+        .head()
+        .unwrap()
+        .expect("genesis was written before the kill");
+    let rlp = store.header_rlp(&hash).unwrap().unwrap();
+    let header = moat_common::block::Header::decode(&mut &rlp[..]).unwrap();
+    assert_eq!(
+        moat_blockchain::state_root::stored_state_root(&store).unwrap(),
+        header.state_root,
+        "the state at #{number} is its header's"
+    );
+    (number, hash)
+}
+
+/// `kill -9` at moments spread over the import (five kills on one datadir): each time the
+/// datadir reopens at a head whose stored state matches its header, and the next run
+/// resumes from there, ending at the chain's head with the right state.
 #[test]
 fn a_killed_import_resumes_at_the_same_head() {
     let dir = datadir("killed");
-    let mut child = import(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Let it get going, then kill it without warning.
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = child.kill();
-    let _ = child.wait();
-    let partial = Store::open(&dir, None).unwrap().head().unwrap();
-    assert!(partial.is_some(), "genesis was written before the kill");
-
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut last = 0;
+    for trial in 0..5 {
+        let mut child = import(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let wait = Duration::from_millis(40 + seed % 260);
+        std::thread::sleep(wait);
+        let _ = child.kill();
+        let _ = child.wait();
+        let (number, _) = consistent_head(&dir);
+        eprintln!("trial {trial}: killed after {wait:?}, reopened at #{number}");
+        assert!(number >= last, "the head never goes back");
+        last = number;
+    }
     run(&mut import(&dir));
     assert_head_state(&dir);
+    consistent_head(&dir);
     std::fs::remove_dir_all(&dir).ok();
 }
 
