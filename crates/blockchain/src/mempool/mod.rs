@@ -24,7 +24,7 @@ pub use pool::Usage;
 pub use shields::{Backpressure, InFlight, RecentFailures, SenderCache};
 pub use state::{AccountState, CodeKind, HeadInfo, InMemoryState, StateView};
 
-use alloy_primitives::{Address, B256, B512, Bytes};
+use alloy_primitives::{Address, B256, B512, Bytes, U256};
 use kzg::KzgBatcher;
 use moat_common::config::Fork;
 use moat_common::transaction::{
@@ -80,6 +80,8 @@ pub struct PoolTx {
     pub added_at: Instant,
     /// Recovered EIP-7702 authorities (invalid authorizations left out).
     pub authorities: Vec<Address>,
+    /// The most it can cost its sender: gas × fee cap (+ blob gas × blob fee cap) + value.
+    pub cost: U256,
 }
 
 impl PoolTx {
@@ -594,12 +596,14 @@ impl Pool {
         // 8. Stateful checks. State is read outside the lock.
         let known = s.pool.lock().known_account(&sender);
         let account = known.unwrap_or_else(|| s.state.account(&sender));
+        let cost = pooled.tx().tx().max_cost();
         let tx = Arc::new(PoolTx {
             tx: pooled,
             sender,
             origin,
             added_at: Instant::now(),
             authorities,
+            cost,
         });
         if !is_blob {
             // Check and insert in one critical section.

@@ -42,6 +42,9 @@ struct Sender {
     balance: U256,
     code: CodeKind,
     txs: BTreeMap<u64, B256>,
+    /// Sum of the costs of `txs` (kept as they come and go: the overdraft check reads it
+    /// on every admission).
+    cost: U256,
     /// Holds a local transaction: exempt from eviction, as in geth.
     local: bool,
     /// Per subpool: the eviction key and nonce of this sender's last transaction there.
@@ -272,7 +275,7 @@ impl PoolInner {
             }
         }
 
-        let cost = tx.tx.tx().tx().max_cost();
+        let cost = tx.cost;
         if cost > account.balance {
             return Err(Rejection::InsufficientFunds {
                 balance: account.balance,
@@ -280,12 +283,10 @@ impl PoolInner {
             });
         }
         if let Some(s) = sender {
-            let pooled: U256 = s
-                .txs
-                .iter()
-                .filter(|(n, _)| **n != nonce)
-                .map(|(_, h)| self.by_hash[h].tx.tx.tx().tx().max_cost())
-                .fold(U256::ZERO, |a, c| a.saturating_add(c));
+            // The sender's other pooled txs: all of them but the one this replaces.
+            let pooled = s
+                .cost
+                .saturating_sub(existing.map_or(U256::ZERO, |e| e.tx.cost));
             let total = pooled.saturating_add(cost);
             if total > account.balance {
                 return Err(Rejection::Overdraft {
@@ -345,8 +346,10 @@ impl PoolInner {
                 seq,
             },
         );
+        let cost = self.by_hash[&hash].tx.cost;
         let s = self.sender_mut(id);
         s.txs.insert(nonce, hash);
+        s.cost = s.cost.saturating_add(cost);
         s.local |= local;
         self.reclassify(id);
 
@@ -389,6 +392,7 @@ impl PoolInner {
             balance: account.balance,
             code: account.code,
             txs: BTreeMap::new(),
+            cost: U256::ZERO,
             local: false,
             tails: [None; 4],
         };
@@ -427,7 +431,10 @@ impl PoolInner {
             }
         }
         if let Some(id) = self.sender_ids.get(&entry.tx.sender).copied() {
-            self.sender_mut(id).txs.remove(&entry.tx.nonce());
+            let s = self.sender_mut(id);
+            if s.txs.remove(&entry.tx.nonce()).is_some() {
+                s.cost = s.cost.saturating_sub(entry.tx.cost);
+            }
         }
         Some(entry.tx)
     }
@@ -463,7 +470,7 @@ impl PoolInner {
             let inner = entry.tx.tx.tx().tx();
             gapped |= *nonce != expected;
             expected = nonce + 1;
-            spent = spent.saturating_add(inner.max_cost());
+            spent = spent.saturating_add(entry.tx.cost);
             let own = if gapped || spent > s.balance {
                 SubPool::Queued
             } else if inner.max_fee_per_gas() < u128::from(base_fee)
@@ -681,6 +688,11 @@ impl PoolInner {
         for s in self.senders.iter().flatten() {
             assert!(!s.txs.is_empty(), "empty senders are freed");
             assert!(s.txs.keys().all(|n| *n >= s.nonce), "no stale nonces");
+            let cost = s
+                .txs
+                .values()
+                .fold(U256::ZERO, |a, h| a + self.by_hash[h].tx.cost);
+            assert_eq!(s.cost, cost, "a sender's cost is the sum of its txs'");
         }
     }
 }
