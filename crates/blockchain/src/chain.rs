@@ -17,7 +17,7 @@ pub use crate::header::{
 use crate::history::StateAtBlock;
 use crate::mempool::SenderCache;
 pub use crate::state_root::{AccountUpdates, state_root_after};
-use crate::state_root::{build_tries, state_update};
+use crate::state_root::{build_tries, state_update, write_state_in_chunks};
 use crate::undo::{UNDO_DEPTH, Undo};
 use crate::vm::{self, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
@@ -114,6 +114,9 @@ pub fn requests_hash(requests: &[Bytes]) -> B256 {
     B256::from_slice(&outer.finalize())
 }
 
+/// Accounts per commit when a genesis state is written.
+const GENESIS_CHUNK: usize = 50_000;
+
 /// A datadir written before the state tries were stored has flat state only: its tries
 /// are built once from it, checked against the head's state root, and committed.
 fn build_missing_tries(store: &Store) -> Result<(), ChainError> {
@@ -199,38 +202,32 @@ impl Chain {
                 check_state_root(&store)?;
             }
             None => {
-                let mut batch = WriteBatch::new();
-                batch.set_meta(meta);
-                let mut state = Vec::with_capacity(genesis.alloc.len());
-                for (address, account) in &genesis.alloc {
-                    let code_hash = keccak256(&account.code);
+                // The state first, in bounded commits; the block that makes it a chain
+                // (meta, header, head) last: a crash before that leaves no chain, and
+                // the next attempt starts over.
+                let state = genesis.alloc.iter().map(|(address, account)| {
                     let record = Account {
                         nonce: account.nonce,
                         balance: account.balance,
-                        code_hash,
+                        code_hash: keccak256(&account.code),
                         storage_root: genesis_storage_root(account),
                     };
-                    batch.set_account(*address, Some(record));
-                    if !account.code.is_empty() {
-                        batch.put_code(code_hash, account.code.clone());
-                    }
                     let slots: Vec<(B256, U256)> = account
                         .storage
                         .iter()
                         .map(|(slot, value)| (*slot, U256::from_be_bytes(value.0)))
                         .collect();
-                    for (slot, value) in &slots {
-                        batch.set_storage(*address, *slot, *value);
-                    }
-                    state.push((*address, record, slots));
-                }
-                let root = build_tries(&store, state, &mut batch)?;
+                    (*address, record, slots, account.code.clone())
+                });
+                let root = write_state_in_chunks(&store, state, GENESIS_CHUNK)?;
                 if root != header.state_root {
                     return Err(ChainError::Corrupt(format!(
                         "the genesis allocation hashes to {root}, its header says {}",
                         header.state_root
                     )));
                 }
+                let mut batch = WriteBatch::new();
+                batch.set_meta(meta);
                 let block = Block {
                     hash,
                     withdrawals: header.withdrawals_root.map(|_| Vec::new()),

@@ -18,7 +18,7 @@
 
 use crate::undo::Undo;
 use crate::vm::AccountChange;
-use alloy_primitives::{Address, B256, U256, keccak256};
+use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
 use moat_storage::{Account, Store, StoreError, WriteBatch};
 use moat_trie::{NodeSource, Trie, TrieError, TrieWrite};
@@ -87,6 +87,9 @@ pub fn account_leaf(account: &Account) -> Vec<u8> {
 pub fn slot_leaf(value: &U256) -> Vec<u8> {
     alloy_rlp::encode(value)
 }
+
+/// One account of a whole state: its address, record, slots and code.
+pub type StateEntry = (Address, Account, Vec<(B256, U256)>, Bytes);
 
 /// Accounts to write after a block: `None` deletes.
 pub type AccountUpdates = Vec<(Address, Option<Account>)>;
@@ -231,6 +234,63 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
     }
     update.root = commit.root;
     Ok(update)
+}
+
+/// Writes a whole state (a genesis allocation) into an empty chain: accounts, code, slots
+/// and their tries, in commits of `chunk` accounts each, so that neither the batch nor
+/// the trie overlay grows with the state. The first commit clears whatever an interrupted
+/// attempt left. Returns the state root. The caller commits the block that makes this
+/// state a chain's only after it returns.
+pub fn write_state_in_chunks(
+    store: &Store,
+    accounts: impl IntoIterator<Item = StateEntry>,
+    chunk: usize,
+) -> Result<B256, StoreError> {
+    let source = StoreNodes(store);
+    let mut batch = WriteBatch::new();
+    batch.clear_state();
+    store.commit(batch)?;
+    let mut root = moat_trie::EMPTY_ROOT;
+    let mut accounts = accounts.into_iter().peekable();
+    while accounts.peek().is_some() {
+        let mut batch = WriteBatch::new();
+        let mut trie = Trie::new(&source, ACCOUNT_TRIE);
+        for (address, account, slots, code) in accounts.by_ref().take(chunk.max(1)) {
+            let owner = hashed_address(&address);
+            if !code.is_empty() {
+                batch.put_code(account.code_hash, code);
+            }
+            let mut storage = Trie::wiped(&source, owner);
+            for (slot, value) in &slots {
+                if !value.is_zero() {
+                    batch.set_storage(address, *slot, *value);
+                    storage
+                        .insert(&hashed_slot(slot), slot_leaf(value))
+                        .map_err(trie_err)?;
+                }
+            }
+            let commit = storage.commit().map_err(trie_err)?;
+            if commit.root != account.storage_root {
+                return Err(StoreError::Corrupt(format!(
+                    "storage of {address}: its slots hash to {}, its account says {}",
+                    commit.root, account.storage_root
+                )));
+            }
+            for w in commit.writes {
+                batch.set_trie_node(owner, w.path, w.node);
+            }
+            batch.set_account(address, Some(account));
+            trie.insert(&owner, account_leaf(&account))
+                .map_err(trie_err)?;
+        }
+        let commit = trie.commit().map_err(trie_err)?;
+        root = commit.root;
+        for w in commit.writes {
+            batch.set_trie_node(ACCOUNT_TRIE, w.path, w.node);
+        }
+        store.commit(batch)?;
+    }
+    Ok(root)
 }
 
 /// Builds the tries of a whole state from scratch (a genesis, or a datadir whose flat

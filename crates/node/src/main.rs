@@ -5,6 +5,7 @@
 
 mod chain_cmd;
 mod dev;
+mod discovery;
 mod p2p_admin;
 mod run;
 mod system_contracts;

@@ -116,9 +116,19 @@ pub struct NodeArgs {
     /// Network id announced in the eth handshake (default: the chain id).
     #[arg(long)]
     pub networkid: Option<u64>,
-    /// Accepted for geth compatibility: there is no peer discovery, only static peers.
+    /// Turn peer discovery off: only --bootnodes and admin_addPeer peers are dialled.
     #[arg(long)]
     pub nodiscover: bool,
+    /// UDP port of peer discovery [default: the --port value].
+    #[arg(long = "discovery.port")]
+    pub discovery_port: Option<u16>,
+    /// Run discv4 discovery (off with --discovery.v4=false or --nodiscover).
+    #[arg(long = "discovery.v4", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub discovery_v4: bool,
+    /// The address other nodes reach this one at: none, or extip:<IP> (announced in
+    /// the node record and discovery pings).
+    #[arg(long, default_value = "none")]
+    pub nat: String,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long = "log.level", default_value = "info")]
     pub log_level: String,
@@ -208,6 +218,8 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     // once in dev mode, where this node makes the chain).
     let synced = Arc::new(AtomicBool::new(args.dev));
     let network = start_network(&args, &datadir, &chain, &pool, synced.clone()).await?;
+    let _discovery =
+        crate::discovery::start_discovery(&args, &datadir, &chain, network.as_ref()).await?;
     let mut ctx = RpcContext::new(chain.clone(), pool.clone());
     ctx.gas_cap = args.rpc_gascap;
     if let Some(net) = &network {

@@ -7,7 +7,7 @@
 //! 2. the canonical index: `unset_canonical_above` first, then the `set_canonical` entries
 //!    (a reorg is "cut above the fork point, then write the new branch");
 //! 3. the tx index, puts and deletes in call order;
-//! 4. storage clears: every `wipe_storage` address and every address deleted with
+//! 4. a whole-state clear (`clear_state`), then storage clears: every `wipe_storage` address and every address deleted with
 //!    `set_account(_, None)` loses all its slots;
 //! 5. storage writes (zero deletes the slot), except for addresses whose last account
 //!    entry in this batch is a deletion: a deleted account keeps no storage;
@@ -44,6 +44,7 @@ pub struct WriteBatch {
     undo: Vec<(B256, Option<Vec<u8>>)>,
     wipe_tries: Vec<B256>,
     trie_nodes: Vec<(B256, Vec<u8>, Option<Vec<u8>>)>,
+    clear_state: bool,
     head: Option<(u64, B256)>,
 }
 
@@ -70,6 +71,7 @@ impl WriteBatch {
             && self.undo.is_empty()
             && self.wipe_tries.is_empty()
             && self.trie_nodes.is_empty()
+            && !self.clear_state
             && self.head.is_none()
     }
 
@@ -173,6 +175,14 @@ impl WriteBatch {
         self
     }
 
+    /// Drops every account, slot and trie node before this batch's state writes: what
+    /// writing a genesis state in several commits starts with, so that the leftovers of
+    /// an interrupted attempt cannot mix in.
+    pub fn clear_state(&mut self) -> &mut Self {
+        self.clear_state = true;
+        self
+    }
+
     /// Drops every node of trie `owner` before this batch's trie node writes.
     pub fn wipe_trie(&mut self, owner: B256) -> &mut Self {
         self.wipe_tries.push(owner);
@@ -242,6 +252,15 @@ impl WriteBatch {
             ops.push(put_or_delete(Table::TxIndex, tx_hash.as_slice(), value));
         }
 
+        if self.clear_state {
+            for table in [Table::Accounts, Table::Storage, Table::TrieNodes] {
+                ops.push(Op::DeleteRange {
+                    table,
+                    start: Vec::new(),
+                    end: None,
+                });
+            }
+        }
         let mut final_account: HashMap<Address, bool> = HashMap::new();
         for (address, account) in &self.accounts {
             final_account.insert(*address, account.is_some());

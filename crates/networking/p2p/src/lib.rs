@@ -58,7 +58,7 @@ impl std::str::FromStr for Enode {
         let id: [u8; 64] = bytes.try_into().map_err(|_| EnodeError::Id)?;
         let id = PeerId::from(id);
         rlpx::public_key(&id).map_err(|_| EnodeError::Key)?;
-        // Drop a `?discport=` query; discovery is not used.
+        // Drop a `?discport=` query: RLPx needs only the TCP address.
         let addr = addr.split('?').next().unwrap_or_default();
         let addr = addr.parse().map_err(|_| EnodeError::Addr)?;
         Ok(Enode { id, addr })

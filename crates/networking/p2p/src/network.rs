@@ -32,7 +32,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -136,6 +136,15 @@ impl KnownTxs {
     }
 }
 
+/// An outbound slot held by a dial in progress; freed on drop.
+struct DialSlot(Arc<AtomicUsize>);
+
+impl Drop for DialSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A connected peer as the rest of the node sees it.
 struct Peer {
     info: PeerInfo,
@@ -189,6 +198,9 @@ struct Inner {
     blob_rules: Mutex<(B256, Option<BlobRules>)>,
     /// Head number of the last BlockRangeUpdate (or of the head at start).
     range_sent: AtomicU64,
+    /// Dials of discovered nodes between their start and the end of the RLPx
+    /// handshake: they hold outbound slots.
+    dialing: Arc<AtomicUsize>,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -264,6 +276,7 @@ impl Network {
             handshakes: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
             blob_rules: Mutex::new((B256::ZERO, None)),
             range_sent: AtomicU64::new(start_head),
+            dialing: Arc::new(AtomicUsize::new(0)),
         });
         let net = Network { inner };
         if let Some(listener) = listener {
@@ -336,7 +349,34 @@ impl Network {
                 list.push(enode.clone());
             }
         }
-        tokio::spawn(self.clone().dial(enode));
+        tokio::spawn(self.clone().dial(enode, None));
+    }
+
+    /// Outbound connections that may start now: the dialled share of `max_peers` (a
+    /// third, at least one: geth's dial ratio) less outbound peers and dials in
+    /// progress, and never more than the free slots.
+    pub fn free_outbound_slots(&self) -> usize {
+        let max = self.inner.cfg.max_peers;
+        let max_out = (max - max_inbound(max)).max(1);
+        let peers = self.inner.peers.read();
+        let outbound = peers.values().filter(|p| !p.info.inbound).count();
+        let dialing = self.inner.dialing.load(Ordering::Relaxed);
+        max_out
+            .saturating_sub(outbound + dialing)
+            .min(max.saturating_sub(peers.len() + dialing))
+    }
+
+    pub fn is_connected(&self, id: &PeerId) -> bool {
+        self.inner.peers.read().contains_key(id)
+    }
+
+    /// Dials a node once, without keeping it as a static peer (nodes found by
+    /// discovery). The dial holds an outbound slot until its RLPx handshake ends.
+    pub fn dial_once(&self, enode: Enode) {
+        self.inner.dialing.fetch_add(1, Ordering::Relaxed);
+        let slot = DialSlot(self.inner.dialing.clone());
+        metrics::counter!("moat_p2p_discovered_dials_total").increment(1);
+        tokio::spawn(self.clone().dial(enode, Some(slot)));
     }
 
     /// Disconnects a peer.
@@ -441,7 +481,7 @@ impl Network {
         }
     }
 
-    async fn dial(self, enode: Enode) {
+    async fn dial(self, enode: Enode, slot: Option<DialSlot>) {
         if enode.id == self.inner.local.id || self.inner.peers.read().contains_key(&enode.id) {
             return;
         }
@@ -468,6 +508,7 @@ impl Network {
                 return;
             }
         };
+        drop(slot);
         self.establish(rlpx, enode.addr, false).await;
     }
 
@@ -476,7 +517,7 @@ impl Network {
             let list = self.inner.static_peers.lock().clone();
             for enode in list {
                 if !self.inner.peers.read().contains_key(&enode.id) {
-                    tokio::spawn(self.clone().dial(enode));
+                    tokio::spawn(self.clone().dial(enode, None));
                 }
             }
             tokio::time::sleep(Duration::from_secs(10)).await;
