@@ -16,6 +16,9 @@ pub struct NetworkArgs {
     /// Where the database lives.
     #[arg(long)]
     datadir: PathBuf,
+    /// Megabytes of memory for the database's page cache (geth's flag).
+    #[arg(long, default_value_t = 1024)]
+    cache: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -38,7 +41,8 @@ pub fn load_genesis(network: &str) -> Result<Genesis, String> {
 
 fn open_chain(args: &NetworkArgs) -> Result<Chain, String> {
     let genesis = load_genesis(&args.network)?;
-    let store = Store::open(&args.datadir, None).map_err(|e| e.to_string())?;
+    let store =
+        Store::open_with_cache(&args.datadir, None, args.cache << 20).map_err(|e| e.to_string())?;
     Chain::init(store, &genesis).map_err(|e| e.to_string())
 }
 

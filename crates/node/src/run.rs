@@ -77,6 +77,11 @@ pub struct NodeArgs {
     /// duration, as geth: 1h, 30m, 90s, 1h30m0s).
     #[arg(long = "txpool.rejournal", default_value = "1h", value_parser = parse_duration)]
     pub txpool_rejournal: Duration,
+    /// Megabytes of memory for the database's page cache (geth's flag). The node's other
+    /// caches are bounded by count: sender recoveries (131,072), hashed trie keys
+    /// (327,680), recent failures (65,536).
+    #[arg(long, default_value_t = 1024)]
+    pub cache: usize,
     /// Most gas an eth_call or eth_estimateGas may use (0: the block gas limit).
     #[arg(long = "rpc.gascap", default_value_t = moat_rpc::DEFAULT_GAS_CAP)]
     pub rpc_gascap: u64,
@@ -201,7 +206,8 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
         (None, true) => std::env::temp_dir().join(format!("moat-dev-{}", std::process::id())),
         (None, false) => return Err("give --datadir".into()),
     };
-    let store = Store::open(&datadir, None).map_err(|e| e.to_string())?;
+    let store =
+        Store::open_with_cache(&datadir, None, args.cache << 20).map_err(|e| e.to_string())?;
     let chain = Chain::init(store.clone(), &genesis).map_err(|e| e.to_string())?;
     let config = chain.config().clone();
     let pool = Pool::new(

@@ -79,6 +79,9 @@ pub struct TxLocation {
     pub index: u64,
 }
 
+/// The database page cache when none is given: 1 GiB, as geth's default `--cache`.
+pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
 /// A trie node at its path: (nibbles, RLP).
 pub type TrieNode = (Vec<u8>, Vec<u8>);
 /// A trie node with its trie: (owner, nibbles, RLP).
@@ -106,11 +109,21 @@ impl Store {
     /// the genesis commit writes the meta, so a node that fails before genesis leaves
     /// nothing that claims the datadir for a chain.
     pub fn open(datadir: &Path, meta: Option<ChainMeta>) -> Result<Store, StoreError> {
+        Self::open_with_cache(datadir, meta, DEFAULT_CACHE_BYTES)
+    }
+
+    /// [`Store::open`] with a page cache of `cache_bytes` (the database's share of the
+    /// node's memory; the rest of the file is read from disk as needed).
+    pub fn open_with_cache(
+        datadir: &Path,
+        meta: Option<ChainMeta>,
+        cache_bytes: usize,
+    ) -> Result<Store, StoreError> {
         std::fs::create_dir_all(datadir).map_err(|source| StoreError::Io {
             path: datadir.to_path_buf(),
             source,
         })?;
-        let backend = RedbBackend::open(&datadir.join(DB_FILE), datadir)?;
+        let backend = RedbBackend::open(&datadir.join(DB_FILE), datadir, cache_bytes)?;
         let store = Store {
             backend: Arc::new(Backend::Redb(backend)),
         };

@@ -63,14 +63,21 @@ pub(crate) struct RedbBackend {
 
 impl RedbBackend {
     /// Opens or creates `path`, creates any missing table and checks the schema version.
-    pub(crate) fn open(path: &Path, datadir: &Path) -> Result<RedbBackend, StoreError> {
-        let db = Database::create(path).map_err(|err| match err {
-            DatabaseError::DatabaseAlreadyOpen => StoreError::Db(format!(
-                "{} is already open: is another moat running on this datadir?",
-                path.display()
-            )),
-            other => StoreError::Db(format!("opening {}: {other}", path.display())),
-        })?;
+    pub(crate) fn open(
+        path: &Path,
+        datadir: &Path,
+        cache_bytes: usize,
+    ) -> Result<RedbBackend, StoreError> {
+        let db = ::redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|err| match err {
+                DatabaseError::DatabaseAlreadyOpen => StoreError::Db(format!(
+                    "{} is already open: is another moat running on this datadir?",
+                    path.display()
+                )),
+                other => StoreError::Db(format!("opening {}: {other}", path.display())),
+            })?;
         Self::init_tables(&db, datadir)?;
         let snapshot = Snapshot::begin(&db)?;
         Ok(RedbBackend {
