@@ -236,6 +236,32 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
     Ok(update)
 }
 
+/// The nodes of `address`'s storage trie built from nothing over `slots`, checked against
+/// the storage root its account record claims.
+fn fresh_storage_trie(
+    source: &StoreNodes<'_>,
+    address: &Address,
+    account: &Account,
+    slots: &[(B256, U256)],
+) -> Result<Vec<TrieWrite>, StoreError> {
+    let mut storage = Trie::wiped(source, hashed_address(address));
+    for (slot, value) in slots {
+        if !value.is_zero() {
+            storage
+                .insert(&hashed_slot(slot), slot_leaf(value))
+                .map_err(trie_err)?;
+        }
+    }
+    let commit = storage.commit().map_err(trie_err)?;
+    if commit.root != account.storage_root {
+        return Err(StoreError::Corrupt(format!(
+            "storage of {address}: its slots hash to {}, its account says {}",
+            commit.root, account.storage_root
+        )));
+    }
+    Ok(commit.writes)
+}
+
 /// Writes a whole state (a genesis allocation) into an empty chain: accounts, code, slots
 /// and their tries, in commits of `chunk` accounts each, so that neither the batch nor
 /// the trie overlay grows with the state. The first commit clears whatever an interrupted
@@ -260,23 +286,12 @@ pub fn write_state_in_chunks(
             if !code.is_empty() {
                 batch.put_code(account.code_hash, code);
             }
-            let mut storage = Trie::wiped(&source, owner);
             for (slot, value) in &slots {
                 if !value.is_zero() {
                     batch.set_storage(address, *slot, *value);
-                    storage
-                        .insert(&hashed_slot(slot), slot_leaf(value))
-                        .map_err(trie_err)?;
                 }
             }
-            let commit = storage.commit().map_err(trie_err)?;
-            if commit.root != account.storage_root {
-                return Err(StoreError::Corrupt(format!(
-                    "storage of {address}: its slots hash to {}, its account says {}",
-                    commit.root, account.storage_root
-                )));
-            }
-            for w in commit.writes {
+            for w in fresh_storage_trie(&source, &address, &account, &slots)? {
                 batch.set_trie_node(owner, w.path, w.node);
             }
             batch.set_account(address, Some(account));
@@ -306,23 +321,8 @@ pub fn build_tries(
     for (address, account, slots) in accounts {
         let owner = hashed_address(&address);
         if !slots.is_empty() {
-            let mut storage = Trie::wiped(&source, owner);
-            for (slot, value) in &slots {
-                if !value.is_zero() {
-                    storage
-                        .insert(&hashed_slot(slot), slot_leaf(value))
-                        .map_err(trie_err)?;
-                }
-            }
-            let commit = storage.commit().map_err(trie_err)?;
-            if commit.root != account.storage_root {
-                return Err(StoreError::Corrupt(format!(
-                    "storage of {address}: its slots hash to {}, its account says {}",
-                    commit.root, account.storage_root
-                )));
-            }
             batch.wipe_trie(owner);
-            for w in commit.writes {
+            for w in fresh_storage_trie(&source, &address, &account, &slots)? {
                 batch.set_trie_node(owner, w.path, w.node);
             }
         }
