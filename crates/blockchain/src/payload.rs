@@ -51,8 +51,61 @@ pub struct BuiltPayload {
     pub requests: Vec<Bytes>,
 }
 
+/// How this node builds blocks: geth's `--miner.*` settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MinerConfig {
+    /// The gas limit built blocks move toward, by at most parent/1024 − 1 a block
+    /// (geth's `--miner.gaslimit`); `None` keeps the parent's.
+    pub gas_limit: Option<u64>,
+    /// Least effective tip a transaction must pay to be included (`--miner.gasprice`).
+    pub min_tip: u128,
+    /// Extra data of built blocks (`--miner.extradata`, at most 32 bytes).
+    pub extra_data: Bytes,
+}
+
+impl Default for MinerConfig {
+    /// What a library caller gets: the parent's gas limit, every tip, "moat".
+    fn default() -> Self {
+        Self {
+            gas_limit: None,
+            min_tip: 0,
+            extra_data: Bytes::from_static(b"moat"),
+        }
+    }
+}
+
+impl MinerConfig {
+    /// geth's defaults: a 60M gas target and a 1 Mwei least tip.
+    pub fn geth_defaults() -> Self {
+        Self {
+            gas_limit: Some(60_000_000),
+            min_tip: 1_000_000,
+            ..Self::default()
+        }
+    }
+}
+
+/// geth's `CalcGasLimit`: the parent's gas limit moved toward `desired` by at most
+/// `parent / 1024 − 1`.
+pub fn next_gas_limit(parent: u64, desired: u64) -> u64 {
+    let delta = (parent / 1024).saturating_sub(1);
+    let desired = desired.max(crate::header::MIN_GAS_LIMIT);
+    if parent < desired {
+        (parent + delta).min(desired)
+    } else if parent > desired {
+        parent.saturating_sub(delta).max(desired)
+    } else {
+        parent
+    }
+}
+
 /// The header of the block after `parent` at `attrs`, roots still empty.
-fn template(chain: &Chain, parent: &Header, attrs: &PayloadAttributes) -> Header {
+fn template(
+    chain: &Chain,
+    parent: &Header,
+    attrs: &PayloadAttributes,
+    miner: &MinerConfig,
+) -> Header {
     let config = chain.config();
     let (number, timestamp) = (parent.number + 1, attrs.timestamp);
     let fork = config.fork_at(number, timestamp);
@@ -68,10 +121,12 @@ fn template(chain: &Chain, parent: &Header, attrs: &PayloadAttributes) -> Header
         logs_bloom: Bloom::ZERO,
         difficulty: U256::ZERO,
         number,
-        gas_limit: parent.gas_limit,
+        gas_limit: miner.gas_limit.map_or(parent.gas_limit, |target| {
+            next_gas_limit(parent.gas_limit, target)
+        }),
         gas_used: 0,
         timestamp,
-        extra_data: Bytes::from_static(b"moat"),
+        extra_data: miner.extra_data.clone(),
         mix_hash: attrs.prev_randao,
         nonce: [0; 8],
         base_fee_per_gas: base_fee,
@@ -85,12 +140,24 @@ fn template(chain: &Chain, parent: &Header, attrs: &PayloadAttributes) -> Header
 }
 
 impl Chain {
-    /// Builds and seals a block on `parent_hash` from `pool`'s best transactions.
+    /// Builds and seals a block on `parent_hash` from `pool`'s best transactions, with
+    /// the default [`MinerConfig`].
     pub fn build_payload(
         &self,
         pool: &Pool,
         parent_hash: B256,
         attrs: &PayloadAttributes,
+    ) -> Result<BuiltPayload, ChainError> {
+        self.build_payload_with(pool, parent_hash, attrs, &MinerConfig::default())
+    }
+
+    /// [`Chain::build_payload`] with `miner`'s gas limit target, least tip and extra data.
+    pub fn build_payload_with(
+        &self,
+        pool: &Pool,
+        parent_hash: B256,
+        attrs: &PayloadAttributes,
+        miner: &MinerConfig,
     ) -> Result<BuiltPayload, ChainError> {
         let parent = self
             .header(&parent_hash)?
@@ -100,7 +167,7 @@ impl Chain {
                 parent: parent_hash,
             })?;
         let config = self.config();
-        let mut header = template(self, &parent, attrs);
+        let mut header = template(self, &parent, attrs, miner);
         let fork = config.fork_at(header.number, header.timestamp);
         let blob_params = config.blob_params_at(header.timestamp);
         let budget = BlockBudget {
@@ -110,6 +177,7 @@ impl Chain {
                 .unwrap_or(u128::MAX),
             gas_limit: header.gas_limit,
             max_blob_gas: blob_params.map_or(0, |p| p.max * GAS_PER_BLOB),
+            min_tip: miner.min_tip,
         };
         let max_size = if fork >= Fork::Osaka {
             MAX_BLOCK_BODY_SIZE_OSAKA
@@ -231,6 +299,7 @@ type SharedJob = Arc<Mutex<Job>>;
 pub struct PayloadService {
     chain: Chain,
     pool: Pool,
+    miner: Arc<MinerConfig>,
     jobs: Arc<Mutex<HashMap<[u8; 8], SharedJob>>>,
 }
 
@@ -270,8 +339,15 @@ impl PayloadService {
         Self {
             chain,
             pool,
+            miner: Arc::new(MinerConfig::default()),
             jobs: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Builds with `miner`'s settings from now on.
+    pub fn with_miner(mut self, miner: MinerConfig) -> Self {
+        self.miner = Arc::new(miner);
+        self
     }
 
     /// Starts building on `parent` with `attrs`; the first payload is built before this
@@ -281,7 +357,9 @@ impl PayloadService {
         if self.jobs.lock().contains_key(&id) {
             return Ok(id);
         }
-        let first = self.chain.build_payload(&self.pool, parent, &attrs)?;
+        let first = self
+            .chain
+            .build_payload_with(&self.pool, parent, &attrs, &self.miner)?;
         let job = Arc::new(Mutex::new(Job {
             best: Some(first),
             done: false,
@@ -295,7 +373,7 @@ impl PayloadService {
             jobs.insert(id, Arc::clone(&job));
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (chain, pool) = (self.chain.clone(), self.pool.clone());
+            let (chain, pool, miner) = (self.chain.clone(), self.pool.clone(), self.miner.clone());
             runtime.spawn(async move {
                 let started = tokio::time::Instant::now();
                 while started.elapsed() < REBUILD_FOR {
@@ -303,9 +381,11 @@ impl PayloadService {
                     if job.lock().done {
                         return;
                     }
-                    let (c, p, a) = (chain.clone(), pool.clone(), attrs.clone());
-                    let Ok(Ok(built)) =
-                        tokio::task::spawn_blocking(move || c.build_payload(&p, parent, &a)).await
+                    let (c, p, a, m) = (chain.clone(), pool.clone(), attrs.clone(), miner.clone());
+                    let Ok(Ok(built)) = tokio::task::spawn_blocking(move || {
+                        c.build_payload_with(&p, parent, &a, &m)
+                    })
+                    .await
                     else {
                         continue;
                     };
@@ -331,5 +411,20 @@ impl PayloadService {
         let mut j = job.lock();
         j.done = true;
         j.best.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_gas_limit;
+
+    #[test]
+    fn the_gas_limit_moves_toward_the_target_as_geth_moves_it() {
+        // 30M toward 60M: up by 30M/1024 − 1 = 29,295 a block.
+        assert_eq!(next_gas_limit(30_000_000, 60_000_000), 30_029_295);
+        assert_eq!(next_gas_limit(59_990_000, 60_000_000), 60_000_000);
+        assert_eq!(next_gas_limit(60_000_000, 30_000_000), 59_941_408);
+        assert_eq!(next_gas_limit(36_000_000, 36_000_000), 36_000_000);
+        assert_eq!(next_gas_limit(6_000, 1), 5_996);
     }
 }

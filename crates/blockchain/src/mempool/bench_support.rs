@@ -196,6 +196,7 @@ pub fn iterate_best(pool: &Pool) -> usize {
         blob_base_fee: h.blob_base_fee,
         gas_limit: u64::MAX,
         max_blob_gas: 0,
+        min_tip: 0,
     })
     .count()
 }

@@ -46,6 +46,9 @@ pub struct BlockBudget {
     pub gas_limit: u64,
     /// Max blob gas of the block (blob count × 2^17).
     pub max_blob_gas: u64,
+    /// Least effective tip a transaction must pay to be included (geth's
+    /// `--miner.gasprice`); a sender whose next tx pays less is skipped.
+    pub min_tip: u128,
 }
 
 pub struct BestTransactions {
@@ -81,13 +84,15 @@ impl BestTransactions {
         let inner = tx.tx.tx().tx();
         match inner.effective_tip_per_gas(self.budget.base_fee) {
             Some(tip)
-                if inner
-                    .max_fee_per_blob_gas()
-                    .is_none_or(|f| f >= self.budget.blob_base_fee) =>
+                if tip >= self.budget.min_tip
+                    && inner
+                        .max_fee_per_blob_gas()
+                        .is_none_or(|f| f >= self.budget.blob_base_fee) =>
             {
                 self.heap.push(Candidate { tip, group });
             }
-            // Under the block's fees: neither it nor its sender's later txs can go.
+            // Under the block's fees or the least tip: neither it nor its sender's later
+            // txs can go.
             _ => self.groups[group].clear(),
         }
     }

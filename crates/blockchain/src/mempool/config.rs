@@ -24,8 +24,19 @@ pub struct PoolConfig {
     pub queued: SubPoolLimit,
     /// Bytes here include the sidecars.
     pub blob: SubPoolLimit,
-    /// Transactions one sender may have pooled; the next on-chain nonce is admitted anyway.
+    /// Executable txs (a gapless run from the state nonce) one sender is sure to keep
+    /// (geth's `--txpool.accountslots`); the run may grow past it while pending has room.
     pub max_account_slots: usize,
+    /// Txs behind a nonce gap one sender may have (geth's `--txpool.accountqueue`).
+    pub max_account_queue: usize,
+    /// The same two for senders of local (RPC) txs: larger, and bounded.
+    pub local_account_slots: usize,
+    pub local_account_queue: usize,
+    /// Senders whose txs count as local from any origin (geth's `--txpool.locals`).
+    pub locals: std::collections::HashSet<alloy_primitives::Address>,
+    /// Local txs get no exemption (geth's `--txpool.nolocals`): the least tip, the
+    /// remote allowance and eviction apply to them as to any. They are still journaled.
+    pub no_locals: bool,
     /// Pooled transactions allowed to an EIP-7702-delegated sender, or to an authority of
     /// a pooled authorization.
     pub max_delegated_slots: usize,
@@ -59,6 +70,11 @@ impl PoolConfig {
             queued: SubPoolLimit::new(10_000, 20 << 20),
             blob: SubPoolLimit::new(1_000, 800 << 20),
             max_account_slots: 16,
+            max_account_queue: 64,
+            local_account_slots: 1_024,
+            local_account_queue: 256,
+            locals: Default::default(),
+            no_locals: false,
             max_delegated_slots: 1,
             max_authorizations: 64,
             price_bump: 10,
@@ -72,6 +88,11 @@ impl PoolConfig {
             max_in_flight_per_origin: 256,
             max_kzg_batch: 32,
         }
+    }
+
+    /// Whether a tx of `sender` from `origin` gets the local exemptions.
+    pub fn is_local(&self, origin: super::TxOrigin, sender: &alloy_primitives::Address) -> bool {
+        !self.no_locals && (origin.is_local() || self.locals.contains(sender))
     }
 
     pub(crate) fn limit(&self, sub: super::SubPool) -> SubPoolLimit {

@@ -77,6 +77,10 @@ pub enum Rejection {
     SenderHasCode,
     #[error("account limit exceeded: {slots} transactions pooled for this sender")]
     AccountLimit { slots: usize },
+    #[error("nonce too high: blob transactions must not leave a gap (next nonce {expected}, tx nonce {found})")]
+    BlobNonceGap { expected: u64, found: u64 },
+    #[error("max fee per blob gas below the minimum of 1 wei")]
+    BlobFeeCapTooLow,
     #[error("replacement transaction underpriced")]
     ReplacementUnderpriced,
     #[error("transaction underpriced")]
@@ -97,7 +101,7 @@ pub enum Rejection {
 
 impl Rejection {
     /// Number of distinct [`Rejection::reason`] values (metrics arrays are sized by it).
-    pub const REASONS: usize = 22;
+    pub const REASONS: usize = 24;
 
     /// Stable metric label.
     pub fn reason(&self) -> &'static str {
@@ -132,6 +136,8 @@ impl Rejection {
             Rejection::TooManyAuthorizations { .. } => ("too_many_authorizations", 19),
             Rejection::BlobsNotActive => ("blobs_not_active", 20),
             Rejection::Aborted => ("aborted", 21),
+            Rejection::BlobNonceGap { .. } => ("blob_nonce_gap", 22),
+            Rejection::BlobFeeCapTooLow => ("blob_fee_cap_too_low", 23),
         }
     }
 
@@ -146,6 +152,7 @@ impl Rejection {
                 | Rejection::InvalidSender(_)
                 | Rejection::NonceTooLow { .. }
                 | Rejection::TooManyAuthorizations { .. }
+                | Rejection::BlobFeeCapTooLow
         )
     }
 

@@ -409,7 +409,8 @@ pub(crate) fn reload_fate(refusal: &Rejection) -> ReloadFate {
         | Rejection::AccountLimit { .. }
         | Rejection::AlreadyReserved
         | Rejection::InflightLimit
-        | Rejection::AuthorityReserved => ReloadFate::Held,
+        | Rejection::AuthorityReserved
+        | Rejection::BlobNonceGap { .. } => ReloadFate::Held,
         Rejection::Oversized { .. }
         | Rejection::Decode(_)
         | Rejection::RecentlyFailed
@@ -418,7 +419,8 @@ pub(crate) fn reload_fate(refusal: &Rejection) -> ReloadFate {
         | Rejection::InvalidSender(_)
         | Rejection::SenderHasCode
         | Rejection::TooManyAuthorizations { .. }
-        | Rejection::BlobsNotActive => ReloadFate::Invalid,
+        | Rejection::BlobsNotActive
+        | Rejection::BlobFeeCapTooLow => ReloadFate::Invalid,
     }
 }
 

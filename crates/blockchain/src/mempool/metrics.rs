@@ -237,6 +237,11 @@ static REASON_PROBES: std::sync::LazyLock<Vec<Rejection>> = std::sync::LazyLock:
         Rejection::TooManyAuthorizations { count: 0, max: 0 },
         Rejection::BlobsNotActive,
         Rejection::Aborted,
+        Rejection::BlobNonceGap {
+            expected: 0,
+            found: 0,
+        },
+        Rejection::BlobFeeCapTooLow,
     ]
 });
 

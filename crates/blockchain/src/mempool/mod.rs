@@ -552,13 +552,17 @@ impl Pool {
         clock.lap(Stage::ValidateCheap);
 
         // 6. Stateless rules of the next block's fork.
-        let stateless = if origin.is_local() {
+        let stateless = if origin.is_local() && !s.cfg.no_locals {
             &rules.local
         } else {
             &rules.remote
         };
         validate_stateless(pooled.tx(), stateless)
             .map_err(|e| self.fail(hash, Rejection::Stateless(e)))?;
+        // A blob tx that can never pay a blob base fee (the minimum is 1 wei).
+        if pooled.tx().tx().max_fee_per_blob_gas() == Some(0) {
+            return Err(self.fail(hash, Rejection::BlobFeeCapTooLow));
+        }
         let auths = pooled.tx().tx().authorization_list();
         if auths.len() > s.cfg.max_authorizations {
             let e = Rejection::TooManyAuthorizations {

@@ -51,6 +51,19 @@ struct Sender {
     tails: [Option<(EvictKey, u64)>; 4],
 }
 
+/// The first nonce missing from `s`'s txs at or after `state_nonce`: where its executable
+/// run ends.
+fn run_end(s: &Sender, state_nonce: u64) -> u64 {
+    let mut end = state_nonce;
+    for n in s.txs.range(state_nonce..).map(|(n, _)| *n) {
+        if n != end {
+            break;
+        }
+        end += 1;
+    }
+    end
+}
+
 /// Count and bytes held by a subpool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
@@ -61,6 +74,8 @@ pub struct Usage {
 /// What the stateful checks decided for a newcomer.
 pub(crate) struct Plan {
     pub replaces: Option<B256>,
+    /// The sender's tx that leaves to make room (its highest nonce).
+    pub displaces: Option<B256>,
 }
 
 pub(crate) struct PoolInner {
@@ -131,18 +146,71 @@ impl PoolInner {
         self.by_hash.len()
     }
 
-    /// A sender past its guaranteed slots may still add an executable tx (the next in
-    /// an unbroken nonce run) while the pending subpool is under half full, as geth lets
-    /// an account grow while global slots are free. Gapped txs never pass the slots.
-    fn may_exceed_slots(
+    /// A sender past its executable slots may still extend its run while the pending
+    /// subpool is under half full, as geth lets an account grow while global slots are
+    /// free.
+    fn pending_has_room(&self, cfg: &PoolConfig) -> bool {
+        self.usage(SubPool::Pending).txs < cfg.pending.max_txs / 2
+    }
+
+    /// The allowance of a sender for a new nonce (not a replacement), geth's split: an
+    /// executable run of `account_slots` (longer while pending has room) and
+    /// `account_queue` txs behind a gap; a local sender gets the larger local allowance.
+    /// A tx inside the sender's first nonce gap (it fills or narrows the gap) is never
+    /// refused for the count: it displaces the sender's highest-nonce tx, the least
+    /// likely to be mined. A queued tx past the allowance displaces the highest nonce
+    /// only if its own is lower. Returns the tx to displace, if any.
+    fn sender_allowance(
         &self,
         cfg: &PoolConfig,
-        nonce: u64,
+        s: &Sender,
+        tx: &PoolTx,
         state_nonce: u64,
-        others: usize,
-    ) -> bool {
-        let unbroken = nonce == state_nonce.saturating_add(others as u64);
-        unbroken && self.usage(SubPool::Pending).txs < cfg.pending.max_txs / 2
+    ) -> Result<Option<B256>, Rejection> {
+        let nonce = tx.nonce();
+        let (slots, queue) = if s.local || cfg.is_local(tx.origin, &tx.sender) {
+            (cfg.local_account_slots, cfg.local_account_queue)
+        } else {
+            (cfg.max_account_slots, cfg.max_account_queue)
+        };
+        let run_end = run_end(s, state_nonce);
+        let exec = (run_end - state_nonce) as usize;
+        let queued = s.txs.len() - exec;
+        let first_queued = s.txs.range(run_end..).next().map(|(n, _)| *n);
+        let highest = s.txs.last_key_value().map(|(n, h)| (*n, *h));
+        match (first_queued, highest) {
+            // Inside the first gap: never refused for the count.
+            (Some(gap_end), Some((_, top))) if nonce < gap_end => {
+                let over_total = exec + queued + 1 > slots + queue;
+                let over_queue = nonce > run_end && queued + 1 > queue;
+                Ok((over_total || over_queue).then_some(top))
+            }
+            // Past the first gap: one more queued tx.
+            (Some(_), Some((top_nonce, top))) => {
+                if queued < queue {
+                    Ok(None)
+                } else if nonce < top_nonce {
+                    Ok(Some(top))
+                } else {
+                    Err(Rejection::AccountLimit { slots: queued })
+                }
+            }
+            // No gap yet: the next nonce extends the run, a later one opens a queue.
+            _ if nonce == run_end => {
+                if exec < slots || self.pending_has_room(cfg) {
+                    Ok(None)
+                } else {
+                    Err(Rejection::AccountLimit { slots: exec })
+                }
+            }
+            _ => {
+                if queue > 0 {
+                    Ok(None)
+                } else {
+                    Err(Rejection::AccountLimit { slots: 0 })
+                }
+            }
+        }
     }
 
     pub fn usage(&self, sub: SubPool) -> Usage {
@@ -249,12 +317,22 @@ impl PoolInner {
             {
                 return Err(Rejection::ReplacementUnderpriced);
             }
-        } else if others >= cfg.max_account_slots
-            && nonce != account.nonce
-            && !self.may_exceed_slots(cfg, nonce, account.nonce, others)
-        {
-            return Err(Rejection::AccountLimit { slots: others });
         }
+        // Blob txs must be contiguous from the sender's next nonce: a gapped one holds a
+        // sidecar it cannot use (geth and reth refuse it too).
+        if tx.is_blob() && existing.is_none() {
+            let expected = sender.map_or(account.nonce, |s| run_end(s, account.nonce));
+            if nonce != expected {
+                return Err(Rejection::BlobNonceGap {
+                    expected,
+                    found: nonce,
+                });
+            }
+        }
+        let displaces = match (existing, sender) {
+            (None, Some(s)) => self.sender_allowance(cfg, s, tx, account.nonce)?,
+            _ => None,
+        };
 
         // EIP-7702: delegated senders, and authorities with pooled authorizations, get few slots.
         let delegated = matches!(account.code, CodeKind::Delegated(_))
@@ -283,10 +361,11 @@ impl PoolInner {
             });
         }
         if let Some(s) = sender {
-            // The sender's other pooled txs: all of them but the one this replaces.
-            let pooled = s
-                .cost
-                .saturating_sub(existing.map_or(U256::ZERO, |e| e.tx.cost));
+            // The sender's other pooled txs: all of them but the one this replaces or
+            // displaces.
+            let gone = existing.map_or(U256::ZERO, |e| e.tx.cost)
+                + displaces.map_or(U256::ZERO, |h| self.by_hash[&h].tx.cost);
+            let pooled = s.cost.saturating_sub(gone);
             let total = pooled.saturating_add(cost);
             if total > account.balance {
                 return Err(Rejection::Overdraft {
@@ -297,6 +376,7 @@ impl PoolInner {
         }
         Ok(Plan {
             replaces: existing.map(|e| e.tx.hash()),
+            displaces,
         })
     }
 
@@ -318,9 +398,14 @@ impl PoolInner {
         if let Some(old) = plan.replaces {
             self.remove_entry(&old);
         }
+        let mut evicted = Vec::new();
+        if let Some(doomed) = plan.displaces {
+            self.remove_entry(&doomed);
+            evicted.push(doomed);
+        }
         let hash = tx.hash();
         let nonce = tx.nonce();
-        let local = tx.origin.is_local();
+        let local = self.cfg.is_local(tx.origin, &tx.sender);
         let is_blob = tx.is_blob();
         for vh in tx.tx.tx().tx().blob_versioned_hashes() {
             self.blob_index.insert(*vh, hash);
@@ -353,7 +438,6 @@ impl PoolInner {
         s.local |= local;
         self.reclassify(id);
 
-        let mut evicted = Vec::new();
         for sub in SubPool::ALL {
             while self.over_limit(sub) {
                 let Some(removed) = self.evict_worst(sub) else {
@@ -590,7 +674,9 @@ impl PoolInner {
         let expired: Vec<(SenderId, u64)> = self
             .by_hash
             .values()
-            .filter(|e| e.subpool == SubPool::Queued && !e.tx.origin.is_local())
+            .filter(|e| {
+                e.subpool == SubPool::Queued && !self.cfg.is_local(e.tx.origin, &e.tx.sender)
+            })
             .filter(|e| now.saturating_duration_since(e.tx.added_at) > max_age)
             .filter_map(|e| Some((*self.sender_ids.get(&e.tx.sender)?, e.tx.nonce())))
             .collect();

@@ -264,10 +264,11 @@ async fn blob_replacement_needs_double_fees_and_senders_hold_one_kind() {
 }
 
 #[tokio::test]
-async fn sixteen_slots_per_sender_but_the_next_nonce_always_gets_in() {
+async fn queued_txs_have_an_allowance_of_their_own_and_the_next_nonce_always_gets_in() {
     let (pool, state) = setup();
     let a = funded(&state, 10);
-    for nonce in 1..=16 {
+    // 64 txs behind a gap: geth's account queue.
+    for nonce in 1..=64 {
         assert_eq!(
             add(&pool, &tx1559(&a, nonce, 2, 100))
                 .await
@@ -277,14 +278,69 @@ async fn sixteen_slots_per_sender_but_the_next_nonce_always_gets_in() {
         );
     }
     assert_eq!(
-        add(&pool, &tx1559(&a, 17, 2, 100)).await,
-        Err(Rejection::AccountLimit { slots: 16 })
+        add(&pool, &tx1559(&a, 65, 2, 100)).await,
+        Err(Rejection::AccountLimit { slots: 64 })
     );
+    // The gap-filler is never refused for the count.
     assert_eq!(
         add(&pool, &tx1559(&a, 0, 2, 100)).await.unwrap().subpool,
         SubPool::Pending
     );
-    assert_eq!(pool.status().pending.txs, 17);
+    assert_eq!(pool.status().pending.txs, 65);
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn a_gap_filler_displaces_the_senders_farthest_tx() {
+    let (pool, state) = setup();
+    let a = funded(&state, 12);
+    // 16 executable, then a gap at 16, then 64 queued (17..=80): the sender is full.
+    for nonce in (0..16).chain(17..=80) {
+        add(&pool, &tx1559(&a, nonce, 2, 100)).await.unwrap();
+    }
+    assert_eq!(
+        add(&pool, &tx1559(&a, 81, 2, 100)).await,
+        Err(Rejection::AccountLimit { slots: 64 })
+    );
+    let farthest = tx1559(&a, 80, 2, 100).hash();
+    let filler = tx1559(&a, 16, 2, 100);
+    assert_eq!(add(&pool, &filler).await.unwrap().subpool, SubPool::Pending);
+    assert!(!pool.contains(&farthest), "the farthest nonce made room");
+    assert_eq!(pool.pending_nonce(&a.address()), 80);
+    assert_eq!(pool.len(), 80);
+    pool.assert_consistent();
+
+    // Past the first gap, a lower nonce displaces the highest one.
+    let b = funded(&state, 13);
+    for nonce in (0..1).chain(2..41).chain(42..67) {
+        add(&pool, &tx1559(&b, nonce, 2, 100)).await.unwrap();
+    }
+    assert_eq!(
+        add(&pool, &tx1559(&b, 70, 2, 100)).await,
+        Err(Rejection::AccountLimit { slots: 64 })
+    );
+    add(&pool, &tx1559(&b, 41, 2, 100)).await.unwrap();
+    assert!(!pool.contains(&tx1559(&b, 66, 2, 100).hash()));
+    pool.assert_consistent();
+}
+
+#[tokio::test]
+async fn local_senders_get_a_larger_bounded_allowance() {
+    let (pool, state) = setup_with(|c| {
+        c.local_account_slots = 4;
+        c.local_account_queue = 100;
+    });
+    let a = funded(&state, 14);
+    for nonce in 1..=100 {
+        pool.add_transaction(raw(&tx1559(&a, nonce, 2, 100)), TxOrigin::Local)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        pool.add_transaction(raw(&tx1559(&a, 101, 2, 100)), TxOrigin::Local)
+            .await,
+        Err(Rejection::AccountLimit { slots: 100 })
+    );
     pool.assert_consistent();
 }
 
@@ -302,10 +358,10 @@ async fn an_unbroken_run_may_pass_the_slots_while_pending_has_room() {
             "nonce {nonce}"
         );
     }
-    // A gap past the slots is still refused.
+    // A gap past the slots queues (the queue has an allowance of its own).
     assert_eq!(
-        add(&pool, &tx1559(&a, 41, 2, 100)).await,
-        Err(Rejection::AccountLimit { slots: 40 })
+        add(&pool, &tx1559(&a, 41, 2, 100)).await.unwrap().subpool,
+        SubPool::Queued
     );
 
     // With pending half full, the slots hold again.
@@ -491,6 +547,7 @@ fn budget() -> BlockBudget {
         blob_base_fee: 1,
         gas_limit: 30_000_000,
         max_blob_gas: 6 * 131_072,
+        min_tip: 0,
     }
 }
 
@@ -577,6 +634,30 @@ async fn blob_fee_cap_below_blob_base_fee_waits_in_the_blob_subpool() {
             .subpool,
         SubPool::Blob
     );
+}
+
+#[tokio::test]
+async fn blob_txs_must_be_contiguous_and_pay_a_blob_fee() {
+    let (pool, state) = setup();
+    let a = funded(&state, 63);
+    // A gap before a blob tx: refused before its KZG, and not remembered (the gap may fill).
+    let gapped = blob_tx(&a, 1, 5, 100, 10);
+    assert_eq!(
+        add(&pool, &gapped).await,
+        Err(Rejection::BlobNonceGap {
+            expected: 0,
+            found: 1
+        })
+    );
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 0);
+    add(&pool, &blob_tx(&a, 0, 5, 100, 10)).await.unwrap();
+    add(&pool, &gapped).await.unwrap();
+    // A blob fee cap of zero can never be paid.
+    let b = funded(&state, 64);
+    let e = add(&pool, &blob_tx(&b, 0, 5, 100, 0)).await.unwrap_err();
+    assert_eq!(e, Rejection::BlobFeeCapTooLow);
+    assert!(e.is_hash_determined());
+    pool.assert_consistent();
 }
 
 #[tokio::test]
@@ -1124,4 +1205,74 @@ async fn warming_a_batch_recovers_in_parallel_but_behind_the_shields() {
     assert_eq!(pool.metrics().get(Counter::sender_recoveries) - before, 39);
     assert_eq!(pool.status().pending.txs, 40);
     pool.assert_consistent();
+}
+
+mod sender_rules {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    fn nonces(pool: &Pool, a: &Address) -> BTreeSet<u64> {
+        pool.sender_txs(a).iter().map(|t| t.nonce()).collect()
+    }
+
+    fn run_end(set: &BTreeSet<u64>) -> u64 {
+        (0..).find(|n| !set.contains(n)).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever arrives, in whatever order, from a few senders into a small pool:
+        /// an executable run is never broken (a tx of the run leaves only with every
+        /// later tx of its sender), a tx inside a sender's first gap is never refused
+        /// for the count, and the pool stays consistent.
+        #[test]
+        fn runs_are_never_broken_and_gap_fillers_always_get_in(
+            ops in proptest::collection::vec((0usize..3, 0u64..24, 1u128..50), 1..120)
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let (pool, state) = setup_with(|c| {
+                    c.max_account_slots = 3;
+                    c.max_account_queue = 4;
+                    c.pending.max_txs = 8;
+                    c.queued.max_txs = 6;
+                });
+                let senders: Vec<Signer> = (0..3).map(|i| funded(&state, 200 + i)).collect();
+                for (who, nonce, tip) in ops {
+                    let s = &senders[who];
+                    let before: Vec<BTreeSet<u64>> =
+                        senders.iter().map(|x| nonces(&pool, &x.address())).collect();
+                    let own = &before[who];
+                    let run = run_end(own);
+                    let first_queued = own.range(run..).next().copied();
+                    let inside_gap = !own.contains(&nonce)
+                        && nonce >= run
+                        && first_queued.is_some_and(|q| nonce < q);
+                    let r = add(&pool, &tx1559(s, nonce, tip, 100)).await;
+                    if inside_gap {
+                        prop_assert!(
+                            !matches!(r, Err(Rejection::AccountLimit { .. })),
+                            "a gap-filler was refused for the count: {r:?}"
+                        );
+                    }
+                    pool.assert_consistent();
+                    for (i, x) in senders.iter().enumerate() {
+                        let after = nonces(&pool, &x.address());
+                        let run_before = run_end(&before[i]);
+                        for gone in before[i].difference(&after) {
+                            if *gone < run_before {
+                                prop_assert!(
+                                    after.range(gone..).next().is_none(),
+                                    "sender {i}: run tx {gone} left while later ones stayed"
+                                );
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
 }
