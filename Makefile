@@ -2,7 +2,7 @@
 CARGO ?= cargo
 QUICK ?=
 
-.PHONY: build run test bench bench-table lint fmt ci
+.PHONY: build run test bench bench-table pool-quality lint fmt ci
 
 build:
 	$(CARGO) build --release
@@ -19,6 +19,10 @@ bench:
 
 bench-table:
 	$(CARGO) run --release -p moat-bench-table -- $(if $(QUICK),--quick,)
+
+# Block value from the pool against the ideal block of the same stream, five seeds.
+pool-quality:
+	$(CARGO) run --release -p moat-pool-quality -- --seeds 1,2,3,4,5
 
 lint:
 	$(CARGO) fmt --all -- --check

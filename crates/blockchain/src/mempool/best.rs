@@ -1,8 +1,9 @@
 //! The best-transactions iterator block building reads.
 //!
 //! It works on a snapshot of the pending subpool taken under the lock, so the builder
-//! never holds the pool. Order: highest effective tip at the block's base fee first, each
-//! sender's transactions in nonce order. Gas and blob gas budgets are respected: a
+//! never holds the pool. Order: senders by the best average effective tip per gas over
+//! their next transactions (so a cheap transaction that opens the way to rich ones is not
+//! left behind for a middling one elsewhere), each sender's transactions in nonce order. Gas and blob gas budgets are respected: a
 //! transaction that does not fit is skipped together with the rest of its sender (its
 //! later nonces cannot go without it), as is a sender whose transaction the builder
 //! marks invalid.
@@ -13,7 +14,11 @@ use moat_common::constants::GAS_PER_BLOB;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
+/// How many of a sender's next txs the ordering looks at.
+const LOOKAHEAD: usize = 64;
+
 struct Candidate {
+    /// The best average effective tip per gas over the sender's next txs.
     tip: u128,
     /// Earlier-seen senders win ties, so the order is deterministic.
     group: usize,
@@ -77,23 +82,50 @@ impl BestTransactions {
         this
     }
 
-    fn push_head(&mut self, group: usize) {
-        let Some(tx) = self.groups[group].front() else {
-            return;
-        };
+    /// The effective tip `tx` pays in this block, if it may go in at all (fee cap over
+    /// the base fee, blob fee cap over the blob base fee, tip at least the least tip).
+    fn includable_tip(&self, tx: &PoolTx) -> Option<u128> {
         let inner = tx.tx.tx().tx();
-        match inner.effective_tip_per_gas(self.budget.base_fee) {
-            Some(tip)
-                if tip >= self.budget.min_tip
-                    && inner
-                        .max_fee_per_blob_gas()
-                        .is_none_or(|f| f >= self.budget.blob_base_fee) =>
-            {
-                self.heap.push(Candidate { tip, group });
+        let tip = inner.effective_tip_per_gas(self.budget.base_fee)?;
+        let blob_ok = inner
+            .max_fee_per_blob_gas()
+            .is_none_or(|f| f >= self.budget.blob_base_fee);
+        (tip >= self.budget.min_tip && blob_ok).then_some(tip)
+    }
+
+    /// The best average tip per gas over the sender's next txs (the first `k`, for the
+    /// best `k` up to [`LOOKAHEAD`] whose gas still fits the block): a cheap tx that opens
+    /// the way to rich ones is worth what the run is worth, and once it is taken the rest
+    /// of that run averages at least as much, so the run goes in whole. `None` when the
+    /// head cannot go in (fees, least tip) or does not fit.
+    fn key(&self, group: usize) -> Option<u128> {
+        let head = self.groups[group].front()?;
+        let head_tip = self.includable_tip(head)?;
+        if head.tx.tx().tx().gas_limit() > self.gas_left {
+            return None;
+        }
+        let (mut paid, mut gas, mut best) = (0u128, 0u128, head_tip);
+        for tx in self.groups[group].iter().take(LOOKAHEAD) {
+            let Some(tip) = self.includable_tip(tx) else {
+                break;
+            };
+            let g = u128::from(tx.tx.tx().tx().gas_limit().max(1));
+            if gas + g > u128::from(self.gas_left) {
+                break;
             }
-            // Under the block's fees or the least tip: neither it nor its sender's later
-            // txs can go.
-            _ => self.groups[group].clear(),
+            paid = paid.saturating_add(tip.saturating_mul(g));
+            gas += g;
+            best = best.max(paid / gas);
+        }
+        Some(best)
+    }
+
+    /// Queues the sender's next tx under its [`Self::key`], or drops the sender when its
+    /// next tx cannot go in: its later nonces cannot go without it.
+    fn push_head(&mut self, group: usize) {
+        match self.key(group) {
+            Some(tip) => self.heap.push(Candidate { tip, group }),
+            None => self.groups[group].clear(),
         }
     }
 
@@ -116,7 +148,20 @@ impl Iterator for BestTransactions {
     type Item = Arc<PoolTx>;
 
     fn next(&mut self) -> Option<Arc<PoolTx>> {
-        while let Some(Candidate { group, .. }) = self.heap.pop() {
+        while let Some(Candidate { tip, group }) = self.heap.pop() {
+            // Keys only fall as the block fills: re-read this one, and queue it again if
+            // it fell (another sender may now be worth more).
+            match self.key(group) {
+                None => {
+                    self.groups[group].clear();
+                    continue;
+                }
+                Some(now) if now < tip => {
+                    self.heap.push(Candidate { tip: now, group });
+                    continue;
+                }
+                Some(_) => {}
+            }
             let Some(tx) = self.groups[group].pop_front() else {
                 continue;
             };

@@ -552,20 +552,26 @@ fn budget() -> BlockBudget {
 }
 
 #[tokio::test]
-async fn best_transactions_order_by_tip_and_nonce() {
+async fn best_transactions_order_by_the_runs_worth_and_nonce() {
     let (pool, state) = setup();
-    let a = funded(&state, 50);
-    let b = funded(&state, 51);
+    let (a, b, c) = (funded(&state, 50), funded(&state, 51), funded(&state, 54));
+    // a: a cheap nonce 0 opens the way to a rich nonce 1 (3 then 30: 16.5 a tx on
+    // average); b: one tx at 10; c: 3 then 12 (7.5 on average).
     let a0 = tx1559(&a, 0, 3, 100);
     let a1 = tx1559(&a, 1, 30, 100);
     let b0 = tx1559(&b, 0, 10, 100);
-    for t in [&a0, &a1, &b0] {
+    let c0 = tx1559(&c, 0, 3, 100);
+    let c1 = tx1559(&c, 1, 12, 100);
+    for t in [&a0, &a1, &b0, &c0, &c1] {
         add(&pool, t).await.unwrap();
     }
     let order: Vec<B256> = pool.best_transactions(budget()).map(|t| t.hash()).collect();
-    assert_eq!(order, vec![b0.hash(), a0.hash(), a1.hash()]);
+    assert_eq!(
+        order,
+        vec![a0.hash(), a1.hash(), b0.hash(), c0.hash(), c1.hash()]
+    );
 
-    // Block gas: room for two transfers only.
+    // Block gas: room for two transfers, and a's run is worth most (33 against 13).
     let order: Vec<B256> = pool
         .best_transactions(BlockBudget {
             gas_limit: 42_000,
@@ -573,15 +579,15 @@ async fn best_transactions_order_by_tip_and_nonce() {
         })
         .map(|t| t.hash())
         .collect();
-    assert_eq!(order.len(), 2);
+    assert_eq!(order, vec![a0.hash(), a1.hash()]);
 
     // A tx marked invalid takes its sender's later nonces with it.
     let mut best = pool.best_transactions(budget());
     let first = best.next().unwrap();
-    assert_eq!(first.hash(), b0.hash());
-    let second = best.next().unwrap();
-    best.mark_invalid(&second.hash());
-    assert!(best.next().is_none());
+    assert_eq!(first.hash(), a0.hash());
+    best.mark_invalid(&first.hash());
+    let rest: Vec<B256> = best.map(|t| t.hash()).collect();
+    assert_eq!(rest, vec![b0.hash(), c0.hash(), c1.hash()]);
 }
 
 #[tokio::test]
