@@ -127,6 +127,7 @@ pub fn import(args: &ImportArgs) -> ExitCode {
                 }
                 Ok(ImportOutcome::AlreadyKnown) => p.skipped += 1,
                 Err(e) => {
+                    let _ = chain.store().flush();
                     println!("{}", p.line(head));
                     return fail(format!("import stopped: {e}"));
                 }
@@ -136,6 +137,9 @@ pub fn import(args: &ImportArgs) -> ExitCode {
                 p.last_report = Instant::now();
             }
         }
+    }
+    if let Err(e) = chain.store().flush() {
+        return fail(format!("cannot make the import durable: {e}"));
     }
     println!("{}", p.line(head));
     ExitCode::SUCCESS

@@ -305,6 +305,23 @@ impl Store {
         self.backend.apply(batch.into_ops())
     }
 
+    /// Applies the batch atomically, durable within a second (or 256 such commits):
+    /// readers see it at once; a crash may lose the last second of them, never part of
+    /// one, and reopens at the last durable commit. What block import uses: one sync a
+    /// second instead of one a block. Dropping the last clone of the store, or
+    /// [`Store::flush`], makes them durable.
+    pub fn commit_relaxed(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.backend.apply_with(batch.into_ops(), true)
+    }
+
+    /// Makes every relaxed commit durable.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.backend.flush()
+    }
+
     fn raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.backend.get_with(table, key, |v| Ok(v.to_vec()))
     }

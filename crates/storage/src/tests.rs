@@ -648,3 +648,27 @@ fn undo_records_put_and_delete() {
         assert_eq!(store.undo(&hash(2)).unwrap(), Some(vec![4]));
     });
 }
+
+/// Relaxed commits are read at once, and made durable by `flush` or by dropping the
+/// store: a reopened datadir holds every one of them.
+#[test]
+fn relaxed_commits_are_visible_at_once_and_durable_on_flush_or_drop() {
+    let dir = TempDir::new("relaxed");
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        for n in 1..=5u64 {
+            let mut batch = WriteBatch::new();
+            batch.set_account(addr(n as u8), Some(account(n)));
+            store.commit_relaxed(batch).unwrap();
+            assert_eq!(store.account(&addr(n as u8)).unwrap(), Some(account(n)));
+        }
+        store.flush().unwrap();
+        let mut batch = WriteBatch::new();
+        batch.set_account(addr(9), Some(account(9)));
+        store.commit_relaxed(batch).unwrap();
+    }
+    let store = Store::open(dir.path(), None).unwrap();
+    for n in (1..=5u64).chain([9]) {
+        assert_eq!(store.account(&addr(n as u8)).unwrap(), Some(account(n)));
+    }
+}

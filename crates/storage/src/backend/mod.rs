@@ -166,9 +166,21 @@ impl Backend {
     }
 
     pub(crate) fn apply(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        self.apply_with(ops, false)
+    }
+
+    /// [`Backend::apply`], durable now or (`relaxed`) within a second.
+    pub(crate) fn apply_with(&self, ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => db.apply(ops),
+            Backend::Redb(db) => db.apply(ops, relaxed),
             Backend::Memory(mem) => mem.apply(ops),
+        }
+    }
+
+    pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Redb(db) => db.flush(),
+            Backend::Memory(_) => Ok(()),
         }
     }
 

@@ -55,11 +55,23 @@ impl Snapshot {
 pub(crate) struct RedbBackend {
     db: Database,
     /// Serialises commits together with the snapshot swap that follows each, so the
-    /// shared snapshot can never go back to a state older than a returned commit.
-    writer: Mutex<()>,
+    /// shared snapshot can never go back to a state older than a returned commit. It
+    /// holds when the last durable commit was made and how many relaxed ones followed.
+    writer: Mutex<Lag>,
     /// `None` only if refreshing after a commit failed; the next read rebuilds it.
     snapshot: RwLock<Option<Arc<Snapshot>>>,
 }
+
+/// How far the file lags behind the last commit.
+pub(crate) struct Lag {
+    durable_at: std::time::Instant,
+    relaxed: usize,
+}
+
+/// A relaxed commit is made durable at the latest this long after the last durable one,
+/// or after this many relaxed commits.
+const MAX_LAG: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_RELAXED: usize = 256;
 
 impl RedbBackend {
     /// Opens or creates `path`, creates any missing table and checks the schema version.
@@ -82,7 +94,10 @@ impl RedbBackend {
         let snapshot = Snapshot::begin(&db)?;
         Ok(RedbBackend {
             db,
-            writer: Mutex::new(()),
+            writer: Mutex::new(Lag {
+                durable_at: std::time::Instant::now(),
+                relaxed: 0,
+            }),
             snapshot: RwLock::new(Some(Arc::new(snapshot))),
         })
     }
@@ -175,13 +190,22 @@ impl RedbBackend {
 
     /// Applies `ops` in one write transaction. Any error returns before `commit`, and a
     /// dropped write transaction is rolled back, so a failed batch leaves no trace.
-    pub(crate) fn apply(&self, ops: Vec<Op>) -> Result<(), StoreError> {
-        let _writer = self.writer.lock();
+    /// Commits `ops` atomically. `relaxed`: durable within [`MAX_LAG`] (or
+    /// [`MAX_RELAXED`] commits) rather than now; a crash before then reopens the file at
+    /// the last durable commit, each commit whole or absent.
+    pub(crate) fn apply(&self, ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
+        let mut lag = self.writer.lock();
+        let durable = !relaxed || lag.relaxed >= MAX_RELAXED || lag.durable_at.elapsed() >= MAX_LAG;
         let mut txn = self
             .db
             .begin_write()
             .map_err(|e| db_err("beginning a write transaction")(e.into()))?;
-        txn.set_durability(Durability::Immediate)
+        let durability = if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        };
+        txn.set_durability(durability)
             .map_err(|e| StoreError::Db(format!("setting durability: {e}")))?;
         {
             let mut open: [Option<::redb::Table<'_, &'static [u8], &'static [u8]>>; Table::COUNT] =
@@ -226,17 +250,33 @@ impl RedbBackend {
         }
         txn.commit()
             .map_err(|e| db_err("committing a write transaction")(e.into()))?;
-        // The batch is durable now; if no fresh snapshot can be taken, dropping the old
+        if durable {
+            *lag = Lag {
+                durable_at: std::time::Instant::now(),
+                relaxed: 0,
+            };
+        } else {
+            lag.relaxed += 1;
+        }
+        // The batch is committed now; if no fresh snapshot can be taken, dropping the old
         // one makes the next read build it rather than serve pre-commit data.
         *self.snapshot.write() = Snapshot::begin(&self.db).ok().map(Arc::new);
         Ok(())
+    }
+
+    /// Makes every relaxed commit durable (an empty durable commit).
+    pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        if self.writer.lock().relaxed == 0 {
+            return Ok(());
+        }
+        self.apply(Vec::new(), false)
     }
 
     /// Starts a write, puts `ops` and drops the transaction uncommitted, as a crash
     /// between the writes and the commit would.
     #[cfg(test)]
     pub(crate) fn write_then_abandon(&self, ops: &[Op]) -> Result<(), StoreError> {
-        let _writer = self.writer.lock();
+        let _lag = self.writer.lock();
         let txn = self
             .db
             .begin_write()
@@ -253,5 +293,13 @@ impl RedbBackend {
         }
         drop(txn);
         Ok(())
+    }
+}
+
+impl Drop for RedbBackend {
+    fn drop(&mut self) {
+        // Nothing to report to at this point: a failure leaves the file at its last
+        // durable commit, which the next open reads.
+        let _ = self.flush();
     }
 }
