@@ -103,6 +103,10 @@ pub struct Chain {
     config: ChainConfig,
     genesis_hash: B256,
     senders: Option<SenderCache>,
+    /// Serialises the writers of the chain (import, side blocks, head changes): the
+    /// engine API and the syncer may import at the same moment, and each import reads
+    /// the head it extends before it commits.
+    writer: std::sync::Arc<parking_lot::Mutex<()>>,
 }
 
 /// The EIP-7685 commitment to a block's requests.
@@ -249,6 +253,7 @@ impl Chain {
             config: genesis.config.clone(),
             genesis_hash: hash,
             senders: None,
+            writer: Default::default(),
         })
     }
 
@@ -419,6 +424,7 @@ impl Chain {
     /// Stores a block off the canonical chain after the checks its parent allows
     /// (header rules, roots of the body); it is executed if a reorg makes it canonical.
     pub fn store_side_block(&self, block: &Block) -> Result<(), ChainError> {
+        let _writer = self.writer.lock();
         let (number, hash) = (block.header.number, block.hash);
         if self.store.block_number(&hash)?.is_some() {
             return Ok(());
@@ -446,6 +452,7 @@ impl Chain {
     /// Each block taken back or added is its own atomic commit, so a crash leaves a
     /// consistent chain at some point on the way.
     pub fn set_head(&self, target: B256) -> Result<HeadChange, ChainError> {
+        let _writer = self.writer.lock();
         let (head_number, head_hash) = self.head()?;
         if target == head_hash || self.is_canonical(&target)? {
             return Ok(HeadChange::default());
@@ -483,11 +490,11 @@ impl Chain {
         let removed = self.unwind_to(fork_point)?;
         let mut added = Vec::with_capacity(blocks.len());
         for block in blocks {
-            if let Err(e) = self.import(&block) {
+            if let Err(e) = self.import_locked(&block) {
                 // Back to where we were; the old blocks were valid before.
                 self.unwind_to(fork_point)?;
                 for old in &removed {
-                    self.import(old)?;
+                    self.import_locked(old)?;
                 }
                 return Err(e);
             }
@@ -532,6 +539,12 @@ impl Chain {
 
     /// Validates, executes and stores `block` as the new head.
     pub fn import(&self, block: &Block) -> Result<ImportOutcome, ChainError> {
+        let _writer = self.writer.lock();
+        self.import_locked(block)
+    }
+
+    /// [`Chain::import`] for a caller that holds the writer lock.
+    fn import_locked(&self, block: &Block) -> Result<ImportOutcome, ChainError> {
         if self.is_canonical(&block.hash)? {
             return Ok(ImportOutcome::AlreadyKnown);
         }

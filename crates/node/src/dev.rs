@@ -5,7 +5,7 @@ use crate::system_contracts as sys;
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use moat_blockchain::chain::{Chain, ImportOutcome};
 use moat_blockchain::mempool::{HeadUpdate, Pool};
-use moat_blockchain::payload::PayloadAttributes;
+use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_crypto::secp::Signer;
 use moat_rpc::RpcContext;
@@ -103,6 +103,7 @@ pub async fn produce_block(
     chain: &Chain,
     pool: &Pool,
     rpc: &RpcContext,
+    miner: &MinerConfig,
 ) -> Result<Option<(u64, usize)>, String> {
     let head = chain.head_header().map_err(|e| e.to_string())?;
     let now = std::time::SystemTime::now()
@@ -115,9 +116,9 @@ pub async fn produce_block(
         withdrawals: Some(Vec::new()),
         parent_beacon_block_root: Some(B256::ZERO),
     };
-    let (c, p) = (chain.clone(), pool.clone());
+    let (c, p, m) = (chain.clone(), pool.clone(), miner.clone());
     let parent = head.hash();
-    let built = tokio::task::spawn_blocking(move || c.build_payload(&p, parent, &attrs))
+    let built = tokio::task::spawn_blocking(move || c.build_payload_with(&p, parent, &attrs, &m))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
@@ -145,7 +146,13 @@ pub async fn produce_block(
 
 /// Produces blocks forever: every `period`, or, with a zero period, whenever a
 /// transaction becomes pending.
-pub async fn run_producer(chain: Chain, pool: Pool, rpc: RpcContext, period: Duration) {
+pub async fn run_producer(
+    chain: Chain,
+    pool: Pool,
+    rpc: RpcContext,
+    period: Duration,
+    miner: MinerConfig,
+) {
     let mut pending = pool.subscribe_pending();
     loop {
         if period.is_zero() {
@@ -158,7 +165,7 @@ pub async fn run_producer(chain: Chain, pool: Pool, rpc: RpcContext, period: Dur
         } else {
             tokio::time::sleep(period).await;
         }
-        match produce_block(&chain, &pool, &rpc).await {
+        match produce_block(&chain, &pool, &rpc, &miner).await {
             Ok(Some((number, txs))) => tracing::info!(number, txs, "sealed block"),
             Ok(None) => {}
             Err(e) => tracing::error!(error = %e, "block production failed"),

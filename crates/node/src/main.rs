@@ -7,7 +7,9 @@ mod chain_cmd;
 mod dev;
 mod discovery;
 mod p2p_admin;
+mod pool_flags;
 mod run;
+mod sync;
 mod system_contracts;
 mod tx_decode;
 

@@ -3,7 +3,7 @@
 
 use crate::dev;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Journal, Pool, PoolConfig, ReloadFate};
+use moat_blockchain::mempool::{Journal, Pool, ReloadFate};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::Genesis;
 use moat_rpc::engine::{EngineConfig, EngineContext, read_jwt_secret, start_engine};
@@ -77,6 +77,8 @@ pub struct NodeArgs {
     /// duration, as geth: 1h, 30m, 90s, 1h30m0s).
     #[arg(long = "txpool.rejournal", default_value = "1h", value_parser = parse_duration)]
     pub txpool_rejournal: Duration,
+    #[command(flatten)]
+    pub pool: crate::pool_flags::PoolArgs,
     /// Megabytes of memory for the database's page cache (geth's flag). The node's other
     /// caches are bounded by count: sender recoveries (131,072), hashed trie keys
     /// (327,680), recent failures (65,536).
@@ -211,7 +213,7 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     let chain = Chain::init(store.clone(), &genesis).map_err(|e| e.to_string())?;
     let config = chain.config().clone();
     let pool = Pool::new(
-        PoolConfig::new(config.clone()),
+        args.pool.pool_config(config.clone()),
         Arc::new(StoreStateView::new(store.clone(), config.clone())),
     );
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
@@ -230,6 +232,14 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     ctx.gas_cap = args.rpc_gascap;
     if let Some(net) = &network {
         ctx = ctx.with_admin(Arc::new(crate::p2p_admin::Admin(net.clone())));
+    }
+    // With peers, heads the consensus client names and the node lacks are fetched from
+    // them (full sync).
+    let sync = network
+        .as_ref()
+        .map(|net| crate::sync::start(&chain, net, synced.clone(), ctx.clone()));
+    if let Some(sync) = &sync {
+        ctx = ctx.with_sync(sync.clone());
     }
     let http = SocketAddr::new(args.http_addr, args.http_port);
     let ws = args.ws.then(|| SocketAddr::new(args.ws_addr, args.ws_port));
@@ -253,9 +263,13 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     }
 
     let secret = jwt_secret(&args, &datadir)?;
-    let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let engine_ctx =
+    let miner = args.pool.miner_config(args.dev)?;
+    let payloads = PayloadService::new(chain.clone(), pool.clone()).with_miner(miner.clone());
+    let mut engine_ctx =
         EngineContext::new(chain.clone(), pool.clone(), payloads).with_synced_flag(synced);
+    if let Some(sync) = sync {
+        engine_ctx = engine_ctx.with_sync(sync);
+    }
     let mut heads = engine_ctx.subscribe_heads();
     let engine_config = EngineConfig {
         addr: SocketAddr::new(args.authrpc_addr, args.authrpc_port),
@@ -294,6 +308,7 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
             pool.clone(),
             ctx.clone(),
             period,
+            miner,
         ));
     }
 
@@ -380,7 +395,7 @@ async fn reload_journal(
 }
 
 /// A Go-style duration (`1h`, `30m`, `90s`, `1h30m0s`, `500ms`), as geth's flags take.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("not a duration: {text:?} (use e.g. 1h, 30m, 90s)");
     let mut total = Duration::ZERO;
     let mut rest = text.trim();

@@ -77,7 +77,9 @@ pub enum Rejection {
     SenderHasCode,
     #[error("account limit exceeded: {slots} transactions pooled for this sender")]
     AccountLimit { slots: usize },
-    #[error("nonce too high: blob transactions must not leave a gap (next nonce {expected}, tx nonce {found})")]
+    #[error(
+        "nonce too high: blob transactions must not leave a gap (next nonce {expected}, tx nonce {found})"
+    )]
     BlobNonceGap { expected: u64, found: u64 },
     #[error("max fee per blob gas below the minimum of 1 wei")]
     BlobFeeCapTooLow,

@@ -8,19 +8,23 @@
 //!   by anything that plays a peer of it (tests, load tools).
 //! - [`fetcher`]: announcements → `GetPooledTransactions`, and `validate_requested`.
 //! - [`serve`]: headers, bodies and receipts from the store.
-//! - [`network`]: the service: peers, gossip, admission of peers' transactions and the
-//!   consequences of their faults.
+//! - [`requests`]: headers and bodies asked of peers (for sync), with the checks their
+//!   answers pass.
+//! - [`network`]: the service: peers, gossip, admission of peers' transactions, chain
+//!   requests matched to their answers by request id, and the consequences of faults.
 
 pub mod client;
 pub mod eth;
 pub mod fetcher;
 pub mod network;
 pub mod p2p;
+pub mod requests;
 pub mod rlpx;
 pub mod serve;
 pub mod session;
 
 pub use network::{Network, NetworkConfig, NetworkError, PeerInfo};
+pub use requests::{HeadersRequest, RequestError, SealedHeader, SyncPeer};
 
 use rlpx::PeerId;
 use std::net::SocketAddr;

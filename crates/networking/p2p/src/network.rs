@@ -4,6 +4,8 @@
 //! ```text
 //!  TCP ─▶ RLPx ─▶ Hello/Status ─▶ peer task ─┬─ Ping ─▶ Pong
 //!                                           ├─ Get* ─▶ serve (store) ─▶ reply
+//!                                           ├─ BlockHeaders / BlockBodies ─▶ the chain
+//!                                           │    request of that id (get_headers, get_bodies)
 //!                                           ├─ Transactions ─▶ blob? fault : pool
 //!                                           ├─ announcement ─▶ fetcher ─▶ GetPooledTransactions
 //!                                           └─ PooledTransactions ─▶ validate_requested,
@@ -19,6 +21,10 @@
 use crate::eth::{Announcement, EthMessage, Status};
 use crate::fetcher::{Delivered, DeliveryError, FetchRequest, Fetcher, FetcherConfig, Meta};
 use crate::p2p::DisconnectReason;
+use crate::requests::{
+    self, HeadersRequest, MAX_BODIES, MAX_HEADERS, MAX_IN_FLIGHT, RequestError, SealedHeader,
+    SyncPeer,
+};
 use crate::rlpx::{PeerId, RlpxStream};
 use crate::session::{self, Incoming, LocalIdentity, Session, check_status};
 use crate::{Enode, serve};
@@ -26,6 +32,7 @@ use alloy_primitives::{B256, Bytes};
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Pool, Rejection, TxInput, TxOrigin};
 use moat_common::TxType;
+use moat_common::block::Block;
 use moat_common::config::ForkFilter;
 use moat_common::transaction::{BlobRules, PooledTransaction};
 use parking_lot::{Mutex, RwLock};
@@ -35,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -67,6 +74,8 @@ const MAX_TXS_MESSAGE: usize = 100 * 1024;
 const MAX_POOLED_ANSWER: usize = 2 * 1024 * 1024;
 /// Most hashes served from one `GetPooledTransactions`.
 const MAX_POOLED_SERVE: usize = 256;
+/// Reputation a peer loses for a chain request it leaves unanswered.
+const TIMEOUT_PENALTY: i64 = 10;
 
 /// How the network is set up.
 #[derive(Debug, Clone)]
@@ -81,6 +90,8 @@ pub struct NetworkConfig {
     pub client_id: String,
     pub network_id: u64,
     pub fetcher: FetcherConfig,
+    /// How long a peer has to answer a headers or bodies request.
+    pub request_timeout: Duration,
 }
 
 impl NetworkConfig {
@@ -93,6 +104,7 @@ impl NetworkConfig {
             client_id: format!("moat/v{}", env!("CARGO_PKG_VERSION")),
             network_id,
             fetcher: FetcherConfig::default(),
+            request_timeout: requests::REQUEST_TIMEOUT,
         }
     }
 }
@@ -145,6 +157,38 @@ impl Drop for DialSlot {
     }
 }
 
+/// Which answer a pending request waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplyKind {
+    Headers,
+    Bodies,
+}
+
+/// A chain request waiting for its answer.
+struct Pending {
+    kind: ReplyKind,
+    reply: oneshot::Sender<Vec<Bytes>>,
+}
+
+/// Removes a pending request when its caller stops waiting.
+struct PendingEntry {
+    peer: Arc<Peer>,
+    id: u64,
+}
+
+impl Drop for PendingEntry {
+    fn drop(&mut self) {
+        self.peer.pending.lock().remove(&self.id);
+    }
+}
+
+/// What a peer says of its chain: the head of its Status, then of its range updates.
+#[derive(Debug, Clone, Copy)]
+struct ChainStatus {
+    head: B256,
+    range: Option<(u64, u64)>,
+}
+
 /// A connected peer as the rest of the node sees it.
 struct Peer {
     info: PeerInfo,
@@ -156,6 +200,11 @@ struct Peer {
     /// Batches of this peer's txs, admitted in arrival order by one worker: a sender's
     /// nonces sent in order stay in order.
     admissions: mpsc::Sender<AdmissionJob>,
+    /// Our chain requests awaiting its answer, by request id.
+    pending: Mutex<Map<u64, Pending>>,
+    /// One permit per chain request in flight (at most [`MAX_IN_FLIGHT`]).
+    request_slots: Arc<Semaphore>,
+    chain_status: Mutex<ChainStatus>,
 }
 
 impl Peer {
@@ -201,6 +250,9 @@ struct Inner {
     /// Dials of discovered nodes between their start and the end of the RLPx
     /// handshake: they hold outbound slots.
     dialing: Arc<AtomicUsize>,
+    /// Request ids of chain requests (their own space: answers come as other messages
+    /// than the fetcher's).
+    next_request: AtomicU64,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -277,6 +329,7 @@ impl Network {
             blob_rules: Mutex::new((B256::ZERO, None)),
             range_sent: AtomicU64::new(start_head),
             dialing: Arc::new(AtomicUsize::new(0)),
+            next_request: AtomicU64::new(1),
         });
         let net = Network { inner };
         if let Some(listener) = listener {
@@ -574,6 +627,13 @@ impl Network {
             known: Mutex::new(KnownTxs::default()),
             reputation: AtomicI64::new(0),
             admissions: admit_tx,
+            pending: Mutex::new(Map::default()),
+            request_slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            chain_status: Mutex::new(ChainStatus {
+                head: status.head,
+                range: (framing.version >= crate::eth::ETH69)
+                    .then_some((status.earliest, status.latest)),
+            }),
         });
         // Admission to the peer table.
         let refused = {
@@ -672,6 +732,8 @@ impl Network {
             }
         };
         self.inner.peers.write().remove(&remote_id);
+        // Callers waiting for its answers learn now that none will come.
+        peer.pending.lock().clear();
         admission_task.abort();
         self.inner.fetcher.lock().remove_peer(remote_id);
         metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
@@ -742,16 +804,28 @@ impl Network {
                     blocks,
                 }));
             }
-            EthMessage::BlockHeaders { .. }
-            | EthMessage::BlockBodies { .. }
-            | EthMessage::Receipts { .. } => {
-                // We ask for none of these (no sync over p2p); a stray answer is ignored.
+            EthMessage::BlockHeaders {
+                request_id,
+                headers,
+            } => self.on_reply(peer, ReplyKind::Headers, request_id, headers),
+            EthMessage::BlockBodies { request_id, bodies } => {
+                self.on_reply(peer, ReplyKind::Bodies, request_id, bodies)
+            }
+            EthMessage::Receipts { .. } => {
+                // We ask for none; a stray answer is ignored.
             }
             EthMessage::BlockRangeUpdate {
-                earliest, latest, ..
+                earliest,
+                latest,
+                latest_hash,
             } => {
                 if earliest > latest {
                     self.fault(peer, "invalid block range", "earliest > latest");
+                } else {
+                    *peer.chain_status.lock() = ChainStatus {
+                        head: latest_hash,
+                        range: Some((earliest, latest)),
+                    };
                 }
             }
             EthMessage::GetPooledTransactions { request_id, hashes } => {
@@ -1187,6 +1261,151 @@ impl Network {
     /// The local identity (for tools that play a peer of this node).
     pub fn status_for(&self, version: u32) -> Status {
         self.our_status(version).0
+    }
+}
+
+/// Chain requests to peers, for the syncer (see [`crate::requests`]).
+impl Network {
+    /// The connected peers with what they say of their chains, for picking whom to ask.
+    pub fn sync_peers(&self) -> Vec<SyncPeer> {
+        self.inner
+            .peers
+            .read()
+            .values()
+            .map(|p| {
+                let status = *p.chain_status.lock();
+                SyncPeer {
+                    id: p.info.id,
+                    eth_version: p.info.eth_version,
+                    head: status.head,
+                    range: status.range,
+                    in_flight: MAX_IN_FLIGHT - p.request_slots.available_permits(),
+                    reputation: p.reputation.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+
+    /// Asks `peer` for headers; the answer is checked against the request
+    /// ([`requests::check_headers`]) and a peer that breaks the rules is dropped. An
+    /// empty answer means the peer does not have them.
+    pub async fn get_headers(
+        &self,
+        peer: &PeerId,
+        req: HeadersRequest,
+    ) -> Result<Vec<SealedHeader>, RequestError> {
+        if req.amount > MAX_HEADERS {
+            return Err(RequestError::TooLarge(req.amount as usize));
+        }
+        let (p, raw) = self
+            .request(peer, ReplyKind::Headers, |request_id| {
+                EthMessage::GetBlockHeaders {
+                    request_id,
+                    origin: req.origin,
+                    amount: req.amount,
+                    skip: req.skip,
+                    reverse: req.reverse,
+                }
+            })
+            .await?;
+        requests::check_headers(&req, raw).map_err(|why| {
+            self.fault(&p, "bad block headers", &why);
+            RequestError::BadAnswer(why)
+        })
+    }
+
+    /// Asks `peer` for the bodies of `headers` and returns the blocks it sent, each
+    /// checked against its header's roots ([`requests::check_bodies`]); a peer may leave
+    /// some out, one that sends a body no header commits to is dropped.
+    pub async fn get_bodies(
+        &self,
+        peer: &PeerId,
+        headers: &[SealedHeader],
+    ) -> Result<Vec<Block>, RequestError> {
+        if headers.len() > MAX_BODIES {
+            return Err(RequestError::TooLarge(headers.len()));
+        }
+        let hashes: Vec<B256> = headers.iter().map(|h| h.hash).collect();
+        let (p, raw) = self
+            .request(peer, ReplyKind::Bodies, |request_id| {
+                EthMessage::GetBlockBodies { request_id, hashes }
+            })
+            .await?;
+        requests::check_bodies(headers, raw).map_err(|why| {
+            self.fault(&p, "bad block bodies", &why);
+            RequestError::BadAnswer(why)
+        })
+    }
+
+    /// A fault the caller found in what `peer` sent (drops the peer).
+    pub fn report_fault(&self, peer: &PeerId, detail: &str) {
+        let p = self.inner.peers.read().get(peer).cloned();
+        if let Some(p) = p {
+            self.fault(&p, "bad chain data", detail);
+        }
+    }
+
+    /// Sends one request and waits for its answer (bounded per peer and in time).
+    async fn request(
+        &self,
+        peer: &PeerId,
+        kind: ReplyKind,
+        make: impl FnOnce(u64) -> EthMessage,
+    ) -> Result<(Arc<Peer>, Vec<Bytes>), RequestError> {
+        let p = self
+            .inner
+            .peers
+            .read()
+            .get(peer)
+            .cloned()
+            .ok_or(RequestError::NotConnected)?;
+        let _slot: OwnedSemaphorePermit = p
+            .request_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| RequestError::Busy)?;
+        let id = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        p.pending.lock().insert(id, Pending { kind, reply: tx });
+        // Whatever ends the wait (answer, timeout, the caller giving up), the entry goes.
+        let _entry = PendingEntry {
+            peer: p.clone(),
+            id,
+        };
+        let msg = make(id);
+        metrics::counter!("moat_p2p_chain_requests_total", "msg" => msg.name()).increment(1);
+        if !p.send(p.framing.eth(&msg)) {
+            return Err(RequestError::Busy);
+        }
+        match tokio::time::timeout(self.inner.cfg.request_timeout, rx).await {
+            Ok(Ok(answer)) => Ok((p, answer)),
+            Ok(Err(_)) => Err(RequestError::Disconnected),
+            Err(_) => {
+                metrics::counter!("moat_p2p_chain_request_timeouts_total").increment(1);
+                self.penalize(&p, TIMEOUT_PENALTY, "chain request timed out");
+                Err(RequestError::Timeout)
+            }
+        }
+    }
+
+    /// Hands an answer to the request waiting for it. An answer to nothing (late, after
+    /// its timeout, or never asked) is dropped; one of the wrong kind is a fault.
+    fn on_reply(&self, peer: &Arc<Peer>, kind: ReplyKind, request_id: u64, items: Vec<Bytes>) {
+        let pending = peer.pending.lock().remove(&request_id);
+        match pending {
+            Some(p) if p.kind == kind => {
+                let _ = p.reply.send(items);
+            }
+            Some(_) => self.fault(
+                peer,
+                "delivery mismatch",
+                &format!("answer of the wrong kind to request {request_id}"),
+            ),
+            None => {
+                tracing::debug!(peer = %short(&peer.info.id), request_id, ?kind, "unsolicited chain answer");
+                metrics::counter!("moat_p2p_unsolicited_replies_total").increment(1);
+            }
+        }
     }
 }
 

@@ -15,7 +15,11 @@ pub const MAX_SERVE: usize = 1024;
 /// An answer stops growing once it passes this many bytes.
 pub const SOFT_RESPONSE_LIMIT: usize = 2 * 1024 * 1024;
 
-/// Headers for a `GetBlockHeaders` query, canonical chain only past the origin.
+/// Headers for a `GetBlockHeaders` query. Back from the origin without skip, the
+/// answer follows parent hashes (as geth's does), so a syncing peer gets the chain of
+/// the block it asked for even off our canonical chain; other queries follow the
+/// canonical chain, and from an origin off it serve the origin alone (the canonical
+/// blocks past it would not chain to it).
 pub fn headers(
     store: &Store,
     origin: HashOrNumber,
@@ -36,20 +40,35 @@ pub fn headers(
     };
     let amount = (amount as usize).min(MAX_SERVE);
     let step = skip.saturating_add(1);
+    let by_parent = reverse && skip == 0;
+    let off_canonical = match origin {
+        HashOrNumber::Hash(h) => store.canonical_hash(first).ok().flatten() != Some(h),
+        HashOrNumber::Number(_) => false,
+    };
     let mut bytes = 0;
     let mut number = Some(first);
+    let mut parent = None;
     while let Some(n) = number {
-        if out.len() >= amount || bytes >= SOFT_RESPONSE_LIMIT || n > head {
+        if out.len() >= amount || bytes >= SOFT_RESPONSE_LIMIT {
             break;
         }
         let hash = match (out.is_empty(), origin) {
             // The origin by hash may sit off the canonical chain; serve it as asked.
             (true, HashOrNumber::Hash(h)) => Some(h),
+            (false, _) if by_parent => parent,
+            (false, _) if off_canonical => break,
+            _ if n > head => break,
             _ => store.canonical_hash(n).ok().flatten(),
         };
         let Some(rlp) = hash.and_then(|h| store.header_rlp(&h).ok().flatten()) else {
             break;
         };
+        if by_parent {
+            // A stored header's first field is its parent hash.
+            parent = rlp::list(&mut &rlp[..], "header")
+                .and_then(|mut f| f.b256("parentHash"))
+                .ok();
+        }
         bytes += rlp.len();
         out.push(Bytes::from(rlp));
         number = if reverse {
@@ -161,8 +180,18 @@ mod tests {
         let mut batch = WriteBatch::new();
         for i in 0..=n {
             let hash = B256::with_last_byte(i as u8 + 1);
+            // Stored under made-up hashes, linked by their parent hashes.
+            let header = moat_common::block::Header {
+                number: i,
+                parent_hash: if i == 0 {
+                    B256::ZERO
+                } else {
+                    B256::with_last_byte(i as u8)
+                },
+                ..Default::default()
+            };
             batch
-                .put_header(hash, i, vec![0x80 + 1, i as u8])
+                .put_header(hash, i, header.encoded())
                 .put_body(hash, vec![0xc3, 0xc0, 0xc0, 0xc0])
                 .set_canonical(i, hash);
             let receipts: Vec<Receipt> = (0..3)
@@ -181,7 +210,14 @@ mod tests {
     }
 
     fn numbers(headers: &[Bytes]) -> Vec<u8> {
-        headers.iter().map(|h| h[1]).collect()
+        headers
+            .iter()
+            .map(|h| {
+                moat_common::block::Header::decode(&mut &h[..])
+                    .unwrap()
+                    .number as u8
+            })
+            .collect()
     }
 
     #[test]
@@ -199,6 +235,27 @@ mod tests {
         assert_eq!(by_num(0, u64::MAX, u64::MAX, false), vec![0]);
         let by_hash = headers(&s, HashOrNumber::Hash(B256::with_last_byte(6)), 2, 0, false);
         assert_eq!(numbers(&by_hash), vec![5, 6]);
+        let back = headers(&s, HashOrNumber::Hash(B256::with_last_byte(6)), 3, 0, true);
+        assert_eq!(numbers(&back), vec![5, 4, 3]);
+        // A side block (stored, not canonical) at #4 whose parent is #3.
+        let mut batch = WriteBatch::new();
+        let side = moat_common::block::Header {
+            number: 4,
+            parent_hash: B256::with_last_byte(4),
+            gas_limit: 1,
+            ..Default::default()
+        };
+        let side_hash = B256::repeat_byte(0x5e);
+        batch.put_header(side_hash, 4, side.encoded());
+        s.commit(batch).unwrap();
+        // Back from it: its own ancestors; forward from it: itself only.
+        let back = headers(&s, HashOrNumber::Hash(side_hash), 3, 0, true);
+        assert_eq!(numbers(&back), vec![4, 3, 2]);
+        assert_eq!(back[0].as_ref(), side.encoded());
+        let fwd = headers(&s, HashOrNumber::Hash(side_hash), 3, 0, false);
+        assert_eq!(fwd.len(), 1);
+        let skipping = headers(&s, HashOrNumber::Hash(side_hash), 3, 1, true);
+        assert_eq!(skipping.len(), 1);
         assert!(headers(&s, HashOrNumber::Hash(B256::repeat_byte(9)), 2, 0, false).is_empty());
     }
 

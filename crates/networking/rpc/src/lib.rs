@@ -39,6 +39,7 @@ mod logs;
 mod params;
 mod state;
 mod subscribe;
+mod sync;
 mod txpool;
 
 pub use admin::PeerAdmin;
@@ -52,6 +53,7 @@ pub use limits::{
 pub use params::SERVER_ERROR_CODE;
 pub use state::{StoreStateView, head_info, next_block_fees};
 pub use subscribe::{HeadMessage, HeadNotifier};
+pub use sync::{SyncService, SyncStatus};
 
 use jsonrpsee::RpcModule;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
@@ -128,6 +130,8 @@ pub struct RpcContext {
     tips: Arc<fees::TipCache>,
     /// The p2p layer, when the node runs one.
     pub admin: Option<Arc<dyn PeerAdmin>>,
+    /// The syncer, when the node runs one (`eth_syncing`).
+    pub sync: Option<Arc<dyn SyncService>>,
     /// Most gas an eth_call or eth_estimateGas may use; 0 for no cap beyond the block's.
     pub gas_cap: u64,
 }
@@ -140,8 +144,15 @@ impl RpcContext {
             heads: HeadNotifier::default(),
             tips: Arc::default(),
             admin: None,
+            sync: None,
             gas_cap: DEFAULT_GAS_CAP,
         }
+    }
+
+    /// Serves `eth_syncing` from `sync`.
+    pub fn with_sync(mut self, sync: Arc<dyn SyncService>) -> Self {
+        self.sync = Some(sync);
+        self
     }
 
     /// Serves `admin_*` and `net_peerCount` from `admin`.
@@ -257,7 +268,7 @@ pub fn module(
         Ok(Value::String(c.chain.config().chain_id.to_string()))
     })?;
     cheap(&mut m, "net_listening", |_, _| Ok(Value::Bool(true)))?;
-    cheap(&mut m, "eth_syncing", |_, _| Ok(Value::Bool(false)))?;
+    blocking(&mut m, "eth_syncing", sync::syncing)?;
     cheap(&mut m, "net_peerCount", admin::peer_count)?;
     cheap(&mut m, "admin_addPeer", admin::add_peer)?;
     cheap(&mut m, "admin_removePeer", admin::remove_peer)?;

@@ -101,6 +101,10 @@ struct Node {
 }
 
 async fn node() -> Node {
+    node_with(None).await
+}
+
+async fn node_with(sync: Option<Arc<dyn moat_rpc::SyncService>>) -> Node {
     let rich = Signer::from_seed(1);
     let store = Store::in_memory();
     let chain = Chain::init(store.clone(), &genesis(rich.address())).expect("genesis");
@@ -108,7 +112,10 @@ async fn node() -> Node {
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let mut ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    if let Some(sync) = sync {
+        ctx = ctx.with_sync(sync);
+    }
     let config = EngineConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         ..EngineConfig::new(SECRET)
@@ -981,4 +988,97 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
     assert_eq!(n.chain.head().unwrap(), (1, hash_a));
     assert!(!n.pool.contains(&tx.hash()));
     n.handle.stop();
+}
+
+/// Records what the engine hands the syncer.
+#[derive(Debug, Default)]
+struct SyncRecorder(parking_lot::Mutex<Vec<B256>>);
+
+impl moat_rpc::SyncService for SyncRecorder {
+    fn sync_to(&self, head: B256) {
+        self.0.lock().push(head);
+    }
+    fn status(&self) -> Option<moat_rpc::SyncStatus> {
+        None
+    }
+}
+
+#[tokio::test]
+async fn syncing_answers_hand_the_missing_block_to_the_syncer() {
+    let recorder = Arc::new(SyncRecorder::default());
+    let n = node_with(Some(recorder.clone())).await;
+    let addr = n.handle.local_addr();
+    // Two blocks of the same chain built elsewhere: this node has neither.
+    let other = Chain::init(Store::in_memory(), &genesis(n.rich.address())).unwrap();
+    let other_pool = Pool::new(
+        PoolConfig::new(other.config().clone()),
+        Arc::new(StoreStateView::new(
+            other.store().clone(),
+            other.config().clone(),
+        )),
+    );
+    let mut blocks = Vec::new();
+    for _ in 0..2 {
+        let head = other.head_header().unwrap();
+        let attrs = moat_blockchain::payload::PayloadAttributes {
+            timestamp: head.timestamp + 12,
+            prev_randao: B256::repeat_byte(7),
+            suggested_fee_recipient: Address::repeat_byte(0xfe),
+            withdrawals: Some(Vec::new()),
+            parent_beacon_block_root: Some(B256::repeat_byte(9)),
+        };
+        let block = other
+            .build_payload(&other_pool, head.hash(), &attrs)
+            .unwrap()
+            .block;
+        other.import(&block).unwrap();
+        blocks.push(block);
+    }
+    let root = B256::repeat_byte(9);
+
+    // A payload whose parent is unknown: SYNCING, and the parent goes to the syncer.
+    let s = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([payload_of(&blocks[1]), [], root, []]),
+    )
+    .await;
+    assert_eq!(s["status"], "SYNCING", "{s}");
+    assert_eq!(*recorder.0.lock(), vec![blocks[0].hash]);
+    // A forkchoice to an unknown head: SYNCING, the head goes to the syncer, and the
+    // node is not marked synced.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(blocks[1].hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "SYNCING", "{fcu}");
+    assert_eq!(*recorder.0.lock(), vec![blocks[0].hash, blocks[1].hash]);
+    assert!(!n.ctx.synced.load(Ordering::Acquire));
+
+    // The syncer brings the blocks in: the same calls are VALID again.
+    for b in &blocks {
+        n.chain.import(b).unwrap();
+    }
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(blocks[1].hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert!(n.ctx.synced.load(Ordering::Acquire));
+    // The syncer hears of the known head too (an older target must not pull the chain
+    // away from it).
+    assert_eq!(recorder.0.lock().len(), 3);
+    assert_eq!(recorder.0.lock()[2], blocks[1].hash);
+    let s = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([payload_of(&blocks[1]), [], root, []]),
+    )
+    .await;
+    assert_eq!(s["status"], "VALID", "{s}");
+    assert_eq!(recorder.0.lock().len(), 3);
 }

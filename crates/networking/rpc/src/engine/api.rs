@@ -183,6 +183,23 @@ fn keep_blob_txs(ctx: &EngineContext, block: &Block) {
 }
 
 impl EngineContext {
+    /// Hands a block the chain does not hold to the syncer, if the node runs one.
+    fn request_sync(&self, hash: B256) {
+        if let Some(sync) = &self.sync {
+            metrics::counter!("moat_engine_sync_requests_total").increment(1);
+            sync.sync_to(hash);
+        }
+    }
+
+    /// The consensus client's head is one the chain holds: a sync towards an older
+    /// target must not carry the chain away from it (the syncer sees it canonical and
+    /// stops).
+    fn head_is_known(&self, head: B256) {
+        if let Some(sync) = &self.sync {
+            sync.sync_to(head);
+        }
+    }
+
     /// Tells the pool and the node about a new head.
     async fn announce(&self, news: PoolNews) {
         self.pool
@@ -233,6 +250,8 @@ impl EngineContext {
             }
         }
         let Some(parent) = self.chain.header(&parent_hash).map_err(chain_err)? else {
+            // Peers may hold the parent; the block itself comes again once it is here.
+            self.request_sync(parent_hash);
             return Ok((Status::Syncing, None));
         };
         match self.chain.import(&block) {
@@ -242,7 +261,10 @@ impl EngineContext {
                 Ok((Status::Valid(hash), Some(news)))
             }
             Ok(ImportOutcome::AlreadyKnown) => Ok((Status::Valid(hash), None)),
-            Err(ChainError::UnknownParent { .. }) => Ok((Status::Syncing, None)),
+            Err(ChainError::UnknownParent { .. }) => {
+                self.request_sync(parent_hash);
+                Ok((Status::Syncing, None))
+            }
             // Off our head: kept, and executed if a forkchoiceUpdated makes it head.
             Err(ChainError::NotOnHead { .. }) => match self.chain.store_side_block(&block) {
                 Ok(()) => Ok((Status::Accepted, None)),
@@ -297,6 +319,7 @@ impl EngineContext {
             )));
         }
         let Some(header) = self.chain.header(&head).map_err(chain_err)? else {
+            self.request_sync(head);
             return Ok(Err(Status::Syncing));
         };
         let store = self.chain.store();
@@ -335,9 +358,12 @@ impl EngineContext {
                     metrics::counter!("moat_engine_invalid_payloads_total").increment(1);
                     return Ok(Err(Status::Invalid(lvh, e.to_string())));
                 }
-                Err(ChainError::ReorgTooDeep { .. } | ChainError::UnknownBlock(_)) => {
+                Err(ChainError::UnknownBlock(_)) => {
+                    // A block of its branch is missing: peers may have it.
+                    self.request_sync(head);
                     return Ok(Err(Status::Syncing));
                 }
+                Err(ChainError::ReorgTooDeep { .. }) => return Ok(Err(Status::Syncing)),
                 Err(e) => return Err(chain_err(e)),
             }
         }
@@ -431,11 +457,13 @@ async fn forkchoice_updated(
         Err(status) => {
             if matches!(status, Status::Valid(_)) {
                 ctx.synced.store(true, Ordering::Release);
+                ctx.head_is_known(head);
             }
             return Ok(json!({ "payloadStatus": status.json(), "payloadId": null }));
         }
     };
     ctx.synced.store(true, Ordering::Release);
+    ctx.head_is_known(head);
     if let Some(news) = news {
         ctx.announce(news).await;
     }

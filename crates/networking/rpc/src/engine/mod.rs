@@ -14,10 +14,13 @@
 //! ```
 //!
 //! The chain imports only on top of its head and makes every imported block the head at
-//! once (no reorgs yet), so `newPayload` both executes and advances the head, and
-//! `forkchoiceUpdated` confirms it: a head that is the current head is VALID, a canonical
-//! ancestor is acknowledged as VALID without moving back (as geth does), and a block the
-//! chain does not hold is SYNCING. The engine itself tells the pool about each new head
+//! once, so `newPayload` both executes and advances the head, and `forkchoiceUpdated`
+//! confirms it: a head that is the current head is VALID, a canonical ancestor is
+//! acknowledged as VALID without moving back (as geth does), a stored block off the
+//! canonical chain is made head (a reorg), and a block the chain does not hold is
+//! SYNCING. SYNCING also hands the block to the node's syncer ([`SyncService::sync_to`]:
+//! the head of a forkchoiceUpdated, the parent of a newPayload), which fetches the chain
+//! up to it from peers; once it is there, the same calls answer VALID again. The engine itself tells the pool about each new head
 //! ([`moat_blockchain::mempool::Pool::on_head_change`]); the node learns of it from
 //! [`EngineContext::subscribe_heads`] (for newHeads subscribers and p2p).
 //!
@@ -38,7 +41,7 @@ pub use errors::{
     UNSUPPORTED_FORK,
 };
 
-use crate::RpcError;
+use crate::{RpcError, SyncService};
 use alloy_primitives::B256;
 use jsonrpsee::server::{Server, ServerConfig, ServerHandle};
 use moat_blockchain::chain::Chain;
@@ -114,6 +117,8 @@ pub struct EngineContext {
     /// Set by the first forkchoiceUpdated to a known head: the CL says we are at the
     /// tip, so peers' transactions are worth admitting. The node reads it.
     pub synced: Arc<AtomicBool>,
+    /// Told of heads the chain does not hold, when the node runs a syncer.
+    pub sync: Option<Arc<dyn SyncService>>,
     shared: Arc<Shared>,
 }
 
@@ -125,6 +130,7 @@ impl EngineContext {
             pool,
             payloads,
             synced: Arc::new(AtomicBool::new(false)),
+            sync: None,
             shared: Arc::new(Shared {
                 order: tokio::sync::Mutex::new(()),
                 invalid: Mutex::new(InvalidBlocks::default()),
@@ -137,6 +143,12 @@ impl EngineContext {
     /// Shares the node's "synced" flag instead of a fresh one.
     pub fn with_synced_flag(mut self, synced: Arc<AtomicBool>) -> Self {
         self.synced = synced;
+        self
+    }
+
+    /// Hands heads the chain does not hold to `sync`.
+    pub fn with_sync(mut self, sync: Arc<dyn SyncService>) -> Self {
+        self.sync = Some(sync);
         self
     }
 

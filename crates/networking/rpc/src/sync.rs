@@ -1,0 +1,41 @@
+//! The syncer seen from JSON-RPC: `eth_syncing`, and the engine API handing it heads
+//! the node does not hold.
+//!
+//! The RPC crate does not depend on the sync crate; the node hands it a [`SyncService`].
+
+use crate::RpcContext;
+use crate::json::q;
+use crate::params::RpcResult;
+use alloy_primitives::B256;
+use jsonrpsee::types::Params;
+use serde_json::{Value, json};
+
+/// Where a running sync stands (`eth_syncing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncStatus {
+    pub starting_block: u64,
+    pub current_block: u64,
+    pub highest_block: u64,
+}
+
+/// What the RPC and engine servers ask of the node's syncer.
+pub trait SyncService: Send + Sync + std::fmt::Debug {
+    /// The consensus client's head: fetch the chain up to it from peers if this node
+    /// does not hold it. A later call replaces the target, so a head the node holds
+    /// also ends a sync towards an older one.
+    fn sync_to(&self, head: B256);
+    /// `None` unless a sync is running.
+    fn status(&self) -> Option<SyncStatus>;
+}
+
+/// `eth_syncing`: `false`, or geth's object while a sync runs.
+pub fn syncing(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
+    let Some(s) = ctx.sync.as_ref().and_then(|s| s.status()) else {
+        return Ok(Value::Bool(false));
+    };
+    Ok(json!({
+        "startingBlock": q(s.starting_block),
+        "currentBlock": q(s.current_block),
+        "highestBlock": q(s.highest_block),
+    }))
+}

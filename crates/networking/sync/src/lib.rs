@@ -1,0 +1,46 @@
+//! moat-sync: catching up with the chain from peers.
+//!
+//! After the merge the consensus client decides the head; the execution node's job when
+//! it is behind is to fetch and execute the blocks up to that head. The engine API hands
+//! the head's hash to the syncer ([`SyncHandle::set_target`]) whenever it names a block
+//! the node does not hold; the syncer then runs a *full sync*: every block is executed.
+//!
+//! ```text
+//!  engine API ─ forkchoiceUpdated / newPayload to an unknown block ─▶ set_target(hash)
+//!
+//!  1 headers back   target ◀─ parent ◀─ … (192 per GetBlockHeaders, by hash, reverse)
+//!                   until a header's parent is on the local canonical chain (or in the
+//!                   skeleton of an earlier target): the skeleton, ascending
+//!  2 bodies forward GetBlockBodies for the next blocks past the head, up to 8 requests
+//!                   over the peers, each body checked against its header's roots
+//!  3 import         in order on the importer thread: Chain::import, one atomic commit per
+//!                   block, made durable every 32 blocks; a block whose parent is not the
+//!                   head (the target's chain forks below it) is stored aside and made
+//!                   head (set_head, ≤ 128 deep)
+//!  4 done           target canonical ─▶ "synced" flag on, eth_syncing false again
+//! ```
+//!
+//! Peers are asked through a [`BlockSource`] (the p2p [`moat_p2p::Network`] in the node):
+//! answers come checked for shape (headers start where asked and chain by hash; bodies
+//! match their headers), and a peer that lies is dropped there. A peer that does not have
+//! what was asked, times out or fails is rested for a moment and another is asked.
+//!
+//! Every block is its own atomic commit and every batch of 32 is made durable, so a node
+//! killed mid-sync restarts at a consistent head at most one batch short of where it
+//! was; the next target walks back to that head and goes on from there. A new target
+//! replaces the old one: headers walked for the old target are kept when the new one
+//! builds on them, so a consensus client moving the head every slot costs one header
+//! request, not a new walk.
+//!
+//! [`SyncHandle::progress`] gives `eth_syncing` its starting, current and highest block;
+//! a line with blocks/s, Mgas/s and an ETA is logged every 8 seconds while it runs.
+//!
+//! Not here (yet): snap sync (state ranges and healing) — the state is always built by
+//! executing every block from the local head; the walked headers are held in memory
+//! (about 1 KiB each), which suits catching up days, not years.
+
+mod source;
+mod syncer;
+
+pub use source::BlockSource;
+pub use syncer::{SyncConfig, SyncHandle, SyncProgress, spawn};

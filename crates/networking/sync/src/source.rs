@@ -1,0 +1,50 @@
+//! Where blocks come from: the peers of the p2p network, behind a trait so the syncer
+//! can be driven by something else in tests.
+
+use moat_common::block::Block;
+use moat_p2p::rlpx::PeerId;
+use moat_p2p::{HeadersRequest, Network, RequestError, SealedHeader, SyncPeer};
+use std::future::Future;
+
+/// Peers to ask for headers and bodies. Answers are already checked for shape (see
+/// `moat_p2p::requests`): headers start where asked and chain, bodies match their
+/// headers' roots; a peer that broke those rules has been dropped by the source.
+pub trait BlockSource: Send + Sync + 'static {
+    /// The peers that may be asked now.
+    fn peers(&self) -> Vec<SyncPeer>;
+
+    fn headers(
+        &self,
+        peer: PeerId,
+        req: HeadersRequest,
+    ) -> impl Future<Output = Result<Vec<SealedHeader>, RequestError>> + Send;
+
+    /// The blocks of those of `headers` whose bodies the peer sent.
+    fn bodies(
+        &self,
+        peer: PeerId,
+        headers: Vec<SealedHeader>,
+    ) -> impl Future<Output = Result<Vec<Block>, RequestError>> + Send;
+}
+
+impl BlockSource for Network {
+    fn peers(&self) -> Vec<SyncPeer> {
+        self.sync_peers()
+    }
+
+    async fn headers(
+        &self,
+        peer: PeerId,
+        req: HeadersRequest,
+    ) -> Result<Vec<SealedHeader>, RequestError> {
+        self.get_headers(&peer, req).await
+    }
+
+    async fn bodies(
+        &self,
+        peer: PeerId,
+        headers: Vec<SealedHeader>,
+    ) -> Result<Vec<Block>, RequestError> {
+        self.get_bodies(&peer, &headers).await
+    }
+}

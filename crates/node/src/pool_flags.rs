@@ -1,0 +1,175 @@
+//! geth's `--txpool.*`, `--blobpool.*` and `--miner.*` flags, and what they set in the
+//! pool's and the block builder's configuration.
+
+use alloy_primitives::{Address, Bytes};
+use moat_blockchain::mempool::PoolConfig;
+use moat_blockchain::payload::MinerConfig;
+use moat_common::config::ChainConfig;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PoolArgs {
+    /// Least tip (wei) a remote transaction must pay to be pooled.
+    #[arg(long = "txpool.pricelimit", default_value_t = 1)]
+    pub price_limit: u128,
+    /// Percent a replacement must raise every fee by.
+    #[arg(long = "txpool.pricebump", default_value_t = 10)]
+    pub price_bump: u128,
+    /// Executable transactions each account is sure to keep.
+    #[arg(long = "txpool.accountslots", default_value_t = 16)]
+    pub account_slots: usize,
+    /// Executable transactions the pool holds (its pending and base-fee subpools each).
+    #[arg(long = "txpool.globalslots", default_value_t = 5120)]
+    pub global_slots: usize,
+    /// Transactions behind a nonce gap each account may have.
+    #[arg(long = "txpool.accountqueue", default_value_t = 64)]
+    pub account_queue: usize,
+    /// Transactions behind nonce gaps the pool holds.
+    #[arg(long = "txpool.globalqueue", default_value_t = 1024)]
+    pub global_queue: usize,
+    /// How long a queued transaction may wait (Go-style duration: 3h, 90m).
+    #[arg(long = "txpool.lifetime", default_value = "3h", value_parser = crate::run::parse_duration)]
+    pub lifetime: Duration,
+    /// Comma-separated accounts whose transactions count as local from any origin.
+    #[arg(long = "txpool.locals", value_delimiter = ',')]
+    pub locals: Vec<Address>,
+    /// Give local transactions no exemption (least tip, allowance, eviction); they are
+    /// still journaled.
+    #[arg(long = "txpool.nolocals")]
+    pub no_locals: bool,
+    /// Executable transactions a local account may have (moat's: geth sets no bound).
+    #[arg(long = "txpool.localslots", default_value_t = 1024)]
+    pub local_slots: usize,
+    /// Queued transactions a local account may have (moat's).
+    #[arg(long = "txpool.localqueue", default_value_t = 256)]
+    pub local_queue: usize,
+    /// Bytes of blob transactions (sidecars included) the pool holds.
+    #[arg(long = "blobpool.datacap", default_value_t = 10 * 1024 * 1024 * 1024 / 4)]
+    pub blob_datacap: usize,
+    /// Percent a blob transaction's replacement must raise every fee by.
+    #[arg(long = "blobpool.pricebump", default_value_t = 100)]
+    pub blob_price_bump: u128,
+    /// Gas limit that built blocks move toward.
+    #[arg(long = "miner.gaslimit", default_value_t = 60_000_000)]
+    pub miner_gas_limit: u64,
+    /// Least effective tip (wei) a transaction must pay to go into a built block.
+    /// [default: 1000000, or 1 with --dev]
+    #[arg(long = "miner.gasprice")]
+    pub miner_gas_price: Option<u128>,
+    /// Extra data of built blocks (at most 32 bytes).
+    #[arg(long = "miner.extradata", default_value = "moat")]
+    pub miner_extra_data: String,
+}
+
+impl PoolArgs {
+    /// The pool's configuration for `chain` with these flags.
+    pub fn pool_config(&self, chain: ChainConfig) -> PoolConfig {
+        let mut cfg = PoolConfig::new(chain);
+        cfg.min_tip = self.price_limit;
+        cfg.price_bump = self.price_bump;
+        cfg.max_account_slots = self.account_slots;
+        cfg.pending.max_txs = self.global_slots;
+        cfg.basefee.max_txs = self.global_slots;
+        cfg.max_account_queue = self.account_queue;
+        cfg.queued.max_txs = self.global_queue;
+        cfg.queued_lifetime = self.lifetime;
+        cfg.locals = self.locals.iter().copied().collect();
+        cfg.no_locals = self.no_locals;
+        cfg.local_account_slots = self.local_slots;
+        cfg.local_account_queue = self.local_queue;
+        cfg.blob.max_bytes = self.blob_datacap;
+        cfg.blob_price_bump = self.blob_price_bump;
+        cfg
+    }
+
+    /// The block builder's settings; the extra data must fit a header. A dev chain
+    /// includes any tip unless told otherwise, as geth's dev mode does.
+    pub fn miner_config(&self, dev: bool) -> Result<MinerConfig, String> {
+        let extra = self.miner_extra_data.as_bytes();
+        if extra.len() > moat_blockchain::header::MAX_EXTRA_DATA {
+            return Err(format!(
+                "--miner.extradata: {} bytes, at most {}",
+                extra.len(),
+                moat_blockchain::header::MAX_EXTRA_DATA
+            ));
+        }
+        Ok(MinerConfig {
+            gas_limit: Some(self.miner_gas_limit),
+            min_tip: self.miner_gas_price.unwrap_or(if dev {
+                1
+            } else {
+                MinerConfig::geth_defaults().min_tip
+            }),
+            extra_data: Bytes::copy_from_slice(extra),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        pool: PoolArgs,
+    }
+
+    #[test]
+    fn gethes_flags_set_the_pool_and_the_builder() {
+        let cli = Cli::parse_from([
+            "moat",
+            "--txpool.pricelimit",
+            "7",
+            "--txpool.accountslots",
+            "4",
+            "--txpool.accountqueue",
+            "9",
+            "--txpool.globalslots",
+            "100",
+            "--txpool.globalqueue",
+            "50",
+            "--txpool.lifetime",
+            "90m",
+            "--txpool.locals",
+            "0x00000000000000000000000000000000000000aa,0x00000000000000000000000000000000000000bb",
+            "--txpool.nolocals",
+            "--blobpool.datacap",
+            "1000",
+            "--blobpool.pricebump",
+            "50",
+            "--miner.gaslimit",
+            "36000000",
+            "--miner.gasprice",
+            "5",
+            "--miner.extradata",
+            "hello",
+        ]);
+        let cfg = cli.pool.pool_config(ChainConfig::all_forks_at_genesis(
+            1,
+            moat_common::config::Fork::Prague,
+        ));
+        assert_eq!(cfg.min_tip, 7);
+        assert_eq!(cfg.max_account_slots, 4);
+        assert_eq!(cfg.max_account_queue, 9);
+        assert_eq!(cfg.pending.max_txs, 100);
+        assert_eq!(cfg.queued.max_txs, 50);
+        assert_eq!(cfg.queued_lifetime, Duration::from_secs(5400));
+        assert_eq!(cfg.locals.len(), 2);
+        assert!(cfg.no_locals);
+        assert_eq!(cfg.blob.max_bytes, 1000);
+        assert_eq!(cfg.blob_price_bump, 50);
+        let miner = cli.pool.miner_config(false).unwrap();
+        assert_eq!(miner.gas_limit, Some(36_000_000));
+        assert_eq!(miner.min_tip, 5);
+        assert_eq!(&miner.extra_data[..], b"hello");
+
+        let defaults = Cli::parse_from(["moat"]);
+        let miner = defaults.pool.miner_config(false).unwrap();
+        assert_eq!(miner, MinerConfig::geth_defaults());
+        assert_eq!(defaults.pool.miner_config(true).unwrap().min_tip, 1);
+        let long = Cli::parse_from(["moat", "--miner.extradata", &"x".repeat(33)]);
+        assert!(long.pool.miner_config(false).is_err());
+    }
+}
