@@ -205,7 +205,17 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
     let genesis = load_genesis(&args)?;
     let datadir = match (&args.datadir, args.dev) {
         (Some(d), _) => d.clone(),
-        (None, true) => std::env::temp_dir().join(format!("moat-dev-{}", std::process::id())),
+        // A fresh chain each time: a directory of its own, never one a killed dev node
+        // with the same process id left behind.
+        (None, true) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let dir =
+                std::env::temp_dir().join(format!("moat-dev-{}-{nanos:09}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            dir
+        }
         (None, false) => return Err("give --datadir".into()),
     };
     let store =
