@@ -15,18 +15,18 @@ use std::time::Instant;
 pub struct GenesisArgs {
     /// Synthetic accounts to add.
     #[arg(long)]
-    accounts: u64,
+    pub(crate) accounts: u64,
     #[command(flatten)]
-    layout: Layout,
+    pub(crate) layout: Layout,
     /// The genesis whose config, header fields and allocation come first.
     #[arg(long, default_value = "../shared/testdata/ethtest/genesis.json")]
-    base: PathBuf,
+    pub(crate) base: PathBuf,
     /// Where to write the genesis ("-": standard output).
     #[arg(long)]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Print the summary as one JSON line.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// 1 ether, in wei, as a JSON quantity.

@@ -35,6 +35,8 @@
 mod engine;
 mod genesis;
 mod root;
+#[cfg(test)]
+mod tests;
 
 use alloy_primitives::{Address, B256, U256, keccak256};
 use clap::{Parser, Subcommand};

@@ -27,31 +27,31 @@ const EMPTY_ROOT: B256 =
 pub struct RootArgs {
     /// The moat datadir (its node stopped: the database is opened exclusively).
     #[arg(long)]
-    datadir: PathBuf,
+    pub(crate) datadir: PathBuf,
     /// Synthetic accounts in the state; found by probing the datadir when not given.
     #[arg(long)]
-    accounts: Option<u64>,
+    pub(crate) accounts: Option<u64>,
     #[command(flatten)]
-    layout: Layout,
+    pub(crate) layout: Layout,
     /// Accounts whose balance the block changes.
     #[arg(long, default_value_t = 1_000)]
-    touch: u64,
+    pub(crate) touch: u64,
     /// Existing storage slots of synthetic contracts the block changes.
     #[arg(long, default_value_t = 2_000)]
-    slots: u64,
+    pub(crate) slots: u64,
     /// Repetitions of `state_update`, each on the same state.
     #[arg(long, default_value_t = 20)]
-    reps: usize,
+    pub(crate) reps: usize,
     /// Draw new accounts and contracts for every repetition (trie paths not visited
     /// before) instead of repeating one block.
     #[arg(long)]
-    fresh: bool,
+    pub(crate) fresh: bool,
     /// Seed of the choice of accounts.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Print the figures as one JSON line.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 fn store_err(e: impl std::fmt::Display) -> String {

@@ -1,0 +1,96 @@
+//! Tests: a streamed genesis parses as the node parses it and has the synthetic layout;
+//! `root` runs on a datadir initialised from one.
+
+use crate::genesis::{GenesisArgs, run};
+use crate::root::{RootArgs, run as root};
+use crate::{Layout, slot_key, slot_value, synthetic_address};
+use alloy_primitives::{B256, U256};
+use moat_blockchain::chain::Chain;
+use moat_common::config::Genesis;
+use moat_storage::Store;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn base() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/ethtest/genesis.json")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("moat-state-bench-{name}-{}", std::process::id()))
+}
+
+const LAYOUT: Layout = Layout {
+    storage_every: 10,
+    slots_per_contract: 4,
+};
+
+/// Writes a genesis of `accounts` synthetic accounts and parses it as the node does.
+fn genesis(accounts: u64) -> (PathBuf, Genesis) {
+    let out = scratch(&format!("genesis-{accounts}.json"));
+    let args = GenesisArgs {
+        accounts,
+        layout: LAYOUT,
+        base: base(),
+        out: out.clone(),
+        json: true,
+    };
+    assert_eq!(run(&args), Ok(ExitCode::SUCCESS));
+    let text = std::fs::read_to_string(&out).unwrap();
+    (
+        out,
+        Genesis::from_json(&text).expect("moat parses the streamed genesis"),
+    )
+}
+
+#[test]
+fn the_streamed_genesis_is_the_base_plus_the_synthetic_layout() {
+    let (out, genesis) = genesis(25);
+    std::fs::remove_file(out).ok();
+    let base = Genesis::from_file(&base()).unwrap();
+    assert_eq!(genesis.alloc.len(), base.alloc.len() + 25);
+    assert_eq!(genesis.timestamp, base.timestamp);
+    assert_eq!(genesis.gas_limit, base.gas_limit);
+    for (address, account) in &base.alloc {
+        assert_eq!(genesis.alloc[address].balance, account.balance);
+    }
+    for i in 0..25 {
+        let account = &genesis.alloc[&synthetic_address(i)];
+        assert_eq!(account.balance, U256::from(10u64).pow(U256::from(18)));
+        if i % 10 == 0 {
+            assert_eq!(account.code.as_ref(), &[0x00]);
+            assert_eq!(account.storage.len(), 4);
+            for j in 0..4 {
+                assert_eq!(account.storage[&slot_key(j)], B256::from(slot_value(i, j)));
+            }
+        } else {
+            assert!(account.code.is_empty() && account.storage.is_empty());
+        }
+    }
+}
+
+#[test]
+fn root_runs_on_a_datadir_initialised_from_it() {
+    let (out, genesis) = genesis(40);
+    std::fs::remove_file(out).ok();
+    let datadir = scratch("datadir");
+    std::fs::remove_dir_all(&datadir).ok();
+    drop(Chain::init(Store::open(&datadir, None).unwrap(), &genesis).unwrap());
+    // 40 accounts: contracts 0, 10, 20, 30; 8 slots take two of them.
+    let args = RootArgs {
+        datadir: datadir.clone(),
+        accounts: None,
+        layout: LAYOUT,
+        touch: 10,
+        slots: 8,
+        reps: 3,
+        fresh: false,
+        seed: 1,
+        json: true,
+    };
+    let outcome = root(&args);
+    // More slots than the contracts hold is refused.
+    let too_many = root(&RootArgs { slots: 20, ..args });
+    std::fs::remove_dir_all(&datadir).ok();
+    assert_eq!(outcome, Ok(ExitCode::SUCCESS));
+    assert!(too_many.unwrap_err().contains("contracts"));
+}
