@@ -19,7 +19,7 @@
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256, keccak256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig, SubPool, TxInput, TxOrigin};
+use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::{Genesis, GenesisAccount};
 use moat_common::transaction::{Eip1559Tx, Transaction};
@@ -483,7 +483,6 @@ pub async fn run_in_process(
         .map_err(|e| e.to_string())?;
     out.payload_txs = built.block.transactions.len();
     out.payload_value = built.block_value;
-    let _ = SubPool::ALL;
     Ok(out)
 }
 
