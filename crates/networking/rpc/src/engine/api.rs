@@ -32,12 +32,15 @@ const MAX_BLOB_REQUEST: usize = 128;
 
 /// Every method served, as `engine_exchangeCapabilities` reports them.
 const CAPABILITIES: &[&str] = &[
+    "engine_forkchoiceUpdatedV1",
     "engine_forkchoiceUpdatedV2",
     "engine_forkchoiceUpdatedV3",
+    "engine_getPayloadV1",
     "engine_getPayloadV2",
     "engine_getPayloadV3",
     "engine_getPayloadV4",
     "engine_getPayloadV5",
+    "engine_newPayloadV1",
     "engine_newPayloadV2",
     "engine_newPayloadV3",
     "engine_newPayloadV4",
@@ -400,6 +403,11 @@ fn parse_attributes(v: &Value, version: Version) -> RpcResult<PayloadAttributes>
     let beacon_root = opt(o, "parentBeaconBlockRoot")
         .map(|r| b256(r, "parentBeaconBlockRoot"))
         .transpose()?;
+    if version == Version::V1 && (withdrawals.is_some() || beacon_root.is_some()) {
+        return Err(invalid_params(
+            "withdrawals and beacon root not supported in V1",
+        ));
+    }
     if version >= Version::V3 {
         if withdrawals.is_none() {
             return Err(invalid_attributes("missing withdrawals"));
@@ -449,7 +457,8 @@ async fn forkchoice_updated(
 
     let _order = ctx.shared.order.lock().await;
     let c = Arc::clone(&ctx);
-    let outcome = tokio::task::spawn_blocking(move || c.forkchoice(head, safe, finalized))
+    let outcome = ctx
+        .blocking(move || c.forkchoice(head, safe, finalized))
         .await
         .map_err(join_err)??;
     let (header, news) = match outcome {
@@ -481,11 +490,17 @@ async fn forkchoice_updated(
             .config()
             .fork_at(header.number + 1, attrs.timestamp);
         let fork_ok = match version {
+            Version::V1 => fork < Fork::Shanghai,
             Version::V2 => fork < Fork::Cancun,
-            _ => fork >= Fork::Cancun,
+            Version::V3 | Version::V4 | Version::V5 => fork >= Fork::Cancun,
         };
         if !fork_ok {
-            return Err(unsupported_fork());
+            return Err(if version == Version::V1 {
+                // As geth: V1 has no unsupported-fork error; its params are wrong.
+                invalid_params("forkchoiceUpdatedV1 called after Shanghai")
+            } else {
+                unsupported_fork()
+            });
         }
         if version == Version::V2 && (fork >= Fork::Shanghai) != attrs.withdrawals.is_some() {
             return Err(invalid_attributes(
@@ -514,7 +529,8 @@ async fn new_payload(
     let payload = types::parse_new_payload(&args, version, ctx.chain.config())?;
     let _order = ctx.shared.order.lock().await;
     let c = Arc::clone(&ctx);
-    let (status, news) = tokio::task::spawn_blocking(move || c.import_payload(payload))
+    let (status, news) = ctx
+        .blocking(move || c.import_payload(payload))
         .await
         .map_err(join_err)??;
     if let Some(news) = news {
@@ -542,6 +558,7 @@ async fn get_payload(
     let h = &built.block.header;
     let fork = ctx.chain.config().fork_at(h.number, h.timestamp);
     let fork_ok = match version {
+        Version::V1 => fork < Fork::Shanghai,
         Version::V2 => fork < Fork::Cancun,
         Version::V3 => fork == Fork::Cancun,
         Version::V4 => fork == Fork::Prague,
@@ -628,6 +645,7 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
         get_blobs(ctx, params, true)
     })?;
     for (name, version) in [
+        ("engine_forkchoiceUpdatedV1", Version::V1),
         ("engine_forkchoiceUpdatedV2", Version::V2),
         ("engine_forkchoiceUpdatedV3", Version::V3),
     ] {
@@ -637,6 +655,7 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
         })?;
     }
     for (name, version) in [
+        ("engine_newPayloadV1", Version::V1),
         ("engine_newPayloadV2", Version::V2),
         ("engine_newPayloadV3", Version::V3),
         ("engine_newPayloadV4", Version::V4),
@@ -647,6 +666,7 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
         })?;
     }
     for (name, version) in [
+        ("engine_getPayloadV1", Version::V1),
         ("engine_getPayloadV2", Version::V2),
         ("engine_getPayloadV3", Version::V3),
         ("engine_getPayloadV4", Version::V4),

@@ -4,12 +4,12 @@
 //! ```text
 //!  CL ─HTTP+JWT─▶ auth layer (401 unless a fresh HS256 token) ─▶ jsonrpsee ─▶ handler
 //!
-//!  newPayloadV2..4 ─▶ payload JSON ─▶ Block (roots, hash check, blob hashes)
+//!  newPayloadV1..4 ─▶ payload JSON ─▶ Block (roots, hash check, blob hashes)
 //!                  ─▶ Chain::import (blocking pool) ─▶ VALID / INVALID / SYNCING / ACCEPTED
 //!                  ─▶ on import: Pool::on_head_change, head watch
-//!  forkchoiceUpdatedV2..3 ─▶ head known and canonical? ─▶ synced flag, pool catch-up
+//!  forkchoiceUpdatedV1..3 ─▶ head known and canonical? ─▶ synced flag, pool catch-up
 //!                  ─▶ with attributes: PayloadService::start ─▶ payloadId
-//!  getPayloadV2..5 ─▶ PayloadService::get ─▶ payload + blobs bundle (+ requests)
+//!  getPayloadV1..5 ─▶ PayloadService::get ─▶ payload + blobs bundle (+ requests)
 //!  getBlobsV1/V2   ─▶ Pool::blob_by_versioned_hash
 //! ```
 //!
@@ -101,6 +101,9 @@ impl InvalidBlocks {
 struct Shared {
     /// Serialises newPayload and forkchoiceUpdated.
     order: tokio::sync::Mutex<()>,
+    /// Held by the blocking work of those calls (import, reorg) while it runs, so a
+    /// shutdown can wait for a block being written even if its caller has gone.
+    writing: Arc<tokio::sync::Mutex<()>>,
     invalid: Mutex<InvalidBlocks>,
     /// The block the pool was last told about, so a head imported some other way (p2p,
     /// offline import) still reaches the pool on the next forkchoiceUpdated.
@@ -133,6 +136,7 @@ impl EngineContext {
             sync: None,
             shared: Arc::new(Shared {
                 order: tokio::sync::Mutex::new(()),
+                writing: Arc::new(tokio::sync::Mutex::new(())),
                 invalid: Mutex::new(InvalidBlocks::default()),
                 pool_head: Mutex::new(head),
                 heads: watch::channel(head).0,
@@ -152,10 +156,45 @@ impl EngineContext {
         self
     }
 
+    /// For shutdown, once the server has stopped taking calls: waits for the newPayload
+    /// or forkchoiceUpdated in progress (its block is then wholly in the store, or was
+    /// refused and never acknowledged), and holds back any later one while the returned
+    /// guard lives.
+    pub async fn quiesce(&self) -> Quiesced<'_> {
+        let order = self.shared.order.lock().await;
+        let writing = self.shared.writing.clone().lock_owned().await;
+        Quiesced {
+            _order: order,
+            _writing: writing,
+        }
+    }
+
+    /// Runs `f` on the blocking pool while holding the writing lock.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let writing = self.shared.writing.clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || {
+            let out = f();
+            drop(writing);
+            out
+        })
+        .await
+    }
+
     /// The hash of the head after each import or head change the engine made.
     pub fn subscribe_heads(&self) -> watch::Receiver<B256> {
         self.shared.heads.subscribe()
     }
+}
+
+/// What [`EngineContext::quiesce`] returns: no newPayload or forkchoiceUpdated runs
+/// while it lives.
+#[derive(Debug)]
+pub struct Quiesced<'a> {
+    _order: tokio::sync::MutexGuard<'a, ()>,
+    _writing: tokio::sync::OwnedMutexGuard<()>,
 }
 
 /// A running engine endpoint.

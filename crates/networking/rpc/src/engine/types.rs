@@ -110,6 +110,8 @@ pub fn withdrawals(v: &Value) -> RpcResult<Vec<Withdrawal>> {
 /// Which `engine_newPayload` / `engine_getPayload` version a call is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
+    /// Paris (the merge) payloads: no withdrawals.
+    V1 = 1,
     V2 = 2,
     V3 = 3,
     V4 = 4,
@@ -120,6 +122,7 @@ pub enum Version {
 /// forkchoiceUpdated attributes); geth's `checkFork` for each method.
 pub fn check_fork(version: Version, fork: Fork) -> RpcResult<()> {
     let ok = match version {
+        Version::V1 => fork < Fork::Shanghai,
         Version::V2 => fork < Fork::Cancun,
         Version::V3 => fork == Fork::Cancun,
         Version::V4 | Version::V5 => fork >= Fork::Prague,
@@ -145,7 +148,7 @@ pub fn parse_new_payload(
     config: &ChainConfig,
 ) -> RpcResult<NewPayload> {
     let expected_args = match version {
-        Version::V2 => 1,
+        Version::V1 | Version::V2 => 1,
         Version::V3 => 3,
         Version::V4 | Version::V5 => 4,
     };
@@ -156,6 +159,9 @@ pub fn parse_new_payload(
         )));
     }
     let p = object(&args[0], "executionPayload")?;
+    if version == Version::V1 && opt(p, "withdrawals").is_some() {
+        return Err(invalid_params("withdrawals not supported in V1"));
+    }
     let extra_data = bytes(req(p, "extraData")?, "extraData")?;
     let base_fee = quantity256(req(p, "baseFeePerGas")?, "baseFeePerGas")?;
     let base_fee: u64 = base_fee.try_into().map_err(|_| bad("baseFeePerGas"))?;
@@ -384,8 +390,12 @@ fn blobs_bundle_json(sidecars: &[std::sync::Arc<BlobsBundle>]) -> Value {
     json!({ "commitments": commitments, "proofs": proofs, "blobs": blobs })
 }
 
-/// The `getPayload` response of `version`.
+/// The `getPayload` response of `version`: V1 answers the bare payload, later versions
+/// an envelope around it.
 pub fn envelope_json(built: &BuiltPayload, version: Version) -> Value {
+    if version == Version::V1 {
+        return payload_json(&built.block);
+    }
     let mut m = Map::new();
     m.insert("executionPayload".into(), payload_json(&built.block));
     m.insert("blockValue".into(), q256(built.block_value));
