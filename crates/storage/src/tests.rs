@@ -672,3 +672,41 @@ fn relaxed_commits_are_visible_at_once_and_durable_on_flush_or_drop() {
         assert_eq!(store.account(&addr(n as u8)).unwrap(), Some(account(n)));
     }
 }
+
+#[test]
+fn trie_node_reads_follow_every_commit_through_the_node_cache() {
+    on_both("trie-node-cache", |store| {
+        let (owner, other) = (hash(0), hash(7));
+        commit(store, |b| {
+            b.set_trie_node(owner, vec![1, 2], Some(b"first".to_vec()));
+            b.set_trie_node(other, vec![1, 2], Some(b"other".to_vec()));
+        });
+        // The first read fills the cache, the second is served from it.
+        for _ in 0..2 {
+            assert_eq!(store.trie_node(&owner, &[1, 2]).unwrap().unwrap(), b"first");
+        }
+        // Overwritten, by a durable and by a relaxed commit.
+        commit(store, |b| {
+            b.set_trie_node(owner, vec![1, 2], Some(b"second".to_vec()));
+        });
+        assert_eq!(
+            store.trie_node(&owner, &[1, 2]).unwrap().unwrap(),
+            b"second"
+        );
+        let mut batch = WriteBatch::new();
+        batch.set_trie_node(owner, vec![1, 2], Some(b"third".to_vec()));
+        store.commit_relaxed(batch).unwrap();
+        assert_eq!(store.trie_node(&owner, &[1, 2]).unwrap().unwrap(), b"third");
+        // Removed.
+        commit(store, |b| {
+            b.set_trie_node(owner, vec![1, 2], None);
+        });
+        assert_eq!(store.trie_node(&owner, &[1, 2]).unwrap(), None);
+        // A wiped trie is gone from reads too, and other tries keep their nodes.
+        assert_eq!(store.trie_node(&other, &[1, 2]).unwrap().unwrap(), b"other");
+        commit(store, |b| {
+            b.wipe_trie(other);
+        });
+        assert_eq!(store.trie_node(&other, &[1, 2]).unwrap(), None);
+    });
+}
