@@ -16,13 +16,14 @@ pub use crate::header::{
 };
 use crate::history::StateAtBlock;
 use crate::mempool::SenderCache;
+use crate::premerge;
 pub use crate::state_root::{AccountUpdates, state_root_after};
 use crate::state_root::{build_tries, state_update, write_state_in_chunks};
 use crate::undo::{UNDO_DEPTH, Undo};
 use crate::vm::{self, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
 use moat_common::block::{Block, Header};
-use moat_common::config::{ChainConfig, Genesis};
+use moat_common::config::{ChainConfig, Fork, Genesis};
 use moat_common::genesis_block::genesis_storage_root;
 use moat_common::receipt::{self, Receipt};
 use moat_storage::{Account, ChainMeta, Store, StoreError, TxLocation, WriteBatch};
@@ -107,7 +108,13 @@ pub struct Chain {
     /// engine API and the syncer may import at the same moment, and each import reads
     /// the head it extends before it commits.
     writer: std::sync::Arc<parking_lot::Mutex<()>>,
+    /// Total difficulties of recent proof-of-work blocks, by hash (bounded): import of a
+    /// chain block by block finds its parent's here instead of summing from genesis.
+    td_cache: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<B256, U256>>>,
 }
+
+/// Entries the total-difficulty cache holds before it starts over.
+const TD_CACHE: usize = 1024;
 
 /// The EIP-7685 commitment to a block's requests.
 pub fn requests_hash(requests: &[Bytes]) -> B256 {
@@ -254,6 +261,7 @@ impl Chain {
             genesis_hash: hash,
             senders: None,
             writer: Default::default(),
+            td_cache: Default::default(),
         })
     }
 
@@ -421,6 +429,95 @@ impl Chain {
             })
     }
 
+    /// The total difficulty of the chain up to and including `header` (summed from
+    /// genesis the first time, then from the cache).
+    pub fn total_difficulty(&self, header: &Header) -> Result<U256, ChainError> {
+        let hash = header.hash();
+        let mut cache = self.td_cache.lock();
+        if let Some(td) = cache.get(&hash) {
+            return Ok(*td);
+        }
+        let mut sum = U256::ZERO;
+        let mut cursor = header.clone();
+        loop {
+            sum = sum.saturating_add(cursor.difficulty);
+            if cursor.number == 0 {
+                break;
+            }
+            if let Some(td) = cache.get(&cursor.parent_hash) {
+                sum = sum.saturating_add(*td);
+                break;
+            }
+            cursor = self.header(&cursor.parent_hash)?.ok_or_else(|| {
+                ChainError::Corrupt(format!("ancestor {} missing", cursor.parent_hash))
+            })?;
+        }
+        if cache.len() >= TD_CACHE {
+            cache.clear();
+        }
+        cache.insert(hash, sum);
+        Ok(sum)
+    }
+
+    /// The rules of the proof-of-work era that need the chain: the terminal total
+    /// difficulty (a proof-of-work block only while the parent's total difficulty is
+    /// below it, a proof-of-stake block only once it is reached) and the ommers.
+    fn check_pow_rules(&self, block: &Block, parent: &Header) -> Result<(), ChainError> {
+        let (number, hash) = (block.header.number, block.hash);
+        let invalid = |reason: String| ChainError::Invalid {
+            number,
+            hash,
+            reason,
+        };
+        let fork = premerge::block_fork(&self.config, &block.header);
+        if let Some(ttd) = self.config.terminal_total_difficulty
+            && !ttd.is_zero()
+            && fork <= Fork::Paris
+        {
+            // A proof-of-stake parent was itself checked to be past the terminal
+            // total difficulty: no need to sum the chain.
+            let reached = if parent.difficulty.is_zero() && parent.number > 0 {
+                true
+            } else {
+                self.total_difficulty(parent)? >= ttd
+            };
+            if premerge::is_pow(fork) && reached {
+                return Err(invalid(format!(
+                    "proof-of-work block past the terminal total difficulty {ttd}"
+                )));
+            }
+            if !premerge::is_pow(fork) && !reached {
+                return Err(invalid(format!(
+                    "proof-of-stake block before the terminal total difficulty {ttd}"
+                )));
+            }
+        }
+        if premerge::is_pow(fork) && !block.ommers.is_empty() {
+            let mut ancestry = premerge::Ancestry::default();
+            let mut cursor = Some(parent.clone());
+            while let Some(header) = cursor.take() {
+                if ancestry.ancestors.len() as u64 >= premerge::MAX_OMMER_DEPTH {
+                    break;
+                }
+                if header.ommers_hash != moat_common::constants::EMPTY_OMMERS_HASH {
+                    let ancestor = self
+                        .block(&header.hash())?
+                        .ok_or_else(|| ChainError::Corrupt("ancestor body missing".into()))?;
+                    ancestry
+                        .ancestor_ommers
+                        .extend(ancestor.ommers.iter().map(|o| o.hash()));
+                }
+                if header.number > 0 {
+                    cursor = self.header(&header.parent_hash)?;
+                }
+                ancestry.ancestors.push(header);
+            }
+            premerge::validate_ommers(&self.config, &block.header, hash, &block.ommers, &ancestry)
+                .map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// Stores a block off the canonical chain after the checks its parent allows
     /// (header rules, roots of the body); it is executed if a reorg makes it canonical.
     pub fn store_side_block(&self, block: &Block) -> Result<(), ChainError> {
@@ -559,6 +656,7 @@ impl Chain {
             hash,
             error,
         })?;
+        self.check_pow_rules(block, &parent)?;
 
         let senders = self.senders_of(block)?;
         let executed = vm::execute_block(

@@ -10,6 +10,9 @@ use moat_common::config::{BlobParams, ChainConfig, Fork};
 use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB};
 use moat_common::fees;
 
+use crate::premerge;
+pub use crate::premerge::block_fork;
+
 /// geth's `params.MaximumExtraDataSize`.
 pub const MAX_EXTRA_DATA: usize = 32;
 /// geth's `params.MinGasLimit`.
@@ -39,6 +42,12 @@ pub enum HeaderError {
     },
     #[error("invalid gas limit {found}: above the maximum {MAX_GAS_LIMIT}")]
     GasLimitTooHigh { found: u64 },
+    #[error("invalid difficulty: expected {expected}, found {found}")]
+    PowDifficulty { expected: U256, found: U256 },
+    #[error("extra data of a DAO fork block must be \"dao-hard-fork\"")]
+    DaoExtraData,
+    #[error("ommers hash mismatch: computed {expected}, header {found}")]
+    OmmersHash { expected: B256, found: B256 },
     #[error("difficulty {found} after the merge, expected 0")]
     Difficulty { found: U256 },
     #[error("nonce {found:?} after the merge, expected 0")]
@@ -124,14 +133,14 @@ pub fn next_block_excess_blob_gas(
     ))
 }
 
-/// The header rules that need only the parent: number, time, gas, fees, blob gas, and
-/// the body roots that need no execution.
-pub fn validate_header(
+/// The rules a header must keep on its parent alone, with no body: number, time, extra
+/// data, gas limit and used, base fee, and before the merge the difficulty and the DAO
+/// fork's extra data. Ommers are held to these too.
+pub fn validate_header_on_parent(
     config: &ChainConfig,
     parent: &Header,
-    block: &Block,
+    h: &Header,
 ) -> Result<(), HeaderError> {
-    let h = &block.header;
     if h.number != parent.number + 1 {
         return Err(HeaderError::Number {
             expected: parent.number + 1,
@@ -144,7 +153,7 @@ pub fn validate_header(
             found: h.timestamp,
         });
     }
-    let fork = config.fork_at(h.number, h.timestamp);
+    let fork = block_fork(config, h);
     if h.extra_data.len() > MAX_EXTRA_DATA {
         return Err(HeaderError::ExtraData {
             len: h.extra_data.len(),
@@ -159,10 +168,19 @@ pub fn validate_header(
             limit: h.gas_limit,
         });
     }
-    let max_delta = parent.gas_limit / 1024;
-    if h.gas_limit.abs_diff(parent.gas_limit) >= max_delta.max(1) || h.gas_limit < MIN_GAS_LIMIT {
+    // EIP-1559: the first London block doubles the parent's limit (elasticity) before
+    // the bound is applied.
+    let parent_limit = if config.is_active(Fork::London, h.number, h.timestamp)
+        && !config.is_active(Fork::London, parent.number, parent.timestamp)
+    {
+        parent.gas_limit.saturating_mul(fees::ELASTICITY_MULTIPLIER)
+    } else {
+        parent.gas_limit
+    };
+    let max_delta = parent_limit / 1024;
+    if h.gas_limit.abs_diff(parent_limit) >= max_delta.max(1) || h.gas_limit < MIN_GAS_LIMIT {
         return Err(HeaderError::GasLimit {
-            parent: parent.gas_limit,
+            parent: parent_limit,
             found: h.gas_limit,
             max_delta,
         });
@@ -176,10 +194,25 @@ pub fn validate_header(
         if h.nonce != [0u8; 8] {
             return Err(HeaderError::Nonce { found: h.nonce });
         }
-        if h.ommers_hash != EMPTY_OMMERS_HASH || !block.ommers.is_empty() {
+        if h.ommers_hash != EMPTY_OMMERS_HASH {
             return Err(HeaderError::Ommers {
                 found: h.ommers_hash,
             });
+        }
+    } else {
+        let expected = premerge::calc_difficulty(config, h.timestamp, parent);
+        if h.difficulty != expected {
+            return Err(HeaderError::PowDifficulty {
+                expected,
+                found: h.difficulty,
+            });
+        }
+        if config.dao_fork_support
+            && let Some(dao) = config.dao_fork_block
+            && (dao..dao + premerge::dao::FORK_EXTRA_RANGE).contains(&h.number)
+            && h.extra_data.as_ref() != premerge::dao::FORK_BLOCK_EXTRA
+        {
+            return Err(HeaderError::DaoExtraData);
         }
     }
     let base_fee = next_block_base_fee(config, parent, h.timestamp);
@@ -187,6 +220,40 @@ pub fn validate_header(
         return Err(HeaderError::BaseFee {
             expected: base_fee,
             found: h.base_fee_per_gas,
+        });
+    }
+    Ok(())
+}
+
+/// The keccak of the RLP list of `ommers`: what a header's ommers hash commits to.
+pub fn ommers_hash(ommers: &[Header]) -> B256 {
+    if ommers.is_empty() {
+        return EMPTY_OMMERS_HASH;
+    }
+    let mut payload = Vec::new();
+    for o in ommers {
+        o.encode(&mut payload);
+    }
+    let mut out = Vec::with_capacity(payload.len() + 9);
+    moat_common::rlp::encode_list_payload(&payload, &mut out);
+    alloy_primitives::keccak256(out)
+}
+
+/// The header rules that need only the parent: number, time, gas, fees, blob gas, and
+/// the body roots that need no execution.
+pub fn validate_header(
+    config: &ChainConfig,
+    parent: &Header,
+    block: &Block,
+) -> Result<(), HeaderError> {
+    let h = &block.header;
+    validate_header_on_parent(config, parent, h)?;
+    let fork = block_fork(config, h);
+    let ommers = ommers_hash(&block.ommers);
+    if ommers != h.ommers_hash {
+        return Err(HeaderError::OmmersHash {
+            expected: ommers,
+            found: h.ommers_hash,
         });
     }
     let tx_root = block.transactions_root();

@@ -123,6 +123,19 @@ fn state_err(e: StoreError) -> VmError {
 }
 
 impl StateReader for StateAtBlock {
+    fn state_root_with(
+        &self,
+        changes: &[crate::vm::AccountChange],
+    ) -> Result<Option<B256>, VmError> {
+        // Only the head state has its tries in the store as they are.
+        if self.overlay.is_some() {
+            return Ok(None);
+        }
+        crate::state_root::state_root_after(&self.store, changes)
+            .map(|(root, _)| Some(root))
+            .map_err(state_err)
+    }
+
     fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {
         Ok(StateAtBlock::account(self, address)
             .map_err(state_err)?

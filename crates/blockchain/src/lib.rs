@@ -24,6 +24,7 @@ pub mod header;
 pub mod history;
 pub mod mempool;
 pub mod payload;
+pub mod premerge;
 pub mod state_root;
 pub mod undo;
 pub mod vm;

@@ -13,6 +13,9 @@ use alloy_rlp::{BufMut, Encodable, Header};
 pub struct Receipt {
     pub tx_type: TxType,
     pub success: bool,
+    /// Before Byzantium (EIP-658) a receipt carried the state root after its
+    /// transaction in place of the status; `Some` encodes that root instead of `success`.
+    pub post_state: Option<B256>,
     pub cumulative_gas_used: u64,
     pub logs: Vec<Log>,
 }
@@ -46,13 +49,20 @@ impl Receipt {
         logs_bloom(&self.logs)
     }
 
+    fn status_length(&self) -> usize {
+        match &self.post_state {
+            Some(root) => root.length(),
+            None => self.success.length(),
+        }
+    }
+
     fn payload_len(&self, bloom: &Bloom) -> usize {
         let logs: usize = self
             .logs
             .iter()
             .map(|l| rlp::list_length(log_payload_len(l)))
             .sum();
-        self.success.length()
+        self.status_length()
             + self.cumulative_gas_used.length()
             + bloom.length()
             + rlp::list_length(logs)
@@ -69,7 +79,10 @@ impl Receipt {
             payload_length: self.payload_len(&bloom),
         }
         .encode(out);
-        self.success.encode(out);
+        match &self.post_state {
+            Some(root) => root.encode(out),
+            None => self.success.encode(out),
+        }
         self.cumulative_gas_used.encode(out);
         bloom.encode(out);
         let logs: usize = self
@@ -116,7 +129,12 @@ impl Receipt {
                 extra: body.len(),
             });
         }
-        let success = f.bool("status")?;
+        // A 32-byte string is a pre-Byzantium post-state root; otherwise the status.
+        let (success, post_state) = if f.remaining().first() == Some(&0xa0) {
+            (true, Some(f.b256("postState")?))
+        } else {
+            (f.bool("status")?, None)
+        };
         let cumulative_gas_used = f.u64("cumulativeGasUsed")?;
         let _bloom = f.fixed::<256>("logsBloom")?;
         let mut logs_list = f.list("logs")?;
@@ -128,6 +146,7 @@ impl Receipt {
         Ok(Receipt {
             tx_type,
             success,
+            post_state,
             cumulative_gas_used,
             logs,
         })
@@ -200,12 +219,21 @@ mod tests {
             Receipt {
                 tx_type: TxType::Legacy,
                 success: true,
+                post_state: None,
                 cumulative_gas_used: 21_000,
+                logs: vec![],
+            },
+            Receipt {
+                tx_type: TxType::Legacy,
+                success: true,
+                post_state: Some(B256::repeat_byte(7)),
+                cumulative_gas_used: 42_000,
                 logs: vec![],
             },
             Receipt {
                 tx_type: TxType::Eip1559,
                 success: false,
+                post_state: None,
                 cumulative_gas_used: 50_000,
                 logs: vec![log],
             },
@@ -214,7 +242,7 @@ mod tests {
             assert_eq!(&Receipt::decode_2718(&r.encoded_2718()).unwrap(), r);
         }
         assert_eq!(decode_receipts(&encode_receipts(&rs)).unwrap(), rs);
-        assert_ne!(rs[1].bloom(), Bloom::ZERO);
+        assert_ne!(rs[2].bloom(), Bloom::ZERO);
         assert_eq!(receipts_root(&[]), alloy_trie::EMPTY_ROOT_HASH);
     }
 }

@@ -20,9 +20,19 @@ use revm::{MainBuilder, MainContext, MainnetEvm, handler::MainnetContext};
 /// cache on top of the caller's reader.
 pub(super) type BlockEvm<'a> = MainnetEvm<MainnetContext<State<ReaderDb<'a>>>>;
 
-/// The revm spec of a fork, for the forks this executor runs (post-merge).
+/// The revm spec of a fork. revm has no spec for Constantinople with EIP-1283: it runs
+/// as Petersburg (mainnet activated both at one block).
 pub(super) fn spec_id(fork: Fork) -> Result<SpecId, VmError> {
     Ok(match fork {
+        Fork::Frontier => SpecId::FRONTIER,
+        Fork::Homestead => SpecId::HOMESTEAD,
+        Fork::Tangerine => SpecId::TANGERINE,
+        Fork::SpuriousDragon => SpecId::SPURIOUS_DRAGON,
+        Fork::Byzantium => SpecId::BYZANTIUM,
+        Fork::Constantinople | Fork::Petersburg => SpecId::PETERSBURG,
+        Fork::Istanbul | Fork::MuirGlacier => SpecId::ISTANBUL,
+        Fork::Berlin => SpecId::BERLIN,
+        Fork::London | Fork::ArrowGlacier | Fork::GrayGlacier => SpecId::LONDON,
         Fork::Paris => SpecId::MERGE,
         Fork::Shanghai => SpecId::SHANGHAI,
         Fork::Cancun => SpecId::CANCUN,
@@ -31,12 +41,6 @@ pub(super) fn spec_id(fork: Fork) -> Result<SpecId, VmError> {
         // from the chain config.
         Fork::Osaka | Fork::Bpo1 | Fork::Bpo2 | Fork::Bpo3 | Fork::Bpo4 | Fork::Bpo5 => {
             SpecId::OSAKA
-        }
-        pre_merge => {
-            return Err(VmError::InvalidBlock(format!(
-                "{} blocks are not executed: only post-merge execution is supported",
-                pre_merge.name()
-            )));
         }
     })
 }
@@ -54,9 +58,15 @@ impl BlockSetup {
         cfg.chain_id = config.chain_id;
         cfg.max_blobs_per_tx = config.max_blobs_per_tx(header.timestamp);
 
-        let basefee = header
-            .base_fee_per_gas
-            .ok_or_else(|| VmError::InvalidBlock("post-London block without base fee".into()))?;
+        let basefee = match header.base_fee_per_gas {
+            Some(fee) => fee,
+            None if fork < Fork::London => 0,
+            None => {
+                return Err(VmError::InvalidBlock(
+                    "post-London block without base fee".into(),
+                ));
+            }
+        };
         let mut block = BlockEnv {
             number: U256::from(header.number),
             beneficiary: header.beneficiary,
@@ -65,7 +75,7 @@ impl BlockSetup {
             basefee,
             difficulty: header.difficulty,
             // EIP-4399: after the merge the mix hash field carries the beacon randomness.
-            prevrandao: Some(header.mix_hash),
+            prevrandao: (fork >= Fork::Paris).then_some(header.mix_hash),
             blob_excess_gas_and_price: None,
             slot_num: 0,
         };

@@ -19,8 +19,13 @@
 //! of touched empty accounts, SELFDESTRUCT and re-creation (reported as `storage_wiped`),
 //! and original-versus-present storage values, so unchanged slots never reach the caller.
 //!
-//! Only post-merge blocks are executed (no block rewards, no difficulty); a block of an
-//! earlier fork is refused as [`VmError::InvalidBlock`] rather than executed wrongly.
+//! Blocks of every fork from Frontier on are executed with revm's spec of their fork
+//! ([`crate::premerge::block_fork`]). Before the merge the DAO fork's drain runs before
+//! the transactions and the miner's and ommers' rewards are credited after them; before
+//! Byzantium each receipt carries the state root after its transaction, which the
+//! [`StateReader`] computes (`state_root_with`). Constantinople's EIP-1283 (dropped by
+//! Petersburg) has no revm spec: Constantinople blocks run with Petersburg's rules, which
+//! differ only on chains that schedule the two forks apart.
 
 mod call;
 mod changes;
@@ -55,6 +60,12 @@ pub trait StateReader {
     fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError>;
     /// Hash of canonical block `number` (for BLOCKHASH; ancestors of the block being executed).
     fn block_hash(&self, number: u64) -> Result<B256, VmError>;
+    /// The state root of this state with `changes` applied, if the reader can tell
+    /// (pre-Byzantium receipts carry the root after each transaction). `None`: it cannot,
+    /// and a pre-Byzantium block with transactions is not executed over it.
+    fn state_root_with(&self, _changes: &[AccountChange]) -> Result<Option<B256>, VmError> {
+        Ok(None)
+    }
 }
 
 /// An account as the state trie holds it, minus the storage root.
@@ -151,7 +162,7 @@ pub fn execute_block(
             block.transactions.len()
         )));
     }
-    let fork = config.fork_at(header.number, header.timestamp);
+    let fork = crate::premerge::block_fork(config, header);
     let env = env::BlockSetup::new(config, header, fork)?;
 
     let db = State::builder()
@@ -169,6 +180,16 @@ pub fn execute_block(
     if fork >= Fork::Prague {
         system::parent_hash_call(&mut evm, header.parent_hash)?;
     }
+    if config.dao_fork_support && config.dao_fork_block == Some(header.number) {
+        let db = &mut evm.ctx.journaled_state.database;
+        let drained = db
+            .drain_balances(crate::premerge::dao::DRAIN_LIST)
+            .map_err(|e| VmError::State(e.to_string()))?;
+        let total = drained.iter().fold(0u128, |a, b| a.saturating_add(*b));
+        db.increment_balances([(crate::premerge::dao::REFUND_CONTRACT, total)])
+            .map_err(|e| VmError::State(e.to_string()))?;
+    }
+    let per_tx_roots = fork < Fork::Byzantium;
 
     let mut receipts = Vec::with_capacity(block.transactions.len());
     let mut cumulative_gas: u64 = 0;
@@ -200,9 +221,20 @@ pub fn execute_block(
             // A failed tx's logs were reverted with it; its receipt carries none.
             ExecutionResult::Revert { .. } | ExecutionResult::Halt { .. } => (false, Vec::new()),
         };
+        let post_state = if per_tx_roots {
+            let db = &mut evm.ctx.journaled_state.database;
+            db.merge_transitions(BundleRetention::PlainState);
+            let so_far = changes::from_bundle(db.bundle_state.clone())?;
+            Some(state.state_root_with(&so_far)?.ok_or_else(|| {
+                VmError::State("no intermediate state roots over this state".into())
+            })?)
+        } else {
+            None
+        };
         receipts.push(Receipt {
             tx_type: tx.tx_type(),
             success,
+            post_state,
             cumulative_gas_used: cumulative_gas,
             logs,
         });
@@ -231,6 +263,20 @@ pub fn execute_block(
         }
         // Zero amounts stay in: like geth, a zero credit touches the account, so an
         // empty one is cleared (EIP-161).
+        evm.ctx
+            .journaled_state
+            .database
+            .increment_balances(credits)
+            .map_err(|e| VmError::State(e.to_string()))?;
+    }
+
+    if crate::premerge::is_pow(fork) {
+        let mut credits: BTreeMap<Address, u128> = BTreeMap::new();
+        for (address, wei) in crate::premerge::rewards(fork, header, &block.ommers) {
+            let wei = u128::try_from(wei).unwrap_or(u128::MAX);
+            let entry = credits.entry(address).or_default();
+            *entry = entry.saturating_add(wei);
+        }
         evm.ctx
             .journaled_state
             .database

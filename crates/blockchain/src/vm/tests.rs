@@ -423,15 +423,25 @@ fn eip7702_delegation_reports_code() {
 }
 
 #[test]
-fn pre_merge_is_refused() {
-    let err = run(
+fn a_pre_merge_block_pays_its_miner() {
+    let out = run(
         Fork::London,
         &MemState::default(),
         &block(Fork::London, vec![], None),
         &[],
     )
-    .unwrap_err();
-    assert!(matches!(err, VmError::InvalidBlock(_)), "{err:?}");
+    .unwrap();
+    let miner = change(&out, COINBASE).info.unwrap();
+    assert_eq!(miner.balance, U256::from(2_000_000_000_000_000_000u128));
+    // After the merge, nothing.
+    let out = run(
+        Fork::Paris,
+        &MemState::default(),
+        &block(Fork::Paris, vec![], None),
+        &[],
+    )
+    .unwrap();
+    assert!(out.changes.iter().all(|c| c.address != COINBASE));
 }
 
 #[test]

@@ -198,6 +198,7 @@ mod tests {
                 .map(|k| Receipt {
                     tx_type: TxType::Eip1559,
                     success: true,
+                    post_state: None,
                     cumulative_gas_used: 21_000 * (k + 1),
                     logs: vec![],
                 })

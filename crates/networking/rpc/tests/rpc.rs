@@ -558,12 +558,14 @@ async fn mined_transactions_and_receipts() {
         Receipt {
             tx_type: call.tx_type(),
             success: true,
+            post_state: None,
             cumulative_gas_used: 21_000,
             logs: vec![log(1)],
         },
         Receipt {
             tx_type: create.tx_type(),
             success: false,
+            post_state: None,
             cumulative_gas_used: 74_000,
             logs: vec![log(2)],
         },
