@@ -1,6 +1,6 @@
 //! `moat init` and `moat import`: write genesis, replay `chain.rlp` files into a datadir.
 
-use moat_blockchain::chain::{Chain, ImportOutcome};
+use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
 use moat_common::block::Block;
 use moat_common::config::{Genesis, Network};
 use moat_storage::Store;
@@ -72,15 +72,17 @@ struct Progress {
     blocks: u64,
     gas: u64,
     skipped: u64,
+    side: u64,
 }
 
 impl Progress {
     fn line(&self, head: u64) -> String {
         let secs = self.started.elapsed().as_secs_f64().max(1e-9);
         format!(
-            "imported {} blocks ({} already present), head #{head}, {:.1} blocks/s, {:.1} Mgas/s",
+            "imported {} blocks ({} already present), {} side-chain blocks stored, head #{head}, {:.1} blocks/s, {:.1} Mgas/s",
             self.blocks,
             self.skipped,
+            self.side,
             self.blocks as f64 / secs,
             self.gas as f64 / 1e6 / secs
         )
@@ -99,6 +101,7 @@ pub fn import(args: &ImportArgs) -> ExitCode {
         blocks: 0,
         gas: 0,
         skipped: 0,
+        side: 0,
     };
     let mut head = chain.head().map(|h| h.0).unwrap_or_default();
     for file in &args.files {
@@ -126,6 +129,16 @@ pub fn import(args: &ImportArgs) -> ExitCode {
                     head = number;
                 }
                 Ok(ImportOutcome::AlreadyKnown) => p.skipped += 1,
+                // A block of another branch (an ommer's chain, a fork in the file) is
+                // kept, unexecuted, as the engine API keeps one.
+                Err(ChainError::NotOnHead { .. }) => match chain.store_side_block(&block) {
+                    Ok(()) => p.side += 1,
+                    Err(e) => {
+                        let _ = chain.store().flush();
+                        println!("{}", p.line(head));
+                        return fail(format!("import stopped: {e}"));
+                    }
+                },
                 Err(e) => {
                     let _ = chain.store().flush();
                     println!("{}", p.line(head));
