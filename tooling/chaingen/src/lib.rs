@@ -20,10 +20,14 @@
 //! - calls to deployed contracts with one to three pairs, each a new slot, an overwrite of
 //!   a slot written before, or a zero written to one (a delete).
 //!
-//! Nothing is on disk and nothing goes over the network; the caller writes the blocks.
+//! Nothing is on disk and nothing goes over the network; the caller writes the blocks
+//! (as RLP, and as EXPB's engine API request lines with [`expb_requests`]).
 
+mod expb;
 #[path = "../../../crates/node/src/system_contracts.rs"]
 mod system_contracts;
+
+pub use expb::expb_requests;
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256, keccak256};
 use moat_blockchain::chain::{Chain, ImportOutcome, next_block_base_fee};

@@ -12,7 +12,10 @@
 //!   every fork through Prague at genesis, blob schedule, deposit contract address), the
 //!   EIP-4788/2935/7002/7251 system contracts and the funded senders;
 //! - `chain.rlp`: blocks 1..=N, concatenated RLP, as `moat import` and `geth import` read;
-//! - `accounts.json`: the senders' keys (address -> {"key"}), as `moat-rpc-load` reads.
+//! - `accounts.json`: the senders' keys (address -> {"key"}), as `moat-rpc-load` reads;
+//! - `payloads.jsonl` and `fcus.jsonl`: each block's `engine_newPayloadV4` and
+//!   `engine_forkchoiceUpdatedV3` request, one a line, as EXPB replays them and
+//!   `moat-replay --file payloads.jsonl --fcus fcus.jsonl` sends them.
 //!
 //! Prints progress every 2 s and, at the end, blocks, transactions by kind, gas, the head
 //! hash and state root, and the time taken.
@@ -118,6 +121,13 @@ fn run(args: &Args) -> Result<(), String> {
     let file = File::create(&rlp_path)
         .map_err(|e| format!("cannot create {}: {e}", rlp_path.display()))?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
+    let jsonl = |name: &str| -> Result<BufWriter<File>, String> {
+        let path = args.out.join(name);
+        File::create(&path)
+            .map(|f| BufWriter::with_capacity(1 << 20, f))
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))
+    };
+    let (mut payloads, mut fcus) = (jsonl("payloads.jsonl")?, jsonl("fcus.jsonl")?);
     println!(
         "genesis {} (chain id {}, {} senders), setup {:.1} s",
         generator.chain().genesis_hash(),
@@ -134,6 +144,10 @@ fn run(args: &Args) -> Result<(), String> {
         bytes += encoded.len() as u64;
         out.write_all(&encoded)
             .map_err(|e| format!("cannot write {}: {e}", rlp_path.display()))?;
+        let (payload, fcu) = moat_chaingen::expb_requests(&block)?;
+        writeln!(payloads, "{payload}")
+            .and_then(|()| writeln!(fcus, "{fcu}"))
+            .map_err(|e| format!("cannot write the EXPB files: {e}"))?;
         if last_report.elapsed() >= Duration::from_secs(2) {
             let s = generator.stats();
             let secs = started.elapsed().as_secs_f64();
@@ -150,6 +164,10 @@ fn run(args: &Args) -> Result<(), String> {
     }
     out.flush()
         .map_err(|e| format!("cannot write {}: {e}", rlp_path.display()))?;
+    payloads
+        .flush()
+        .and_then(|()| fcus.flush())
+        .map_err(|e| format!("cannot write the EXPB files: {e}"))?;
 
     let s = generator.stats();
     let head = generator.chain().head_header().map_err(|e| e.to_string())?;
