@@ -1,19 +1,102 @@
-//! Peer discovery for the node: discv4 on the p2p port (or `--discovery.port`), with our
-//! fork id in the record, and a dialer that offers what it finds to the p2p network.
+//! Peer discovery for the node: discv4 on the p2p port (or `--discovery.port`) and
+//! discv5 on a port of its own (`--discovery.v5.port`), one node key and one record
+//! (same sequence number, `ip`, `tcp` and `eth` fork id; each serves its own `udp`
+//! port), and a dialer that offers what both find to the p2p network.
 //!
-//! Discovery runs only when p2p does (`--maxpeers` > 0), unless `--nodiscover` or
-//! `--discovery.v4=false`. It starts from `--bootnodes` only: with none it answers
-//! other nodes but looks for nobody.
+//! Discovery runs only when p2p does (`--maxpeers` > 0), unless `--nodiscover`. It
+//! starts from `--bootnodes` when given (enode URLs for discv4, `enr:` records for
+//! both); otherwise from the built-in bootnodes of `--network mainnet|sepolia|hoodi`
+//! ([`moat_discovery::bootnodes`]); a genesis file has none, so such a node answers
+//! other nodes but looks for nobody. Records discv4 fetches are offered to discv5 too.
 
 use crate::run::NodeArgs;
 use moat_blockchain::chain::Chain;
-use moat_discovery::dialer::{DialTarget, DialerConfig, ForkCheck, spawn_dialer};
-use moat_discovery::{Discv4, Discv4Config, ForkId, NodeId, NodeRecord};
+use moat_discovery::bootnodes::PublicNetwork;
+use moat_discovery::dialer::{DialTarget, DialerConfig, ForkCheck, NodeSource, spawn_dialer};
+use moat_discovery::enr::EnrFields;
+use moat_discovery::{Discv4, Discv4Config, Discv5, Discv5Config, Enr, ForkId, NodeId, NodeRecord};
 use moat_p2p::{Enode, Network};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// discv5's flags (geth's `--discovery.v5`; the port flag is reth's, since the discv5
+/// crate cannot share discv4's socket as geth's two protocols do).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DiscoveryV5Args {
+    /// Run discv5 discovery (geth's default: on; off with --discovery.v5=false or
+    /// --nodiscover).
+    #[arg(long = "discovery.v5", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub discovery_v5: bool,
+    /// UDP port of discv5 (0: any free port) [default: 9200 as reth's, or any free
+    /// port when discv4's port is 0].
+    #[arg(long = "discovery.v5.port")]
+    pub discovery_v5_port: Option<u16>,
+}
+
+/// reth's default discv5 port.
+const DEFAULT_V5_PORT: u16 = 9200;
+
+/// The discv5 port: the flag, else 9200, else (discv4 on any free port) any free port.
+fn v5_port(args: &NodeArgs) -> u16 {
+    let v4_port = args.discovery_port.unwrap_or(args.port);
+    args.v5
+        .discovery_v5_port
+        .unwrap_or(if v4_port == 0 { 0 } else { DEFAULT_V5_PORT })
+}
+
+/// The discovery services that run.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    pub v4: Option<Discv4>,
+    pub v5: Option<Discv5>,
+}
+
+impl Drop for Discovery {
+    /// Stops discv4's tasks when the node ends (discv5 stops with its socket).
+    fn drop(&mut self) {
+        let v5_nodes = self.v5.as_ref().map(Discv5::table_len);
+        if let Some(v4) = &self.v4 {
+            tracing::debug!(v4_nodes = v4.table_len(), ?v5_nodes, "discovery stops");
+            v4.shutdown();
+        }
+    }
+}
+
+/// The bootnodes: `--bootnodes` if given, else the named network's built-in lists.
+/// Returns (discv4 nodes, discv5 records).
+fn bootnodes(args: &NodeArgs) -> Result<(Vec<NodeRecord>, Vec<Enr>), String> {
+    let given: Vec<&str> = args
+        .bootnodes
+        .iter()
+        .map(|u| u.trim())
+        .filter(|u| !u.is_empty())
+        .collect();
+    let (v4_urls, v5_urls): (Vec<&str>, Vec<&str>) = if given.is_empty() {
+        match args.network.as_deref().and_then(PublicNetwork::from_name) {
+            Some(net) => (net.v4_bootnodes().to_vec(), net.v5_bootnodes().to_vec()),
+            None => (Vec::new(), Vec::new()),
+        }
+    } else {
+        (given.clone(), given)
+    };
+    let mut v4 = Vec::new();
+    for url in v4_urls {
+        let node: NodeRecord = url
+            .parse()
+            .map_err(|e| format!("--bootnodes: {url}: {e}"))?;
+        v4.push(node);
+    }
+    let mut v5 = Vec::new();
+    for url in v5_urls.into_iter().filter(|u| u.starts_with("enr:")) {
+        let node: NodeRecord = url
+            .parse()
+            .map_err(|e| format!("--bootnodes: {url}: {e}"))?;
+        v5.extend(node.enr);
+    }
+    Ok((v4, v5))
+}
 
 /// How often our record's fork id is compared with the chain's (it changes when the
 /// head passes a fork).
@@ -66,20 +149,24 @@ impl DialTarget for NetTarget {
     }
 }
 
-/// Starts discv4 and the dialer if discovery is on; `None` when it is off.
+/// Starts discv4, discv5 and the dialer as the flags say.
 pub async fn start_discovery(
     args: &NodeArgs,
     datadir: &Path,
     chain: &Chain,
     network: Option<&Network>,
-) -> Result<Option<Discv4>, String> {
+) -> Result<Discovery, String> {
     let external_ip = parse_nat(&args.nat)?;
     let Some(network) = network else {
-        return Ok(None);
+        return Ok(Discovery::default());
     };
-    if args.nodiscover || !args.discovery_v4 {
+    let (v4_on, v5_on) = (
+        !args.nodiscover && args.discovery_v4,
+        !args.nodiscover && args.v5.discovery_v5,
+    );
+    if !v4_on && !v5_on {
         tracing::info!("peer discovery off");
-        return Ok(None);
+        return Ok(Discovery::default());
     }
     let key = match (&args.nodekeyhex, &args.nodekey) {
         (Some(hex), _) => moat_p2p::parse_node_key(hex)?,
@@ -91,23 +178,96 @@ pub async fn start_discovery(
         .ok()
         .flatten()
         .map_or(0, |h| h.timestamp);
-    let port = args.discovery_port.unwrap_or(args.port);
-    let mut cfg = Discv4Config::new(key, SocketAddr::new(args.p2p_addr, port));
-    cfg.external_ip = external_ip;
     let tcp_port = network.listen_addr().map_or(args.port, |a| a.port());
-    cfg.tcp_port = tcp_port;
-    cfg.fork_id = Some(fork_id(chain, genesis_timestamp));
-    for url in args.bootnodes.iter().filter(|u| !u.is_empty()) {
-        let node: NodeRecord = url
-            .parse()
-            .map_err(|e| format!("--bootnodes: {url}: {e}"))?;
-        cfg.bootnodes.push(node);
+    let (v4_boot, v5_boot) = bootnodes(args)?;
+    if args.bootnodes.iter().all(|u| u.trim().is_empty()) && !v4_boot.is_empty() {
+        tracing::info!(
+            network = args.network.as_deref().unwrap_or_default(),
+            v4 = v4_boot.len(),
+            v5 = v5_boot.len(),
+            "discovery starts from the built-in bootnodes"
+        );
     }
-    let disc = Discv4::spawn(cfg).await.map_err(|e| e.to_string())?;
-    if disc.local_addr().port() != tcp_port {
-        println!("discovery: {}", disc.local_enode());
+
+    let v4 = if v4_on {
+        let port = args.discovery_port.unwrap_or(args.port);
+        let mut cfg = Discv4Config::new(key, SocketAddr::new(args.p2p_addr, port));
+        cfg.external_ip = external_ip;
+        cfg.tcp_port = tcp_port;
+        cfg.fork_id = Some(fork_id(chain, genesis_timestamp));
+        cfg.bootnodes = v4_boot;
+        let disc = Discv4::spawn(cfg).await.map_err(|e| e.to_string())?;
+        if disc.local_addr().port() != tcp_port {
+            println!("discovery: {}", disc.local_enode());
+        }
+        tracing::info!(enr = %disc.local_enr(), "node record (discv4)");
+        Some(disc)
+    } else {
+        None
+    };
+
+    let v5 = if v5_on {
+        // The discv4 record's fields and sequence number, or the same choices without it.
+        let (fields, seq) = match &v4 {
+            Some(v4) => {
+                let r = v4.local_enr();
+                let fields = EnrFields {
+                    ip: r.ip(),
+                    tcp: r.tcp(),
+                    udp: None,
+                    fork_id: r.eth_fork_id(),
+                };
+                (fields, r.seq())
+            }
+            None => {
+                let ip = external_ip
+                    .or_else(|| (!args.p2p_addr.is_unspecified()).then_some(args.p2p_addr))
+                    .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+                let fields = EnrFields {
+                    ip: Some(ip),
+                    tcp: Some(tcp_port),
+                    udp: None,
+                    fork_id: Some(fork_id(chain, genesis_timestamp)),
+                };
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_millis() as u64);
+                (fields, now_ms)
+            }
+        };
+        let disc = Discv5::spawn(Discv5Config {
+            secret_key: key,
+            listen: SocketAddr::new(args.p2p_addr, v5_port(args)),
+            fields,
+            seq,
+            bootnodes: v5_boot,
+        })
+        .await
+        .map_err(|e| format!("{e} (--discovery.v5.port {})", v5_port(args)))?;
+        println!("discv5: {}", disc.local_enr());
+        tracing::info!(addr = %disc.local_addr(), enr = %disc.local_enr(), "discv5 listening");
+        Some(disc)
+    } else {
+        None
+    };
+
+    // Records discv4 fetches go to discv5's table too (geth answers both on one port).
+    if let (Some(v4), Some(v5)) = (&v4, &v5) {
+        let (mut found, v5) = (v4.subscribe(), v5.clone());
+        tokio::spawn(async move {
+            loop {
+                match found.recv().await {
+                    Ok(node) => {
+                        if let Some(enr) = &node.enr {
+                            v5.add_node(enr);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        });
     }
-    tracing::info!(enr = %disc.local_enr(), "node record");
 
     // Found nodes fill the network's outbound slots, if their fork id fits our chain.
     let filter = chain
@@ -121,22 +281,37 @@ pub async fn start_discovery(
             .unwrap_or((0, genesis_timestamp));
         filter.validate(*remote, number, timestamp).is_ok()
     });
+    let mut sources: Vec<Arc<dyn NodeSource>> = Vec::new();
+    if let Some(v4) = &v4 {
+        sources.push(Arc::new(v4.clone()));
+    }
+    if let Some(v5) = &v5 {
+        sources.push(Arc::new(v5.clone()));
+    }
     spawn_dialer(
-        disc.clone(),
+        sources,
         Arc::new(NetTarget(network.clone())),
         fork_ok,
         DialerConfig::default(),
     );
 
-    // Our record follows the chain across forks.
-    let (updater, chain) = (disc.clone(), chain.clone());
+    // Our record follows the chain across forks (and discv4's learned IP).
+    let (v4c, v5c, chain) = (v4.clone(), v5.clone(), chain.clone());
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(FORK_ID_CHECK).await;
-            updater.set_fork_id(fork_id(&chain, genesis_timestamp));
+            let fork = fork_id(&chain, genesis_timestamp);
+            if let Some(v4) = &v4c {
+                v4.set_fork_id(fork);
+                if let Some(v5) = &v5c {
+                    v5.sync_record(&v4.local_enr());
+                }
+            } else if let Some(v5) = &v5c {
+                v5.set_fork_id(fork);
+            }
         }
     });
-    Ok(Some(disc))
+    Ok(Discovery { v4, v5 })
 }
 
 #[cfg(test)]

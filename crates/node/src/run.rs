@@ -136,6 +136,8 @@ pub struct NodeArgs {
     /// the node record and discovery pings).
     #[arg(long, default_value = "none")]
     pub nat: String,
+    #[command(flatten)]
+    pub v5: crate::discovery::DiscoveryV5Args,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long = "log.level", default_value = "info")]
     pub log_level: String,

@@ -1,7 +1,7 @@
 //! Which found nodes the p2p network should dial, and when.
 //!
-//! The dialer takes nodes as discovery finds them ([`Discv4::subscribe`]) and from the
-//! table ([`Discv4::random_nodes`]), and offers them to the network while it has free
+//! The dialer takes nodes as discovery finds them and from the tables of every
+//! [`NodeSource`] (discv4, discv5), and offers them to the network while it has free
 //! outbound slots:
 //! - a node whose record announces a fork id our chain refuses is skipped; a node
 //!   without one (no record yet, or none in it) is tried, and the eth handshake
@@ -14,10 +14,12 @@
 //! crate.
 
 use crate::discv4::Discv4;
+use crate::discv5::Discv5;
 use crate::{ForkId, NodeId, NodeRecord};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::task::JoinHandle;
 
@@ -29,6 +31,34 @@ pub trait DialTarget: Send + Sync + 'static {
     fn is_connected(&self, id: &NodeId) -> bool;
     /// Starts a connection attempt and returns at once.
     fn dial(&self, node: &NodeRecord);
+}
+
+/// Where the dialer's candidates come from: a discovery service.
+pub trait NodeSource: Send + Sync + 'static {
+    /// Nodes as the service finds them.
+    fn subscribe(&self) -> broadcast::Receiver<NodeRecord>;
+    /// Up to `n` nodes of its table, in random order.
+    fn random_nodes(&self, n: usize) -> Vec<NodeRecord>;
+}
+
+impl NodeSource for Discv4 {
+    fn subscribe(&self) -> broadcast::Receiver<NodeRecord> {
+        Discv4::subscribe(self)
+    }
+
+    fn random_nodes(&self, n: usize) -> Vec<NodeRecord> {
+        Discv4::random_nodes(self, n)
+    }
+}
+
+impl NodeSource for Discv5 {
+    fn subscribe(&self) -> broadcast::Receiver<NodeRecord> {
+        Discv5::subscribe(self)
+    }
+
+    fn random_nodes(&self, n: usize) -> Vec<NodeRecord> {
+        Discv5::random_nodes(self, n)
+    }
 }
 
 /// Whether a fork id is one our chain can talk to (EIP-2124's rules, our head).
@@ -96,9 +126,12 @@ impl DialPolicy {
     }
 
     fn allowed(&self, node: &NodeRecord, now: Instant, fork_ok: &dyn Fn(&ForkId) -> bool) -> bool {
-        node.tcp != 0
-            && node.fork_id().is_none_or(|f| fork_ok(&f))
-            && self.backoff.get(&node.id).is_none_or(|(at, _)| now >= *at)
+        if node.fork_id().is_some_and(|f| !fork_ok(&f)) {
+            metrics::counter!("moat_discovery_dial_skips_total", "reason" => "fork_id")
+                .increment(1);
+            return false;
+        }
+        node.tcp != 0 && self.backoff.get(&node.id).is_none_or(|(at, _)| now >= *at)
     }
 
     /// Picks up to `n` nodes to dial now, from the queue then from `extra`, and starts
@@ -151,30 +184,32 @@ impl DialPolicy {
 
 /// Runs the dialer until the returned task is aborted.
 pub fn spawn_dialer(
-    disc: Discv4,
+    sources: Vec<Arc<dyn NodeSource>>,
     target: Arc<dyn DialTarget>,
     fork_ok: ForkCheck,
     cfg: DialerConfig,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut events = disc.subscribe();
+        let mut events: Vec<_> = sources.iter().map(|s| s.subscribe()).collect();
         let mut policy = DialPolicy::new(cfg.clone());
         let mut tick = tokio::time::interval(cfg.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            loop {
-                match events.try_recv() {
-                    Ok(node) => policy.offer(node),
-                    Err(TryRecvError::Lagged(_)) => continue,
-                    Err(_) => break,
+            for events in &mut events {
+                loop {
+                    match events.try_recv() {
+                        Ok(node) => policy.offer(node),
+                        Err(TryRecvError::Lagged(_)) => continue,
+                        Err(_) => break,
+                    }
                 }
             }
             let free = target.free_outbound_slots().min(cfg.max_dials_per_tick);
             if free == 0 {
                 continue;
             }
-            let extra = disc.random_nodes(32);
+            let extra = sources.iter().flat_map(|s| s.random_nodes(32)).collect();
             let picked = policy.pick(Instant::now(), free, extra, &*fork_ok, &|id| {
                 target.is_connected(id)
             });

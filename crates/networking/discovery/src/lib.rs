@@ -24,19 +24,24 @@
 //!   replacements, and geth's IP limits against table poisoning.
 //! - [`discv4`]: the service: bonding (endpoint proof), request/reply matching,
 //!   iterative lookups, revalidation, refresh, metrics.
+//! - [`discv5`]: discv5 through sigp's crate, on a port of its own, serving the same
+//!   record (key, sequence number, `ip`, `tcp`, `eth`) with its own `udp` port.
 //! - [`dialer`]: which found nodes the p2p network should dial, and when (fork id
-//!   filter, backoff, rate limit); the network itself stays behind a trait.
-//!
-//! Not here yet: discv5, and built-in bootnodes for the public networks.
+//!   filter, backoff, rate limit), from any [`dialer::NodeSource`]; the network itself
+//!   stays behind a trait.
+//! - [`bootnodes`]: the public networks' bootnodes, as geth lists them.
 
+pub mod bootnodes;
 pub mod dialer;
 pub mod discv4;
+pub mod discv5;
 pub mod enr;
 pub mod packet;
 mod rlp;
 pub mod table;
 
 pub use discv4::{Discv4, Discv4Config, Discv4Error};
+pub use discv5::{Discv5, Discv5Config, Discv5Error};
 pub use enr::{Enr, EnrError, EnrFields};
 pub use moat_common::config::ForkId;
 
