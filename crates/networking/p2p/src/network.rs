@@ -543,8 +543,14 @@ impl Network {
                 .await
             {
                 Ok(Ok(s)) => s,
-                _ => {
-                    tracing::debug!(peer = %enode, "dial failed");
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = %enode, error = %e, "dial failed");
+                    dial_failed("connect");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %enode, "dial timed out");
+                    dial_failed("timeout");
                     return;
                 }
             };
@@ -558,6 +564,7 @@ impl Network {
             Ok(Ok(r)) => r,
             _ => {
                 tracing::debug!(peer = %enode, "outbound rlpx handshake failed");
+                dial_failed("rlpx");
                 return;
             }
         };
@@ -592,6 +599,9 @@ impl Network {
             Err(e) => {
                 tracing::debug!(%addr, inbound, error = %e, "eth handshake failed");
                 metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                if !inbound {
+                    dial_failed("handshake");
+                }
                 return;
             }
         };
@@ -1429,6 +1439,14 @@ fn costs_reputation(r: &Rejection) -> bool {
 
 fn short(id: &PeerId) -> String {
     hex::encode(&id[..8])
+}
+
+
+/// Counts a failed outbound connection by where it failed: `connect` (TCP refused or
+/// unreachable), `timeout` (TCP connect), `rlpx` (encryption handshake), `handshake`
+/// (hello or eth status refused: other network, fork, genesis, too many peers).
+fn dial_failed(reason: &'static str) {
+    metrics::counter!("moat_p2p_dial_failures_total", "reason" => reason).increment(1);
 }
 
 #[cfg(test)]
