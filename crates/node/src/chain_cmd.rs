@@ -90,6 +90,11 @@ impl Progress {
 }
 
 pub fn import(args: &ImportArgs) -> ExitCode {
+    // SIGINT or SIGTERM stops the import between two blocks, flushed, with exit code 0.
+    let shutdown = match crate::shutdown::Shutdown::install() {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
     let chain = match open_chain(&args.net) {
         Ok(c) => c,
         Err(e) => return fail(e),
@@ -111,6 +116,16 @@ pub fn import(args: &ImportArgs) -> ExitCode {
         };
         let mut rest = &bytes[..];
         while !rest.is_empty() {
+            if shutdown.requested() {
+                return match chain.store().flush() {
+                    Ok(()) => {
+                        println!("{}", p.line(head));
+                        println!("import stopped by a signal at #{head}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(format!("cannot make the import durable: {e}")),
+                };
+            }
             let block = match Block::decode(&mut rest) {
                 Ok(b) => b,
                 Err(e) => {

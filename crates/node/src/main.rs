@@ -6,14 +6,16 @@
 mod chain_cmd;
 mod dev;
 mod discovery;
+mod ops_flags;
 mod p2p_admin;
 mod pool_flags;
 mod run;
+mod shutdown;
 mod sync;
 mod system_contracts;
 mod tx_decode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -48,7 +50,9 @@ enum TxCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // geth's help headings; flags are parsed as derived.
+    let matches = ops_flags::with_geth_headings(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
         None => run::run(cli.node),
         Some(Command::Tx(TxCommand::Decode(args))) => tx_decode::run(&args),

@@ -79,6 +79,8 @@ pub struct NodeArgs {
     pub txpool_rejournal: Duration,
     #[command(flatten)]
     pub pool: crate::pool_flags::PoolArgs,
+    #[command(flatten)]
+    pub ops: crate::ops_flags::OpsArgs,
     /// Megabytes of memory for the database's page cache (geth's flag). The node's other
     /// caches are bounded by count: sender recoveries (131,072), hashed trie keys
     /// (327,680), recent failures (65,536).
@@ -148,18 +150,14 @@ pub struct NodeArgs {
 
 fn init_logging(args: &NodeArgs) {
     let level = match args.verbosity {
-        Some(0) => tracing::Level::ERROR,
-        Some(1) => tracing::Level::ERROR,
-        Some(2) => tracing::Level::WARN,
-        Some(3) => tracing::Level::INFO,
-        Some(4) => tracing::Level::DEBUG,
-        Some(_) => tracing::Level::TRACE,
-        None => args.log_level.parse().unwrap_or(tracing::Level::INFO),
+        Some(v) => crate::ops_flags::verbosity_level(v),
+        None => args
+            .log_level
+            .parse::<tracing::Level>()
+            .unwrap_or(tracing::Level::INFO)
+            .into(),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_target(false)
-        .try_init();
+    crate::ops_flags::init_logging(level, args.ops.log_format);
 }
 
 fn load_genesis(args: &NodeArgs) -> Result<Genesis, String> {
@@ -172,8 +170,20 @@ fn load_genesis(args: &NodeArgs) -> Result<Genesis, String> {
     crate::chain_cmd::load_genesis(network)
 }
 
-pub fn run(args: NodeArgs) -> ExitCode {
+pub fn run(mut args: NodeArgs) -> ExitCode {
     init_logging(&args);
+    if let Err(e) = args.ops.apply(&mut args.network) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    // Caught from here on: a SIGTERM while the datadir opens is not lost.
+    let shutdown = match crate::shutdown::Shutdown::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -184,8 +194,21 @@ pub fn run(args: NodeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run_async(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+    let outcome = runtime.block_on(run_async(args, shutdown));
+    // Tasks still running (p2p, sync, a blocking import of a peer's block) get a moment
+    // to end; a commit is atomic, so one cut off leaves nothing half-written.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    match outcome {
+        Ok(store) => {
+            // Blocks committed after the first flush (while the tasks above ended) are
+            // made durable too.
+            if let Err(e) = store.flush() {
+                eprintln!("error: cannot make the last blocks durable: {e}");
+                return ExitCode::from(1);
+            }
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(1)
@@ -193,13 +216,24 @@ pub fn run(args: NodeArgs) -> ExitCode {
     }
 }
 
-async fn run_async(args: NodeArgs) -> Result<(), String> {
+async fn run_async(
+    args: NodeArgs,
+    shutdown: crate::shutdown::Shutdown,
+) -> Result<Store, String> {
     if args.metrics {
         // Installed before anything registers a metric: handles taken earlier would be
         // bound to no recorder.
         let addr = SocketAddr::new(args.metrics_addr, args.metrics_port);
+        // Answers on every path, geth's /debug/metrics/prometheus included.
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full(
+                    "moat_engine_new_payload_seconds".into(),
+                ),
+                crate::ops_flags::NEW_PAYLOAD_BUCKETS,
+            )
+            .map_err(|e| format!("metrics buckets: {e}"))?
             .install()
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
         tracing::info!(%addr, "Prometheus metrics listening");
@@ -287,7 +321,7 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
         addr: SocketAddr::new(args.authrpc_addr, args.authrpc_port),
         ..EngineConfig::new(secret)
     };
-    let engine = start_engine(engine_config, engine_ctx)
+    let engine = start_engine(engine_config, engine_ctx.clone())
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(addr = %engine.local_addr(), "engine API listening");
@@ -351,13 +385,20 @@ async fn run_async(args: NodeArgs) -> Result<(), String> {
         }
     });
 
-    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
-    tracing::info!("shutting down");
+    shutdown.wait().await;
+    // Intake stops: no new RPC or engine calls.
     rpc.stop();
     engine.stop();
+    // The engine call in progress, if any, ends: its block is wholly stored or was never
+    // acknowledged. None starts after it.
+    let _quiet = engine_ctx.quiesce().await;
     // Every acknowledged tx is already durable; this writes what is queued and stops.
     journal.close();
-    Ok(())
+    store
+        .flush()
+        .map_err(|e| format!("cannot make the last blocks durable: {e}"))?;
+    tracing::info!("intake stopped, journal and store flushed");
+    Ok(store)
 }
 
 /// Opens the journal, gives its entries back to the pool, and logs what became of them.

@@ -527,16 +527,39 @@ async fn new_payload(
 ) -> RpcResult<Value> {
     let args = args(&params)?;
     let payload = types::parse_new_payload(&args, version, ctx.chain.config())?;
+    let gas_used = payload.header.gas_used;
+    let started = std::time::Instant::now();
     let _order = ctx.shared.order.lock().await;
     let c = Arc::clone(&ctx);
     let (status, news) = ctx
         .blocking(move || c.import_payload(payload))
         .await
         .map_err(join_err)??;
+    let executed = news.is_some();
     if let Some(news) = news {
         ctx.announce(news).await;
     }
+    record_new_payload(&status, executed, gas_used, started.elapsed());
     Ok(status.json())
+}
+
+/// Prometheus: each newPayload's time by status (`moat_engine_new_payload_seconds`, a
+/// histogram), and for a block executed, its gas over its time
+/// (`moat_engine_new_payload_gas_per_second`) and the gas executed so far.
+fn record_new_payload(status: &Status, executed: bool, gas: u64, took: std::time::Duration) {
+    let label = match status {
+        Status::Valid(_) => "VALID",
+        Status::Invalid(..) => "INVALID",
+        Status::Syncing => "SYNCING",
+        Status::Accepted => "ACCEPTED",
+    };
+    metrics::histogram!("moat_engine_new_payload_seconds", "status" => label)
+        .record(took.as_secs_f64());
+    if executed {
+        metrics::gauge!("moat_engine_new_payload_gas_per_second")
+            .set(gas as f64 / took.as_secs_f64().max(1e-9));
+        metrics::counter!("moat_engine_new_payload_gas_total").increment(gas);
+    }
 }
 
 fn parse_payload_id(args: &[Value]) -> RpcResult<[u8; 8]> {

@@ -1,0 +1,280 @@
+//! The flags operators bring from geth that are about running the node rather than what
+//! it serves: `--mainnet` / `--sepolia` / `--hoodi` (beside `--network`), `--syncmode`
+//! and `--log.format`; the JSON log format itself; and the grouping of `moat --help`
+//! under geth's headings.
+//!
+//! `--verbosity`, `--metrics.addr` and `--metrics.port` live with the node's other flags
+//! (run.rs); the metrics listener answers on every path, geth's `/debug/metrics/prometheus`
+//! included.
+
+use clap::ValueEnum;
+use std::fmt;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Bucket bounds (seconds) of the newPayload latency histogram: a few ms for an empty
+/// block up to seconds for a full mainnet one.
+pub const NEW_PAYLOAD_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0,
+];
+
+/// geth's sync modes. Only full sync is built (every block executed, from the
+/// consensus client's head back to where the chain joins); snap sync is refused at
+/// start with an error that says so, rather than accepted and ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyncMode {
+    /// Download and execute every block.
+    Full,
+    /// Download the state at a recent block (not built: moat refuses to start).
+    Snap,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines with colours on a terminal.
+    #[default]
+    Terminal,
+    /// One JSON object a line, with geth's keys `t`, `lvl` and `msg` and each field.
+    Json,
+}
+
+/// Flags of geth's that choose the network, the sync mode and the log format.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OpsArgs {
+    /// Ethereum mainnet (as --network mainnet).
+    #[arg(long, help_heading = "ETHEREUM", conflicts_with_all = ["network", "sepolia", "hoodi"])]
+    pub mainnet: bool,
+    /// The Sepolia test network (as --network sepolia).
+    #[arg(long, help_heading = "ETHEREUM", conflicts_with_all = ["network", "hoodi"])]
+    pub sepolia: bool,
+    /// The Hoodi test network (as --network hoodi).
+    #[arg(long, help_heading = "ETHEREUM", conflicts_with_all = ["network"])]
+    pub hoodi: bool,
+    /// How to catch up with the network: `full` executes every block; `snap` is not
+    /// built, and the node refuses to start with it.
+    #[arg(long, value_enum, default_value_t = SyncMode::Full, help_heading = "ETHEREUM")]
+    pub syncmode: SyncMode,
+    /// Log format: `terminal` or `json` (one object a line).
+    #[arg(long = "log.format", value_enum, default_value_t = LogFormat::Terminal, help_heading = "LOGGING AND DEBUGGING")]
+    pub log_format: LogFormat,
+}
+
+impl OpsArgs {
+    /// The network `--mainnet`, `--sepolia` or `--hoodi` names, if one was given (clap
+    /// already refused more than one, or one beside `--network`).
+    pub fn named_network(&self) -> Option<&'static str> {
+        match (self.mainnet, self.sepolia, self.hoodi) {
+            (true, _, _) => Some("mainnet"),
+            (false, true, _) => Some("sepolia"),
+            (false, false, true) => Some("hoodi"),
+            (false, false, false) => None,
+        }
+    }
+
+    /// Settles `--network` from the shortcut flags and checks the sync mode; an error
+    /// is for the user.
+    pub fn apply(&self, network: &mut Option<String>) -> Result<(), String> {
+        if let Some(name) = self.named_network() {
+            *network = Some(name.to_string());
+        }
+        match self.syncmode {
+            SyncMode::Full => Ok(()),
+            SyncMode::Snap => Err("--syncmode snap: snap sync is not built in moat; \
+                 use --syncmode full (every block executed, from peers)"
+                .into()),
+        }
+    }
+}
+
+/// geth's `--verbosity` levels: 0 silent, 1 error, 2 warn, 3 info, 4 debug, 5 trace.
+pub fn verbosity_level(verbosity: u8) -> tracing::level_filters::LevelFilter {
+    use tracing::level_filters::LevelFilter;
+    match verbosity {
+        0 => LevelFilter::OFF,
+        1 => LevelFilter::ERROR,
+        2 => LevelFilter::WARN,
+        3 => LevelFilter::INFO,
+        4 => LevelFilter::DEBUG,
+        5.. => LevelFilter::TRACE,
+    }
+}
+
+/// Installs the global logger at `level` in `format` (to stderr for JSON, stdout for
+/// the terminal format, as before).
+pub fn init_logging(level: tracing::level_filters::LevelFilter, format: LogFormat) {
+    match format {
+        LogFormat::Terminal => {
+            let _ = tracing_subscriber::fmt()
+                .with_max_level(level)
+                .with_target(false)
+                .try_init();
+        }
+        LogFormat::Json => {
+            let _ = tracing_subscriber::fmt()
+                .with_max_level(level)
+                .with_ansi(false)
+                .event_format(JsonLines)
+                .try_init();
+        }
+    }
+}
+
+/// One JSON object a log line: `{"t":…,"lvl":"info","msg":…, field: value, …}`.
+struct JsonLines;
+
+impl<S, N> FormatEvent<S, N> for JsonLines
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> fmt::Result {
+        let mut time = String::new();
+        tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut time))?;
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warn",
+            tracing::Level::INFO => "info",
+            tracing::Level::DEBUG => "debug",
+            tracing::Level::TRACE => "trace",
+        };
+        let mut fields = JsonFields(serde_json::Map::new());
+        fields.0.insert("t".into(), time.into());
+        fields.0.insert("lvl".into(), level.into());
+        fields.0.insert("msg".into(), "".into());
+        event.record(&mut fields);
+        let line = serde_json::Value::Object(fields.0).to_string();
+        writeln!(writer, "{line}")
+    }
+}
+
+/// Collects an event's fields; `message` becomes `msg`.
+struct JsonFields(serde_json::Map<String, serde_json::Value>);
+
+impl JsonFields {
+    fn put(&mut self, field: &Field, value: serde_json::Value) {
+        let key = match field.name() {
+            "message" => "msg",
+            name => name,
+        };
+        self.0.insert(key.to_string(), value);
+    }
+}
+
+impl Visit for JsonFields {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.put(field, format!("{value:?}").into());
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, value.into());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.put(field, value.into());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.put(field, value.into());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.put(field, value.into());
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.put(field, value.into());
+    }
+}
+
+/// geth's help headings, by the long flag's name: flags of every part of the node (the
+/// ones other modules define included) land under the heading geth gives them.
+pub fn heading_of(long: &str) -> Option<&'static str> {
+    let prefix = long.split('.').next().unwrap_or(long);
+    Some(match prefix {
+        "datadir" | "network" | "networkid" | "mainnet" | "sepolia" | "hoodi" | "syncmode" => {
+            "ETHEREUM"
+        }
+        "http" | "ws" | "authrpc" | "rpc" | "graphql" => "API AND CONSOLE",
+        "port" | "p2p" | "bootnodes" | "maxpeers" | "maxpendpeers" | "nodekey" | "nodekeyhex"
+        | "nodiscover" | "discovery" | "nat" | "netrestrict" => "NETWORKING",
+        "txpool" => "TRANSACTION POOL (EVM)",
+        "blobpool" => "TRANSACTION POOL (BLOB)",
+        "cache" => "PERFORMANCE TUNING",
+        "miner" => "MINER",
+        "dev" => "DEVELOPER CHAIN",
+        "log" | "verbosity" => "LOGGING AND DEBUGGING",
+        "metrics" => "METRICS AND STATS",
+        _ => return None,
+    })
+}
+
+/// The command with each top-level flag under its geth heading (flags no heading fits
+/// stay under "Options").
+pub fn with_geth_headings(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| match arg.get_long().and_then(heading_of) {
+        Some(heading) => arg.help_heading(heading),
+        None => arg,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geth_verbosity_numbers_map_to_levels() {
+        use tracing::level_filters::LevelFilter;
+        let levels: Vec<LevelFilter> = (0..=6).map(verbosity_level).collect();
+        assert_eq!(
+            levels,
+            [
+                LevelFilter::OFF,
+                LevelFilter::ERROR,
+                LevelFilter::WARN,
+                LevelFilter::INFO,
+                LevelFilter::DEBUG,
+                LevelFilter::TRACE,
+                LevelFilter::TRACE
+            ]
+        );
+    }
+
+    #[test]
+    fn headings_follow_geths_categories() {
+        assert_eq!(heading_of("http.vhosts"), Some("API AND CONSOLE"));
+        assert_eq!(heading_of("authrpc.jwtsecret"), Some("API AND CONSOLE"));
+        assert_eq!(
+            heading_of("txpool.pricelimit"),
+            Some("TRANSACTION POOL (EVM)")
+        );
+        assert_eq!(
+            heading_of("blobpool.datacap"),
+            Some("TRANSACTION POOL (BLOB)")
+        );
+        assert_eq!(heading_of("metrics.addr"), Some("METRICS AND STATS"));
+        assert_eq!(heading_of("discovery.port"), Some("NETWORKING"));
+        assert_eq!(heading_of("mainnet"), Some("ETHEREUM"));
+        assert_eq!(heading_of("verbosity"), Some("LOGGING AND DEBUGGING"));
+        assert_eq!(heading_of("help"), None);
+    }
+
+    #[test]
+    fn snap_sync_is_refused_and_shortcuts_name_the_network() {
+        let ops = |mainnet, syncmode| OpsArgs {
+            mainnet,
+            sepolia: false,
+            hoodi: false,
+            syncmode,
+            log_format: LogFormat::Terminal,
+        };
+        let mut network = None;
+        ops(true, SyncMode::Full).apply(&mut network).unwrap();
+        assert_eq!(network.as_deref(), Some("mainnet"));
+        let err = ops(false, SyncMode::Snap).apply(&mut network).unwrap_err();
+        assert!(err.contains("snap sync is not built"), "{err}");
+    }
+}
