@@ -139,6 +139,18 @@ fn start(args: &Args, datadir: &Path, bin: &Path) -> Result<Child, String> {
                 eprintln!("warning: import failed: {e}");
             }
             let mut c = Command::new(bin);
+            // Newer builds serve HTTP only when asked (`--http`, as geth).
+            let help = Command::new(bin)
+                .arg("--help")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            if help.lines().any(|l| {
+                let l = l.trim_start();
+                l == "--http" || l.starts_with("--http ")
+            }) {
+                c.arg("--http");
+            }
             c.arg("--network")
                 .arg(&genesis)
                 .arg("--datadir")
