@@ -18,6 +18,10 @@ impl SyncService for Sync {
         self.0.set_target(head);
     }
 
+    fn invalid(&self, hash: B256) -> Option<(Option<B256>, String)> {
+        self.0.invalid(&hash).map(|v| (v.latest_valid, v.why))
+    }
+
     fn status(&self) -> Option<SyncStatus> {
         self.0.progress().map(|p| SyncStatus {
             starting_block: p.starting_block,

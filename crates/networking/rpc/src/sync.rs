@@ -26,6 +26,12 @@ pub trait SyncService: Send + Sync + std::fmt::Debug {
     fn sync_to(&self, head: B256);
     /// `None` unless a sync is running.
     fn status(&self) -> Option<SyncStatus>;
+    /// Whether the syncer refused `hash` (a target or block whose chain holds a block
+    /// that failed validation): the latest valid hash and why. The engine API answers
+    /// INVALID for it rather than SYNCING.
+    fn invalid(&self, _hash: B256) -> Option<(Option<B256>, String)> {
+        None
+    }
 }
 
 /// `eth_syncing`: `false`, or geth's object while a sync runs.

@@ -1082,3 +1082,179 @@ async fn syncing_answers_hand_the_missing_block_to_the_syncer() {
     assert_eq!(s["status"], "VALID", "{s}");
     assert_eq!(recorder.0.lock().len(), 3);
 }
+
+/// Two empty blocks on `rich`'s genesis, built on a chain of their own (a chain this
+/// node does not hold, as peers would serve it).
+fn foreign_blocks(rich: Address) -> Vec<Block> {
+    let other = Chain::init(Store::in_memory(), &genesis(rich)).unwrap();
+    let other_pool = Pool::new(
+        PoolConfig::new(other.config().clone()),
+        Arc::new(StoreStateView::new(
+            other.store().clone(),
+            other.config().clone(),
+        )),
+    );
+    let mut blocks = Vec::new();
+    for _ in 0..2 {
+        let head = other.head_header().unwrap();
+        let attrs = moat_blockchain::payload::PayloadAttributes {
+            timestamp: head.timestamp + 12,
+            prev_randao: B256::repeat_byte(7),
+            suggested_fee_recipient: Address::repeat_byte(0xfe),
+            withdrawals: Some(Vec::new()),
+            parent_beacon_block_root: Some(B256::repeat_byte(9)),
+        };
+        let block = other
+            .build_payload(&other_pool, head.hash(), &attrs)
+            .unwrap()
+            .block;
+        other.import(&block).unwrap();
+        blocks.push(block);
+    }
+    blocks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reorg_made_by_the_syncer_gives_the_undone_txs_back_to_the_pool() {
+    let recorder = Arc::new(SyncRecorder::default());
+    let n = node_with(Some(recorder.clone())).await;
+    let addr = n.handle.local_addr();
+    let g = n.chain.head_header().unwrap();
+
+    // Our block A mines a pooled transfer and becomes head through the engine API.
+    let tx = transfer(&n.rich, 0);
+    n.pool
+        .add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
+        .await
+        .unwrap();
+    let env_a = build_on(addr, g.hash(), attributes(g.timestamp + 12)).await;
+    let payload_a = env_a["executionPayload"].clone();
+    let hash_a: B256 = payload_a["blockHash"].as_str().unwrap().parse().unwrap();
+    let root = B256::repeat_byte(9);
+    let s = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([payload_a, [], root, []]),
+    )
+    .await;
+    assert_eq!(s["status"], "VALID", "{s}");
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(hash_a), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert!(!n.pool.contains(&tx.hash()));
+
+    // The consensus client moves to another branch this node does not hold: SYNCING.
+    let blocks = foreign_blocks(n.rich.address());
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(blocks[1].hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "SYNCING", "{fcu}");
+    assert_eq!(recorder.0.lock().last(), Some(&blocks[1].hash));
+
+    // The syncer does its work as its importer does: the first block is off our head,
+    // so it is stored and made head (undoing A), the next one imported on it.
+    n.chain.store_side_block(&blocks[0]).unwrap();
+    let change = n.chain.set_head(blocks[0].hash).unwrap();
+    assert_eq!(change.removed.len(), 1);
+    n.chain.import(&blocks[1]).unwrap();
+    assert!(
+        !n.pool.contains(&tx.hash()),
+        "the pool has not been told yet"
+    );
+
+    // The next forkchoiceUpdated finds the head there: A's transfer is pending again.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(blocks[1].hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert!(
+        n.pool.contains(&tx.hash()),
+        "the tx of the block the syncer undid is back in the pool"
+    );
+    // Told once: the same head again changes nothing.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(blocks[1].hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert!(n.pool.contains(&tx.hash()));
+}
+
+/// A syncer that found one chain invalid.
+#[derive(Debug)]
+struct RefusingSync {
+    bad: B256,
+    latest_valid: B256,
+}
+
+impl moat_rpc::SyncService for RefusingSync {
+    fn sync_to(&self, _: B256) {}
+    fn status(&self) -> Option<moat_rpc::SyncStatus> {
+        None
+    }
+    fn invalid(&self, hash: B256) -> Option<(Option<B256>, String)> {
+        (hash == self.bad).then(|| (Some(self.latest_valid), "bad state root".to_string()))
+    }
+}
+
+#[tokio::test]
+async fn a_chain_the_syncer_refused_is_invalid_with_its_latest_valid_hash() {
+    let rich = Signer::from_seed(1);
+    let blocks = foreign_blocks(rich.address());
+    // The syncer refused the first block (say, after importing its parent, genesis).
+    let g = Chain::init(Store::in_memory(), &genesis(rich.address()))
+        .unwrap()
+        .head_header()
+        .unwrap()
+        .hash();
+    let n = node_with(Some(Arc::new(RefusingSync {
+        bad: blocks[0].hash,
+        latest_valid: g,
+    })))
+    .await;
+    let addr = n.handle.local_addr();
+
+    // forkchoiceUpdated to it: INVALID, not SYNCING, with the latest valid hash.
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(blocks[0].hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
+    assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(g));
+    assert_eq!(fcu["payloadStatus"]["validationError"], "bad state root");
+    assert!(fcu["payloadId"].is_null());
+
+    // A child of it: INVALID too, and remembered.
+    let root = B256::repeat_byte(9);
+    let s = result(
+        addr,
+        "engine_newPayloadV4",
+        json!([payload_of(&blocks[1]), [], root, []]),
+    )
+    .await;
+    assert_eq!(s["status"], "INVALID", "{s}");
+    assert_eq!(s["latestValidHash"], json!(g));
+    let fcu = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(blocks[1].hash), null]),
+    )
+    .await;
+    assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
+    assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(g));
+    assert!(!n.ctx.synced.load(Ordering::Acquire));
+}

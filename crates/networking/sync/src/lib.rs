@@ -43,4 +43,4 @@ mod source;
 mod syncer;
 
 pub use source::BlockSource;
-pub use syncer::{SyncConfig, SyncHandle, SyncProgress, spawn};
+pub use syncer::{InvalidChain, SyncConfig, SyncHandle, SyncProgress, spawn};

@@ -20,6 +20,16 @@ use tokio::task::JoinSet;
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
 
+/// A chain the syncer refused: a block of it failed validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidChain {
+    /// The bad block's parent, when this node holds it (the engine API's
+    /// `latestValidHash`).
+    pub latest_valid: Option<B256>,
+    /// Why the block was refused.
+    pub why: String,
+}
+
 /// Blocks per batch handed to the importer.
 const IMPORT_BATCH: usize = 32;
 /// Batches queued to the importer.
@@ -80,8 +90,9 @@ struct Shared {
     progress: Mutex<Option<(u64, u64)>>,
     heads: watch::Sender<B256>,
     synced: Arc<AtomicBool>,
-    /// Targets whose chain holds an invalid block: asked again, they are ignored.
-    bad: Mutex<Set<B256>>,
+    /// Targets whose chain holds an invalid block, and the bad blocks themselves:
+    /// asked again, they are ignored.
+    bad: Mutex<Map<B256, InvalidChain>>,
 }
 
 /// The running syncer, as the node and the engine API hold it. Cloning shares it.
@@ -93,7 +104,7 @@ pub struct SyncHandle {
 impl SyncHandle {
     /// Syncs to `hash` (the consensus client's head); replaces an earlier target.
     pub fn set_target(&self, hash: B256) {
-        if self.shared.bad.lock().contains(&hash) {
+        if self.shared.bad.lock().contains_key(&hash) {
             return;
         }
         self.shared.target.send_if_modified(|t| {
@@ -106,6 +117,12 @@ impl SyncHandle {
         });
     }
 
+    /// Whether `hash` is a target (or block) the syncer found invalid: a block of its
+    /// chain failed validation. The engine API answers INVALID for it.
+    pub fn invalid(&self, hash: &B256) -> Option<InvalidChain> {
+        self.shared.bad.lock().get(hash).cloned()
+    }
+
     /// The latest target asked for.
     pub fn target(&self) -> Option<B256> {
         *self.shared.target.borrow()
@@ -116,7 +133,9 @@ impl SyncHandle {
         let (start, highest) = (*self.shared.progress.lock())?;
         let current = self.shared.chain.head().map_or(start, |(n, _)| n);
         Some(SyncProgress {
-            starting_block: start,
+            // A reorg onto the target's branch takes the head below where the sync
+            // started for a moment; the start is reported no higher than the head.
+            starting_block: start.min(current),
             current_block: current,
             highest_block: highest.max(current),
         })
@@ -144,7 +163,7 @@ pub fn spawn<S: BlockSource>(
         progress: Mutex::new(None),
         heads: watch::channel(head).0,
         synced,
-        bad: Mutex::new(Set::default()),
+        bad: Mutex::new(Map::default()),
     });
     let (import_tx, import_rx) = mpsc::channel(IMPORT_QUEUE);
     let (events_tx, events) = mpsc::unbounded_channel();
@@ -247,8 +266,12 @@ enum Stop {
     Replaced,
     /// Something on the way failed (peers, an unexpected chain state): start over.
     Retry(String),
-    /// The target's chain holds an invalid block.
-    Invalid { hash: B256, why: String },
+    /// The target's chain holds an invalid block (`hash`, child of `parent`).
+    Invalid {
+        hash: B256,
+        parent: B256,
+        why: String,
+    },
     /// The target cannot be reached from here (a reorg deeper than undo records reach).
     Unreachable(String),
 }
@@ -269,6 +292,7 @@ enum ImportEvent {
         epoch: u64,
         hash: B256,
         number: u64,
+        parent: B256,
         error: ChainError,
     },
 }
@@ -357,15 +381,19 @@ impl<S: BlockSource> Syncer<S> {
                         _ = targets.changed() => {}
                     }
                 }
-                Err(Stop::Invalid { hash, why }) => {
+                Err(Stop::Invalid { hash, parent, why }) => {
                     tracing::error!(%target, bad_block = %hash, why, "sync stopped: the target's chain holds an invalid block");
+                    // The engine API's latestValidHash: the bad block's parent, which
+                    // this node holds (it was imported, or the chain joined there).
+                    let latest_valid = self.chain.header(&parent).ok().flatten().map(|_| parent);
+                    let verdict = InvalidChain { latest_valid, why };
                     {
                         let mut bad = self.shared.bad.lock();
                         if bad.len() >= BAD_TARGETS {
                             bad.clear();
                         }
-                        bad.insert(target);
-                        bad.insert(hash);
+                        bad.insert(target, verdict.clone());
+                        bad.insert(hash, verdict);
                     }
                     self.stop_session();
                     if targets.changed().await.is_err() {
@@ -806,6 +834,7 @@ impl<S: BlockSource> Syncer<S> {
             ImportEvent::Failed {
                 hash,
                 number,
+                parent,
                 error,
                 ..
             } => match error {
@@ -815,6 +844,7 @@ impl<S: BlockSource> Syncer<S> {
                     self.skeleton.truncate_above(number.saturating_sub(1));
                     Err(Stop::Invalid {
                         hash,
+                        parent,
                         why: error.to_string(),
                     })
                 }
@@ -895,6 +925,7 @@ fn importer(
                         epoch: batch.epoch,
                         hash: block.hash,
                         number: block.header.number,
+                        parent: block.header.parent_hash,
                         error,
                     });
                     break;

@@ -202,3 +202,54 @@ async fn without_peers_that_have_it_the_target_waits() {
     settled(&sync).await;
     assert!(synced.load(Ordering::Acquire));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_chain_is_refused_with_its_latest_valid_block() {
+    // The server holds 20 good blocks and, as a side block on top, a 21st whose state
+    // root is wrong (stored unexecuted, as a node keeps blocks off its chain).
+    let server_chain = chain_with(20);
+    let good = &blocks()[20];
+    let mut header = good.header.clone();
+    header.state_root = B256::repeat_byte(0xee);
+    let bad = Block {
+        hash: header.hash(),
+        header,
+        ..good.clone()
+    };
+    server_chain.store_side_block(&bad).unwrap();
+    let server = network(&server_chain, 0x33, &[]).await;
+
+    let chain = chain_with(10);
+    let client = network(&chain, 0x34, &[enode(&server)]).await;
+    let synced = Arc::new(AtomicBool::new(false));
+    let sync = moat_sync::spawn(
+        chain.clone(),
+        Arc::new(client.clone()),
+        synced.clone(),
+        SyncConfig::default(),
+    );
+    assert_eq!(sync.invalid(&bad.hash), None);
+    sync.set_target(bad.hash);
+
+    // The good blocks are imported, the bad one refused, and the verdict names the
+    // last good block (the engine API's latestValidHash).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let verdict = loop {
+        if let Some(v) = sync.invalid(&bad.hash) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the bad block was never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(verdict.latest_valid, Some(blocks()[19].hash));
+    assert!(!verdict.why.is_empty());
+    assert_eq!(chain.head().unwrap(), (20, blocks()[19].hash));
+    assert!(!synced.load(Ordering::Acquire));
+    settled(&sync).await;
+
+    // Asked again, the bad target is ignored; a good one is followed.
+    sync.set_target(bad.hash);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(chain.head().unwrap().0, 20);
+    assert!(sync.progress().is_none());
+}

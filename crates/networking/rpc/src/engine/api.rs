@@ -68,6 +68,10 @@ fn join_err(e: tokio::task::JoinError) -> jsonrpsee::types::ErrorObjectOwned {
     internal(e)
 }
 
+/// Most blocks of a branch the syncer moved the chain to that the pool is told of one
+/// by one; past it, only the head.
+const MAX_REORG_ADDED: u64 = 1024;
+
 /// The pool's view of the block after `header`.
 fn head_info(ctx: &EngineContext, header: &Header) -> HeadInfo {
     crate::state::head_info(ctx.chain.config(), header)
@@ -194,6 +198,61 @@ impl EngineContext {
         }
     }
 
+    /// Whether the syncer refused `hash` (a block of its chain failed validation): its
+    /// latest valid hash and why, remembered with the engine's own rejections.
+    fn sync_verdict(&self, hash: B256) -> Option<(Option<B256>, String)> {
+        let (lvh, why) = self.sync.as_ref()?.invalid(hash)?;
+        self.shared.invalid.lock().insert(hash, lvh);
+        metrics::counter!("moat_engine_invalid_payloads_total").increment(1);
+        Some((lvh, why))
+    }
+
+    /// The pool's head is no longer canonical (the syncer reorganised the chain under
+    /// it): the change from it to `head`, for [`PoolNews::of_reorg`]. `None` when the
+    /// pool's head is an ancestor of `head` (or unknown). Blocks undone stay stored, so
+    /// the walk back from the pool's head finds them; it stops after the undo depth.
+    fn undone_since(&self, pool_head: B256, head: &Header) -> RpcResult<Option<HeadChange>> {
+        let store = self.chain.store();
+        let mut removed = Vec::new();
+        let mut at = pool_head;
+        let fork = loop {
+            if removed.len() as u64 > UNDO_DEPTH {
+                return Ok(None);
+            }
+            let Some(block) = self.chain.block(&at).map_err(chain_err)? else {
+                return Ok(None);
+            };
+            let n = block.header.number;
+            if store.canonical_hash(n).map_err(internal)? == Some(at) {
+                break n;
+            }
+            at = block.header.parent_hash;
+            removed.push(block);
+        };
+        if removed.is_empty() {
+            return Ok(None);
+        }
+        removed.reverse();
+        // The new branch's blocks, for the txs they mine and the accounts they touch;
+        // past a bound only the head's (the pool's nonce checks drop what the rest mined).
+        let first = if head.number.saturating_sub(fork) > MAX_REORG_ADDED {
+            head.number
+        } else {
+            fork + 1
+        };
+        let mut added = Vec::new();
+        for n in first..=head.number {
+            let Some(hash) = store.canonical_hash(n).map_err(internal)? else {
+                return Ok(None);
+            };
+            match self.chain.block(&hash).map_err(chain_err)? {
+                Some(b) => added.push(b),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(HeadChange { removed, added }))
+    }
+
     /// The consensus client's head is one the chain holds: a sync towards an older
     /// target must not carry the chain away from it (the syncer sees it canonical and
     /// stops).
@@ -253,6 +312,10 @@ impl EngineContext {
             }
         }
         let Some(parent) = self.chain.header(&parent_hash).map_err(chain_err)? else {
+            if let Some((lvh, why)) = self.sync_verdict(parent_hash) {
+                self.shared.invalid.lock().insert(hash, lvh);
+                return Ok((Status::Invalid(lvh, why), None));
+            }
             // Peers may hold the parent; the block itself comes again once it is here.
             self.request_sync(parent_hash);
             return Ok((Status::Syncing, None));
@@ -322,6 +385,9 @@ impl EngineContext {
             )));
         }
         let Some(header) = self.chain.header(&head).map_err(chain_err)? else {
+            if let Some((lvh, why)) = self.sync_verdict(head) {
+                return Ok(Err(Status::Invalid(lvh, why)));
+            }
             self.request_sync(head);
             return Ok(Err(Status::Syncing));
         };
@@ -382,13 +448,25 @@ impl EngineContext {
             // A canonical ancestor: the CL is catching up; keep our head, as geth does.
             return Ok(Err(Status::Valid(head)));
         }
+        let pool_head = *self.shared.pool_head.lock();
         let news = if news.is_some() {
             news
-        } else if *self.shared.pool_head.lock() != head {
-            self.chain.block(&head).map_err(chain_err)?.map(|b| {
-                keep_blob_txs(self, &b);
-                PoolNews::of(self, &b)
-            })
+        } else if pool_head != head {
+            match self.undone_since(pool_head, &header)? {
+                // The syncer reorganised the chain: the undone blocks' txs go back.
+                Some(change) => {
+                    tracing::info!(
+                        removed = change.removed.len(),
+                        head = %head,
+                        "pool catches up with a reorg made by the syncer"
+                    );
+                    Some(PoolNews::of_reorg(self, &change, &header))
+                }
+                None => self.chain.block(&head).map_err(chain_err)?.map(|b| {
+                    keep_blob_txs(self, &b);
+                    PoolNews::of(self, &b)
+                }),
+            }
         } else {
             None
         };
