@@ -207,6 +207,25 @@ proptest! {
         if let Ok(e) = Enr::decode_exact(&raw) {
             // Whatever still verifies reads without panicking.
             let _ = (e.ip(), e.tcp(), e.udp(), e.eth_fork_id(), e.to_text());
+            // And crosses to the discv5 crate's type and back unchanged.
+            if let Ok(v5) = moat_discovery::discv5::to_v5(&e) {
+                prop_assert_eq!(moat_discovery::discv5::from_v5(&v5), Some(e));
+            }
         }
+        // The discv5 crate's own decoder on the mutated bytes: a value or an error.
+        if let Ok(v5) = alloy_rlp::Decodable::decode(&mut raw.as_slice()) {
+            let v5: moat_discovery::discv5::V5Enr = v5;
+            let _ = moat_discovery::discv5::from_v5(&v5);
+        }
+    }
+
+    #[test]
+    fn bootnode_strings_never_panic(
+        text in "(enode://|enr:-|enr:)?[0-9a-zA-Z_@:.?=&/-]{0,200}",
+        bytes in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let _ = text.parse::<moat_discovery::NodeRecord>();
+        let _ = String::from_utf8_lossy(&bytes).parse::<moat_discovery::NodeRecord>();
+        let _ = moat_discovery::bootnodes::PublicNetwork::from_name(&text);
     }
 }
