@@ -39,6 +39,10 @@ mod root;
 mod tests;
 
 use alloy_primitives::{Address, B256, U256, keccak256};
+/// The node's allocator, so that the state-root figures are the node's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;

@@ -54,6 +54,14 @@ struct Sender {
 /// The first nonce missing from `s`'s txs at or after `state_nonce`: where its executable
 /// run ends.
 fn run_end(s: &Sender, state_nonce: u64) -> u64 {
+    // Fast path: the keys are unique, so when they start at the state nonce and span
+    // exactly as many nonces as there are txs, they are one unbroken run.
+    if let (Some((first, _)), Some((last, _))) = (s.txs.first_key_value(), s.txs.last_key_value())
+        && *first == state_nonce
+        && last - first + 1 == s.txs.len() as u64
+    {
+        return last + 1;
+    }
     let mut end = state_nonce;
     for n in s.txs.range(state_nonce..).map(|(n, _)| *n) {
         if n != end {
@@ -290,12 +298,15 @@ impl PoolInner {
             .map(|h| &self.by_hash[h]);
         let others = sender.map_or(0, |s| s.txs.len()) - usize::from(existing.is_some());
 
-        // One kind of transaction per sender: blob or not.
+        // One kind of transaction per sender: blob or not. The pool holds that invariant,
+        // so any one of the sender's other txs tells the kind of all of them (looking at
+        // one keeps this check O(1) for a sender with hundreds of txs pooled).
         if let Some(s) = sender {
             let conflict = s
                 .txs
                 .iter()
-                .any(|(n, h)| *n != nonce && self.by_hash[h].tx.is_blob() != tx.is_blob());
+                .find(|(n, _)| **n != nonce)
+                .is_some_and(|(_, h)| self.by_hash[h].tx.is_blob() != tx.is_blob());
             if conflict {
                 return Err(Rejection::AlreadyReserved);
             }

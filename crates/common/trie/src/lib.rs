@@ -31,7 +31,12 @@
 
 use alloy_primitives::{B256, keccak256};
 use alloy_rlp::{Encodable, Header};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap as StdHashMap, HashSet as StdHashSet};
+
+/// The overlay's maps: keyed by nibble paths of hashed keys, hashed with foldhash (the
+/// default SipHash was a tenth of a block's state-root update).
+type HashMap<K, V> = StdHashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = StdHashSet<K, foldhash::fast::RandomState>;
 
 /// keccak256 of the RLP of an empty string: the root of an empty trie.
 pub const EMPTY_ROOT: B256 =
@@ -278,9 +283,9 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
             source,
             owner,
             wiped: false,
-            nodes: HashMap::new(),
-            original: HashMap::new(),
-            touched: HashSet::new(),
+            nodes: HashMap::default(),
+            original: HashMap::default(),
+            touched: HashSet::default(),
         }
     }
 
@@ -618,7 +623,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     /// The new root, the writes that make the store hold the updated trie, and the
     /// nodes they overwrite.
     pub fn commit(mut self) -> Result<TrieCommit, TrieError> {
-        let mut encoded = HashMap::new();
+        let mut encoded = HashMap::default();
         let root = if self.touched.contains(&Vec::new()) {
             self.hash_at(&[], &mut encoded)?
         } else {
