@@ -295,7 +295,10 @@ impl Discv5 {
 
     async fn lookup_loop(self) {
         loop {
-            self.lookup_random().await;
+            // With an empty table there is nobody to ask (the crate warns if asked).
+            if self.table_len() > 0 {
+                self.lookup_random().await;
+            }
             let wait = if self.table_len() < SMALL_TABLE {
                 LOOKUP_SMALL
             } else {
