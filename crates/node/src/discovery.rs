@@ -316,7 +316,72 @@ pub async fn start_discovery(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_nat;
+    use super::{bootnodes, parse_nat, v5_port};
+    use crate::run::NodeArgs;
+    use clap::Parser;
+    use moat_discovery::bootnodes::{HOODI, MAINNET, SEPOLIA, V5};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        node: NodeArgs,
+    }
+
+    fn args(flags: &[&str]) -> NodeArgs {
+        let mut argv = vec!["moat"];
+        argv.extend_from_slice(flags);
+        Cli::try_parse_from(argv).unwrap().node
+    }
+
+    #[test]
+    fn builtin_bootnodes_only_for_the_named_networks_and_replaced_by_the_flag() {
+        for (name, list) in [("mainnet", MAINNET), ("sepolia", SEPOLIA), ("hoodi", HOODI)] {
+            let (v4, v5) = bootnodes(&args(&["--network", name])).unwrap();
+            assert_eq!(v4.len(), list.len(), "{name}");
+            assert_eq!(v5.len(), V5.len(), "{name}");
+        }
+        // A genesis file: none, so a test chain never reaches out.
+        let (v4, v5) = bootnodes(&args(&["--network", "../genesis.json"])).unwrap();
+        assert!(v4.is_empty() && v5.is_empty());
+        // --bootnodes replaces the list: enode URLs for discv4, records for both.
+        let key = secp256k1::SecretKey::from_byte_array([3; 32]).unwrap();
+        let enr = moat_discovery::Enr::build(
+            &key,
+            1,
+            &moat_discovery::EnrFields {
+                ip: Some([127, 0, 0, 1].into()),
+                udp: Some(30304),
+                tcp: Some(30303),
+                fork_id: None,
+            },
+        )
+        .unwrap()
+        .to_text();
+        let other = secp256k1::SecretKey::from_byte_array([4; 32]).unwrap();
+        let id = moat_discovery::node_id(&other.public_key(secp256k1::SECP256K1));
+        let enode = format!(
+            "enode://{}@127.0.0.1:30305",
+            alloy_primitives::hex::encode(id)
+        );
+        let given = format!("{enode},{enr}");
+        let (v4, v5) = bootnodes(&args(&["--network", "hoodi", "--bootnodes", &given])).unwrap();
+        assert_eq!(v4.len(), 2);
+        assert!(v4.iter().all(|n| n.ip.is_loopback()));
+        assert_eq!(v5.len(), 1, "an enode URL carries no record for discv5");
+        assert!(bootnodes(&args(&["--network", "hoodi", "--bootnodes", "enode://x"])).is_err());
+    }
+
+    #[test]
+    fn discv5_port_defaults() {
+        assert_eq!(v5_port(&args(&["--port", "30303"])), 9200);
+        assert_eq!(v5_port(&args(&["--port", "0"])), 0);
+        assert_eq!(
+            v5_port(&args(&["--port", "0", "--discovery.v5.port", "9300"])),
+            9300
+        );
+        assert!(args(&[]).v5.discovery_v5);
+        assert!(!args(&["--discovery.v5=false"]).v5.discovery_v5);
+    }
 
     #[test]
     fn nat_values() {
