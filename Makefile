@@ -18,6 +18,7 @@ bench:
 	$(CARGO) bench --workspace
 
 bench-table:
+	$(CARGO) build --release -p moat -p moat-state-bench
 	$(CARGO) run --release -p moat-bench-table -- $(if $(QUICK),--quick,)
 
 # Block value from the pool against the ideal block of the same stream, five seeds.

@@ -5,6 +5,9 @@
 //! libsecp256k1 recovery, keccak of 200 bytes, c-kzg batch verification); targets are
 //! ratios to them where the work is the same, so a noisy or slow machine moves both sides.
 //! `--quick` shortens every measurement (the whole table in well under two minutes).
+//!
+//! The last rows are the state-root update of one block on synthetic states (see
+//! `state_root`); they run `moat` and `moat-state-bench` from this binary's directory.
 
 use alloy_primitives::{U256, keccak256};
 use moat_blockchain::mempool::bench_support as b;
@@ -17,6 +20,8 @@ use secp256k1::{Message, SECP256K1, ecdsa::RecoverableSignature, ecdsa::Recovery
 use std::hint::black_box;
 
 use std::time::{Duration, Instant};
+
+mod state_root;
 
 /// Seconds of measurement per row.
 struct Budget {
@@ -463,6 +468,28 @@ fn main() {
     });
 
     pool_rows(quick, &mut rows, full_v0);
+
+    // --- state at scale -------------------------------------------------------------------
+    let (large, large_name) = if quick {
+        (100_000, "state root, 1.5k-acct block, 100k")
+    } else {
+        (1_000_000, "state root, 1.5k-acct block, 1M")
+    };
+    match state_root::measure(large) {
+        Ok((small, big)) => {
+            rows.push(Row {
+                name: "state root, 1.5k-acct block, 10k",
+                ns: small,
+                target: Target::Report,
+            });
+            rows.push(Row {
+                name: large_name,
+                ns: big,
+                target: Target::AtMostTimes(2.0, "10k", small),
+            });
+        }
+        Err(e) => eprintln!("state-root rows skipped: {e}"),
+    }
 
     let ok = print(&rows);
     if !ok {
