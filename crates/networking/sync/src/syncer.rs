@@ -286,6 +286,7 @@ enum ImportEvent {
     Imported {
         blocks: u64,
         gas: u64,
+        time: ImportTime,
     },
     Failed {
         /// The epoch of the batch that failed.
@@ -295,6 +296,23 @@ enum ImportEvent {
         parent: B256,
         error: ChainError,
     },
+}
+
+/// Where a batch's time went on the importer thread: waiting for it (the download
+/// behind), executing and committing its blocks, making them durable.
+#[derive(Debug, Clone, Copy, Default)]
+struct ImportTime {
+    idle: Duration,
+    import: Duration,
+    flush: Duration,
+}
+
+impl std::ops::AddAssign for ImportTime {
+    fn add_assign(&mut self, o: Self) {
+        self.idle += o.idle;
+        self.import += o.import;
+        self.flush += o.flush;
+    }
 }
 
 /// One body request's outcome.
@@ -310,6 +328,8 @@ struct Stats {
     started: Instant,
     blocks: u64,
     gas: u64,
+    /// The importer's time over the session.
+    time: ImportTime,
     window_start: Instant,
     window_blocks: u64,
     window_gas: u64,
@@ -322,6 +342,7 @@ impl Stats {
             started: now,
             blocks: 0,
             gas: 0,
+            time: ImportTime::default(),
             window_start: now,
             window_blocks: 0,
             window_gas: 0,
@@ -449,6 +470,11 @@ impl<S: BlockSource> Syncer<S> {
             secs = format!("{secs:.1}"),
             blocks_per_sec = format!("{:.1}", self.stats.blocks as f64 / secs),
             mgas_per_sec = format!("{:.1}", self.stats.gas as f64 / secs / 1e6),
+            // The importer's time: waiting for blocks (headers walk and bodies download
+            // behind), executing and committing them, making batches durable.
+            waiting_secs = format!("{:.1}", self.stats.time.idle.as_secs_f64()),
+            import_secs = format!("{:.1}", self.stats.time.import.as_secs_f64()),
+            flush_secs = format!("{:.1}", self.stats.time.flush.as_secs_f64()),
             "sync complete"
         );
         self.shared.synced.store(true, Ordering::Release);
@@ -819,9 +845,18 @@ impl<S: BlockSource> Syncer<S> {
 
     fn on_import(&mut self, event: ImportEvent) -> Result<(), Stop> {
         match event {
-            ImportEvent::Imported { blocks, gas } => {
+            ImportEvent::Imported { blocks, gas, time } => {
                 self.stats.blocks += blocks;
                 self.stats.gas += gas;
+                self.stats.time += time;
+                // Seconds as floats: a gauge that only grows.
+                for (name, d) in [
+                    ("moat_sync_idle_seconds_total", time.idle),
+                    ("moat_sync_import_seconds_total", time.import),
+                    ("moat_sync_flush_seconds_total", time.flush),
+                ] {
+                    metrics::gauge!(name).increment(d.as_secs_f64());
+                }
                 self.stats.window_blocks += blocks;
                 self.stats.window_gas += gas;
                 metrics::counter!("moat_sync_blocks_imported_total").increment(blocks);
@@ -907,7 +942,10 @@ fn importer(
     epoch: Arc<AtomicU64>,
     shared: Arc<Shared>,
 ) {
+    let mut waiting = Instant::now();
     while let Some(batch) = batches.blocking_recv() {
+        let idle = waiting.elapsed();
+        let importing = Instant::now();
         let (mut blocks, mut gas) = (0, 0);
         for block in &batch.blocks {
             if epoch.load(Ordering::Acquire) != batch.epoch {
@@ -933,17 +971,29 @@ fn importer(
             }
         }
         if blocks > 0 {
+            let import = importing.elapsed();
             // Imports commit relaxed (durable within a second); a sync runs through
             // many blocks a second, so each batch is made durable: a crash costs at most
             // one batch fetched again, not the last second of them.
+            let flushing = Instant::now();
             if let Err(e) = chain.store().flush() {
                 tracing::warn!(error = %e, "sync: could not make imported blocks durable");
             }
+            let flush = flushing.elapsed();
             if let Ok((_, head)) = chain.head() {
                 shared.heads.send_replace(head);
             }
-            let _ = events.send(ImportEvent::Imported { blocks, gas });
+            let _ = events.send(ImportEvent::Imported {
+                blocks,
+                gas,
+                time: ImportTime {
+                    idle,
+                    import,
+                    flush,
+                },
+            });
         }
+        waiting = Instant::now();
     }
 }
 
