@@ -64,6 +64,19 @@ impl Drop for Discovery {
     }
 }
 
+/// A `--bootnodes` item as a peer to keep connected: an enode URL, or an `enr:` record
+/// with an IP and a TCP port (one without a TCP port is for discovery only: `None`).
+pub fn bootnode_peer(url: &str) -> Result<Option<Enode>, String> {
+    let node: NodeRecord = url
+        .trim()
+        .parse()
+        .map_err(|e| format!("--bootnodes: {url}: {e}"))?;
+    Ok((node.tcp != 0).then(|| Enode {
+        id: node.id,
+        addr: node.tcp_addr(),
+    }))
+}
+
 /// The bootnodes: `--bootnodes` if given, else the named network's built-in lists.
 /// Returns (discv4 nodes, discv5 records).
 fn bootnodes(args: &NodeArgs) -> Result<(Vec<NodeRecord>, Vec<Enr>), String> {
@@ -369,6 +382,38 @@ mod tests {
         assert!(v4.iter().all(|n| n.ip.is_loopback()));
         assert_eq!(v5.len(), 1, "an enode URL carries no record for discv5");
         assert!(bootnodes(&args(&["--network", "hoodi", "--bootnodes", "enode://x"])).is_err());
+    }
+
+    #[test]
+    fn bootnodes_as_peers() {
+        let key = secp256k1::SecretKey::from_byte_array([5; 32]).unwrap();
+        let id = moat_discovery::node_id(&key.public_key(secp256k1::SECP256K1));
+        let record = |tcp| {
+            moat_discovery::Enr::build(
+                &key,
+                1,
+                &moat_discovery::EnrFields {
+                    ip: Some([127, 0, 0, 1].into()),
+                    udp: Some(30304),
+                    tcp,
+                    fork_id: None,
+                },
+            )
+            .unwrap()
+            .to_text()
+        };
+        let peer = super::bootnode_peer(&record(Some(30303))).unwrap().unwrap();
+        assert_eq!((peer.id, peer.addr.port()), (id, 30303));
+        assert_eq!(super::bootnode_peer(&record(None)).unwrap(), None);
+        let url = format!(
+            "enode://{}@127.0.0.1:30305?discport=1",
+            alloy_primitives::hex::encode(id)
+        );
+        assert_eq!(
+            super::bootnode_peer(&url).unwrap().unwrap().addr.port(),
+            30305
+        );
+        assert!(super::bootnode_peer("enr:nope").is_err());
     }
 
     #[test]

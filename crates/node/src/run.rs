@@ -501,10 +501,9 @@ async fn start_network(
     cfg.listen = Some(SocketAddr::new(args.p2p_addr, args.port));
     cfg.max_peers = max_peers;
     for url in args.bootnodes.iter().filter(|u| !u.is_empty()) {
-        let enode = url
-            .parse()
-            .map_err(|e| format!("--bootnodes: {url}: {e}"))?;
-        cfg.static_peers.push(enode);
+        if let Some(enode) = crate::discovery::bootnode_peer(url)? {
+            cfg.static_peers.push(enode);
+        }
     }
     let net = moat_p2p::Network::start(cfg, chain.clone(), pool.clone(), synced)
         .await
