@@ -2,7 +2,7 @@
 CARGO ?= cargo
 QUICK ?=
 
-.PHONY: build run test bench bench-table pool-quality lint fmt ci
+.PHONY: build run test bench bench-table bench-check bench-baseline pool-quality lint fmt ci
 
 build:
 	$(CARGO) build --release
@@ -20,6 +20,17 @@ bench:
 bench-table:
 	$(CARGO) build --release -p moat -p moat-state-bench
 	$(CARGO) run --release -p moat-bench-table -- $(if $(QUICK),--quick,)
+
+# The quick table against the committed baseline: fails on a row at 2x its baseline
+# (machine speed aside, see tooling/bench-table/src/check.rs).
+bench-check:
+	$(CARGO) build --release -p moat -p moat-state-bench -p moat-bench-table
+	./target/release/moat-bench-table --quick --check docs/bench-baseline.json
+
+# Rewrites the baseline: commit it only with the reason and the figures before and after.
+bench-baseline:
+	$(CARGO) build --release -p moat -p moat-state-bench -p moat-bench-table
+	./target/release/moat-bench-table --quick --json docs/bench-baseline.json
 
 # Block value from the pool against the ideal block of the same stream, five seeds.
 pool-quality:

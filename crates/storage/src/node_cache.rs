@@ -39,11 +39,14 @@ pub(crate) struct NodeCache {
     fill: RwLock<()>,
 }
 
+/// A written node: its table key, and its RLP or `None` when removed.
+type NodeWrite = (Vec<u8>, Option<Arc<[u8]>>);
+
 /// What a commit does to the cache, taken from its ops before they are applied.
 pub(crate) enum NodeChanges {
     None,
     /// The written nodes: a value, or `None` for a removed node.
-    Nodes(Vec<(Vec<u8>, Option<Arc<[u8]>>)>),
+    Nodes(Vec<NodeWrite>),
     /// A range of nodes was deleted: forget everything.
     Clear,
 }

@@ -21,6 +21,7 @@ use std::hint::black_box;
 
 use std::time::{Duration, Instant};
 
+mod check;
 mod state_root;
 
 /// Seconds of measurement per row.
@@ -325,8 +326,18 @@ fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
     });
 }
 
-fn main() {
+/// The value after `flag` on the command line.
+fn arg_value(flag: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() -> std::process::ExitCode {
     let quick = std::env::args().any(|a| a == "--quick");
+    let json_out = arg_value("--json");
+    let check_against = arg_value("--check");
     let budget = Budget {
         per_row: Duration::from_millis(if quick { 400 } else { 3000 }),
     };
@@ -494,5 +505,80 @@ fn main() {
     let ok = print(&rows);
     if !ok {
         println!("\nsome targets were missed");
+    }
+    let figures: Vec<check::Figure> = rows
+        .iter()
+        .map(|r| check::Figure {
+            name: r.name.to_string(),
+            ns: r.ns,
+            reference: matches!(r.target, Target::Reference),
+        })
+        .collect();
+    if let Some(path) = json_out {
+        let text = serde_json::to_string_pretty(&check::to_json(&figures)).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, text + "\n") {
+            eprintln!("cannot write {path}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+        println!("\nfigures written to {path}");
+    }
+    match check_against {
+        Some(path) => report_check(&path, &figures),
+        None => std::process::ExitCode::SUCCESS,
+    }
+}
+
+/// `--check BASELINE`: compares today's figures with the baseline (see `check`) and
+/// fails when a row is [`check::FAIL`] times its baseline or more, machine speed aside.
+fn report_check(path: &str, figures: &[check::Figure]) -> std::process::ExitCode {
+    let baseline = match std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        .and_then(|v| check::from_json(&v))
+    {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("cannot read the baseline {path}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let (factor, compared) = check::compare(&baseline, figures);
+    println!(
+        "\nagainst {path}: this machine runs the reference rows at {factor:.2}x the baseline's time"
+    );
+    let mut failed = false;
+    for c in &compared {
+        let fig = |ns: Option<f64>| {
+            ns.map(|ns| {
+                let (f, u) = format_figure(ns);
+                format!("{f} {u}")
+            })
+            .unwrap_or_else(|| "-".to_string())
+        };
+        let ratio = c
+            .adjusted
+            .map(|a| format!("{a:.2}x"))
+            .unwrap_or_else(|| "-".to_string());
+        let verdict = match c.verdict {
+            check::Verdict::Ok => "ok",
+            check::Verdict::Warn => "WARN (>= 1.5x)",
+            check::Verdict::Fail => "FAIL (>= 2x)",
+            check::Verdict::New => "new row, no baseline",
+            check::Verdict::Missing => "not measured",
+        };
+        failed |= c.verdict == check::Verdict::Fail;
+        println!(
+            "{:<34} | baseline {:>10} | now {:>10} | {:>6} | {verdict}",
+            c.name,
+            fig(c.baseline_ns),
+            fig(c.now_ns),
+            ratio
+        );
+    }
+    if failed {
+        println!("\nregression: a row is at least twice its baseline, machine speed aside");
+        std::process::ExitCode::FAILURE
+    } else {
+        std::process::ExitCode::SUCCESS
     }
 }

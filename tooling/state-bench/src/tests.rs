@@ -86,6 +86,8 @@ fn root_runs_on_a_datadir_initialised_from_it() {
         fresh: false,
         seed: 1,
         json: true,
+        cache: 64,
+        no_node_cache: false,
     };
     let outcome = root(&args);
     // More slots than the contracts hold is refused.

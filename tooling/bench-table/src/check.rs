@@ -1,0 +1,218 @@
+//! The regression gate (`make bench-check`): today's quick table against the committed
+//! baseline, `docs/bench-baseline.json`.
+//!
+//! A slow or busy machine makes every row slower, so rows are not compared in
+//! nanoseconds. The reference rows (raw secp256k1 recovery, keccak, c-kzg: fixed work
+//! measured in the same run) give the machine's speed today against the baseline's day:
+//! the geometric mean of their ratios. Each other row's ratio to its baseline is divided
+//! by that factor. At [`WARN`] a row is reported; at [`FAIL`] the check fails, naming the
+//! row, the baseline and today's figure.
+//!
+//! Tail-latency rows (names with `p99`) are shown but never fail: a single slow
+//! scheduling moment moves them more than any code change would.
+//!
+//! The baseline is written by `make bench-baseline` and changes only in a commit that says
+//! why, with the figures before and after.
+
+use serde_json::{Value, json};
+
+/// A row's machine-adjusted ratio to its baseline from which it is reported.
+pub const WARN: f64 = 1.5;
+/// ... and from which the check fails.
+pub const FAIL: f64 = 2.0;
+
+/// One row as the table measured it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub name: String,
+    pub ns: f64,
+    pub reference: bool,
+}
+
+/// The verdict on one row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+    /// In today's table, not in the baseline.
+    New,
+    /// In the baseline, not measured today.
+    Missing,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compared {
+    pub name: String,
+    pub baseline_ns: Option<f64>,
+    pub now_ns: Option<f64>,
+    /// Today / baseline, divided by the machine factor.
+    pub adjusted: Option<f64>,
+    pub verdict: Verdict,
+}
+
+/// The baseline file's form: `{"rows": [{"name", "ns", "reference"}]}`.
+pub fn to_json(figures: &[Figure]) -> Value {
+    json!({
+        "rows": figures
+            .iter()
+            .map(|f| json!({"name": f.name, "ns": f.ns, "reference": f.reference}))
+            .collect::<Vec<_>>(),
+    })
+}
+
+pub fn from_json(v: &Value) -> Result<Vec<Figure>, String> {
+    let rows = v["rows"].as_array().ok_or("baseline: no \"rows\" array")?;
+    rows.iter()
+        .map(|r| {
+            Ok(Figure {
+                name: r["name"]
+                    .as_str()
+                    .ok_or("baseline: a row without a name")?
+                    .to_string(),
+                ns: r["ns"]
+                    .as_f64()
+                    .filter(|ns| *ns > 0.0)
+                    .ok_or("baseline: a row without a positive ns")?,
+                reference: r["reference"].as_bool().unwrap_or(false),
+            })
+        })
+        .collect()
+}
+
+/// The machine's speed today against the baseline's: geometric mean of the reference
+/// rows' ratios (1.0 when no reference is in both).
+pub fn machine_factor(baseline: &[Figure], now: &[Figure]) -> f64 {
+    let ratios: Vec<f64> = now
+        .iter()
+        .filter(|f| f.reference)
+        .filter_map(|f| {
+            baseline
+                .iter()
+                .find(|b| b.name == f.name && b.reference)
+                .map(|b| f.ns / b.ns)
+        })
+        .collect();
+    if ratios.is_empty() {
+        return 1.0;
+    }
+    (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp()
+}
+
+/// Every non-reference row of either table, compared.
+pub fn compare(baseline: &[Figure], now: &[Figure]) -> (f64, Vec<Compared>) {
+    let factor = machine_factor(baseline, now);
+    let mut out = Vec::new();
+    for f in now.iter().filter(|f| !f.reference) {
+        let base = baseline.iter().find(|b| b.name == f.name);
+        let (adjusted, verdict) = match base {
+            None => (None, Verdict::New),
+            Some(b) => {
+                let adjusted = f.ns / b.ns / factor;
+                let gated = !f.name.contains("p99");
+                let verdict = if gated && adjusted >= FAIL {
+                    Verdict::Fail
+                } else if adjusted >= WARN || adjusted >= FAIL {
+                    Verdict::Warn
+                } else {
+                    Verdict::Ok
+                };
+                (Some(adjusted), verdict)
+            }
+        };
+        out.push(Compared {
+            name: f.name.clone(),
+            baseline_ns: base.map(|b| b.ns),
+            now_ns: Some(f.ns),
+            adjusted,
+            verdict,
+        });
+    }
+    for b in baseline.iter().filter(|b| !b.reference) {
+        if !now.iter().any(|f| f.name == b.name) {
+            out.push(Compared {
+                name: b.name.clone(),
+                baseline_ns: Some(b.ns),
+                now_ns: None,
+                adjusted: None,
+                verdict: Verdict::Missing,
+            });
+        }
+    }
+    (factor, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig(name: &str, ns: f64, reference: bool) -> Figure {
+        Figure {
+            name: name.to_string(),
+            ns,
+            reference,
+        }
+    }
+
+    fn baseline() -> Vec<Figure> {
+        vec![
+            fig("ref: a", 100.0, true),
+            fig("ref: b", 1000.0, true),
+            fig("row x", 50.0, false),
+            fig("row y", 10.0, false),
+        ]
+    }
+
+    fn verdict(out: &[Compared], name: &str) -> Verdict {
+        out.iter().find(|c| c.name == name).unwrap().verdict.clone()
+    }
+
+    #[test]
+    fn a_machine_twice_as_slow_is_not_a_regression() {
+        let now: Vec<Figure> = baseline()
+            .into_iter()
+            .map(|f| fig(&f.name, f.ns * 2.0, f.reference))
+            .collect();
+        let (factor, out) = compare(&baseline(), &now);
+        assert!((factor - 2.0).abs() < 1e-9);
+        assert!(out.iter().all(|c| c.verdict == Verdict::Ok));
+    }
+
+    #[test]
+    fn a_row_slower_than_the_machine_warns_then_fails() {
+        let mut now = baseline();
+        now[2].ns = 50.0 * 1.6; // row x: 1.6x on an unchanged machine
+        now[3].ns = 10.0 * 2.5; // row y: 2.5x
+        let (_, out) = compare(&baseline(), &now);
+        assert_eq!(verdict(&out, "row x"), Verdict::Warn);
+        assert_eq!(verdict(&out, "row y"), Verdict::Fail);
+    }
+
+    #[test]
+    fn tail_latency_rows_warn_but_never_fail() {
+        let mut base = baseline();
+        base.push(fig("latency p99", 100.0, false));
+        let mut now = base.clone();
+        now[4].ns = 100.0 * 3.0;
+        let (_, out) = compare(&base, &now);
+        assert_eq!(verdict(&out, "latency p99"), Verdict::Warn);
+    }
+
+    #[test]
+    fn new_and_missing_rows_are_named_not_failed() {
+        let mut now = baseline();
+        now.remove(3);
+        now.push(fig("row z", 1.0, false));
+        let (_, out) = compare(&baseline(), &now);
+        assert_eq!(verdict(&out, "row y"), Verdict::Missing);
+        assert_eq!(verdict(&out, "row z"), Verdict::New);
+    }
+
+    #[test]
+    fn the_baseline_file_round_trips() {
+        let json = to_json(&baseline());
+        assert_eq!(from_json(&json).unwrap(), baseline());
+        assert!(from_json(&json!({"rows": [{"name": "x", "ns": 0.0}]})).is_err());
+        assert!(from_json(&json!({})).is_err());
+    }
+}
