@@ -6,6 +6,9 @@
 //!   second import over the same datadir finds exactly those blocks present and
 //!   completes the chain (the chain's state is checked against the head's state root at
 //!   open).
+//! - A node importing a chain through the engine API (newPayload then forkchoiceUpdated
+//!   for each block): SIGTERM part-way; on restart the last block acknowledged VALID is
+//!   canonical and the head is that block or the one being imported at the signal.
 //! - A dev node sealing a block a second, under transaction load from four senders:
 //!   SIGTERM part-way; on restart every tx the node acknowledged is found (pooled or
 //!   mined) and the head is at least the last one the node reported.
@@ -61,7 +64,7 @@ const BLOCKS: u64 = 150;
 
 /// A seeded chain of [`BLOCKS`] blocks of 100 txs (transfers, deployments, storage
 /// writes): `genesis.json` and `chain.rlp` in `dir`.
-fn generate_chain(dir: &Path) {
+fn generate_chain(dir: &Path) -> Vec<(u64, B256, String, String)> {
     use std::io::Write;
     let params = moat_chaingen::Params {
         senders: 200,
@@ -76,10 +79,14 @@ fn generate_chain(dir: &Path) {
     )
     .unwrap();
     let mut rlp = std::fs::File::create(dir.join("chain.rlp")).unwrap();
+    let mut requests = Vec::new();
     for _ in 0..BLOCKS {
-        rlp.write_all(&generator.next_block().unwrap().encode())
-            .unwrap();
+        let block = generator.next_block().unwrap();
+        rlp.write_all(&block.encode()).unwrap();
+        let (payload, fcu) = moat_chaingen::expb_requests(&block).unwrap();
+        requests.push((block.header.number, block.hash, payload, fcu));
     }
+    requests
 }
 
 fn import_cmd(chain: &Path, dir: &Path) -> Command {
@@ -292,4 +299,105 @@ fn sigterm_under_rpc_load_loses_nothing_acknowledged() {
         missing.len()
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends each block's newPayload and forkchoiceUpdated in turn until `stop` or an error;
+/// returns the number and hash of the last block answered VALID by both.
+fn drive_engine(
+    port: u16,
+    secret: &[u8; 32],
+    requests: &[(u64, B256, String, String)],
+    stop: &AtomicBool,
+    acked: &Mutex<Option<(u64, B256)>>,
+) {
+    for (number, hash, payload, fcu) in requests {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        for (body, field) in [
+            (payload, "/result/status"),
+            (fcu, "/result/payloadStatus/status"),
+        ] {
+            let token = moat_rpc::engine::make_token(secret, moat_rpc::engine::unix_now());
+            let auth = format!("Authorization: Bearer {token}\r\n");
+            match common::post(port, &auth, body) {
+                Some((200, v)) if v.pointer(field) == Some(&serde_json::json!("VALID")) => {}
+                // The node stopped answering: cut off, refused or gone.
+                _ => return,
+            }
+        }
+        *acked.lock().unwrap() = Some((*number, *hash));
+    }
+}
+
+#[test]
+fn sigterm_during_engine_import_keeps_every_acknowledged_block() {
+    let chain = datadir("engine-chain");
+    let requests = generate_chain(&chain);
+    let dir = datadir("engine");
+    let (http, engine) = (free_port(), free_port());
+    let secret = [0x33u8; 32];
+    let jwt = chain.join("jwt.hex");
+    std::fs::write(&jwt, alloy_primitives::hex::encode(secret)).unwrap();
+    let genesis = chain.join("genesis.json");
+    let args = [
+        "--network",
+        genesis.to_str().unwrap(),
+        "--datadir",
+        dir.to_str().unwrap(),
+        "--nodiscover",
+        "--maxpeers",
+        "0",
+        "--http.port",
+        &http.to_string(),
+        "--authrpc.port",
+        &engine.to_string(),
+        "--authrpc.jwtsecret",
+        jwt.to_str().unwrap(),
+    ];
+    let mut node = Node::start(&args);
+    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
+    let (stop, acked) = (AtomicBool::new(false), Mutex::new(None));
+    let mut status = None;
+    std::thread::scope(|scope| {
+        scope.spawn(|| drive_engine(engine, &secret, &requests, &stop, &acked));
+        // The signal with blocks going in: a third of the chain acknowledged.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while acked.lock().unwrap().is_none_or(|(n, _)| n < BLOCKS / 3) && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        signal(&node.0, "TERM");
+        status = Some(wait_exit(&mut node.0));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let status = status.unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM during engine import: exit {status:?}"
+    );
+    let (number, hash) = acked.into_inner().unwrap().expect("blocks acknowledged");
+    assert!(number < BLOCKS, "the chain was done before the signal");
+    drop(node);
+
+    // Reopened (the state is checked against the head's root at open): the last
+    // acknowledged block is canonical, and the head is it or the one after (a block
+    // whose answer the signal cut off may be stored whole).
+    let _node = Node::start(&args);
+    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
+    let head = block_number(http).unwrap();
+    assert!(
+        head == number || head == number + 1,
+        "head {head}, acknowledged {number}"
+    );
+    let block = rpc(
+        http,
+        "eth_getBlockByNumber",
+        &format!(r#"["{number:#x}", false]"#),
+    )
+    .unwrap();
+    assert_eq!(block["result"]["hash"], serde_json::json!(hash), "{block}");
+    eprintln!("acknowledged #{number}, head #{head} after restart");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&chain);
 }
