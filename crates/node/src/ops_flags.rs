@@ -262,6 +262,82 @@ mod tests {
         assert_eq!(heading_of("help"), None);
     }
 
+    fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let m = with_geth_headings(crate::Cli::command())
+            .try_get_matches_from(std::iter::once("moat").chain(args.iter().copied()))?;
+        crate::Cli::from_arg_matches(&m)
+    }
+
+    /// The command line EXPB gives geth (execution-payloads-benchmarks'
+    /// `clients/geth.py`), with the flags moat has (`--http`, `--http.vhosts`,
+    /// `--http.api`, `--authrpc.vhosts` and `--ws.api` come with the RPC server's flags).
+    const EXPB_GETH: &[&str] = &[
+        "--datadir=/execution-data",
+        "--port=30303",
+        "--http.addr=0.0.0.0",
+        "--http.port=8545",
+        "--authrpc.addr=0.0.0.0",
+        "--authrpc.port=8551",
+        "--authrpc.jwtsecret=/jwtsecret.hex",
+        "--metrics",
+        "--metrics.port=6060",
+        "--metrics.addr=0.0.0.0",
+        "--ws",
+        "--ws.addr=0.0.0.0",
+        "--ws.port=8545",
+        "--nodiscover",
+        "--maxpeers=0",
+        "--mainnet",
+        "--syncmode=full",
+    ];
+
+    #[test]
+    fn expbs_geth_command_line_parses_and_means_what_it_says() {
+        let cli = parse(EXPB_GETH).unwrap_or_else(|e| panic!("{e}"));
+        assert!(cli.command.is_none());
+        let n = cli.node;
+        assert_eq!(
+            n.datadir.as_deref(),
+            Some(std::path::Path::new("/execution-data"))
+        );
+        assert_eq!(n.port, 30303);
+        assert_eq!(n.authrpc_port, 8551);
+        assert_eq!(n.authrpc_addr.to_string(), "0.0.0.0");
+        assert_eq!(
+            n.authrpc_jwtsecret.as_deref(),
+            Some(std::path::Path::new("/jwtsecret.hex"))
+        );
+        assert!(n.metrics);
+        assert_eq!(
+            (n.metrics_addr.to_string(), n.metrics_port),
+            ("0.0.0.0".into(), 6060)
+        );
+        assert!(n.ws);
+        assert_eq!(n.ws_port, 8545);
+        assert!(n.nodiscover);
+        assert_eq!(n.maxpeers, Some(0));
+        assert_eq!(n.ops.syncmode, SyncMode::Full);
+        let mut network = n.network.clone();
+        n.ops.apply(&mut network).unwrap();
+        assert_eq!(network.as_deref(), Some("mainnet"));
+    }
+
+    #[test]
+    fn network_shortcuts_sync_modes_and_log_formats_are_checked() {
+        assert!(parse(&["--mainnet", "--network", "sepolia"]).is_err());
+        assert!(parse(&["--mainnet", "--hoodi"]).is_err());
+        assert!(parse(&["--syncmode", "light"]).is_err());
+        assert!(parse(&["--log.format", "logfmt"]).is_err());
+        let cli = parse(&["--hoodi", "--log.format", "json", "--verbosity", "4"]).unwrap();
+        assert_eq!(cli.node.ops.log_format, LogFormat::Json);
+        assert_eq!(cli.node.ops.named_network(), Some("hoodi"));
+        // Snap parses (geth's scripts name it) and is refused with a reason at start.
+        let cli = parse(&["--syncmode=snap"]).unwrap();
+        let err = cli.node.ops.apply(&mut None).unwrap_err();
+        assert!(err.contains("snap sync is not built"), "{err}");
+    }
+
     #[test]
     fn snap_sync_is_refused_and_shortcuts_name_the_network() {
         let ops = |mainnet, syncmode| OpsArgs {
