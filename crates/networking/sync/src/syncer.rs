@@ -388,6 +388,7 @@ impl<S: BlockSource> Syncer<S> {
             };
             match self.sync(target, &mut targets).await {
                 Ok(()) => {
+                    self.await_last_batch().await;
                     self.finish(target);
                     if targets.changed().await.is_err() {
                         return;
@@ -453,6 +454,23 @@ impl<S: BlockSource> Syncer<S> {
         self.shared.synced.store(false, Ordering::Release);
         self.walk_back(target, targets).await?;
         self.fill(target, targets).await
+    }
+
+    /// The target turns canonical while its batch is still being flushed: its report
+    /// comes a moment later, and the session's totals wait for it (2 s at most).
+    async fn await_last_batch(&mut self) {
+        let Some((start, _)) = *self.shared.progress.lock() else {
+            return;
+        };
+        let head = self.chain.head().map_or(start, |(n, _)| n);
+        while self.stats.blocks < head.saturating_sub(start) {
+            match tokio::time::timeout(Duration::from_secs(2), self.events.recv()).await {
+                Ok(Some(event)) => {
+                    let _ = self.on_import(event);
+                }
+                _ => break,
+            }
+        }
     }
 
     /// The target is canonical: the node is at the head the consensus client named.
