@@ -130,6 +130,7 @@ pub struct HeadUpdate {
 /// What a head change did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeadChangeOutcome {
+    /// Mined, made stale by the new state, or evicted to keep the subpools in their limits.
     pub removed: Vec<B256>,
     pub reinjected: usize,
 }
@@ -687,10 +688,12 @@ impl Pool {
             .collect();
         let (removed, pending) = {
             let mut pool = s.pool.lock();
-            let removed = pool.apply_head(update.head, &update.mined, &accounts);
+            let (mut removed, evicted) = pool.apply_head(update.head, &update.mined, &accounts);
+            s.metrics.add(Counter::mined, removed.len() as u64);
+            s.metrics.add(Counter::evicted, evicted.len() as u64);
+            removed.extend(evicted);
             (removed, std::mem::take(&mut pool.newly_pending))
         };
-        s.metrics.add(Counter::mined, removed.len() as u64);
         self.publish(pending);
         let mut reinjected = 0;
         for tx in update.reorged {

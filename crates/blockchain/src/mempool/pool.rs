@@ -629,13 +629,14 @@ impl PoolInner {
     }
 
     /// Applies a new head: new fees, fresh state for `accounts`, mined hashes out.
-    /// Returns the hashes removed (mined or made stale by a higher state nonce).
+    /// Returns the hashes removed (mined or made stale by a higher state nonce), then
+    /// those evicted to hold the subpools to their limits after the moves.
     pub fn apply_head(
         &mut self,
         head: HeadInfo,
         mined: &[B256],
         accounts: &[(Address, AccountState)],
-    ) -> Vec<B256> {
+    ) -> (Vec<B256>, Vec<B256>) {
         let fees_changed =
             head.base_fee != self.head.base_fee || head.blob_base_fee != self.head.blob_base_fee;
         self.head = head;
@@ -673,7 +674,19 @@ impl PoolInner {
                 self.reclassify(id);
             }
         }
-        removed
+        // A head change moves txs between subpools (a rising base fee sends pending ones
+        // to the base-fee subpool): hold every subpool to its limits again, as insertion
+        // does.
+        let mut evicted = Vec::new();
+        for sub in SubPool::ALL {
+            while self.over_limit(sub) {
+                let Some(worst) = self.evict_worst(sub) else {
+                    break;
+                };
+                evicted.extend(worst);
+            }
+        }
+        (removed, evicted)
     }
 
     /// Drops queued transactions (and the sender's later ones) older than `max_age`.
@@ -771,6 +784,66 @@ impl PoolInner {
     }
 
     #[cfg(test)]
+    /// [`PoolInner::assert_consistent`], and what the subpools mean (for property tests):
+    /// - every subpool is within its limits of count and bytes, unless only local txs
+    ///   (never evicted) are left to evict;
+    /// - a sender's pending txs are the longest run from its state nonce, nonces
+    ///   contiguous, that it can afford in total and whose fee caps meet the head's fees;
+    /// - along a sender's nonces, a non-blob tx is never in a better subpool than an
+    ///   earlier one (pending, then base fee, then queued).
+    pub fn assert_invariants(&self) {
+        self.assert_consistent();
+        for sub in SubPool::ALL {
+            let (u, limit) = (self.usage[sub as usize], self.cfg.limit(sub));
+            // Only local txs, which are never evicted, may hold a subpool over its limit.
+            assert!(
+                (u.txs <= limit.max_txs && u.bytes <= limit.max_bytes)
+                    || self.tails[sub as usize].is_empty(),
+                "{sub:?} over its limits with evictable txs: {u:?} > {limit:?}"
+            );
+        }
+        let rank = |sub: SubPool| match sub {
+            SubPool::Pending => 0,
+            SubPool::BaseFee => 1,
+            SubPool::Queued => 2,
+            SubPool::Blob => 3,
+        };
+        for s in self.senders.iter().flatten() {
+            let mut spent = U256::ZERO;
+            let mut run_open = true;
+            let mut worst = 0;
+            for (i, (nonce, h)) in s.txs.iter().enumerate() {
+                let e = &self.by_hash[h];
+                let inner = e.tx.tx.tx().tx();
+                spent = spent.saturating_add(e.tx.cost);
+                let executable = run_open
+                    && *nonce == s.nonce + i as u64
+                    && spent <= s.balance
+                    && inner.max_fee_per_gas() >= u128::from(self.head.base_fee)
+                    && inner
+                        .max_fee_per_blob_gas()
+                        .is_none_or(|f| f >= self.head.blob_base_fee);
+                assert_eq!(
+                    e.subpool == SubPool::Pending,
+                    executable,
+                    "sender {} nonce {nonce}: {:?}, but executable is {executable}",
+                    s.address,
+                    e.subpool
+                );
+                run_open = executable;
+                if !e.tx.is_blob() {
+                    assert!(
+                        rank(e.subpool) >= worst,
+                        "sender {} nonce {nonce}: {:?} after a worse subpool",
+                        s.address,
+                        e.subpool
+                    );
+                    worst = rank(e.subpool);
+                }
+            }
+        }
+    }
+
     pub fn assert_consistent(&self) {
         let mut usage = [Usage::default(); 4];
         for (h, e) in &self.by_hash {

@@ -1282,3 +1282,5 @@ mod sender_rules {
         }
     }
 }
+
+mod prop;
