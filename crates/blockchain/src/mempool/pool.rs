@@ -844,6 +844,7 @@ impl PoolInner {
         }
     }
 
+    #[cfg(test)]
     pub fn assert_consistent(&self) {
         let mut usage = [Usage::default(); 4];
         for (h, e) in &self.by_hash {
