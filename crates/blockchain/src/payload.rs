@@ -242,6 +242,58 @@ impl Chain {
         }
     }
 
+    /// A block of exactly `txs` (in order, with their senders) on the head, as
+    /// `testing_buildBlockV1` asks: a transaction that cannot run fails the build instead
+    /// of being left out. Nothing is stored.
+    pub fn build_payload_from_transactions(
+        &self,
+        parent_hash: B256,
+        attrs: &PayloadAttributes,
+        miner: &MinerConfig,
+        txs: Vec<(SignedTransaction, Address)>,
+    ) -> Result<BuiltPayload, ChainError> {
+        let parent = self
+            .header(&parent_hash)?
+            .ok_or(ChainError::UnknownBlock(parent_hash))?;
+        let (_, head) = self.head()?;
+        if head != parent_hash {
+            return Err(ChainError::NotOnHead {
+                number: parent.number + 1,
+                hash: B256::ZERO,
+                head,
+            });
+        }
+        let config = self.config();
+        let header = template(self, &parent, attrs, miner);
+        let fork = config.fork_at(header.number, header.timestamp);
+        let withdrawals =
+            (fork >= Fork::Shanghai).then(|| attrs.withdrawals.clone().unwrap_or_default());
+        let block = Block {
+            header: header.clone(),
+            hash: B256::ZERO,
+            transactions: txs.iter().map(|t| t.0.clone()).collect(),
+            ommers: Vec::new(),
+            withdrawals,
+        };
+        let senders: Vec<Address> = txs.iter().map(|t| t.1).collect();
+        let executed = vm::execute_block(
+            config,
+            &block,
+            &senders,
+            &crate::history::StateAtBlock::head(self.store().clone()),
+        )
+        .map_err(|e| match e {
+            VmError::State(s) => ChainError::State(s),
+            other => ChainError::Invalid {
+                number: header.number,
+                hash: B256::ZERO,
+                reason: other.to_string(),
+            },
+        })?;
+        let picked = txs.into_iter().map(|(t, a)| (t, a, None)).collect();
+        self.seal(block, header, executed, picked)
+    }
+
     fn seal(
         &self,
         mut block: Block,

@@ -151,6 +151,9 @@ fn start(args: &Args, datadir: &Path, bin: &Path) -> Result<Child, String> {
             }) {
                 c.arg("--http");
             }
+            if help.contains("--http.api") {
+                c.args(["--http.api", "admin,debug,eth,net,txpool,web3,testing"]);
+            }
             c.arg("--network")
                 .arg(&genesis)
                 .arg("--datadir")

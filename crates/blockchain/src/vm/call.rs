@@ -10,6 +10,9 @@ use revm::context::TxEnv;
 use revm::context::result::ExecutionResult;
 use revm::database::State;
 
+/// An EIP-2930 access list: addresses with their storage keys.
+pub type AccessListEntries = Vec<(Address, Vec<alloy_primitives::B256>)>;
+
 /// A call as JSON-RPC clients describe it; absent fields take geth's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallRequest {
@@ -21,6 +24,10 @@ pub struct CallRequest {
     pub max_priority_fee_per_gas: Option<u128>,
     pub value: Option<U256>,
     pub input: Bytes,
+    /// EIP-2930 access list: its addresses and slots start warm (and are paid for).
+    pub access_list: AccessListEntries,
+    /// The nonce the call says it has (calls do not check it).
+    pub nonce: Option<u64>,
 }
 
 /// How a call ended.
@@ -52,23 +59,29 @@ pub fn call_gas_cap(config: &ChainConfig, header: &Header) -> u64 {
     }
 }
 
-fn run(
-    config: &ChainConfig,
-    header: &Header,
-    req: &CallRequest,
-    gas: u64,
-    state: &dyn StateReader,
-) -> Result<CallOutcome, VmError> {
-    let fork = config.fork_at(header.number, header.timestamp);
-    let priced = req.gas_price.is_some() || req.max_fee_per_gas.is_some();
-    let setup = env::BlockSetup::new(config, header, fork)?.for_call(!priced);
-    let db = State::builder()
-        .with_database(db::ReaderDb::new(state))
-        .build();
-    let mut evm = setup.build_evm(db);
+/// revm's transaction for a call with `gas`.
+fn call_tx(config: &ChainConfig, req: &CallRequest, gas: u64) -> TxEnv {
     let dynamic = req.max_fee_per_gas.is_some() || req.max_priority_fee_per_gas.is_some();
-    let tx = TxEnv {
-        tx_type: if dynamic { 2 } else { 0 },
+    let access_list = revm::context_interface::transaction::AccessList(
+        req.access_list
+            .iter()
+            .map(
+                |(address, keys)| revm::context_interface::transaction::AccessListItem {
+                    address: *address,
+                    storage_keys: keys.clone(),
+                },
+            )
+            .collect(),
+    );
+    let ty = match (dynamic, req.access_list.is_empty()) {
+        (true, _) => 2,
+        (false, false) => 1,
+        (false, true) => 0,
+    };
+    TxEnv {
+        tx_type: ty,
+        nonce: req.nonce.unwrap_or_default(),
+        access_list,
         caller: req.from.unwrap_or_default(),
         gas_limit: gas,
         gas_price: req.max_fee_per_gas.or(req.gas_price).unwrap_or_default(),
@@ -82,7 +95,112 @@ fn run(
         data: req.input.clone(),
         chain_id: Some(config.chain_id),
         ..Default::default()
-    };
+    }
+}
+
+fn setup_for(
+    config: &ChainConfig,
+    header: &Header,
+    req: &CallRequest,
+) -> Result<env::BlockSetup, VmError> {
+    let fork = crate::premerge::block_fork(config, header);
+    let priced = req.gas_price.is_some() || req.max_fee_per_gas.is_some();
+    Ok(env::BlockSetup::new(config, header, fork)?.for_call(!priced))
+}
+
+fn outcome(result: ExecutionResult) -> CallOutcome {
+    let gas_used = result.tx_gas_used();
+    match result {
+        ExecutionResult::Success { output, .. } => CallOutcome::Success {
+            output: output.into_data(),
+            gas_used,
+        },
+        ExecutionResult::Revert { output, .. } => CallOutcome::Revert { output, gas_used },
+        ExecutionResult::Halt { reason, .. } => CallOutcome::Halt {
+            reason: format!("{reason:?}"),
+            gas_used,
+        },
+    }
+}
+
+fn call_error<E: std::fmt::Display>(e: revm::context::result::EVMError<E>) -> VmError {
+    match evm_error(e, Some(0)) {
+        // Not an invalid block here: the request itself is wrong (funds, gas, fee).
+        VmError::InvalidTransaction { reason, .. } => VmError::InvalidCall(reason),
+        other => other,
+    }
+}
+
+/// geth's `eth_createAccessList`: runs the call under an access-list tracer, with the
+/// list found so far, until the list stops changing (the list changes gas, and so the
+/// path taken). Returns the list (the sender, recipient and precompiles left out) and the
+/// outcome of the last run.
+pub fn create_access_list(
+    config: &ChainConfig,
+    header: &Header,
+    req: &CallRequest,
+    state: &dyn StateReader,
+) -> Result<(AccessListEntries, CallOutcome), VmError> {
+    let cap = call_gas_cap(config, header);
+    let gas = req.gas.unwrap_or(cap).min(cap);
+    let setup = setup_for(config, header, req)?;
+    let mut req = req.clone();
+    // Bounded: each round only adds entries, and a call touches finitely many.
+    for _ in 0..16 {
+        let inspector = revm_inspectors::access_list::AccessListInspector::new(alloy_eip2930_list(
+            &req.access_list,
+        ));
+        let db = State::builder()
+            .with_database(db::ReaderDb::new(state))
+            .build();
+        let mut evm = setup.build_inspecting_evm(db, inspector);
+        let result = revm::InspectEvm::inspect_tx(&mut evm, call_tx(config, &req, gas))
+            .map_err(call_error)?;
+        let excluded = evm.inspector.excluded().clone();
+        let mut list: Vec<(Address, Vec<alloy_primitives::B256>)> = evm
+            .inspector
+            .into_touched_slots()
+            .into_iter()
+            .filter(|(a, _)| !excluded.contains(a))
+            .map(|(a, slots)| (a, slots.into_iter().collect()))
+            .collect();
+        list.sort();
+        let done = list == req.access_list;
+        req.access_list = list;
+        if done {
+            return Ok((req.access_list, outcome(result.result)));
+        }
+    }
+    let outcome = run(config, header, &req, gas, state)?;
+    Ok((req.access_list, outcome))
+}
+
+fn alloy_eip2930_list(
+    list: &[(Address, Vec<alloy_primitives::B256>)],
+) -> alloy_eip2930::AccessList {
+    alloy_eip2930::AccessList(
+        list.iter()
+            .map(|(address, keys)| alloy_eip2930::AccessListItem {
+                address: *address,
+                storage_keys: keys.clone(),
+            })
+            .collect(),
+    )
+}
+
+fn run(
+    config: &ChainConfig,
+    header: &Header,
+    req: &CallRequest,
+    gas: u64,
+    state: &dyn StateReader,
+) -> Result<CallOutcome, VmError> {
+    let setup = setup_for(config, header, req)?;
+    let db = State::builder()
+        .with_database(db::ReaderDb::new(state))
+        .build();
+    let mut evm = setup.build_evm(db);
+    let tx = call_tx(config, req, gas);
     let result = evm.transact(tx).map_err(|e| match evm_error(e, Some(0)) {
         // Not an invalid block here: the request itself is wrong (funds, gas, fee).
         VmError::InvalidTransaction { reason, .. } => VmError::InvalidCall(reason),

@@ -45,6 +45,39 @@ pub(super) fn bytecode(code: alloy_primitives::Bytes) -> Bytecode {
     Bytecode::new_raw_checked(code.clone()).unwrap_or_else(|_| Bytecode::new_legacy(code))
 }
 
+/// The same reads by shared reference (tracers read the pre-state through it).
+impl revm::DatabaseRef for ReaderDb<'_> {
+    type Error = DbError;
+
+    fn basic_ref(&self, address: Address) -> Result<Option<RevmAccountInfo>, DbError> {
+        Ok(self.reader.account(&address)?.map(|a| RevmAccountInfo {
+            balance: a.balance,
+            nonce: a.nonce,
+            code_hash: a.code_hash,
+            code: None,
+            ..Default::default()
+        }))
+    }
+
+    fn code_by_hash_ref(&self, code_hash: B256) -> Result<Bytecode, DbError> {
+        if code_hash == KECCAK_EMPTY || code_hash == B256::ZERO {
+            return Ok(Bytecode::default());
+        }
+        match self.reader.code(&code_hash)? {
+            Some(code) => Ok(bytecode(code)),
+            None => Err(DbError(format!("code {code_hash} missing from the state"))),
+        }
+    }
+
+    fn storage_ref(&self, address: Address, index: U256) -> Result<U256, DbError> {
+        Ok(self.reader.storage(&address, &B256::from(index))?)
+    }
+
+    fn block_hash_ref(&self, number: u64) -> Result<B256, DbError> {
+        Ok(self.reader.block_hash(number)?)
+    }
+}
+
 impl Database for ReaderDb<'_> {
     type Error = DbError;
 

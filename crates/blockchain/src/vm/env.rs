@@ -102,7 +102,28 @@ impl BlockSetup {
     pub(super) fn for_call(mut self, without_fee: bool) -> Self {
         self.cfg.disable_nonce_check = true;
         self.cfg.disable_base_fee = without_fee;
+        // As geth: a call that pays nothing sees a zero BASEFEE.
+        if without_fee {
+            self.block.basefee = 0;
+        }
         self
+    }
+
+    pub(super) fn block_env(&self) -> &BlockEnv {
+        &self.block
+    }
+
+    /// The EVM with an inspector (tracing).
+    pub(super) fn build_inspecting_evm<'a, I>(
+        &self,
+        db: State<ReaderDb<'a>>,
+        inspector: I,
+    ) -> MainnetEvm<MainnetContext<State<ReaderDb<'a>>>, I> {
+        Context::mainnet()
+            .with_db(db)
+            .with_cfg(self.cfg.clone())
+            .with_block(self.block.clone())
+            .build_mainnet_with_inspector(inspector)
     }
 
     pub(super) fn build_evm<'a>(&self, db: State<ReaderDb<'a>>) -> BlockEvm<'a> {

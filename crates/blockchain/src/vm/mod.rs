@@ -34,6 +34,7 @@ mod env;
 mod system;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 use alloy_primitives::{Address, B256, Bytes, U256};
 use moat_common::block::Block;
@@ -46,11 +47,12 @@ use revm::database::states::bundle_state::BundleRetention;
 use revm::database_interface::DatabaseCommitExt;
 use std::collections::BTreeMap;
 
-pub use call::{CallOutcome, CallRequest, call, call_gas_cap, estimate_gas};
+pub use call::{CallOutcome, CallRequest, call, call_gas_cap, create_access_list, estimate_gas};
 pub use system::{
     BEACON_ROOTS_ADDRESS, CONSOLIDATION_REQUEST_ADDRESS, DEPOSIT_EVENT_TOPIC,
     HISTORY_STORAGE_ADDRESS, WITHDRAWAL_REQUEST_ADDRESS,
 };
+pub use trace::{TraceError, TraceOptions, trace_block};
 
 /// Pre-state the executor reads (the node implements it over its store).
 pub trait StateReader {
@@ -170,25 +172,7 @@ pub fn execute_block(
         .with_bundle_update()
         .build();
     let mut evm = env.build_evm(db);
-
-    if fork >= Fork::Cancun {
-        let root = header.parent_beacon_block_root.ok_or_else(|| {
-            VmError::InvalidBlock("Cancun block without parent beacon block root".into())
-        })?;
-        system::beacon_root_call(&mut evm, root)?;
-    }
-    if fork >= Fork::Prague {
-        system::parent_hash_call(&mut evm, header.parent_hash)?;
-    }
-    if config.dao_fork_support && config.dao_fork_block == Some(header.number) {
-        let db = &mut evm.ctx.journaled_state.database;
-        let drained = db
-            .drain_balances(crate::premerge::dao::DRAIN_LIST)
-            .map_err(|e| VmError::State(e.to_string()))?;
-        let total = drained.iter().fold(0u128, |a, b| a.saturating_add(*b));
-        db.increment_balances([(crate::premerge::dao::REFUND_CONTRACT, total)])
-            .map_err(|e| VmError::State(e.to_string()))?;
-    }
+    before_transactions(&mut evm, config, header, fork)?;
     let per_tx_roots = fork < Fork::Byzantium;
 
     let mut receipts = Vec::with_capacity(block.transactions.len());
@@ -308,6 +292,35 @@ pub fn execute_block(
         requests,
         changes: changes::from_bundle(bundle)?,
     })
+}
+
+/// What a block does before its transactions: the EIP-4788 and EIP-2935 system calls
+/// and, at the DAO fork block, the drain.
+fn before_transactions(
+    evm: &mut env::BlockEvm<'_>,
+    config: &ChainConfig,
+    header: &moat_common::block::Header,
+    fork: Fork,
+) -> Result<(), VmError> {
+    if fork >= Fork::Cancun {
+        let root = header.parent_beacon_block_root.ok_or_else(|| {
+            VmError::InvalidBlock("Cancun block without parent beacon block root".into())
+        })?;
+        system::beacon_root_call(evm, root)?;
+    }
+    if fork >= Fork::Prague {
+        system::parent_hash_call(evm, header.parent_hash)?;
+    }
+    if config.dao_fork_support && config.dao_fork_block == Some(header.number) {
+        let db = &mut evm.ctx.journaled_state.database;
+        let drained = db
+            .drain_balances(crate::premerge::dao::DRAIN_LIST)
+            .map_err(|e| VmError::State(e.to_string()))?;
+        let total = drained.iter().fold(0u128, |a, b| a.saturating_add(*b));
+        db.increment_balances([(crate::premerge::dao::REFUND_CONTRACT, total)])
+            .map_err(|e| VmError::State(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// EIP-7685: a request type with no data is left out of the list entirely.

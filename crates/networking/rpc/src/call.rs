@@ -5,7 +5,7 @@
 use crate::RpcContext;
 use crate::eth::{StateAt, block_param, positional};
 use crate::params::{RpcResult, internal, invalid_params, server_error};
-use alloy_primitives::{Address, Bytes, U256, hex};
+use alloy_primitives::{Address, B256, Bytes, U256, hex};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use moat_blockchain::chain::ChainError;
 use moat_blockchain::vm::{CallOutcome, CallRequest, VmError};
@@ -57,7 +57,28 @@ fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
                 .map_err(|e| invalid_params(format!("value: {e}")))?,
         ),
     };
+    let access_list = match o.get("accessList").filter(|v| !v.is_null()) {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                let address = item
+                    .get("address")
+                    .and_then(|a| serde_json::from_value::<Address>(a.clone()).ok())
+                    .ok_or_else(|| invalid_params("accessList: invalid address"))?;
+                let keys = match item.get("storageKeys") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(k) => serde_json::from_value::<Vec<B256>>(k.clone())
+                        .map_err(|e| invalid_params(format!("accessList: {e}")))?,
+                };
+                Ok((address, keys))
+            })
+            .collect::<RpcResult<Vec<_>>>()?,
+        Some(_) => return Err(invalid_params("accessList: expected an array")),
+    };
     Ok(CallRequest {
+        access_list,
+        nonce: quantity(&o, "nonce")?,
         from: address("from")?,
         to: address("to")?,
         gas: quantity(&o, "gas")?,
@@ -153,6 +174,50 @@ pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
             other.gas_used()
         ))),
     }
+}
+
+/// `eth_createAccessList(call, block)`: the storage the call touches, as an EIP-2930
+/// list, and the gas it uses with that list; a failed call still gets its list, with
+/// the failure in `error`.
+pub fn create_access_list(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [call, block] = positional::<2>(&params)?;
+    let at = ctx.state_at(block_param(block)?)?;
+    let mut req = parse_request(call)?;
+    if ctx.gas_cap > 0 {
+        req.gas = Some(req.gas.map_or(ctx.gas_cap, |g| g.min(ctx.gas_cap)));
+    }
+    let header = match at {
+        StateAt::Past(n) => ctx
+            .chain
+            .header_by_number(n)
+            .map_err(internal)?
+            .ok_or_else(crate::params::header_not_found)?,
+        StateAt::Head | StateAt::Pending => ctx.head_header()?,
+    };
+    let state = ctx.reader(at)?;
+    let (list, outcome) =
+        moat_blockchain::vm::create_access_list(ctx.chain.config(), &header, &req, &state)
+            .map_err(vm_error)?;
+    let list: Vec<Value> = list
+        .into_iter()
+        .map(|(address, keys)| json!({ "address": address, "storageKeys": keys }))
+        .collect();
+    let mut out = Map::new();
+    out.insert("accessList".into(), Value::Array(list));
+    match &outcome {
+        CallOutcome::Success { .. } => {}
+        CallOutcome::Revert { output, .. } => {
+            out.insert("error".into(), json!(reverted(output).message()));
+        }
+        CallOutcome::Halt { reason, .. } => {
+            out.insert("error".into(), json!(format!("execution halted: {reason}")));
+        }
+    }
+    out.insert(
+        "gasUsed".into(),
+        json!(format!("0x{:x}", outcome.gas_used())),
+    );
+    Ok(Value::Object(out))
 }
 
 #[cfg(test)]

@@ -248,6 +248,18 @@ pub fn get_proof(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
         .iter()
         .zip(&p.storage)
         .map(|(key, s)| {
+            // geth echoes a 32-byte key as given and any other as a quantity.
+            let digits = key.trim_start_matches("0x").trim_start_matches("0X");
+            let key = if digits.len().div_ceil(2) == 32 {
+                key.clone()
+            } else {
+                q256(alloy_primitives::U256::from_be_bytes(
+                    parse_slot(key).unwrap_or_default().0,
+                ))
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+            };
             serde_json::json!({ "key": key, "value": q256(s.value), "proof": hex_list(&s.proof) })
         })
         .collect();
@@ -310,6 +322,7 @@ pub fn get_transaction_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResul
             block_number: loc.block_number,
             index: loc.index,
             base_fee: block.header.base_fee_per_gas,
+            block_timestamp: block.header.timestamp,
         };
         return Ok(json::tx_json(tx, from, Some(place)));
     }

@@ -28,6 +28,7 @@ pub struct TxPlace {
     pub block_number: u64,
     pub index: u64,
     pub base_fee: Option<u64>,
+    pub block_timestamp: u64,
 }
 
 /// What a transaction paid per gas: the effective price once mined (base fee + capped
@@ -62,6 +63,9 @@ pub fn tx_json(stx: &SignedTransaction, from: Address, place: Option<TxPlace>) -
     };
     m.insert("blockHash".into(), bh);
     m.insert("blockNumber".into(), bn);
+    if let Some(p) = place {
+        m.insert("blockTimestamp".into(), q(p.block_timestamp));
+    }
     m.insert("from".into(), json!(from));
     m.insert("gas".into(), q(tx.gas_limit()));
     let base_fee = place.and_then(|p| p.base_fee);
@@ -207,6 +211,7 @@ pub fn block_json(block: &Block, full: Option<&[Address]>) -> Value {
                     block_number: block.header.number,
                     index: i as u64,
                     base_fee: block.header.base_fee_per_gas,
+                    block_timestamp: block.header.timestamp,
                 };
                 tx_json(tx, *from, Some(place))
             })
@@ -282,7 +287,11 @@ pub fn receipt_json(r: &Receipt, c: &ReceiptContext<'_>) -> Value {
     );
     m.insert("logs".into(), Value::Array(logs));
     m.insert("logsBloom".into(), json!(r.bloom()));
-    m.insert("status".into(), q(u8::from(r.success)));
+    // Before Byzantium (EIP-658) a receipt holds the post-state root, not a status.
+    match r.post_state {
+        Some(root) => m.insert("root".into(), json!(root)),
+        None => m.insert("status".into(), q(u8::from(r.success))),
+    };
     m.insert("to".into(), to);
     m.insert("transactionHash".into(), json!(stx.hash()));
     m.insert("transactionIndex".into(), q(c.index as u64));

@@ -29,6 +29,10 @@
 //! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
 
 mod admin;
+mod blocks;
+mod debug;
+mod eth_config;
+mod testing;
 mod call;
 pub mod engine;
 mod eth;
@@ -309,6 +313,9 @@ pub fn module(
     blocking(&mut m, "eth_blobBaseFee", |c, _| fees::blob_base_fee(c))?;
     blocking(&mut m, "eth_feeHistory", fees::fee_history)?;
     blocking(&mut m, "eth_getLogs", logs::get_logs)?;
+    blocks::register(&mut m)?;
+    debug::register(&mut m)?;
+    testing::register(&mut m)?;
     cheap(&mut m, "txpool_status", |c, _| Ok(txpool::status(c)))?;
     cheap(&mut m, "txpool_content", |c, _| Ok(txpool::content(c)))?;
     cheap(&mut m, "txpool_contentFrom", txpool::content_from)?;

@@ -122,6 +122,14 @@ pub fn get_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
                 None => Ok(head),
                 Some(v) => {
                     let r = parse_block_number(v)?;
+                    // As geth: a numbered block past the head is an error, not the head.
+                    if let crate::params::BlockRef::Number(n) = r
+                        && n > head
+                    {
+                        return Err(invalid_params(
+                            "block range extends beyond current head block",
+                        ));
+                    }
                     Ok(ctx
                         .resolve(r)?
                         .and_then(|h| store.block_number(&h).ok().flatten())
@@ -131,7 +139,7 @@ pub fn get_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
         };
         let (from, to) = (bound("fromBlock")?, bound("toBlock")?.min(head));
         if from > to {
-            return Ok(Value::Array(Vec::new()));
+            return Err(invalid_params("invalid block range params"));
         }
         if to - from >= MAX_BLOCK_RANGE {
             return Err(server_error(format!(

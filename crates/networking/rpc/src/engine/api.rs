@@ -475,7 +475,7 @@ impl EngineContext {
 }
 
 /// Parses payload attributes of a forkchoiceUpdated `version` (2 or 3).
-fn parse_attributes(v: &Value, version: Version) -> RpcResult<PayloadAttributes> {
+pub(crate) fn parse_attributes(v: &Value, version: Version) -> RpcResult<PayloadAttributes> {
     let o = object(v, "payloadAttributes")?;
     let withdrawals = opt(o, "withdrawals").map(types::withdrawals).transpose()?;
     let beacon_root = opt(o, "parentBeaconBlockRoot")

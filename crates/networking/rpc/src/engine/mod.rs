@@ -27,10 +27,10 @@
 //! `newPayload` and `forkchoiceUpdated` run one at a time, so a head change and the
 //! pool update that follows it are never interleaved with another import.
 
-mod api;
+pub(crate) mod api;
 mod auth;
 mod errors;
-mod types;
+pub(crate) mod types;
 
 pub use auth::{
     IAT_WINDOW_SECS, JwtAuthLayer, JwtError, make_token, parse_jwt_secret, read_jwt_secret,

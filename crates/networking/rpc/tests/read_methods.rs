@@ -1,0 +1,230 @@
+//! The block, raw and trace methods over the conformance chain (imported into memory),
+//! called through the method table: each answer is checked against what the chain
+//! itself holds (hashes, roots, receipts, gas).
+
+use alloy_primitives::{B256, Bytes, keccak256};
+use jsonrpsee::RpcModule;
+use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::{Pool, PoolConfig};
+use moat_common::block::Block;
+use moat_common::config::Genesis;
+use moat_common::receipt::{self, Receipt};
+use moat_rpc::{RpcContext, StoreStateView};
+use moat_storage::Store;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../../shared/testdata/ethtest")
+        .join(name)
+}
+
+struct Fixture {
+    module: RpcModule<RpcContext>,
+    chain: Chain,
+}
+
+fn fixture() -> Fixture {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let store = Store::in_memory();
+    let chain = Chain::init(store.clone(), &genesis).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    for block in Block::decode_all(&bytes).unwrap() {
+        chain.import(&block).unwrap();
+    }
+    let view = StoreStateView::new(store, chain.config().clone());
+    let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
+    let module = moat_rpc::module(RpcContext::new(chain.clone(), pool), "test".into()).unwrap();
+    Fixture { module, chain }
+}
+
+async fn call(m: &RpcModule<RpcContext>, method: &str, params: Value) -> Value {
+    let request = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let (response, _) = m
+        .raw_json_request(&request.to_string(), 1)
+        .await
+        .expect("a response");
+    serde_json::from_str(response.get()).unwrap()
+}
+
+/// The newest block of the chain with at least one transaction.
+fn busy_block(chain: &Chain) -> Block {
+    let (head, _) = chain.head().unwrap();
+    (0..=head)
+        .rev()
+        .filter_map(|n| chain.header_by_number(n).unwrap())
+        .map(|h| chain.block(&h.hash()).unwrap().unwrap())
+        .find(|b| !b.transactions.is_empty())
+        .expect("the chain has transactions")
+}
+
+fn hex_bytes(v: &Value) -> Vec<u8> {
+    serde_json::from_value::<Bytes>(v.clone()).unwrap().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn block_receipts_counts_and_raw_forms_match_the_chain() {
+    let Fixture { module, chain } = fixture();
+    let block = busy_block(&chain);
+    let number = json!(format!("{:#x}", block.header.number));
+
+    let receipts = call(&module, "eth_getBlockReceipts", json!([number])).await;
+    let receipts = receipts["result"].as_array().unwrap().clone();
+    assert_eq!(receipts.len(), block.transactions.len());
+    for (i, tx) in block.transactions.iter().enumerate() {
+        let one = call(&module, "eth_getTransactionReceipt", json!([tx.hash()])).await;
+        assert_eq!(receipts[i], one["result"], "receipt {i}");
+    }
+    let by_hash = call(&module, "eth_getBlockReceipts", json!([block.hash])).await;
+    assert_eq!(by_hash["result"], Value::Array(receipts));
+    let unknown = call(
+        &module,
+        "eth_getBlockReceipts",
+        json!([B256::repeat_byte(1)]),
+    )
+    .await;
+    assert_eq!(unknown["result"], Value::Null);
+
+    let count = call(
+        &module,
+        "eth_getBlockTransactionCountByHash",
+        json!([block.hash]),
+    )
+    .await;
+    assert_eq!(
+        count["result"],
+        json!(format!("{:#x}", block.transactions.len()))
+    );
+    let first = call(
+        &module,
+        "eth_getTransactionByBlockNumberAndIndex",
+        json!([number, "0x0"]),
+    )
+    .await;
+    assert_eq!(first["result"]["hash"], json!(block.transactions[0].hash()));
+    assert_eq!(
+        first["result"]["blockTimestamp"],
+        json!(format!("{:#x}", block.header.timestamp))
+    );
+
+    let raw_block = call(&module, "debug_getRawBlock", json!([number])).await;
+    let decoded = Block::decode(&mut &hex_bytes(&raw_block["result"])[..]).unwrap();
+    assert_eq!(decoded.hash, block.hash);
+    let raw_header = call(&module, "debug_getRawHeader", json!([number])).await;
+    assert_eq!(keccak256(hex_bytes(&raw_header["result"])), block.hash);
+    let raw_receipts = call(&module, "debug_getRawReceipts", json!([number])).await;
+    let decoded: Vec<Receipt> = raw_receipts["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| Receipt::decode_2718(&hex_bytes(r)).unwrap())
+        .collect();
+    assert_eq!(receipt::receipts_root(&decoded), block.header.receipts_root);
+    let raw_tx = call(
+        &module,
+        "debug_getRawTransaction",
+        json!([block.transactions[0].hash()]),
+    )
+    .await;
+    assert_eq!(
+        keccak256(hex_bytes(&raw_tx["result"])),
+        block.transactions[0].hash()
+    );
+    // A hash without its 0x prefix is refused, as geth refuses it.
+    let bare = format!("{:x}", block.transactions[0].hash());
+    let refused = call(&module, "debug_getRawTransaction", json!([bare])).await;
+    assert_eq!(refused["error"]["code"], json!(-32602));
+
+    let empty = call(&module, "eth_getStorageValues", json!([{}, "latest"])).await;
+    assert_eq!(empty["error"]["code"], json!(-32602));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_agree_with_the_receipts() {
+    let Fixture { module, chain } = fixture();
+    let block = busy_block(&chain);
+    let receipts = chain.receipts(&block.hash).unwrap().unwrap();
+    let tx = &block.transactions[0];
+    let gas_used = receipts[0].cumulative_gas_used;
+
+    let logger = call(&module, "debug_traceTransaction", json!([tx.hash()])).await;
+    assert_eq!(logger["result"]["gas"], json!(gas_used), "{logger}");
+    assert_eq!(logger["result"]["failed"], json!(!receipts[0].success));
+    assert!(logger["result"]["structLogs"].is_array());
+
+    let calls = call(
+        &module,
+        "debug_traceTransaction",
+        json!([tx.hash(), { "tracer": "callTracer" }]),
+    )
+    .await;
+    let sender = tx.recover_sender().unwrap();
+    assert_eq!(calls["result"]["from"], json!(sender), "{calls}");
+    assert_eq!(calls["result"]["gasUsed"], json!(format!("{gas_used:#x}")));
+
+    let pre = call(
+        &module,
+        "debug_traceTransaction",
+        json!([tx.hash(), { "tracer": "prestateTracer" }]),
+    )
+    .await;
+    assert!(pre["result"][format!("{sender:#x}")].is_object(), "{pre}");
+
+    let all = call(&module, "debug_traceBlockByHash", json!([block.hash])).await;
+    let all = all["result"].as_array().unwrap().clone();
+    assert_eq!(all.len(), block.transactions.len());
+    assert_eq!(all[0]["txHash"], json!(tx.hash()));
+    assert_eq!(all[0]["result"], logger["result"]);
+
+    let genesis = call(&module, "debug_traceBlockByNumber", json!(["0x0"])).await;
+    assert_eq!(genesis["error"]["code"], json!(-32000));
+    let unknown = call(
+        &module,
+        "debug_traceTransaction",
+        json!([B256::repeat_byte(7)]),
+    )
+    .await;
+    assert_eq!(unknown["error"]["code"], json!(-32000));
+}
+
+/// ethers fills an access list and asks for an estimate: the list's cost (2,400 an
+/// address, 1,900 a key) must be in it, or the transaction is sent with too little gas.
+#[tokio::test(flavor = "multi_thread")]
+async fn estimates_and_access_lists_count_the_access_list() {
+    let Fixture { module, .. } = fixture();
+    let accounts: Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("accounts.json")).unwrap()).unwrap();
+    let from = accounts.as_object().unwrap().keys().next().unwrap().clone();
+    let to = format!("{:#x}", alloy_primitives::Address::repeat_byte(0x42));
+    let list = json!([{ "address": to, "storageKeys": [B256::ZERO] }]);
+    let plain = call(
+        &module,
+        "eth_estimateGas",
+        json!([{ "from": from, "to": to, "value": "0x1" }]),
+    )
+    .await;
+    assert_eq!(plain["result"], json!("0x5208"), "{plain}");
+    let with_list = call(
+        &module,
+        "eth_estimateGas",
+        json!([{ "from": from, "to": to, "value": "0x1", "accessList": list }]),
+    )
+    .await;
+    assert_eq!(
+        with_list["result"],
+        json!(format!("{:#x}", 21_000 + 2_400 + 1_900))
+    );
+    // A plain transfer touches no storage: its own list is empty.
+    let created = call(
+        &module,
+        "eth_createAccessList",
+        json!([{ "from": from, "to": to, "value": "0x1" }]),
+    )
+    .await;
+    assert_eq!(
+        created["result"],
+        json!({ "accessList": [], "gasUsed": "0x5208" })
+    );
+}
