@@ -31,6 +31,7 @@ mod call;
 mod changes;
 mod db;
 mod env;
+mod overrides;
 mod system;
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,7 @@ use revm::database_interface::DatabaseCommitExt;
 use std::collections::BTreeMap;
 
 pub use call::{CallOutcome, CallRequest, call, call_gas_cap, create_access_list, estimate_gas};
+pub use overrides::{AccountOverride, OverriddenState, OverrideError};
 pub use system::{
     BEACON_ROOTS_ADDRESS, CONSOLIDATION_REQUEST_ADDRESS, DEPOSIT_EVENT_TOPIC,
     HISTORY_STORAGE_ADDRESS, WITHDRAWAL_REQUEST_ADDRESS,

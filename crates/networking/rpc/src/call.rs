@@ -8,8 +8,9 @@ use crate::params::{RpcResult, internal, invalid_params, server_error};
 use alloy_primitives::{Address, B256, Bytes, U256, hex};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use moat_blockchain::chain::ChainError;
-use moat_blockchain::vm::{CallOutcome, CallRequest, VmError};
+use moat_blockchain::vm::{AccountOverride, CallOutcome, CallRequest, OverriddenState, VmError};
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 
 /// geth's code for a reverted call.
 pub const EXECUTION_REVERTED: i32 = 3;
@@ -126,7 +127,7 @@ fn vm_error(e: VmError) -> ErrorObjectOwned {
 /// held to the node's RPC gas cap (`--rpc.gascap`, geth's 50M by default): one call
 /// cannot make the node run a whole block's worth of EVM.
 fn parse_call(ctx: &RpcContext, params: &Params<'_>) -> RpcResult<(CallRequest, Option<u64>)> {
-    let [call, block] = positional::<2>(params)?;
+    let [call, block, _] = positional::<3>(params)?;
     let at = match ctx.state_at(block_param(block)?)? {
         StateAt::Past(n) => Some(n),
         StateAt::Head | StateAt::Pending => None,
@@ -145,11 +146,98 @@ fn history_error(e: ChainError) -> ErrorObjectOwned {
     }
 }
 
+/// geth's state override object: per address `balance`, `nonce`, `code`, and `state`
+/// or `stateDiff`.
+fn parse_overrides(v: Option<Value>) -> RpcResult<Option<HashMap<Address, AccountOverride>>> {
+    let Some(Value::Object(o)) = v else {
+        return match v {
+            None | Some(Value::Null) => Ok(None),
+            Some(_) => Err(invalid_params("invalid argument 2: expected an object")),
+        };
+    };
+    let mut out = HashMap::new();
+    for (key, entry) in o {
+        let address: Address = key
+            .parse()
+            .map_err(|e| invalid_params(format!("invalid argument 2: {key}: {e}")))?;
+        let Value::Object(e) = entry else {
+            return Err(invalid_params(format!("invalid argument 2: {key}")));
+        };
+        let slots = |name: &str| -> RpcResult<Option<HashMap<B256, U256>>> {
+            match e.get(name).filter(|v| !v.is_null()) {
+                None => Ok(None),
+                Some(v) => serde_json::from_value::<HashMap<B256, B256>>(v.clone())
+                    .map(|m| {
+                        Some(
+                            m.into_iter()
+                                .map(|(k, v)| (k, U256::from_be_bytes(v.0)))
+                                .collect(),
+                        )
+                    })
+                    .map_err(|err| invalid_params(format!("invalid argument 2: {name}: {err}"))),
+            }
+        };
+        let balance = match e.get("balance").filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => Some(
+                serde_json::from_value::<U256>(v.clone())
+                    .map_err(|err| invalid_params(format!("invalid argument 2: balance: {err}")))?,
+            ),
+        };
+        let code = match e.get("code").filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => Some(
+                serde_json::from_value::<Bytes>(v.clone())
+                    .map_err(|err| invalid_params(format!("invalid argument 2: code: {err}")))?,
+            ),
+        };
+        out.insert(
+            address,
+            AccountOverride {
+                balance,
+                nonce: quantity(&e, "nonce")?,
+                code,
+                state: slots("state")?,
+                state_diff: slots("stateDiff")?.unwrap_or_default(),
+            },
+        );
+    }
+    Ok(Some(out))
+}
+
+/// Runs `f` over the state `at` names with `overrides` laid over it, with the header of
+/// that block.
+fn with_overrides<T>(
+    ctx: &RpcContext,
+    at: Option<u64>,
+    overrides: HashMap<Address, AccountOverride>,
+    f: impl FnOnce(&moat_common::block::Header, &dyn moat_blockchain::vm::StateReader) -> T,
+) -> RpcResult<T> {
+    let (state_at, header) = match at {
+        Some(n) => (
+            StateAt::Past(n),
+            ctx.chain
+                .header_by_number(n)
+                .map_err(internal)?
+                .ok_or_else(crate::params::header_not_found)?,
+        ),
+        None => (StateAt::Head, ctx.head_header()?),
+    };
+    let base = ctx.reader(state_at)?;
+    let state =
+        OverriddenState::new(&base, overrides).map_err(|e| invalid_params(e.to_string()))?;
+    Ok(f(&header, &state))
+}
+
 pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
-    let outcome = match at {
-        None => ctx.chain.call(&req),
-        Some(n) => ctx.chain.call_at(n, &req).map_err(history_error)?,
+    let [_, _, o] = positional::<3>(&params)?;
+    let outcome = match (parse_overrides(o)?, at) {
+        (Some(overrides), at) => with_overrides(ctx, at, overrides, |header, state| {
+            moat_blockchain::vm::call(ctx.chain.config(), header, &req, state)
+        })?,
+        (None, None) => ctx.chain.call(&req),
+        (None, Some(n)) => ctx.chain.call_at(n, &req).map_err(history_error)?,
     };
     match outcome.map_err(vm_error)? {
         CallOutcome::Success { output, .. } => Ok(json!(output)),
@@ -162,9 +250,13 @@ pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 
 pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
-    let outcome = match at {
-        None => ctx.chain.estimate_gas(&req),
-        Some(n) => ctx.chain.estimate_gas_at(n, &req).map_err(history_error)?,
+    let [_, _, o] = positional::<3>(&params)?;
+    let outcome = match (parse_overrides(o)?, at) {
+        (Some(overrides), at) => with_overrides(ctx, at, overrides, |header, state| {
+            moat_blockchain::vm::estimate_gas(ctx.chain.config(), header, &req, state)
+        })?,
+        (None, None) => ctx.chain.estimate_gas(&req),
+        (None, Some(n)) => ctx.chain.estimate_gas_at(n, &req).map_err(history_error)?,
     };
     match outcome.map_err(vm_error)? {
         Ok(gas) => Ok(json!(format!("0x{gas:x}"))),

@@ -228,3 +228,52 @@ async fn estimates_and_access_lists_count_the_access_list() {
         json!({ "accessList": [], "gasUsed": "0x5208" })
     );
 }
+
+/// viem and ethers pass state overrides as eth_call's third parameter: code, balance and
+/// storage laid over the block's state for the one call.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_take_state_overrides() {
+    let Fixture { module, .. } = fixture();
+    let target = format!("{:#x}", alloy_primitives::Address::repeat_byte(0x77));
+    // SLOAD(0), returned as one word.
+    let sload0 = "0x60005460005260206000f3";
+    // SELFBALANCE, returned as one word.
+    let self_balance = "0x4760005260206000f3";
+    let word = |n: u64| format!("{:#066x}", n);
+    let out = call(
+        &module,
+        "eth_call",
+        json!([
+            { "to": target },
+            "latest",
+            { target.clone(): { "code": sload0, "stateDiff": { word(0): word(42) } } }
+        ]),
+    )
+    .await;
+    assert_eq!(out["result"], json!(word(42)), "{out}");
+    let out = call(
+        &module,
+        "eth_call",
+        json!([
+            { "to": target },
+            "latest",
+            { target.clone(): { "code": self_balance, "balance": "0x1234" } }
+        ]),
+    )
+    .await;
+    assert_eq!(out["result"], json!(word(0x1234)), "{out}");
+    // Without overrides the address has no code: an empty answer.
+    let out = call(&module, "eth_call", json!([{ "to": target }, "latest"])).await;
+    assert_eq!(out["result"], json!("0x"));
+    let both = call(
+        &module,
+        "eth_call",
+        json!([
+            { "to": target },
+            "latest",
+            { target.clone(): { "state": { word(0): word(1) }, "stateDiff": { word(0): word(2) } } }
+        ]),
+    )
+    .await;
+    assert_eq!(both["error"]["code"], json!(-32602), "{both}");
+}
