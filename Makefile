@@ -2,7 +2,7 @@
 CARGO ?= cargo
 QUICK ?=
 
-.PHONY: build run test bench bench-table bench-check bench-baseline pool-quality lint fmt ci
+.PHONY: build run test bench bench-table bench-check bench-baseline pool-quality attack-table lint fmt ci
 
 build:
 	$(CARGO) build --release
@@ -31,6 +31,12 @@ bench-check:
 bench-baseline:
 	$(CARGO) build --release -p moat -p moat-state-bench -p moat-bench-table
 	./target/release/moat-bench-table --quick --json docs/bench-baseline.json
+
+# Attack scenarios beside honest traffic against a moat dev node on loopback; with
+# GETH=/path/to/geth also against geth's dev mode (RPC form). See docs/BENCHMARKS.md.
+attack-table:
+	$(CARGO) build --release -p moat -p moat-attack
+	GETH=$(GETH) tooling/attack/attack-table.sh
 
 # Block value from the pool against the ideal block of the same stream, five seeds.
 pool-quality:

@@ -39,6 +39,16 @@ impl moat_rpc::PeerAdmin for Admin {
                         "static": !p.inbound,
                     },
                     "protocols": { "eth": { "version": p.eth_version, "reputation": p.reputation } },
+                    // moat's: the peer's admission CPU account.
+                    "admission": p.budget.map(|b| json!({
+                        "cpuMicros": b.cpu_us,
+                        "txsAdmitted": b.admitted,
+                        "txsRejected": b.rejected,
+                        "budgetMicros": b.tokens_us,
+                        "budgetRateMicrosPerSec": b.rate_us,
+                        "throttled": b.throttled,
+                        "state": b.state.as_str(),
+                    })),
                 })
             })
             .collect();

@@ -59,6 +59,30 @@ pub struct PoolArgs {
     /// Extra data of built blocks (at most 32 bytes).
     #[arg(long = "miner.extradata", default_value = "moat")]
     pub miner_extra_data: String,
+    /// Admission CPU each peer may use, in CPU-µs per second (moat's).
+    /// [default: an eighth of the machine: cores × 125000]
+    #[arg(long = "txpool.peercpu")]
+    pub peer_cpu: Option<u64>,
+    /// How much admission CPU (µs) a peer may use at once before it is slowed.
+    /// [default: half a second of --txpool.peercpu]
+    #[arg(long = "txpool.peercpuburst")]
+    pub peer_cpu_burst: Option<u64>,
+    /// Admission CPU all peers together may use, in CPU-µs per second; past it, peers
+    /// that have been spending wait. [default: half the machine: cores × 500000]
+    #[arg(long = "txpool.peerscpu")]
+    pub peers_cpu: Option<u64>,
+    /// Admission CPU of local RPC submissions, in CPU-µs per second (peers cannot use
+    /// it). [default: a quarter of the machine: cores × 250000]
+    #[arg(long = "txpool.rpccpu")]
+    pub rpc_cpu: Option<u64>,
+    /// Window (Go-style duration) over which a peer whose admission CPU buys almost no
+    /// admitted transactions is dropped.
+    #[arg(long = "txpool.uselesswindow", default_value = "10s", value_parser = crate::run::parse_duration)]
+    pub useless_window: Duration,
+    /// CPU-µs per admitted transaction (KZG of admitted blob transactions aside) past
+    /// which a peer that spent 100 ms in a window is dropped.
+    #[arg(long = "txpool.uselesscpu", default_value_t = 2_000)]
+    pub useless_cpu: u64,
 }
 
 impl PoolArgs {
@@ -79,6 +103,23 @@ impl PoolArgs {
         cfg.local_account_queue = self.local_queue;
         cfg.blob.max_bytes = self.blob_datacap;
         cfg.blob_price_bump = self.blob_price_bump;
+        let b = &mut cfg.budget;
+        if let Some(rate) = self.peer_cpu {
+            b.peer_rate_us = rate;
+            b.peer_burst_us = rate / 2;
+        }
+        if let Some(burst) = self.peer_cpu_burst {
+            b.peer_burst_us = burst;
+        }
+        if let Some(rate) = self.peers_cpu {
+            b.peers_rate_us = rate;
+        }
+        if let Some(rate) = self.rpc_cpu {
+            b.rpc_rate_us = rate;
+            b.rpc_burst_us = rate / 2;
+        }
+        b.window = self.useless_window;
+        b.useless_cpu_per_admitted_us = self.useless_cpu;
         cfg
     }
 
@@ -145,6 +186,16 @@ mod tests {
             "5",
             "--miner.extradata",
             "hello",
+            "--txpool.peercpu",
+            "40000",
+            "--txpool.peerscpu",
+            "300000",
+            "--txpool.rpccpu",
+            "90000",
+            "--txpool.uselesswindow",
+            "30s",
+            "--txpool.uselesscpu",
+            "500",
         ]);
         let cfg = cli.pool.pool_config(ChainConfig::all_forks_at_genesis(
             1,
@@ -160,12 +211,24 @@ mod tests {
         assert!(cfg.no_locals);
         assert_eq!(cfg.blob.max_bytes, 1000);
         assert_eq!(cfg.blob_price_bump, 50);
+        let b = &cfg.budget;
+        assert_eq!((b.peer_rate_us, b.peer_burst_us), (40_000, 20_000));
+        assert_eq!(b.peers_rate_us, 300_000);
+        assert_eq!((b.rpc_rate_us, b.rpc_burst_us), (90_000, 45_000));
+        assert_eq!(b.window, Duration::from_secs(30));
+        assert_eq!(b.useless_cpu_per_admitted_us, 500);
         let miner = cli.pool.miner_config(false).unwrap();
         assert_eq!(miner.gas_limit, Some(36_000_000));
         assert_eq!(miner.min_tip, 5);
         assert_eq!(&miner.extra_data[..], b"hello");
 
         let defaults = Cli::parse_from(["moat"]);
+        // Budgets default to shares of this machine's cores.
+        let chain = ChainConfig::all_forks_at_genesis(1, moat_common::config::Fork::Prague);
+        assert_eq!(
+            defaults.pool.pool_config(chain).budget,
+            moat_blockchain::mempool::BudgetConfig::for_this_machine()
+        );
         let miner = defaults.pool.miner_config(false).unwrap();
         assert_eq!(miner, MinerConfig::geth_defaults());
         assert_eq!(defaults.pool.miner_config(true).unwrap().min_tip, 1);

@@ -422,7 +422,8 @@ impl Generator {
         let pool = &self.pool;
         self.runtime.block_on(async {
             // Sender recovery spread over the cores, then admission in order.
-            pool.warm_senders(&raw).await;
+            pool.warm_senders(&raw, &mut moat_blockchain::mempool::CpuMeter::off())
+                .await;
             for (i, bytes) in raw.into_iter().enumerate() {
                 pool.add_transaction(TxInput::Raw(bytes), TxOrigin::Local)
                     .await

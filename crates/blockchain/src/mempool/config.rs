@@ -59,6 +59,8 @@ pub struct PoolConfig {
     pub max_in_flight_per_origin: usize,
     /// Max transactions verified in one KZG batch.
     pub max_kzg_batch: usize,
+    /// CPU budgets of admission per origin (see [`super::budget`]).
+    pub budget: super::BudgetConfig,
 }
 
 impl PoolConfig {
@@ -87,6 +89,7 @@ impl PoolConfig {
             max_in_flight: 4_096,
             max_in_flight_per_origin: 256,
             max_kzg_batch: 32,
+            budget: super::BudgetConfig::for_this_machine(),
         }
     }
 

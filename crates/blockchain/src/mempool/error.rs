@@ -49,54 +49,78 @@ pub struct Added {
 /// one: wallets and libraries match on those strings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
+    /// Too many admissions in progress in all: refused before any work (pre-flight).
     #[error("txpool is busy")]
     Busy,
+    /// Too many admissions in progress from this origin: refused before any work.
     #[error("too many concurrent submissions from this origin")]
     OriginBusy,
+    /// Wire bytes over the size cap (larger for blob txs with their sidecars).
     #[error("oversized data: {size} bytes, limit {max}")]
     Oversized { size: usize, max: usize },
+    /// The bytes do not decode as a transaction envelope.
     #[error("invalid transaction: {0}")]
     Decode(DecodeError),
+    /// The hash failed for a reason its bytes decide, within the failure TTL.
     #[error("transaction recently failed validation")]
     RecentlyFailed,
+    /// Pooled already, or being admitted right now.
     #[error("already known")]
     AlreadyKnown,
+    /// A blob sidecar that is malformed, does not match its tx, or fails KZG.
     #[error("invalid blob sidecar: {0}")]
     Sidecar(BlobsBundleError),
+    /// Against the stateless rules of the next block's fork (chain id, gas, fees, size).
     #[error("{0}")]
     Stateless(StatelessError),
+    /// The signature does not recover a sender.
     #[error("invalid sender: {0}")]
     InvalidSender(SignatureError),
+    /// The nonce is below the sender's state nonce.
     #[error("nonce too low: next nonce {state}, tx nonce {tx}")]
     NonceTooLow { state: u64, tx: u64 },
+    /// The sender's balance does not cover this tx's most cost.
     #[error("insufficient funds for gas * price + value: balance {balance}, tx cost {cost}, overshot {}", cost - balance)]
     InsufficientFunds { balance: U256, cost: U256 },
+    /// The sender's balance does not cover its pooled txs and this one together.
     #[error("transaction would cause overdraft: balance {balance}, pooled and new cost {cost}")]
     Overdraft { balance: U256, cost: U256 },
+    /// The sender has code that is not an EIP-7702 delegation.
     #[error("sender not an eoa")]
     SenderHasCode,
+    /// The sender holds as many pooled txs as it may.
     #[error("account limit exceeded: {slots} transactions pooled for this sender")]
     AccountLimit { slots: usize },
+    /// A blob tx whose nonce leaves a gap after the sender's pooled and state nonces.
     #[error(
         "nonce too high: blob transactions must not leave a gap (next nonce {expected}, tx nonce {found})"
     )]
     BlobNonceGap { expected: u64, found: u64 },
+    /// A blob tx with a blob fee cap of zero, which no block can include.
     #[error("max fee per blob gas below the minimum of 1 wei")]
     BlobFeeCapTooLow,
+    /// Same sender and nonce as a pooled tx, without the required fee bump.
     #[error("replacement transaction underpriced")]
     ReplacementUnderpriced,
+    /// Below the least tip, or too cheap to evict anything from a full pool.
     #[error("transaction underpriced")]
     Underpriced,
+    /// The sender has txs in the other pool (blob vs non-blob) — geth's reservation.
     #[error("address already reserved")]
     AlreadyReserved,
+    /// A delegated sender (or pooled authority) already has its one pooled tx.
     #[error("in-flight transaction limit reached for delegated accounts")]
     InflightLimit,
+    /// An authorization's authority already has pooled txs of its own.
     #[error("authority already reserved")]
     AuthorityReserved,
+    /// An EIP-7702 tx with more authorizations than the pool recovers.
     #[error("too many authorizations: {count}, limit {max}")]
     TooManyAuthorizations { count: usize, max: usize },
+    /// A blob tx before the fork that allows them.
     #[error("blob transactions are not accepted before Cancun")]
     BlobsNotActive,
+    /// KZG verification did not answer (its worker went away, e.g. at shutdown).
     #[error("transaction verification was aborted")]
     Aborted,
 }
@@ -148,27 +172,78 @@ impl Rejection {
     /// failures (funds, pool full, underpriced) and anything about a sidecar are not: the
     /// hash does not commit to the sidecar, and an honest peer may hold the good one.
     pub fn is_hash_determined(&self) -> bool {
-        matches!(
-            self,
-            Rejection::Stateless(_)
-                | Rejection::InvalidSender(_)
-                | Rejection::NonceTooLow { .. }
-                | Rejection::TooManyAuthorizations { .. }
-                | Rejection::BlobFeeCapTooLow
-        )
+        self.rule().1
+    }
+
+    /// What delivering a transaction rejected this way costs a peer.
+    pub fn peer_cost(&self) -> PeerCost {
+        self.rule().0
     }
 
     /// Whether a peer that delivered this committed a protocol fault (disconnect), rather
     /// than sending a transaction that is merely not wanted.
     pub fn is_peer_fault(&self) -> bool {
+        self.peer_cost() == PeerCost::Fault
+    }
+
+    /// The rule table: each rejection's cost to the peer that delivered it, and whether
+    /// the hash decides it (see [`Self::is_hash_determined`]). No wildcard: a new variant
+    /// must be placed here.
+    fn rule(&self) -> (PeerCost, bool) {
+        use PeerCost::{Fault, None, Penalty};
         match self {
-            // Oversized is not: the protocol allows large messages; the tx costs
-            // reputation instead.
-            Rejection::Decode(_) => true,
-            Rejection::Sidecar(e) => e.is_peer_fault(),
-            _ => false,
+            // The node's own load: nothing the peer did.
+            Rejection::Busy | Rejection::OriginBusy => (None, false),
+            // The protocol allows large messages; a tx no pool takes costs reputation.
+            Rejection::Oversized { .. } => (Penalty, false),
+            // Bytes that are no transaction break the protocol.
+            Rejection::Decode(_) => (Fault, false),
+            // A repeat of a failure: its first delivery was judged already.
+            Rejection::RecentlyFailed => (None, false),
+            // Gossip delivers one tx from many peers; duplicates are normal.
+            Rejection::AlreadyKnown => (None, false),
+            // A malformed or mismatched sidecar (or a blob tx without one) breaks the
+            // protocol; proofs that fail KZG may be an honest relay of a bad tx: none.
+            // The hash does not commit to the sidecar.
+            Rejection::Sidecar(e) => (if e.is_peer_fault() { Fault } else { None }, false),
+            // Against the fork's rules: no honest peer relays it.
+            Rejection::Stateless(_) => (Penalty, true),
+            // A signature recovering no sender: no honest peer relays it.
+            Rejection::InvalidSender(_) => (Penalty, true),
+            // Mined since the peer learned of it: a race, not a fault. The state nonce
+            // only grows, so the hash stays stale (a reorg re-admits as `Reorg`).
+            Rejection::NonceTooLow { .. } => (None, true),
+            // State-dependent: the peer's view of the chain may differ from ours.
+            Rejection::InsufficientFunds { .. } | Rejection::Overdraft { .. } => (None, false),
+            Rejection::SenderHasCode => (None, false),
+            // Pool policy (our limits, our prices): nothing the peer could know.
+            Rejection::AccountLimit { .. } => (None, false),
+            Rejection::BlobNonceGap { .. } => (None, false),
+            // The bytes decide it, but geth relays such txs: no penalty.
+            Rejection::BlobFeeCapTooLow => (None, true),
+            Rejection::ReplacementUnderpriced | Rejection::Underpriced => (None, false),
+            Rejection::AlreadyReserved
+            | Rejection::InflightLimit
+            | Rejection::AuthorityReserved => (None, false),
+            // Our own cap on authorizations, not a protocol rule; the bytes decide it.
+            Rejection::TooManyAuthorizations { .. } => (None, true),
+            // Blob txs before Cancun: no honest peer relays them.
+            Rejection::BlobsNotActive => (Penalty, false),
+            // Our shutdown, not the peer.
+            Rejection::Aborted => (None, false),
         }
     }
+}
+
+/// What a rejected transaction costs the peer that delivered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerCost {
+    /// A protocol fault: the peer is disconnected.
+    Fault,
+    /// Reputation: a peer that sends enough of these is dropped.
+    Penalty,
+    /// Nothing: an honest peer may send it.
+    None,
 }
 
 /// The result of one admission.

@@ -13,7 +13,8 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-type Reply = oneshot::Sender<Result<(), BlobsBundleError>>;
+/// The verdict, and this bundle's share (ns) of its batch's thread CPU.
+type Reply = oneshot::Sender<(Result<(), BlobsBundleError>, u64)>;
 
 struct Job {
     bundle: Arc<BlobsBundle>,
@@ -41,18 +42,17 @@ impl KzgBatcher {
         }
     }
 
-    /// Verifies `bundle`'s proofs, batched with whatever else is waiting.
+    /// Verifies `bundle`'s proofs, batched with whatever else is waiting; with the
+    /// verdict, the bundle's share of the batch's CPU (ns, split by blob count).
     pub(crate) async fn verify(
         self: &Arc<Self>,
         bundle: Arc<BlobsBundle>,
-    ) -> Option<Result<(), BlobsBundleError>> {
+    ) -> Option<(Result<(), BlobsBundleError>, u64)> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // No runtime (a synchronous caller): verify here.
-            return Some(
-                self.verify_batch_now(vec![bundle])
-                    .pop()
-                    .expect("one result per bundle"),
-            );
+            let cpu = super::budget::thread_cpu_ns();
+            let result = self.verify_batch_now(vec![bundle]).pop()?;
+            return Some((result, super::budget::thread_cpu_ns().saturating_sub(cpu)));
         };
         let (reply, result) = oneshot::channel();
         let start_worker = {
@@ -80,8 +80,16 @@ impl KzgBatcher {
             };
             let (bundles, replies): (Vec<_>, Vec<_>) =
                 jobs.into_iter().map(|j| (j.bundle, j.reply)).unzip();
-            for (reply, result) in replies.into_iter().zip(self.verify_batch_now(bundles)) {
-                let _ = reply.send(result);
+            let blobs: Vec<u64> = bundles
+                .iter()
+                .map(|b| b.blobs.len().max(1) as u64)
+                .collect();
+            let cpu = super::budget::thread_cpu_ns();
+            let results = self.verify_batch_now(bundles);
+            let spent = super::budget::thread_cpu_ns().saturating_sub(cpu);
+            let total: u64 = blobs.iter().sum();
+            for ((reply, result), n) in replies.into_iter().zip(results).zip(blobs) {
+                let _ = reply.send((result, spent * n / total.max(1)));
             }
         }
     }

@@ -6,6 +6,7 @@
 
 pub mod bench_support;
 mod best;
+pub mod budget;
 mod config;
 mod error;
 mod journal;
@@ -16,8 +17,11 @@ mod shields;
 mod state;
 
 pub use best::{BestTransactions, BlockBudget};
+pub use budget::{
+    BudgetConfig, BudgetState, Budgets, CpuMeter, DropReason, PeerBudget, Spent, Verdict,
+};
 pub use config::{PoolConfig, SubPoolLimit};
-pub use error::{AddResult, Added, Rejection, SubPool};
+pub use error::{AddResult, Added, PeerCost, Rejection, SubPool};
 pub use journal::{Journal, JournalContents, JournalReload, ReloadFate, Snapshot};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;
@@ -183,6 +187,7 @@ struct Shared {
     in_flight: InFlight,
     backpressure: Backpressure,
     kzg: Arc<KzgBatcher>,
+    budgets: Budgets,
     metrics: Arc<PoolMetrics>,
     pending_events: broadcast::Sender<B256>,
     journal: std::sync::OnceLock<Journal>,
@@ -224,6 +229,7 @@ impl Pool {
             in_flight: InFlight::default(),
             backpressure: Backpressure::new(cfg.max_in_flight, cfg.max_in_flight_per_origin),
             kzg: Arc::new(KzgBatcher::new(cfg.max_kzg_batch, Arc::clone(&metrics))),
+            budgets: Budgets::new(cfg.budget.clone()),
             metrics,
             pending_events: broadcast::channel(4096).0,
             journal: std::sync::OnceLock::new(),
@@ -253,17 +259,70 @@ impl Pool {
         self.shared.pending_events.subscribe()
     }
 
+    /// The admission CPU budgets of every origin.
+    pub fn budgets(&self) -> &Budgets {
+        &self.shared.budgets
+    }
+
     /// Admits one transaction through every stage (DESIGN §2) and says where it went.
+    ///
+    /// Nothing is measured or budgeted here: RPC submissions come through
+    /// [`Pool::submit_local`], and the network measures a peer's transactions a message
+    /// chunk at a time with [`Pool::add_metered`].
     pub async fn add_transaction(&self, input: TxInput, origin: TxOrigin) -> AddResult {
-        let result = self.admit(input, origin).await;
+        let result = self.add_metered(input, origin, &mut CpuMeter::off()).await;
+        if origin == TxOrigin::Local
+            && let Ok(added) = &result
+        {
+            self.journal_record(&added.hash).await;
+        }
+        result
+    }
+
+    /// A transaction submitted over RPC (`eth_sendRawTransaction`): waits out the local
+    /// RPC budget's debt, if any, then admits it as [`TxOrigin::Local`], measuring its CPU
+    /// (a clock read costs ~0.5 µs, an RPC call tens) and charging that budget. Peers
+    /// cannot drain this budget; one RPC client flooding the node can only slow RPC.
+    pub async fn submit_local(&self, input: TxInput) -> AddResult {
+        if let Some(wait) = self.shared.budgets.rpc_wait(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        let mut meter = CpuMeter::start();
+        let result = self.add_metered(input, TxOrigin::Local, &mut meter).await;
+        self.charge(TxOrigin::Local, meter);
+        if let Ok(added) = &result {
+            self.journal_record(&added.hash).await;
+        }
+        result
+    }
+
+    /// Charges what `meter` measured to `origin`'s budget.
+    pub fn charge(&self, origin: TxOrigin, meter: CpuMeter) {
+        let spent = meter.finish();
+        let budgets = &self.shared.budgets;
+        match origin {
+            TxOrigin::Peer(id) => budgets.charge_peer(&id, spent, Instant::now()),
+            TxOrigin::Local => budgets.charge_rpc(spent, Instant::now()),
+            TxOrigin::Reorg | TxOrigin::Journal => budgets.charge_node(spent),
+        }
+    }
+
+    /// [`Pool::add_transaction`] without the budget: the CPU it takes (KZG share
+    /// included) goes on `meter`, which the caller charges. Local txs are not journaled
+    /// here.
+    pub async fn add_metered(
+        &self,
+        input: TxInput,
+        origin: TxOrigin,
+        meter: &mut CpuMeter,
+    ) -> AddResult {
+        let result = self.admit(input, origin, meter).await;
+        meter.outcome(result.is_ok());
         match &result {
             Ok(added) => {
                 self.shared.metrics.inc(Counter::added);
                 if added.replaced.is_some() {
                     self.shared.metrics.inc(Counter::replaced);
-                }
-                if origin == TxOrigin::Local {
-                    self.journal_record(&added.hash).await;
                 }
             }
             Err(e) => self.shared.metrics.rejected(e),
@@ -278,8 +337,8 @@ impl Pool {
     /// The shields still come first: a tx that is oversized, recently failed, pooled, in
     /// flight, undecodable or against the stateless rules costs no recovery here. Nothing
     /// is recorded as failed: admission meets those txs again and decides. Batches under
-    /// 16 txs are left to admission.
-    pub async fn warm_senders(&self, raw: &[Bytes]) {
+    /// 16 txs are left to admission. The recovery workers' CPU goes on `meter`.
+    pub async fn warm_senders(&self, raw: &[Bytes], meter: &mut CpuMeter) {
         const MIN_BATCH: usize = 16;
         if raw.len() < MIN_BATCH {
             return;
@@ -310,6 +369,7 @@ impl Pool {
             let part = part.to_vec();
             let shared = self.shared.clone();
             tasks.push(tokio::task::spawn_blocking(move || {
+                let cpu = budget::thread_cpu_ns();
                 for (hash, bytes) in part {
                     let Ok(p) = PooledTransaction::decode_2718(&bytes) else {
                         continue;
@@ -322,11 +382,16 @@ impl Pool {
                         shared.sender_cache.insert(hash, sender);
                     }
                 }
+                budget::thread_cpu_ns().saturating_sub(cpu)
             }));
         }
+        meter.pause();
         for t in tasks {
-            let _ = t.await;
+            if let Ok(ns) = t.await {
+                meter.add_elsewhere(ns);
+            }
         }
+        meter.resume();
     }
 
     /// Keeps local transactions across restarts from now on (the node attaches the
@@ -473,7 +538,7 @@ impl Pool {
         e
     }
 
-    async fn admit(&self, input: TxInput, origin: TxOrigin) -> AddResult {
+    async fn admit(&self, input: TxInput, origin: TxOrigin, meter: &mut CpuMeter) -> AddResult {
         let s = &*self.shared;
         let m = &*s.metrics;
         let mut clock = m.clock();
@@ -626,9 +691,15 @@ impl Pool {
         let bundle = Arc::clone(tx.tx.sidecar_shared().ok_or(Rejection::Sidecar(
             moat_common::BlobsBundleError::MissingSidecar,
         ))?);
-        match s.kzg.verify(bundle).await {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(Rejection::Sidecar(e)),
+        meter.pause();
+        let verdict = s.kzg.verify(bundle).await;
+        meter.resume();
+        match verdict {
+            Some((Ok(()), cpu_ns)) => meter.add_kzg_share(cpu_ns),
+            Some((Err(e), cpu_ns)) => {
+                meter.add_kzg_share(cpu_ns);
+                return Err(Rejection::Sidecar(e));
+            }
             None => return Err(Rejection::Aborted),
         }
         clock.lap(Stage::Kzg);

@@ -1198,12 +1198,15 @@ async fn warming_a_batch_recovers_in_parallel_but_behind_the_shields() {
     // Copies of one tx in the batch (an attacker's cheap amplification) cost one recovery.
     let copy = batch[5].clone();
     batch.extend(std::iter::repeat_n(copy, 100));
-    pool.warm_senders(&batch).await;
+    let mut meter = super::CpuMeter::start();
+    pool.warm_senders(&batch, &mut meter).await;
     assert_eq!(
         pool.metrics().get(Counter::sender_recoveries) - before,
         39,
         "one recovery per new distinct tx that passes the shields"
     );
+    // The workers' CPU is the meter's: 39 recoveries take well over a millisecond.
+    assert!(meter.finish().cpu_us > 1_000);
     // Admission in order now finds every sender cached.
     for t in &txs[1..] {
         add(&pool, t).await.unwrap();

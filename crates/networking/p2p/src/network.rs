@@ -17,6 +17,15 @@
 //! blob tx without one, a delivery that contradicts its announcement, a full blob tx in
 //! `Transactions` or a malformed message is a fault → Disconnect (subprotocol error).
 //! Other invalid transactions cost reputation; below the threshold the peer is dropped.
+//! What each pool rejection costs is the pool's table ([`Rejection::peer_cost`]).
+//!
+//! Admission CPU: a peer's transactions are admitted in chunks, each measured with the
+//! thread CPU clock and charged to the peer's budget in the pool
+//! (`moat_blockchain::mempool::budget`); before each chunk the network asks the budget
+//! and obeys: go on, wait (its reader then stops reading), or drop a peer whose CPU buys
+//! almost no admitted transactions.
+//!
+//! [`Rejection::peer_cost`]: moat_blockchain::mempool::Rejection::peer_cost
 
 use crate::eth::{Announcement, EthMessage, Status};
 use crate::fetcher::{Delivered, DeliveryError, FetchRequest, Fetcher, FetcherConfig, Meta};
@@ -30,7 +39,9 @@ use crate::session::{self, Incoming, LocalIdentity, Session, check_status};
 use crate::{Enode, serve};
 use alloy_primitives::{B256, Bytes};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, Rejection, TxInput, TxOrigin};
+use moat_blockchain::mempool::{
+    CpuMeter, PeerBudget, PeerCost, Pool, TxInput, TxOrigin, Verdict,
+};
 use moat_common::TxType;
 use moat_common::block::Block;
 use moat_common::config::ForkFilter;
@@ -59,6 +70,9 @@ const PEER_QUEUE: usize = 1024;
 /// `Transactions` / `PooledTransactions` messages from one peer waiting for admission;
 /// past it the peer's reads wait (backpressure on its TCP stream).
 const ADMISSION_QUEUE: usize = 8;
+/// Transactions of one message admitted, measured and charged as one unit: the peer's
+/// CPU budget is asked before each.
+const ADMISSION_CHUNK: usize = 256;
 /// Handshakes in progress at once (inbound).
 const MAX_PENDING_HANDSHAKES: usize = 64;
 /// Head blocks between two BlockRangeUpdate messages.
@@ -119,6 +133,8 @@ pub struct PeerInfo {
     pub inbound: bool,
     pub reputation: i64,
     pub head: B256,
+    /// Its admission CPU account: spent, admitted, rejected, budget state.
+    pub budget: Option<PeerBudget>,
 }
 
 /// Bounded memory of hashes a peer has or was sent.
@@ -389,6 +405,11 @@ impl Network {
             .values()
             .map(|p| PeerInfo {
                 reputation: p.reputation.load(Ordering::Relaxed),
+                budget: self
+                    .inner
+                    .pool
+                    .budgets()
+                    .peer(&p.info.id, Instant::now()),
                 ..p.info.clone()
             })
             .collect()
@@ -630,6 +651,7 @@ impl Network {
                 inbound,
                 reputation: 0,
                 head: status.head,
+                budget: None,
             },
             framing,
             out: out_tx,
@@ -672,6 +694,11 @@ impl Network {
             tracing::debug!(peer = %short(&remote_id), %addr, %reason, "peer refused");
             return;
         }
+        // Its admission budget: fresh, or its subnet's if a peer from there left lately.
+        self.inner
+            .pool
+            .budgets()
+            .attach_peer(remote_id, addr.ip(), Instant::now());
         metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
         tracing::info!(peer = %short(&remote_id), %addr, inbound, client = %hello.client_id, eth = framing.version, "peer connected");
 
@@ -742,6 +769,10 @@ impl Network {
             }
         };
         self.inner.peers.write().remove(&remote_id);
+        self.inner
+            .pool
+            .budgets()
+            .detach_peer(&remote_id, Instant::now());
         // Callers waiting for its answers learn now that none will come.
         peer.pending.lock().clear();
         admission_task.abort();
@@ -1082,53 +1113,89 @@ impl Network {
     }
 
     /// Admits one peer's transactions in the order they came and applies the
-    /// consequences of what the pool says.
+    /// consequences of what the pool says. Each chunk of a message is measured in CPU
+    /// and charged to the peer; before each, the peer's budget is asked, and a peer in
+    /// debt waits: its queue fills and its reader stops reading.
     async fn admission_worker(self, peer: Arc<Peer>, mut jobs: mpsc::Receiver<AdmissionJob>) {
         let origin = TxOrigin::Peer(peer.info.id);
+        let pool = &self.inner.pool;
         while let Some(job) = jobs.recv().await {
-            // Senders of a large batch are recovered on all cores first; the in-order
-            // admissions below then find them cached.
-            let raw: Vec<Bytes> = job
-                .txs
-                .iter()
-                .filter_map(|(_, input)| match input {
-                    TxInput::Raw(b) => Some(b.clone()),
-                    TxInput::Decoded(_) => None,
-                })
-                .collect();
-            self.inner.pool.warm_senders(&raw).await;
-            for (hash, input) in job.txs {
-                let result = self.inner.pool.add_transaction(input, origin).await;
-                let blame = match &result {
-                    Err(r) if r.is_peer_fault() => Some(true),
-                    Err(r) if costs_reputation(r) => Some(false),
-                    _ => None,
-                };
-                if job.fetched
-                    && let Some(h) = hash
-                {
-                    let mut f = self.inner.fetcher.lock();
-                    if blame == Some(true) {
-                        f.peer_fault(peer.info.id, &h);
-                    } else {
-                        f.settled(&h);
-                    }
+            let fetched = job.fetched;
+            let mut txs = job.txs.into_iter().peekable();
+            while txs.peek().is_some() {
+                if !self.await_budget(&peer).await {
+                    return;
                 }
-                match (blame, &result) {
-                    (Some(true), Err(r)) => {
-                        let hash = hash.unwrap_or_default();
-                        self.fault(&peer, r.reason(), &format!("transaction {hash}: {r}"));
-                        if job.fetched {
-                            self.reschedule();
+                let chunk: Vec<_> = txs.by_ref().take(ADMISSION_CHUNK).collect();
+                let mut meter = CpuMeter::start();
+                // Senders of a large chunk are recovered on all cores first; the in-order
+                // admissions below then find them cached.
+                let raw: Vec<Bytes> = chunk
+                    .iter()
+                    .filter_map(|(_, input)| match input {
+                        TxInput::Raw(b) => Some(b.clone()),
+                        TxInput::Decoded(_) => None,
+                    })
+                    .collect();
+                pool.warm_senders(&raw, &mut meter).await;
+                for (hash, input) in chunk {
+                    let result = pool.add_metered(input, origin, &mut meter).await;
+                    let cost = match &result {
+                        Ok(_) => PeerCost::None,
+                        Err(r) => r.peer_cost(),
+                    };
+                    if fetched && let Some(h) = hash {
+                        let mut f = self.inner.fetcher.lock();
+                        if cost == PeerCost::Fault {
+                            f.peer_fault(peer.info.id, &h);
+                        } else {
+                            f.settled(&h);
                         }
-                        return;
                     }
-                    (Some(false), Err(r)) => self.penalize(&peer, INVALID_TX_PENALTY, r.reason()),
-                    _ => {}
+                    match (cost, &result) {
+                        (PeerCost::Fault, Err(r)) => {
+                            pool.charge(origin, meter);
+                            let hash = hash.unwrap_or_default();
+                            self.fault(&peer, r.reason(), &format!("transaction {hash}: {r}"));
+                            if fetched {
+                                self.reschedule();
+                            }
+                            return;
+                        }
+                        (PeerCost::Penalty, Err(r)) => {
+                            self.penalize(&peer, INVALID_TX_PENALTY, r.reason())
+                        }
+                        _ => {}
+                    }
                 }
+                pool.charge(origin, meter);
             }
-            if job.fetched {
+            if fetched {
                 self.reschedule();
+            }
+        }
+    }
+
+    /// Waits while the peer's admission budget says so; `false` when it says to drop
+    /// the peer (its CPU bought almost no transactions), which is then done.
+    async fn await_budget(&self, peer: &Peer) -> bool {
+        loop {
+            let verdict = self
+                .inner
+                .pool
+                .budgets()
+                .verdict(&peer.info.id, Instant::now());
+            match verdict {
+                Verdict::Go => return true,
+                Verdict::Wait(d) => tokio::time::sleep(d).await,
+                Verdict::Disconnect(why) => {
+                    tracing::info!(peer = %short(&peer.info.id), addr = %peer.info.addr, why = why.as_str(), "dropping peer: its admission CPU buys almost no transactions");
+                    metrics::counter!("moat_p2p_peer_faults_total", "kind" => "useless_cpu")
+                        .increment(1);
+                    self.inner.fetcher.lock().remove_peer(peer.info.id);
+                    peer.disconnect(DisconnectReason::UselessPeer);
+                    return false;
+                }
             }
         }
     }
@@ -1423,18 +1490,6 @@ impl Network {
 /// (geth's dial ratio): a crowd of inbound connections cannot lock out static peers.
 fn max_inbound(max_peers: usize) -> usize {
     max_peers - max_peers / 3
-}
-
-/// Rejections that the transaction's own bytes decide and that an honest peer would
-/// not have relayed.
-fn costs_reputation(r: &Rejection) -> bool {
-    matches!(
-        r,
-        Rejection::InvalidSender(_)
-            | Rejection::Stateless(_)
-            | Rejection::BlobsNotActive
-            | Rejection::Oversized { .. }
-    )
 }
 
 fn short(id: &PeerId) -> String {

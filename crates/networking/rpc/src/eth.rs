@@ -10,7 +10,7 @@ use alloy_primitives::{Address, B256, Bytes};
 use jsonrpsee::types::Params;
 use moat_blockchain::chain::ChainError;
 use moat_blockchain::history::StateAtBlock;
-use moat_blockchain::mempool::{TxInput, TxOrigin};
+use moat_blockchain::mempool::TxInput;
 use moat_common::block::{Block, Header};
 use serde_json::Value;
 
@@ -374,7 +374,7 @@ pub async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcRe
         .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?;
     match ctx
         .pool
-        .add_transaction(TxInput::Raw(bytes), TxOrigin::Local)
+        .submit_local(TxInput::Raw(bytes))
         .await
     {
         Ok(added) => Ok(serde_json::json!(added.hash)),

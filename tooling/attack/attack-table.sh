@@ -1,0 +1,58 @@
+#!/bin/sh
+# make attack-table: moat-attack-table against a moat dev node (gossip and RPC forms) and,
+# when GETH names a go-ethereum binary, against geth's dev mode (RPC form: geth's dev mode
+# has no p2p). Everything listens on 127.0.0.1; each node is stopped at the end.
+# SECONDS_PER_PHASE (default 5) and SCENARIOS (comma-separated) pass through.
+set -eu
+BIN=${BIN:-target/release}
+PHASE=${SECONDS_PER_PHASE:-5}
+SCEN=${SCENARIOS:-fresh-keys,repeat,rpc-flood,announce}
+DIR=$(mktemp -d /tmp/moat-attack-table.XXXXXX)
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+    sleep 1
+    rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+
+rpc() { # rpc PORT METHOD PARAMS
+    curl -s -m 2 -H 'Content-Type: application/json' \
+        -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$2\",\"params\":$3}" "http://127.0.0.1:$1"
+}
+wait_rpc() { # wait_rpc PORT
+    i=0
+    until rpc "$1" eth_chainId '[]' | grep -q result; do
+        i=$((i + 1)); [ $i -gt 100 ] && { echo "node on :$1 did not start" >&2; exit 1; }
+        sleep 0.2
+    done
+}
+
+# moat: dev chain, the well-known dev keys 0 (honest peer) and 1 (honest RPC).
+"$BIN/moat" --dev --dev.period 2 --maxpeers 50 --nodiscover --p2p.addr 127.0.0.1 \
+    --port 30391 --http.port 8591 --ws.port 8592 --authrpc.port 8593 --metrics.port 8594 \
+    --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
+    --datadir "$DIR/moat" > "$DIR/moat.log" 2>&1 &
+MOAT=$!
+PIDS="$PIDS $MOAT"
+wait_rpc 8591
+ENODE=$(rpc 8591 admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p')
+[ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; exit 1; }
+"$BIN/moat-attack-table" --label moat --rpc 127.0.0.1:8591 --target "$ENODE" --pid "$MOAT" \
+    --peer-key 0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 \
+    --rpc-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d \
+    --seconds "$PHASE" --scenarios "$SCEN" || true
+kill "$MOAT"; PIDS=""
+
+if [ -n "${GETH:-}" ]; then
+    # geth --dev funds its fixed developer key (cmd/utils DeveloperKey).
+    "$GETH" --dev --dev.period 2 --datadir "$DIR/geth" --http --http.addr 127.0.0.1 \
+        --http.port 8595 --authrpc.port 8596 --port 0 --nodiscover --maxpeers 0 \
+        > "$DIR/geth.log" 2>&1 &
+    GPID=$!
+    PIDS="$GPID"
+    wait_rpc 8595
+    DEVKEY=0xb71c71a67e1177ad4e901695e1b4b9ee17ae16c6668d313eac2f96dbcda3f291
+    "$BIN/moat-attack-table" --label go-ethereum --rpc 127.0.0.1:8595 --pid "$GPID" \
+        --peer-key $DEVKEY --rpc-key $DEVKEY --seconds "$PHASE" --scenarios "$SCEN" || true
+fi
