@@ -32,6 +32,7 @@ mod admin;
 mod blocks;
 mod debug;
 mod eth_config;
+mod filters;
 mod testing;
 mod call;
 pub mod engine;
@@ -138,6 +139,8 @@ pub struct RpcContext {
     pub sync: Option<Arc<dyn SyncService>>,
     /// Most gas an eth_call or eth_estimateGas may use; 0 for no cap beyond the block's.
     pub gas_cap: u64,
+    /// Installed polled filters (`eth_newFilter` and kin).
+    filters: Arc<filters::FilterTable>,
 }
 
 impl RpcContext {
@@ -150,6 +153,7 @@ impl RpcContext {
             admin: None,
             sync: None,
             gas_cap: DEFAULT_GAS_CAP,
+            filters: Arc::default(),
         }
     }
 
@@ -316,6 +320,7 @@ pub fn module(
     blocks::register(&mut m)?;
     debug::register(&mut m)?;
     testing::register(&mut m)?;
+    filters::register(&mut m)?;
     cheap(&mut m, "txpool_status", |c, _| Ok(txpool::status(c)))?;
     cheap(&mut m, "txpool_content", |c, _| Ok(txpool::content(c)))?;
     cheap(&mut m, "txpool_contentFrom", txpool::content_from)?;

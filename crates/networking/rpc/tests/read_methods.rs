@@ -277,3 +277,49 @@ async fn calls_take_state_overrides() {
     .await;
     assert_eq!(both["error"]["code"], json!(-32602), "{both}");
 }
+
+/// ethers' `contract.on` over HTTP polls a log filter; web3.py polls block filters.
+#[tokio::test(flavor = "multi_thread")]
+async fn filters_report_what_is_new_since_the_last_poll() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let store = Store::in_memory();
+    let chain = Chain::init(store.clone(), &genesis).unwrap();
+    let blocks = Block::decode_all(&std::fs::read(testdata("chain.rlp")).unwrap()).unwrap();
+    let (first, rest) = blocks.split_at(blocks.len() / 2);
+    for b in first {
+        chain.import(b).unwrap();
+    }
+    let view = StoreStateView::new(store, chain.config().clone());
+    let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
+    let module = moat_rpc::module(RpcContext::new(chain.clone(), pool), "test".into()).unwrap();
+
+    let blocks_id = call(&module, "eth_newBlockFilter", json!([])).await["result"].clone();
+    let logs_id = call(&module, "eth_newFilter", json!([{}])).await["result"].clone();
+    let nothing = call(&module, "eth_getFilterChanges", json!([blocks_id])).await;
+    assert_eq!(nothing["result"], json!([]));
+
+    for b in rest {
+        chain.import(b).unwrap();
+    }
+    let hashes = call(&module, "eth_getFilterChanges", json!([blocks_id])).await;
+    let expected: Vec<Value> = rest.iter().map(|b| json!(b.hash)).collect();
+    assert_eq!(hashes["result"], Value::Array(expected));
+    let again = call(&module, "eth_getFilterChanges", json!([blocks_id])).await;
+    assert_eq!(again["result"], json!([]));
+
+    let range = json!([{
+        "fromBlock": format!("{:#x}", rest[0].header.number),
+        "toBlock": format!("{:#x}", rest.last().unwrap().header.number),
+    }]);
+    let direct = call(&module, "eth_getLogs", range).await;
+    let polled = call(&module, "eth_getFilterChanges", json!([logs_id])).await;
+    assert_eq!(polled["result"], direct["result"]);
+    assert!(!direct["result"].as_array().unwrap().is_empty());
+
+    let removed = call(&module, "eth_uninstallFilter", json!([blocks_id])).await;
+    assert_eq!(removed["result"], json!(true));
+    let again = call(&module, "eth_uninstallFilter", json!([blocks_id])).await;
+    assert_eq!(again["result"], json!(false));
+    let gone = call(&module, "eth_getFilterChanges", json!([blocks_id])).await;
+    assert_eq!(gone["error"]["code"], json!(-32000));
+}
