@@ -500,6 +500,15 @@ impl Budgets {
         l.history.insert(a.subnet, merged);
     }
 
+    /// Whether to refuse a new connection from `ip` before any handshake: a peer of its
+    /// subnet was dropped as useless less than a window ago.
+    pub fn refuses(&self, ip: IpAddr, now: Instant) -> bool {
+        let l = self.ledger.lock();
+        l.history
+            .get(&Subnet::of(ip))
+            .is_some_and(|h| h.useless && now.saturating_duration_since(h.left) < self.cfg.window)
+    }
+
     /// Charges a peer for work done for it, and judges it when its window has seen
     /// enough CPU.
     pub fn charge_peer(&self, id: &B512, spent: Spent, now: Instant) {
@@ -803,6 +812,10 @@ mod tests {
             budgets.verdict(&B, later),
             Verdict::Disconnect(DropReason::Useless)
         );
+        // While the subnet's useless peer is fresh, new connections from it are refused.
+        assert!(budgets.refuses("10.0.0.200".parse().unwrap(), later));
+        assert!(!budgets.refuses("10.0.0.200".parse().unwrap(), t + Duration::from_secs(11)));
+        assert!(!budgets.refuses("10.0.1.1".parse().unwrap(), later));
         // Another /24 starts clean.
         let c = B512::repeat_byte(3);
         budgets.attach_peer(c, "10.0.1.1".parse().unwrap(), later);

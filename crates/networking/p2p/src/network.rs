@@ -524,6 +524,13 @@ impl Network {
                     continue;
                 }
             };
+            // A subnet whose peer was just dropped for useless admission CPU waits out
+            // the window before it costs another handshake.
+            if self.inner.pool.budgets().refuses(addr.ip(), Instant::now()) {
+                metrics::counter!("moat_p2p_handshakes_refused_total", "reason" => "useless_subnet")
+                    .increment(1);
+                continue;
+            }
             let Ok(permit) = self.inner.handshakes.clone().try_acquire_owned() else {
                 metrics::counter!("moat_p2p_handshakes_refused_total").increment(1);
                 continue;
@@ -943,7 +950,14 @@ impl Network {
                 if !self.inner.synced.load(Ordering::Acquire) {
                     return;
                 }
+                // Announcements cost lookups in the pool and the fetcher: measured and
+                // charged like admission, and a peer in debt waits here, in its reader.
+                if !self.await_budget(peer).await {
+                    return;
+                }
+                let meter = CpuMeter::start();
                 self.on_announcement(peer, a);
+                self.inner.pool.charge(TxOrigin::Peer(peer.info.id), meter);
             }
             EthMessage::PooledTransactions { request_id, txs } => {
                 self.on_pooled(peer, request_id, txs).await;
