@@ -1,5 +1,8 @@
 //! `eth_subscribe` over WebSocket: "newHeads" (fed by the node through
-//! [`HeadNotifier`]) and "newPendingTransactions" (fed by the pool).
+//! [`HeadNotifier`]), "newPendingTransactions" (fed by the pool), "logs" (each new head's
+//! logs that match the criteria, read through `eth_getLogs`; logs of blocks a reorg takes
+//! back are not sent again as removed) and "syncing" (the `eth_syncing` answer, checked
+//! every second and sent when it changes).
 //!
 //! Each subscription forwards from a tokio broadcast channel. A subscriber that falls
 //! behind skips what it missed instead of holding the channel back: a slow client must
@@ -85,6 +88,8 @@ impl IdProvider for HexIdProvider {
 enum Kind {
     NewHeads,
     PendingTxs { full: bool },
+    Logs(serde_json::Map<String, Value>),
+    Syncing,
 }
 
 fn parse_kind(params: &Params<'_>) -> Result<Kind, jsonrpsee::types::ErrorObjectOwned> {
@@ -99,7 +104,22 @@ fn parse_kind(params: &Params<'_>) -> Result<Kind, jsonrpsee::types::ErrorObject
             let full = matches!(values.get(1), Some(Value::Bool(true)));
             Ok(Kind::PendingTxs { full })
         }
-        Some("logs" | "syncing") => Err(invalid_params("subscription not supported by this node")),
+        Some("logs") => match values.get(1) {
+            None | Some(Value::Null) => Ok(Kind::Logs(Default::default())),
+            Some(Value::Object(o)) => {
+                if o.contains_key("fromBlock")
+                    || o.contains_key("toBlock")
+                    || o.contains_key("blockHash")
+                {
+                    return Err(invalid_params(
+                        "a logs subscription takes only address and topics",
+                    ));
+                }
+                Ok(Kind::Logs(o.clone()))
+            }
+            Some(_) => Err(invalid_params("invalid logs filter")),
+        },
+        Some("syncing") => Ok(Kind::Syncing),
         Some(other) => Err(invalid_params(format!(
             "no \"{other}\" subscription in eth namespace"
         ))),
@@ -168,6 +188,110 @@ pub async fn eth_subscribe(
                 serde_json::value::to_raw_value(&value).ok()
             })
             .await;
+        }
+        Kind::Logs(criteria) => {
+            // The criteria must parse before the subscription is accepted.
+            let check = ctx
+                .head()
+                .and_then(|(_, head)| logs_of(&ctx, &criteria, head));
+            if let Err(e) = check {
+                pending.reject(e).await;
+                return;
+            }
+            let rx = ctx.heads.tx.subscribe();
+            let Ok(sink) = pending.accept().await else {
+                return;
+            };
+            forward_logs(sink, rx, ctx, criteria).await;
+        }
+        Kind::Syncing => {
+            let Ok(sink) = pending.accept().await else {
+                return;
+            };
+            let mut last: Option<Value> = None;
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = sink.closed() => return,
+                    _ = tick.tick() => {}
+                }
+                let Ok(now) = crate::sync::syncing(&ctx, Params::new(None)) else {
+                    continue;
+                };
+                if last.as_ref() == Some(&now) {
+                    continue;
+                }
+                // geth's shape: the progress while syncing, `false` once done.
+                let message = match &now {
+                    Value::Bool(false) => Value::Bool(false),
+                    status => serde_json::json!({ "syncing": true, "status": status }),
+                };
+                let first = last.is_none();
+                last = Some(now);
+                if first && message == Value::Bool(false) {
+                    continue;
+                }
+                let Ok(raw) = serde_json::value::to_raw_value(&message) else {
+                    continue;
+                };
+                if sink.send(SubscriptionMessage::from(raw)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The logs of block `hash` that match `criteria` (address, topics).
+fn logs_of(
+    ctx: &RpcContext,
+    criteria: &serde_json::Map<String, Value>,
+    hash: alloy_primitives::B256,
+) -> Result<Value, jsonrpsee::types::ErrorObjectOwned> {
+    let mut c = criteria.clone();
+    c.insert("blockHash".into(), serde_json::json!(hash));
+    let text = Value::Array(vec![Value::Object(c)]).to_string();
+    crate::logs::get_logs(ctx, Params::new(Some(&text)))
+}
+
+/// For each new head, its matching logs, one message each.
+async fn forward_logs(
+    sink: SubscriptionSink,
+    mut rx: broadcast::Receiver<HeadMessage>,
+    ctx: Arc<RpcContext>,
+    criteria: serde_json::Map<String, Value>,
+) {
+    loop {
+        let head = tokio::select! {
+            _ = sink.closed() => return,
+            item = rx.recv() => match item {
+                Ok(head) => head,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        };
+        let Some(hash) = serde_json::from_str::<Value>(head.get())
+            .ok()
+            .and_then(|v| {
+                v.get("hash")
+                    .and_then(|h| serde_json::from_value(h.clone()).ok())
+            })
+        else {
+            continue;
+        };
+        let (c, criteria2) = (ctx.clone(), criteria.clone());
+        let Ok(Ok(Value::Array(logs))) =
+            tokio::task::spawn_blocking(move || logs_of(&c, &criteria2, hash)).await
+        else {
+            continue;
+        };
+        for log in logs {
+            let Ok(raw) = serde_json::value::to_raw_value(&log) else {
+                continue;
+            };
+            if sink.send(SubscriptionMessage::from(raw)).await.is_err() {
+                return;
+            }
         }
     }
 }

@@ -323,3 +323,56 @@ async fn filters_report_what_is_new_since_the_last_poll() {
     let gone = call(&module, "eth_getFilterChanges", json!([blocks_id])).await;
     assert_eq!(gone["error"]["code"], json!(-32000));
 }
+
+/// ethers' `contract.on` over WebSocket subscribes to logs: each new head's matching
+/// logs arrive, one message each.
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_subscriptions_deliver_each_new_heads_logs() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let store = Store::in_memory();
+    let chain = Chain::init(store.clone(), &genesis).unwrap();
+    let blocks = Block::decode_all(&std::fs::read(testdata("chain.rlp")).unwrap()).unwrap();
+    let (first, rest) = blocks.split_at(blocks.len() / 2);
+    for b in first {
+        chain.import(b).unwrap();
+    }
+    let view = StoreStateView::new(store, chain.config().clone());
+    let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
+    let ctx = RpcContext::new(chain.clone(), pool);
+    let heads = ctx.head_notifier();
+    let module = moat_rpc::module(ctx, "test".into()).unwrap();
+
+    let subscribe = |params: Value| {
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": params })
+            .to_string()
+    };
+    let (accepted, mut rx) = module
+        .raw_json_request(&subscribe(json!(["logs", {}])), 1024)
+        .await
+        .unwrap();
+    assert!(accepted.get().contains("\"result\""), "{}", accepted.get());
+    let (refused, _) = module
+        .raw_json_request(&subscribe(json!(["logs", { "fromBlock": "0x1" }])), 16)
+        .await
+        .unwrap();
+    assert!(refused.get().contains("\"error\""), "{}", refused.get());
+
+    let mut expected = Vec::new();
+    for b in rest {
+        chain.import(b).unwrap();
+        heads.notify_new_head(&b.header);
+        let logs = call(&module, "eth_getLogs", json!([{ "blockHash": b.hash }])).await;
+        expected.extend(logs["result"].as_array().unwrap().clone());
+    }
+    assert!(!expected.is_empty());
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a log within 10 s")
+            .expect("the subscription is open");
+        let message: Value = serde_json::from_str(message.get()).unwrap();
+        got.push(message["params"]["result"].clone());
+    }
+    assert_eq!(got, expected);
+}
