@@ -60,7 +60,7 @@ pub fn call_gas_cap(config: &ChainConfig, header: &Header) -> u64 {
 }
 
 /// revm's transaction for a call with `gas`.
-fn call_tx(config: &ChainConfig, req: &CallRequest, gas: u64) -> TxEnv {
+pub(super) fn call_tx(config: &ChainConfig, req: &CallRequest, gas: u64) -> TxEnv {
     let dynamic = req.max_fee_per_gas.is_some() || req.max_priority_fee_per_gas.is_some();
     let access_list = revm::context_interface::transaction::AccessList(
         req.access_list
@@ -98,7 +98,7 @@ fn call_tx(config: &ChainConfig, req: &CallRequest, gas: u64) -> TxEnv {
     }
 }
 
-fn setup_for(
+pub(super) fn setup_for(
     config: &ChainConfig,
     header: &Header,
     req: &CallRequest,
@@ -123,7 +123,7 @@ fn outcome(result: ExecutionResult) -> CallOutcome {
     }
 }
 
-fn call_error<E: std::fmt::Display>(e: revm::context::result::EVMError<E>) -> VmError {
+pub(super) fn call_error<E: std::fmt::Display>(e: revm::context::result::EVMError<E>) -> VmError {
     match evm_error(e, Some(0)) {
         // Not an invalid block here: the request itself is wrong (funds, gas, fee).
         VmError::InvalidTransaction { reason, .. } => VmError::InvalidCall(reason),

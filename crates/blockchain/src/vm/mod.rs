@@ -54,7 +54,7 @@ pub use system::{
     BEACON_ROOTS_ADDRESS, CONSOLIDATION_REQUEST_ADDRESS, DEPOSIT_EVENT_TOPIC,
     HISTORY_STORAGE_ADDRESS, WITHDRAWAL_REQUEST_ADDRESS,
 };
-pub use trace::{TraceError, TraceOptions, trace_block};
+pub use trace::{TraceError, TraceOptions, trace_block, trace_call};
 
 /// Pre-state the executor reads (the node implements it over its store).
 pub trait StateReader {

@@ -30,6 +30,39 @@ pub enum TraceError {
     Vm(#[from] VmError),
 }
 
+/// Traces a call (`debug_traceCall`) on the post-state of `header`, in that block's
+/// environment as `eth_call` runs it.
+pub fn trace_call(
+    config: &ChainConfig,
+    header: &moat_common::block::Header,
+    req: &super::CallRequest,
+    state: &dyn StateReader,
+    opts: &TraceOptions,
+) -> Result<serde_json::Value, TraceError> {
+    let inspector =
+        DebugInspector::new(opts.clone()).map_err(|e| TraceError::Options(e.to_string()))?;
+    let cap = super::call_gas_cap(config, header);
+    let gas = req.gas.unwrap_or(cap).min(cap);
+    let setup = super::call::setup_for(config, header, req)?;
+    let db = State::builder().with_database(ReaderDb::new(state)).build();
+    let mut evm = setup.build_inspecting_evm(db, inspector);
+    let tx_env = super::call::call_tx(config, req, gas);
+    let result = evm
+        .inspect_tx(tx_env.clone())
+        .map_err(super::call::call_error)?;
+    let trace = evm
+        .inspector
+        .get_result(
+            None,
+            &tx_env,
+            setup.block_env(),
+            &result,
+            &mut evm.ctx.journaled_state.database,
+        )
+        .map_err(|e| VmError::State(e.to_string()))?;
+    Ok(serde_json::to_value(&trace).map_err(|e| VmError::State(format!("trace encoding: {e}")))?)
+}
+
 /// Traces the transactions of `block` (only the one at `only`, if given) on the state
 /// before it; each result is geth's JSON for that transaction, with its hash.
 pub fn trace_block(

@@ -29,7 +29,7 @@ fn quantity<T: TryFrom<u128>>(o: &Map<String, Value>, name: &str) -> RpcResult<O
         .map_err(|_| invalid_params(format!("{name}: out of range")))
 }
 
-fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
+pub(crate) fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
     let Some(Value::Object(o)) = v else {
         return Err(invalid_params("missing value for required argument 0"));
     };

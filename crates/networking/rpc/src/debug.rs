@@ -95,6 +95,35 @@ pub fn trace_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Va
     block_traces(ctx, &block, &opts)
 }
 
+/// `debug_traceCall(call, block, options)`: the call traced on the block's post-state, as
+/// `eth_call` runs it (state and block overrides in the options are not taken).
+pub fn trace_call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [c, b, o] = positional::<3>(&params)?;
+    let mut req = crate::call::parse_request(c)?;
+    if ctx.gas_cap > 0 {
+        req.gas = Some(req.gas.map_or(ctx.gas_cap, |g| g.min(ctx.gas_cap)));
+    }
+    let opts = options(o)?;
+    let at = ctx.state_at(crate::eth::block_param(b)?)?;
+    let header = match at {
+        crate::eth::StateAt::Past(n) => ctx
+            .chain
+            .header_by_number(n)
+            .map_err(internal)?
+            .ok_or_else(crate::params::header_not_found)?,
+        _ => ctx.head_header()?,
+    };
+    let state = ctx.reader(at)?;
+    moat_blockchain::vm::trace_call(ctx.chain.config(), &header, &req, &state, &opts).map_err(|e| {
+        match e {
+            TraceError::Options(msg) => invalid_params(msg),
+            TraceError::Vm(moat_blockchain::vm::VmError::InvalidCall(msg)) => server_error(msg),
+            TraceError::Vm(moat_blockchain::vm::VmError::State(msg)) => internal(msg),
+            TraceError::Vm(other) => server_error(other.to_string()),
+        }
+    })
+}
+
 /// Registers this module's methods.
 pub(crate) fn register(
     m: &mut jsonrpsee::RpcModule<RpcContext>,
@@ -103,5 +132,6 @@ pub(crate) fn register(
     blocking(m, "debug_traceTransaction", trace_transaction)?;
     blocking(m, "debug_traceBlockByNumber", trace_block_by_number)?;
     blocking(m, "debug_traceBlockByHash", trace_block_by_hash)?;
+    blocking(m, "debug_traceCall", trace_call)?;
     Ok(())
 }

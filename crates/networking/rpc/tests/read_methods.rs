@@ -376,3 +376,23 @@ async fn logs_subscriptions_deliver_each_new_heads_logs() {
     }
     assert_eq!(got, expected);
 }
+
+/// debug_traceCall runs the call as eth_call does, under the tracer asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn trace_call_runs_the_call_under_the_tracer() {
+    let Fixture { module, .. } = fixture();
+    let target = format!("{:#x}", alloy_primitives::Address::repeat_byte(0x42));
+    let from = format!("{:#x}", alloy_primitives::Address::repeat_byte(0x01));
+    let out = call(
+        &module,
+        "debug_traceCall",
+        json!([{ "from": from, "to": target }, "latest", { "tracer": "callTracer" }]),
+    )
+    .await;
+    assert_eq!(out["result"]["from"], json!(from), "{out}");
+    assert_eq!(out["result"]["to"], json!(target));
+    assert_eq!(out["result"]["type"], json!("CALL"));
+    let logger = call(&module, "debug_traceCall", json!([{ "to": target }])).await;
+    assert_eq!(logger["result"]["gas"], json!(21_000), "{logger}");
+    assert_eq!(logger["result"]["structLogs"], json!([]));
+}
