@@ -127,6 +127,9 @@ pub enum StatelessError {
     TooManyBlobs { count: usize, max: u64 },
     #[error("EIP-7702 transaction with empty auth list")]
     EmptyAuthorizationList,
+    /// EIP-2681: a nonce of 2^64 − 1 could never be followed by another.
+    #[error("nonce has max value")]
+    NonceMax,
 }
 
 /// Every stateless rule `tx` breaks under `rules` (empty when it passes), with its
@@ -216,6 +219,9 @@ pub fn check_stateless(
     }
     if tx.tx_type() == TxType::Eip7702 && inner.authorization_list().is_empty() {
         errors.push(StatelessError::EmptyAuthorizationList);
+    }
+    if inner.nonce() == u64::MAX {
+        errors.push(StatelessError::NonceMax);
     }
     (intrinsic, errors)
 }

@@ -512,6 +512,7 @@ fn stateless_rules_are_listed() {
         unreachable!()
     };
     t.chain_id = 5;
+    t.nonce = u64::MAX;
     t.gas_limit = 30_000_000;
     t.max_priority_fee_per_gas = t.max_fee_per_gas + 1;
     t.to = TxKind::Create;
@@ -525,6 +526,7 @@ fn stateless_rules_are_listed() {
         },
     );
     assert!(errors.contains(&StatelessError::ChainId { have: 5, want: 1 }));
+    assert!(errors.contains(&StatelessError::NonceMax));
     assert!(
         errors
             .iter()
