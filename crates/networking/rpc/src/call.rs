@@ -127,7 +127,7 @@ fn vm_error(e: VmError) -> ErrorObjectOwned {
 /// held to the node's RPC gas cap (`--rpc.gascap`, geth's 50M by default): one call
 /// cannot make the node run a whole block's worth of EVM.
 fn parse_call(ctx: &RpcContext, params: &Params<'_>) -> RpcResult<(CallRequest, Option<u64>)> {
-    let [call, block, _] = positional::<3>(params)?;
+    let [call, block, _, _] = positional::<4>(params)?;
     let at = match ctx.state_at(block_param(block)?)? {
         StateAt::Past(n) => Some(n),
         StateAt::Head | StateAt::Pending => None,
@@ -205,12 +205,90 @@ fn parse_overrides(v: Option<Value>) -> RpcResult<Option<HashMap<Address, Accoun
     Ok(Some(out))
 }
 
+/// geth's block override object (the fourth parameter), as edits of the header the call
+/// runs in. `blobBaseFee`, `difficulty`, `beaconRoot` and `withdrawals` are refused.
+type BlockOverrides = Box<dyn FnOnce(&mut moat_common::block::Header)>;
+
+fn parse_block_overrides(v: Option<Value>) -> RpcResult<Option<BlockOverrides>> {
+    let o = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(invalid_params("invalid argument 3: expected an object")),
+    };
+    for key in o.keys() {
+        if !matches!(
+            key.as_str(),
+            "number"
+                | "time"
+                | "gasLimit"
+                | "feeRecipient"
+                | "coinbase"
+                | "prevRandao"
+                | "random"
+                | "baseFeePerGas"
+                | "baseFee"
+        ) {
+            return Err(invalid_params(format!(
+                "invalid argument 3: block override {key:?} is not supported"
+            )));
+        }
+    }
+    let number: Option<u64> = quantity(&o, "number")?;
+    let time: Option<u64> = quantity(&o, "time")?;
+    let gas_limit: Option<u64> = quantity(&o, "gasLimit")?;
+    let base_fee: Option<u64> = match quantity(&o, "baseFeePerGas")? {
+        Some(f) => Some(f),
+        None => quantity(&o, "baseFee")?,
+    };
+    let field = |a: &str, b: &str| {
+        o.get(a)
+            .or_else(|| o.get(b))
+            .filter(|v| !v.is_null())
+            .cloned()
+    };
+    let fee_recipient: Option<Address> = match field("feeRecipient", "coinbase") {
+        None => None,
+        Some(v) => Some(
+            serde_json::from_value(v)
+                .map_err(|e| invalid_params(format!("invalid argument 3: feeRecipient: {e}")))?,
+        ),
+    };
+    let prev_randao: Option<B256> = match field("prevRandao", "random") {
+        None => None,
+        Some(v) => Some(
+            serde_json::from_value(v)
+                .map_err(|e| invalid_params(format!("invalid argument 3: prevRandao: {e}")))?,
+        ),
+    };
+    Ok(Some(Box::new(move |h: &mut moat_common::block::Header| {
+        if let Some(n) = number {
+            h.number = n;
+        }
+        if let Some(t) = time {
+            h.timestamp = t;
+        }
+        if let Some(g) = gas_limit {
+            h.gas_limit = g;
+        }
+        if let Some(f) = base_fee {
+            h.base_fee_per_gas = Some(f);
+        }
+        if let Some(a) = fee_recipient {
+            h.beneficiary = a;
+        }
+        if let Some(r) = prev_randao {
+            h.mix_hash = r;
+        }
+    })))
+}
+
 /// Runs `f` over the state `at` names with `overrides` laid over it, with the header of
-/// that block.
+/// that block (edited by `block`, if given).
 fn with_overrides<T>(
     ctx: &RpcContext,
     at: Option<u64>,
     overrides: HashMap<Address, AccountOverride>,
+    block: Option<BlockOverrides>,
     f: impl FnOnce(&moat_common::block::Header, &dyn moat_blockchain::vm::StateReader) -> T,
 ) -> RpcResult<T> {
     let (state_at, header) = match at {
@@ -223,6 +301,10 @@ fn with_overrides<T>(
         ),
         None => (StateAt::Head, ctx.head_header()?),
     };
+    let mut header = header;
+    if let Some(edit) = block {
+        edit(&mut header);
+    }
     let base = ctx.reader(state_at)?;
     let state =
         OverriddenState::new(&base, overrides).map_err(|e| invalid_params(e.to_string()))?;
@@ -231,13 +313,17 @@ fn with_overrides<T>(
 
 pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
-    let [_, _, o] = positional::<3>(&params)?;
-    let outcome = match (parse_overrides(o)?, at) {
-        (Some(overrides), at) => with_overrides(ctx, at, overrides, |header, state| {
-            moat_blockchain::vm::call(ctx.chain.config(), header, &req, state)
-        })?,
-        (None, None) => ctx.chain.call(&req),
-        (None, Some(n)) => ctx.chain.call_at(n, &req).map_err(history_error)?,
+    let [_, _, o, b] = positional::<4>(&params)?;
+    let outcome = match (parse_overrides(o)?, parse_block_overrides(b)?, at) {
+        (None, None, None) => ctx.chain.call(&req),
+        (None, None, Some(n)) => ctx.chain.call_at(n, &req).map_err(history_error)?,
+        (overrides, block, at) => with_overrides(
+            ctx,
+            at,
+            overrides.unwrap_or_default(),
+            block,
+            |header, state| moat_blockchain::vm::call(ctx.chain.config(), header, &req, state),
+        )?,
     };
     match outcome.map_err(vm_error)? {
         CallOutcome::Success { output, .. } => Ok(json!(output)),
@@ -250,13 +336,19 @@ pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 
 pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
-    let [_, _, o] = positional::<3>(&params)?;
-    let outcome = match (parse_overrides(o)?, at) {
-        (Some(overrides), at) => with_overrides(ctx, at, overrides, |header, state| {
-            moat_blockchain::vm::estimate_gas(ctx.chain.config(), header, &req, state)
-        })?,
-        (None, None) => ctx.chain.estimate_gas(&req),
-        (None, Some(n)) => ctx.chain.estimate_gas_at(n, &req).map_err(history_error)?,
+    let [_, _, o, b] = positional::<4>(&params)?;
+    let outcome = match (parse_overrides(o)?, parse_block_overrides(b)?, at) {
+        (None, None, None) => ctx.chain.estimate_gas(&req),
+        (None, None, Some(n)) => ctx.chain.estimate_gas_at(n, &req).map_err(history_error)?,
+        (overrides, block, at) => with_overrides(
+            ctx,
+            at,
+            overrides.unwrap_or_default(),
+            block,
+            |header, state| {
+                moat_blockchain::vm::estimate_gas(ctx.chain.config(), header, &req, state)
+            },
+        )?,
     };
     match outcome.map_err(vm_error)? {
         Ok(gas) => Ok(json!(format!("0x{gas:x}"))),

@@ -396,3 +396,28 @@ async fn trace_call_runs_the_call_under_the_tracer() {
     assert_eq!(logger["result"]["gas"], json!(21_000), "{logger}");
     assert_eq!(logger["result"]["structLogs"], json!([]));
 }
+
+/// viem passes block overrides as eth_call's fourth parameter.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_take_block_overrides() {
+    let Fixture { module, .. } = fixture();
+    let target = format!("{:#x}", alloy_primitives::Address::repeat_byte(0x78));
+    // NUMBER, returned as one word.
+    let number = "0x4360005260206000f3";
+    let word = |n: u64| format!("{:#066x}", n);
+    let code = json!({ target.clone(): { "code": number } });
+    let out = call(
+        &module,
+        "eth_call",
+        json!([{ "to": target }, "latest", code, { "number": "0x1234" }]),
+    )
+    .await;
+    assert_eq!(out["result"], json!(word(0x1234)), "{out}");
+    let refused = call(
+        &module,
+        "eth_call",
+        json!([{ "to": target }, "latest", code, { "blobBaseFee": "0x1" }]),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], json!(-32602), "{refused}");
+}
