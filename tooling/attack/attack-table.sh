@@ -48,6 +48,7 @@ if [ -n "${GETH:-}" ]; then
     # geth --dev funds its fixed developer key (cmd/utils DeveloperKey).
     "$GETH" --dev --dev.period 2 --datadir "$DIR/geth" --http --http.addr 127.0.0.1 \
         --http.port 8595 --authrpc.port 8596 --port 0 --nodiscover --maxpeers 0 \
+        --datadir.minfreedisk 1 \
         > "$DIR/geth.log" 2>&1 &
     GPID=$!
     PIDS="$GPID"

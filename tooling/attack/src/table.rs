@@ -24,9 +24,9 @@
 //! Without `--target` only the RPC forms run (honest RPC, `rpc-flood`): go-ethereum's dev
 //! mode has no p2p.
 //!
-//! The attackers' CPU share is the node's extra CPU during the attack over its CPU then
-//! (`/proc/<pid>/stat`), against `--budget-share` (what the node's budgets allow all
-//! attackers: moat's peers budget is half the machine).
+//! The attackers' CPU share is the node's extra CPU during the attack (`/proc/<pid>/stat`,
+//! over the reference phase) as a share of the machine's cores, against `--budget-share`
+//! (what the node's budgets allow all attackers: moat's peers budget is half the machine).
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256, hex};
 use clap::{Parser, ValueEnum};
@@ -146,7 +146,7 @@ impl Rpc {
     async fn call(&mut self, method: &str, params: &str) -> std::io::Result<serde_json::Value> {
         let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
         let req = format!(
-            "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         self.io.get_mut().write_all(req.as_bytes()).await?;
@@ -456,6 +456,7 @@ async fn run(args: Args) -> Result<bool, String> {
     }
 
     let phase = Duration::from_secs(args.seconds);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let pid = args.pid;
     // Reference: honest traffic alone (after a second of warm-up).
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -472,7 +473,7 @@ async fn run(args: Args) -> Result<bool, String> {
         base_cpu * 100.0
     );
     println!(
-        "| scenario | honest peer tx/s (vs alone) | honest RPC tx/s (vs alone) | peer p50 / p99 | RPC p50 / p99 | attackers' CPU share | recovery | ok |"
+        "| scenario | honest peer tx/s (vs alone) | honest RPC tx/s (vs alone) | peer p50 / p99 | RPC p50 / p99 | attackers' CPU (of machine) | recovery | ok |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---|");
     let mut all_ok = true;
@@ -522,11 +523,8 @@ async fn run(args: Args) -> Result<bool, String> {
         let peer_rate = pl.len() as f64 / secs(a0, a1);
         let rpc_rate = rl.len() as f64 / secs(a0, a1);
         let cpu = (ca1 - ca0) / secs(a0, a1);
-        let share = if cpu > 0.0 {
-            ((cpu - base_cpu) / cpu).max(0.0)
-        } else {
-            0.0
-        };
+        // The attack's extra node CPU, as a share of the machine (what budgets divide).
+        let share = ((cpu - base_cpu) / cores).max(0.0);
         let (pp50, pp99) = (percentile(&mut pl, 0.5), percentile(&mut pl, 0.99));
         let (rp50, rp99) = (percentile(&mut rl, 0.5), percentile(&mut rl, 0.99));
         let frac = |r: f64, b: f64| if b > 0.0 { r / b } else { 1.0 };
