@@ -39,6 +39,10 @@ struct Args {
     /// Transactions per `Transactions` message.
     #[arg(long, default_value_t = 200)]
     batch: usize,
+    /// The peer's admission CPU budget, CPU-µs per second (burst: half of it), for all
+    /// peers too [default: the node's, an eighth of the machine per peer].
+    #[arg(long)]
+    peer_cpu: Option<u64>,
 }
 
 const CHAIN_ID: u64 = 7_777;
@@ -96,6 +100,11 @@ async fn main() {
     let mut pool_cfg = PoolConfig::new(config.clone());
     pool_cfg.pending.max_txs = args.txs * 2;
     pool_cfg.pending.max_bytes = args.txs * 2 * 1024;
+    if let Some(rate) = args.peer_cpu {
+        pool_cfg.budget.peer_rate_us = rate;
+        pool_cfg.budget.peer_burst_us = rate / 2;
+        pool_cfg.budget.peers_rate_us = rate;
+    }
     let pool = Pool::new(pool_cfg, Arc::new(StoreStateView::new(store, config)));
 
     let node_key = secp256k1::SecretKey::from_byte_array([0x11; 32]).expect("key");
