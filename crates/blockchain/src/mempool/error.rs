@@ -202,8 +202,9 @@ impl Rejection {
             Rejection::RecentlyFailed => (None, false),
             // Gossip delivers one tx from many peers; duplicates are normal.
             Rejection::AlreadyKnown => (None, false),
-            // A malformed or mismatched sidecar (or a blob tx without one) breaks the
-            // protocol; proofs that fail KZG may be an honest relay of a bad tx: none.
+            // A malformed or mismatched sidecar, proofs that fail KZG, or a blob tx
+            // without one break the protocol; a sidecar version the next block's fork
+            // does not allow is not the peer's doing (forks move under it): none.
             // The hash does not commit to the sidecar.
             Rejection::Sidecar(e) => (if e.is_peer_fault() { Fault } else { None }, false),
             // Against the fork's rules: no honest peer relays it.
@@ -248,3 +249,74 @@ pub enum PeerCost {
 
 /// The result of one admission.
 pub type AddResult = Result<Added, Rejection>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moat_crypto::kzg::KzgError;
+
+    #[test]
+    fn what_a_rejection_costs_the_peer_that_delivered_it() {
+        let cases = [
+            // Bytes that are no transaction, or a broken sidecar: a protocol fault.
+            (
+                Rejection::Decode(DecodeError::Empty),
+                PeerCost::Fault,
+                false,
+            ),
+            (
+                Rejection::Sidecar(BlobsBundleError::MissingSidecar),
+                PeerCost::Fault,
+                false,
+            ),
+            (
+                Rejection::Sidecar(BlobsBundleError::Kzg(KzgError::LengthMismatch("x"))),
+                PeerCost::Fault,
+                false,
+            ),
+            // A sidecar version the fork does not allow (yet, or any more): no fault.
+            (
+                Rejection::Sidecar(BlobsBundleError::VersionNotAllowed {
+                    version: moat_common::transaction::SidecarVersion::V1,
+                    fork: moat_common::config::Fork::Prague,
+                }),
+                PeerCost::None,
+                false,
+            ),
+            // Invalid by its own bytes: reputation, and remembered by hash.
+            (
+                Rejection::InvalidSender(SignatureError::HighS),
+                PeerCost::Penalty,
+                true,
+            ),
+            (
+                Rejection::Oversized { size: 2, max: 1 },
+                PeerCost::Penalty,
+                false,
+            ),
+            (Rejection::BlobsNotActive, PeerCost::Penalty, false),
+            // Races and our own policy or load cost nothing.
+            (
+                Rejection::NonceTooLow { state: 2, tx: 1 },
+                PeerCost::None,
+                true,
+            ),
+            (Rejection::AlreadyKnown, PeerCost::None, false),
+            (Rejection::Underpriced, PeerCost::None, false),
+            (Rejection::Busy, PeerCost::None, false),
+            (
+                Rejection::InsufficientFunds {
+                    balance: U256::ZERO,
+                    cost: U256::from(1),
+                },
+                PeerCost::None,
+                false,
+            ),
+        ];
+        for (r, cost, by_hash) in cases {
+            assert_eq!(r.peer_cost(), cost, "{r:?}");
+            assert_eq!(r.is_peer_fault(), cost == PeerCost::Fault, "{r:?}");
+            assert_eq!(r.is_hash_determined(), by_hash, "{r:?}");
+        }
+    }
+}
