@@ -6,7 +6,7 @@
 set -eu
 BIN=${BIN:-target/release}
 PHASE=${SECONDS_PER_PHASE:-5}
-SCEN=${SCENARIOS:-fresh-keys,repeat,rpc-flood,announce}
+SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,rpc-flood,announce}
 DIR=$(mktemp -d /tmp/moat-attack-table.XXXXXX)
 PIDS=""
 cleanup() {

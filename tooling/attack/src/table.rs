@@ -16,6 +16,8 @@
 //!
 //! Scenarios (numbers of the list):
 //! - `fresh-keys` (1): many new EOAs, unfunded, 128 txs a message;
+//! - `cache-churn` (2): distinct txs, half from fresh unfunded keys (each a new sender
+//!   cache entry), half for another chain id (each a new recent-failure entry);
 //! - `repeat` (3): one unfunded tx again and again, one copy a message;
 //! - `rpc-flood` (7): four RPC connections sending invalid (bad signature) and
 //!   underpriced txs as fast as answers come;
@@ -48,6 +50,7 @@ use tokio::net::TcpStream;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     FreshKeys,
+    CacheChurn,
     Repeat,
     RpcFlood,
     Announce,
@@ -57,6 +60,7 @@ impl Scenario {
     fn name(self) -> &'static str {
         match self {
             Scenario::FreshKeys => "1 fresh-key flood",
+            Scenario::CacheChurn => "2 cache exhaustion",
             Scenario::Repeat => "3 repeated failures",
             Scenario::RpcFlood => "7 RPC flood",
             Scenario::Announce => "6 announcement flood",
@@ -65,7 +69,9 @@ impl Scenario {
 
     fn gossip(self) -> bool {
         match self {
-            Scenario::FreshKeys | Scenario::Repeat | Scenario::Announce => true,
+            Scenario::FreshKeys | Scenario::CacheChurn | Scenario::Repeat | Scenario::Announce => {
+                true
+            }
             Scenario::RpcFlood => false,
         }
     }
@@ -93,7 +99,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "fresh-keys,repeat,rpc-flood,announce"
+        default_value = "fresh-keys,cache-churn,repeat,rpc-flood,announce"
     )]
     scenarios: Vec<Scenario>,
     /// Attacking peers (or RPC connections for `rpc-flood`).
@@ -265,6 +271,7 @@ async fn connect_from(target: &Enode, seed: u64, status: &Status) -> Option<Clie
 /// Pre-signed attack material, so signing costs nothing during the attack.
 struct Material {
     fresh: Vec<Vec<Bytes>>,
+    churn: Vec<Vec<Bytes>>,
     repeat: Bytes,
     rpc_bad: Vec<Bytes>,
 }
@@ -288,6 +295,26 @@ fn material(chain_id: u64, attackers: usize, per_attacker: usize) -> Material {
             .map(|h| h.join().unwrap_or_default())
             .collect()
     });
+    let churn: Vec<Vec<Bytes>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..attackers)
+            .map(|a| {
+                s.spawn(move || {
+                    (0..per_attacker as u64 / 2)
+                        .map(|i| {
+                            let seed = 0xc4c4_e000_0000 + ((a as u64) << 24) + i;
+                            // Even: a new sender; odd: a stateless failure (other chain).
+                            let chain = if i % 2 == 0 { chain_id } else { chain_id + 1 };
+                            transfer(chain, &Signer::from_seed(seed), 0, FEE_CAP, TIP)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
     let repeat = transfer(chain_id, &Signer::from_seed(0xbad), 0, FEE_CAP, TIP);
     // Underpriced (fee cap 1 wei) from fresh keys, and the same with a broken signature.
     let mut rpc_bad = Vec::new();
@@ -301,6 +328,7 @@ fn material(chain_id: u64, attackers: usize, per_attacker: usize) -> Material {
     }
     Material {
         fresh,
+        churn,
         repeat,
         rpc_bad,
     }
@@ -647,8 +675,12 @@ async fn attack(
             }
         };
         let msg = match s {
-            Scenario::FreshKeys => {
-                let all = &mat.fresh[index];
+            Scenario::FreshKeys | Scenario::CacheChurn => {
+                let all = if s == Scenario::FreshKeys {
+                    &mat.fresh[index]
+                } else {
+                    &mat.churn[index]
+                };
                 let from = next_fresh % all.len().max(1);
                 next_fresh += 128;
                 EthMessage::Transactions(all[from..(from + 128).min(all.len())].to_vec())
