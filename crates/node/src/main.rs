@@ -6,9 +6,11 @@
 mod chain_cmd;
 mod dev;
 mod discovery;
+mod fdlimit;
 mod ops_flags;
 mod p2p_admin;
 mod pool_flags;
+mod rpc_flags;
 mod run;
 mod shutdown;
 mod sync;

@@ -270,15 +270,18 @@ mod tests {
     }
 
     /// The command line EXPB gives geth (execution-payloads-benchmarks'
-    /// `clients/geth.py`), with the flags moat has (`--http`, `--http.vhosts`,
-    /// `--http.api`, `--authrpc.vhosts` and `--ws.api` come with the RPC server's flags).
+    /// `clients/geth.py`), with the flags moat has.
     const EXPB_GETH: &[&str] = &[
         "--datadir=/execution-data",
         "--port=30303",
+        "--http",
         "--http.addr=0.0.0.0",
         "--http.port=8545",
+        "--http.vhosts=*",
+        "--http.api=eth,net,web3,debug,admin",
         "--authrpc.addr=0.0.0.0",
         "--authrpc.port=8551",
+        "--authrpc.vhosts=*",
         "--authrpc.jwtsecret=/jwtsecret.hex",
         "--metrics",
         "--metrics.port=6060",
@@ -286,6 +289,7 @@ mod tests {
         "--ws",
         "--ws.addr=0.0.0.0",
         "--ws.port=8545",
+        "--ws.api=eth,web3,net,debug,admin",
         "--nodiscover",
         "--maxpeers=0",
         "--mainnet",

@@ -1,18 +1,20 @@
 //! The p2p network as the RPC server's `admin_` namespace sees it.
 
 use moat_p2p::{Enode, Network};
+use moat_rpc::AddPeerError;
 use serde_json::{Value, json};
 
 #[derive(Debug)]
 pub struct Admin(pub Network);
 
 impl moat_rpc::PeerAdmin for Admin {
-    fn add_peer(&self, enode: &str) -> Result<(), String> {
+    fn add_peer(&self, enode: &str) -> Result<(), AddPeerError> {
         let enode: Enode = enode
             .parse()
-            .map_err(|e: moat_p2p::EnodeError| e.to_string())?;
-        self.0.add_peer(enode);
-        Ok(())
+            .map_err(|e: moat_p2p::EnodeError| AddPeerError::InvalidEnode(e.to_string()))?;
+        self.0
+            .add_peer(enode)
+            .map_err(|full| AddPeerError::Full(full.0))
     }
 
     fn remove_peer(&self, enode: &str) -> Result<bool, String> {

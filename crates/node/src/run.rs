@@ -80,10 +80,13 @@ pub struct NodeArgs {
     #[command(flatten)]
     pub pool: crate::pool_flags::PoolArgs,
     #[command(flatten)]
+    pub rpc: crate::rpc_flags::RpcArgs,
+    #[command(flatten)]
     pub ops: crate::ops_flags::OpsArgs,
     /// Megabytes of memory for the database (geth's flag): a quarter caches trie nodes,
-    /// the rest is the database's page cache. The node's other caches are bounded by count: sender recoveries (131,072), hashed trie keys
-    /// (327,680), recent failures (65,536).
+    /// the rest is the database's page cache. The node's other caches are bounded by
+    /// count: sender recoveries (131,072), hashed trie keys (327,680), recent failures
+    /// (65,536).
     #[arg(long, default_value_t = 1024)]
     pub cache: usize,
     /// Most gas an eth_call or eth_estimateGas may use (0: the block gas limit).
@@ -216,10 +219,7 @@ pub fn run(mut args: NodeArgs) -> ExitCode {
     }
 }
 
-async fn run_async(
-    args: NodeArgs,
-    shutdown: crate::shutdown::Shutdown,
-) -> Result<Store, String> {
+async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Result<Store, String> {
     if args.metrics {
         // Installed before anything registers a metric: handles taken earlier would be
         // bound to no recorder.
@@ -291,7 +291,10 @@ async fn run_async(
     }
     let http = SocketAddr::new(args.http_addr, args.http_port);
     let ws = args.ws.then(|| SocketAddr::new(args.ws_addr, args.ws_port));
-    let rpc = moat_rpc::start(
+    let budget = crate::fdlimit::Budget::at_start(max_peers(&args));
+    let rpc_config = args.rpc.rpc_config(
+        args.dev,
+        &budget,
         RpcConfig {
             http_addr: http,
             ws_addr: ws,
@@ -301,11 +304,14 @@ async fn run_async(
             max_concurrent_requests: args.rpc_max_concurrent_requests,
             ..RpcConfig::default()
         },
-        ctx.clone(),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    tracing::info!(addr = %rpc.http_addr(), "HTTP JSON-RPC listening");
+    );
+    let rpc = moat_rpc::start(rpc_config, ctx.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    match rpc.http_addr() {
+        Some(addr) => tracing::info!(%addr, "HTTP JSON-RPC listening"),
+        None => tracing::info!("HTTP JSON-RPC off (give --http to serve it)"),
+    }
     if let Some(ws) = rpc.ws_addr() {
         tracing::info!(addr = %ws, "WebSocket JSON-RPC listening");
     }
@@ -319,10 +325,13 @@ async fn run_async(
         engine_ctx = engine_ctx.with_sync(sync);
     }
     let mut heads = engine_ctx.subscribe_heads();
-    let engine_config = EngineConfig {
-        addr: SocketAddr::new(args.authrpc_addr, args.authrpc_port),
-        ..EngineConfig::new(secret)
-    };
+    let engine_config = args.rpc.engine_config(
+        &budget,
+        EngineConfig {
+            addr: SocketAddr::new(args.authrpc_addr, args.authrpc_port),
+            ..EngineConfig::new(secret)
+        },
+    );
     let engine = start_engine(engine_config, engine_ctx.clone())
         .await
         .map_err(|e| e.to_string())?;
@@ -480,6 +489,11 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// The peers asked for: `--maxpeers`, else 50 (0 in dev mode).
+fn max_peers(args: &NodeArgs) -> usize {
+    args.maxpeers.unwrap_or(if args.dev { 0 } else { 50 })
+}
+
 /// Starts devp2p unless `--maxpeers 0`; prints the enode.
 async fn start_network(
     args: &NodeArgs,
@@ -489,7 +503,7 @@ async fn start_network(
     synced: Arc<AtomicBool>,
 ) -> Result<Option<moat_p2p::Network>, String> {
     // A dev chain is private: no p2p unless asked for.
-    let max_peers = args.maxpeers.unwrap_or(if args.dev { 0 } else { 50 });
+    let max_peers = max_peers(args);
     if max_peers == 0 {
         return Ok(None);
     }
@@ -501,7 +515,10 @@ async fn start_network(
     let mut cfg =
         moat_p2p::NetworkConfig::new(key, args.networkid.unwrap_or(chain.config().chain_id));
     cfg.listen = Some(SocketAddr::new(args.p2p_addr, args.port));
-    cfg.max_peers = max_peers;
+    // Peers and handshake slots cut to fit the open-file limit.
+    let budget = crate::fdlimit::Budget::at_start(max_peers);
+    cfg.max_peers = budget.max_peers.max(1);
+    cfg.handshakes = budget.handshakes;
     for url in args.bootnodes.iter().filter(|u| !u.is_empty()) {
         if let Some(enode) = crate::discovery::bootnode_peer(url)? {
             cfg.static_peers.push(enode);

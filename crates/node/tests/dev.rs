@@ -18,6 +18,8 @@ fn dev_node_mines_a_transaction_sent_over_http() {
         "--dev",
         "--dev.period",
         "0",
+        "--http.api",
+        "eth,net,web3,txpool",
         "--http.port",
         &port.to_string(),
         "--authrpc.port",

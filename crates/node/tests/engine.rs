@@ -29,6 +29,7 @@ fn start(datadir: &std::path::Path) -> (Node, u16, u16) {
         testdata("genesis.json").to_str().unwrap(),
         "--datadir",
         datadir.to_str().unwrap(),
+        "--http",
         "--http.port",
         &http.to_string(),
         "--authrpc.port",

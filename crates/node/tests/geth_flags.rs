@@ -1,7 +1,5 @@
-//! moat started with geth's command line as EXPB writes it for geth (loopback addresses,
-//! a test genesis instead of 0.0.0.0 and `--mainnet`, and a WebSocket port of its own;
-//! `--http`, `--http.vhosts`, `--http.api`, `--authrpc.vhosts` and `--ws.api` are left out
-//! until the RPC server's flags are in): it runs, the engine API
+//! moat started with geth's command line as EXPB writes it for geth (loopback addresses
+//! and a test genesis instead of 0.0.0.0 and `--mainnet`): it runs, the engine API
 //! answers with the JWT from `--authrpc.jwtsecret` (V1 methods included), metrics are
 //! served on geth's path `/debug/metrics/prometheus` with the newPayload histogram, logs
 //! are JSON lines with `--log.format json`, and SIGTERM stops it with exit code 0.
@@ -52,17 +50,22 @@ fn expbs_geth_command_line_runs_a_node() {
             .args([
                 format!("--datadir={}", dir.join("data").display()),
                 format!("--port={p2p}"),
+                "--http".into(),
                 "--http.addr=127.0.0.1".into(),
                 format!("--http.port={http}"),
+                "--http.vhosts=*".into(),
+                "--http.api=eth,net,web3,debug,admin".into(),
                 "--authrpc.addr=127.0.0.1".into(),
                 format!("--authrpc.port={engine}"),
+                "--authrpc.vhosts=*".into(),
                 format!("--authrpc.jwtsecret={}", jwt.display()),
                 "--metrics".into(),
                 format!("--metrics.port={metrics}"),
                 "--metrics.addr=127.0.0.1".into(),
                 "--ws".into(),
                 "--ws.addr=127.0.0.1".into(),
-                format!("--ws.port={}", free_port()),
+                format!("--ws.port={http}"),
+                "--ws.api=eth,web3,net,debug,admin".into(),
                 "--nodiscover".into(),
                 "--maxpeers=0".into(),
                 format!("--network={}", testdata("genesis.json").display()),

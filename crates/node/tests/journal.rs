@@ -63,6 +63,8 @@ fn start(datadir: &Path, port: u16) -> Node {
         "600",
         "--datadir",
         datadir.to_str().unwrap(),
+        "--http.api",
+        "eth,net,web3,txpool",
         "--http.port",
         &port.to_string(),
         "--authrpc.port",

@@ -44,7 +44,7 @@ impl Moat {
             .arg(testdata("genesis.json"))
             .arg("--datadir")
             .arg(dir)
-            .args(["--http.port", &http.to_string()])
+            .args(["--http", "--http.port", &http.to_string()])
             .args(["--authrpc.port", &auth.to_string()])
             .arg("--authrpc.jwtsecret")
             .arg(&secret_file)

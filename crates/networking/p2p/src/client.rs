@@ -42,6 +42,28 @@ impl Client {
         Ok(Self { session })
     }
 
+    /// As [`Client::connect`], over a TCP connection already open to the node (from a
+    /// chosen local address, say).
+    pub async fn connect_stream(
+        stream: TcpStream,
+        remote: crate::rlpx::PeerId,
+        key: secp256k1::SecretKey,
+        versions: &[u32],
+        status: Status,
+    ) -> Result<Self, SessionError> {
+        let mut local = LocalIdentity::new(key, "moat-peer", 0);
+        local.eth_versions = versions.to_vec();
+        let session = session::connect_stream(
+            stream,
+            remote,
+            &local,
+            |version| Status { version, ..status },
+            |_, _| Ok(()),
+        )
+        .await?;
+        Ok(Self { session })
+    }
+
     pub fn version(&self) -> u32 {
         self.session.framing.version
     }

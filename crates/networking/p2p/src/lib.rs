@@ -12,10 +12,13 @@
 //!   answers pass.
 //! - [`network`]: the service: peers, gossip, admission of peers' transactions, chain
 //!   requests matched to their answers by request id, and the consequences of faults.
+//! - [`gate`]: who may start an inbound handshake and for how long (caps per address and
+//!   per subnet, slots kept for peers seen before, short timeouts under load).
 
 pub mod client;
 pub mod eth;
 pub mod fetcher;
+pub mod gate;
 pub mod network;
 pub mod p2p;
 pub mod requests;
@@ -23,7 +26,10 @@ pub mod rlpx;
 pub mod serve;
 pub mod session;
 
-pub use network::{Network, NetworkConfig, NetworkError, PeerInfo};
+pub use gate::{GateConfig, HandshakeGate};
+pub use network::{
+    MAX_STATIC_PEERS, Network, NetworkConfig, NetworkError, PeerInfo, StaticPeersFull,
+};
 pub use requests::{HeadersRequest, RequestError, SealedHeader, SyncPeer};
 
 use rlpx::PeerId;

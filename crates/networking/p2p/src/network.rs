@@ -29,6 +29,7 @@
 
 use crate::eth::{Announcement, EthMessage, Status};
 use crate::fetcher::{Delivered, DeliveryError, FetchRequest, Fetcher, FetcherConfig, Meta};
+use crate::gate::{GateConfig, HandshakeGate};
 use crate::p2p::DisconnectReason;
 use crate::requests::{
     self, HeadersRequest, MAX_BODIES, MAX_HEADERS, MAX_IN_FLIGHT, RequestError, SealedHeader,
@@ -39,9 +40,7 @@ use crate::session::{self, Incoming, LocalIdentity, Session, check_status};
 use crate::{Enode, serve};
 use alloy_primitives::{B256, Bytes};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{
-    CpuMeter, PeerBudget, PeerCost, Pool, TxInput, TxOrigin, Verdict,
-};
+use moat_blockchain::mempool::{CpuMeter, PeerBudget, PeerCost, Pool, TxInput, TxOrigin, Verdict};
 use moat_common::TxType;
 use moat_common::block::Block;
 use moat_common::config::ForkFilter;
@@ -73,8 +72,10 @@ const ADMISSION_QUEUE: usize = 8;
 /// Transactions of one message admitted, measured and charged as one unit: the peer's
 /// CPU budget is asked before each.
 const ADMISSION_CHUNK: usize = 256;
-/// Handshakes in progress at once (inbound).
-const MAX_PENDING_HANDSHAKES: usize = 64;
+/// Static peers at most (`--bootnodes` and `admin_addPeer` together).
+pub const MAX_STATIC_PEERS: usize = 1024;
+/// Static peers dialled at once by the redial loop.
+const STATIC_DIALS_AT_ONCE: usize = 16;
 /// Head blocks between two BlockRangeUpdate messages.
 const RANGE_UPDATE_EVERY: u64 = 32;
 const PING_INTERVAL: Duration = Duration::from_secs(15);
@@ -99,8 +100,10 @@ pub struct NetworkConfig {
     pub listen: Option<SocketAddr>,
     /// Most peers in all; inbound ones may take all but a third of the slots.
     pub max_peers: usize,
-    /// Peers dialled at start and kept connected.
+    /// Peers dialled at start and kept connected (at most [`MAX_STATIC_PEERS`]).
     pub static_peers: Vec<Enode>,
+    /// How inbound handshake slots are shared out (see [`crate::gate`]).
+    pub handshakes: GateConfig,
     pub client_id: String,
     pub network_id: u64,
     pub fetcher: FetcherConfig,
@@ -115,6 +118,7 @@ impl NetworkConfig {
             listen: Some(SocketAddr::from(([0, 0, 0, 0], 30303))),
             max_peers: 50,
             static_peers: Vec::new(),
+            handshakes: GateConfig::default(),
             client_id: format!("moat/v{}", env!("CARGO_PKG_VERSION")),
             network_id,
             fetcher: FetcherConfig::default(),
@@ -257,9 +261,9 @@ struct Inner {
     genesis_timestamp: u64,
     peers: RwLock<Map<PeerId, Arc<Peer>>>,
     fetcher: Mutex<Fetcher>,
-    static_peers: Mutex<Vec<Enode>>,
+    static_peers: Mutex<StaticPeers>,
     listen_addr: Mutex<Option<SocketAddr>>,
-    handshakes: Arc<Semaphore>,
+    gate: HandshakeGate,
     blob_rules: Mutex<(B256, Option<BlobRules>)>,
     /// Head number of the last BlockRangeUpdate (or of the head at start).
     range_sent: AtomicU64,
@@ -329,9 +333,10 @@ impl Network {
             &cfg.client_id,
             listen_addr.map_or(0, |a| a.port()),
         );
+        let gate_cfg = cfg.handshakes;
         let inner = Arc::new(Inner {
             fetcher: Mutex::new(Fetcher::new(cfg.fetcher)),
-            static_peers: Mutex::new(cfg.static_peers.clone()),
+            static_peers: Mutex::new(StaticPeers::default()),
             cfg,
             local,
             chain,
@@ -341,13 +346,18 @@ impl Network {
             genesis_timestamp: genesis.timestamp,
             peers: RwLock::new(Map::default()),
             listen_addr: Mutex::new(listen_addr),
-            handshakes: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
+            gate: HandshakeGate::new(gate_cfg),
             blob_rules: Mutex::new((B256::ZERO, None)),
             range_sent: AtomicU64::new(start_head),
             dialing: Arc::new(AtomicUsize::new(0)),
             next_request: AtomicU64::new(1),
         });
         let net = Network { inner };
+        for enode in net.inner.cfg.static_peers.clone() {
+            if let Err(e) = net.keep_static(enode) {
+                tracing::warn!(error = %e, "static peer not kept");
+            }
+        }
         if let Some(listener) = listener {
             tokio::spawn(net.clone().accept_loop(listener));
         }
@@ -405,25 +415,51 @@ impl Network {
             .values()
             .map(|p| PeerInfo {
                 reputation: p.reputation.load(Ordering::Relaxed),
-                budget: self
-                    .inner
-                    .pool
-                    .budgets()
-                    .peer(&p.info.id, Instant::now()),
+                budget: self.inner.pool.budgets().peer(&p.info.id, Instant::now()),
                 ..p.info.clone()
             })
             .collect()
     }
 
-    /// Adds a static peer and dials it now (`admin_addPeer`).
-    pub fn add_peer(&self, enode: Enode) {
-        {
-            let mut list = self.inner.static_peers.lock();
-            if !list.contains(&enode) {
-                list.push(enode.clone());
-            }
+    /// Adds a static peer and dials it now (`admin_addPeer`); refused once there are
+    /// [`MAX_STATIC_PEERS`].
+    pub fn add_peer(&self, enode: Enode) -> Result<(), StaticPeersFull> {
+        if self.keep_static(enode.clone())? {
+            self.dial_static(enode);
         }
-        tokio::spawn(self.clone().dial(enode, None));
+        Ok(())
+    }
+
+    /// Static peers kept now.
+    pub fn static_peer_count(&self) -> usize {
+        self.inner.static_peers.lock().peers.len()
+    }
+
+    /// Adds `enode` to the static peers (replacing an entry of the same id); whether it
+    /// needs a dial now (it is not connected, and no dial of it is in flight).
+    fn keep_static(&self, enode: Enode) -> Result<bool, StaticPeersFull> {
+        let mut list = self.inner.static_peers.lock();
+        if !list.peers.contains_key(&enode.id) && list.peers.len() >= MAX_STATIC_PEERS {
+            return Err(StaticPeersFull(MAX_STATIC_PEERS));
+        }
+        if let Some(old) = list.peers.insert(enode.id, enode.clone()) {
+            self.inner.gate.set_static(old.addr.ip(), false);
+        }
+        self.inner.gate.set_static(enode.addr.ip(), true);
+        Ok(!list.dialing.contains(&enode.id) && !self.is_connected(&enode.id))
+    }
+
+    /// Dials a static peer unless a dial of it is in flight.
+    fn dial_static(&self, enode: Enode) {
+        if !self.inner.static_peers.lock().dialing.insert(enode.id) {
+            return;
+        }
+        let net = self.clone();
+        tokio::spawn(async move {
+            let id = enode.id;
+            net.clone().dial(enode, None).await;
+            net.inner.static_peers.lock().dialing.remove(&id);
+        });
     }
 
     /// Outbound connections that may start now: the dialled share of `max_peers` (a
@@ -453,9 +489,15 @@ impl Network {
         tokio::spawn(self.clone().dial(enode, Some(slot)));
     }
 
-    /// Disconnects a peer.
+    /// Disconnects a peer and forgets it as static.
     pub fn remove_peer(&self, id: &PeerId) -> bool {
-        self.inner.static_peers.lock().retain(|e| e.id != *id);
+        {
+            let mut list = self.inner.static_peers.lock();
+            if let Some(old) = list.peers.remove(id) {
+                self.inner.gate.set_static(old.addr.ip(), false);
+            }
+            list.shrink();
+        }
         match self.inner.peers.read().get(id) {
             Some(p) => {
                 p.disconnect(DisconnectReason::Requested);
@@ -515,12 +557,21 @@ impl Network {
     }
 
     async fn accept_loop(self, listener: TcpListener) {
+        static REFUSED_LOG: Throttle = Throttle::new(Duration::from_secs(10));
+        let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let (stream, addr) = match listener.accept().await {
-                Ok(c) => c,
+                Ok(c) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    c
+                }
                 Err(e) => {
+                    // Out of descriptors (or buffers): the connection stays queued; wait,
+                    // longer each time, instead of spinning on the same error.
                     tracing::debug!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    metrics::counter!("moat_p2p_accept_errors_total").increment(1);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                     continue;
                 }
             };
@@ -531,33 +582,44 @@ impl Network {
                     .increment(1);
                 continue;
             }
-            let Ok(permit) = self.inner.handshakes.clone().try_acquire_owned() else {
-                metrics::counter!("moat_p2p_handshakes_refused_total").increment(1);
-                continue;
+            let permit = match self.inner.gate.admit(addr.ip()) {
+                Ok(p) => p,
+                Err(why) => {
+                    metrics::counter!("moat_p2p_handshakes_refused_total", "reason" => why.as_str())
+                        .increment(1);
+                    if let Some(held) = REFUSED_LOG.allow() {
+                        tracing::debug!(%addr, reason = why.as_str(), held_back = held, pending = self.inner.gate.pending(), "inbound connection refused: handshake slots taken");
+                    }
+                    continue;
+                }
             };
             let net = self.clone();
             tokio::spawn(async move {
-                let _permit = permit;
                 let _ = stream.set_nodelay(true);
-                let rlpx = match tokio::time::timeout(
-                    session::HANDSHAKE_TIMEOUT,
-                    RlpxStream::accept(stream, &net.inner.local.key),
-                )
-                .await
-                {
-                    Ok(Ok(r)) => r,
+                let timeout = permit.timeout;
+                // The whole handshake, RLPx to Status, within the gate's time.
+                let session = tokio::time::timeout(timeout, async {
+                    let rlpx = RlpxStream::accept(stream, &net.inner.local.key)
+                        .await
+                        .map_err(|e| format!("rlpx: {e}"))?;
+                    net.session(rlpx, addr, true).await.ok_or_else(String::new)
+                })
+                .await;
+                // The slot is free as soon as the handshake is over.
+                drop(permit);
+                match session {
+                    Ok(Ok(session)) => net.run_peer(session, addr, true).await,
                     Ok(Err(e)) => {
-                        tracing::debug!(%addr, error = %e, "inbound rlpx handshake failed");
-                        metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
-                        return;
+                        if !e.is_empty() {
+                            tracing::debug!(%addr, error = %e, "inbound handshake failed");
+                            metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                        }
                     }
                     Err(_) => {
-                        tracing::debug!(%addr, "inbound rlpx handshake timed out");
+                        tracing::debug!(%addr, ?timeout, "inbound handshake timed out");
                         metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
-                        return;
                     }
-                };
-                net.establish(rlpx, addr, true).await;
+                }
             });
         }
     }
@@ -600,19 +662,42 @@ impl Network {
         self.establish(rlpx, enode.addr, false).await;
     }
 
+    /// Redials static peers that are not connected, every 10 s, a few at a time and
+    /// never twice at once.
     async fn static_dialer(self) {
         loop {
-            let list = self.inner.static_peers.lock().clone();
-            for enode in list {
-                if !self.inner.peers.read().contains_key(&enode.id) {
-                    tokio::spawn(self.clone().dial(enode, None));
+            let due: Vec<Enode> = {
+                let list = self.inner.static_peers.lock();
+                list.peers
+                    .values()
+                    .filter(|e| !list.dialing.contains(&e.id) && !self.is_connected(&e.id))
+                    .cloned()
+                    .collect()
+            };
+            for chunk in due.chunks(STATIC_DIALS_AT_ONCE) {
+                for enode in chunk {
+                    self.dial_static(enode.clone());
                 }
+                // Let this round's dials get under way before the next.
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             tokio::time::sleep(Duration::from_secs(10)).await;
         }
     }
 
     async fn establish(self, rlpx: RlpxStream<TcpStream>, addr: SocketAddr, inbound: bool) {
+        if let Some(session) = self.session(rlpx, addr, inbound).await {
+            self.run_peer(session, addr, inbound).await;
+        }
+    }
+
+    /// Hello and Status over an RLPx connection; `None` (logged) when they fail.
+    async fn session(
+        &self,
+        rlpx: RlpxStream<TcpStream>,
+        addr: SocketAddr,
+        inbound: bool,
+    ) -> Option<Session<TcpStream>> {
         let (base, number, timestamp) = self.our_status(crate::eth::ETH70);
         let filter = &self.inner.filter;
         let result = session::handshake(
@@ -622,18 +707,17 @@ impl Network {
             |ours, theirs| check_status(ours, theirs, filter, number, timestamp),
         )
         .await;
-        let session = match result {
-            Ok(s) => s,
+        match result {
+            Ok(s) => Some(s),
             Err(e) => {
                 tracing::debug!(%addr, inbound, error = %e, "eth handshake failed");
                 metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
                 if !inbound {
                     dial_failed("handshake");
                 }
-                return;
+                None
             }
-        };
-        self.run_peer(session, addr, inbound).await;
+        }
     }
 
     /// Registers the peer, then reads from it until it leaves or is dropped.
@@ -791,6 +875,10 @@ impl Network {
             let _ = writer_task.await;
         })
         .await;
+        // A peer that left in good standing is let in first next time.
+        if peer.reputation.load(Ordering::Relaxed) >= 0 {
+            self.inner.gate.remember(addr.ip());
+        }
         tracing::info!(peer = %short(&remote_id), %addr, why = %end, "peer disconnected");
         metrics::counter!("moat_p2p_disconnects_total").increment(1);
     }
@@ -1502,6 +1590,65 @@ impl Network {
 
 /// Inbound peers may take all slots but a third, kept for the peers this node dials
 /// (geth's dial ratio): a crowd of inbound connections cannot lock out static peers.
+/// Least and most pause after a failed accept.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Static peers: a map by node id (one entry per peer, found in O(1)) and the dials in
+/// flight.
+#[derive(Debug, Default)]
+struct StaticPeers {
+    peers: Map<PeerId, Enode>,
+    dialing: HashSet<PeerId, foldhash::fast::RandomState>,
+}
+
+impl StaticPeers {
+    /// Gives memory back once most of the entries are gone.
+    fn shrink(&mut self) {
+        if self.peers.capacity() > 64 && self.peers.len() < self.peers.capacity() / 4 {
+            self.peers.shrink_to_fit();
+        }
+        if self.dialing.capacity() > 64 && self.dialing.len() < self.dialing.capacity() / 4 {
+            self.dialing.shrink_to_fit();
+        }
+    }
+}
+
+/// `admin_addPeer` past [`MAX_STATIC_PEERS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("too many static peers (at most {0})")]
+pub struct StaticPeersFull(pub usize);
+
+/// A log line at most once per period; the ones held back are counted into the next.
+struct Throttle {
+    period: Duration,
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl Throttle {
+    const fn new(period: Duration) -> Self {
+        Self {
+            period,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    fn allow(&self) -> Option<u64> {
+        let mut s = self.state.lock();
+        let now = Instant::now();
+        match s.0 {
+            Some(last) if now.duration_since(last) < self.period => {
+                s.1 += 1;
+                None
+            }
+            _ => {
+                s.0 = Some(now);
+                Some(std::mem::take(&mut s.1))
+            }
+        }
+    }
+}
+
 fn max_inbound(max_peers: usize) -> usize {
     max_peers - max_peers / 3
 }
@@ -1509,7 +1656,6 @@ fn max_inbound(max_peers: usize) -> usize {
 fn short(id: &PeerId) -> String {
     hex::encode(&id[..8])
 }
-
 
 /// Counts a failed outbound connection by where it failed: `connect` (TCP refused or
 /// unreachable), `timeout` (TCP connect), `rlpx` (encryption handshake), `handshake`

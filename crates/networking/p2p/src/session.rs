@@ -368,6 +368,18 @@ pub async fn connect(
             .map_err(RlpxError::from)?)
     })
     .await?;
+    connect_stream(stream, remote, local, our_status, check).await
+}
+
+/// Runs the whole handshake over a TCP connection already open (from a chosen local
+/// address, say).
+pub async fn connect_stream(
+    stream: tokio::net::TcpStream,
+    remote: PeerId,
+    local: &LocalIdentity,
+    our_status: impl FnOnce(u32) -> Status,
+    check: impl FnOnce(&Status, &Status) -> Result<(), StatusError>,
+) -> Result<Session<tokio::net::TcpStream>, SessionError> {
     let _ = stream.set_nodelay(true);
     let rlpx = timed("rlpx handshake", async {
         Ok(RlpxStream::connect(stream, &local.key, remote).await?)

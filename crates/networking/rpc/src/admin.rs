@@ -8,10 +8,20 @@ use crate::params::{RpcResult, invalid_params, server_error};
 use jsonrpsee::types::Params;
 use serde_json::Value;
 
+/// Why `admin_addPeer` refused a peer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddPeerError {
+    #[error("invalid enode: {0}")]
+    InvalidEnode(String),
+    /// The static-peer list is full.
+    #[error("too many static peers: at most {0}; remove some with admin_removePeer")]
+    Full(usize),
+}
+
 /// What the `admin_` namespace asks of the p2p layer.
 pub trait PeerAdmin: Send + Sync + std::fmt::Debug {
-    /// Adds a static peer and dials it; the error says why the URL is refused.
-    fn add_peer(&self, enode: &str) -> Result<(), String>;
+    /// Adds a static peer and dials it; the error says why it is refused.
+    fn add_peer(&self, enode: &str) -> Result<(), AddPeerError>;
     /// Disconnects a peer and forgets it as static; whether it was connected.
     fn remove_peer(&self, enode: &str) -> Result<bool, String>;
     /// geth's `admin_peers` list.
@@ -36,9 +46,10 @@ fn enode_param(params: &Params<'_>) -> RpcResult<String> {
 
 pub fn add_peer(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let enode = enode_param(&params)?;
-    admin(ctx)?
-        .add_peer(&enode)
-        .map_err(|e| invalid_params(format!("invalid enode: {e}")))?;
+    admin(ctx)?.add_peer(&enode).map_err(|e| match e {
+        AddPeerError::InvalidEnode(_) => invalid_params(e.to_string()),
+        AddPeerError::Full(_) => server_error(e.to_string()),
+    })?;
     Ok(Value::Bool(true))
 }
 

@@ -372,11 +372,7 @@ pub async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcRe
     let raw = raw.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
     let bytes: Bytes = serde_json::from_value(raw)
         .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?;
-    match ctx
-        .pool
-        .submit_local(TxInput::Raw(bytes))
-        .await
-    {
+    match ctx.pool.submit_local(TxInput::Raw(bytes)).await {
         Ok(added) => Ok(serde_json::json!(added.hash)),
         Err(rejection) => Err(server_error(rejection.to_string())),
     }

@@ -2,10 +2,15 @@
 //! WebSocket, in geth's formats and with geth's error codes and messages.
 //!
 //! ```text
-//!  HTTP request ─▶ in-flight cap (429 when busy, before the body is read)
+//!  TCP ─▶ accept loop ([`server`]: connection caps in all and per IP, read-header,
+//!         idle and write-stall timeouts, back-off on accept errors)
+//!  HTTP request ─▶ Host / Origin / CORS checks ([`access`]: 403 past them)
+//!        ─▶ WebSocket caps (429) ─▶ body read within the read timeout (408, 413)
+//!        ─▶ in-flight cap (429 when too many requests are executing)
 //!        ─▶ batch-count check (geth's "batch too large", before the calls are parsed)
-//!  HTTP / WS ─▶ jsonrpsee (body-size cap 413, JSON parsing, unknown method)
-//!        ─▶ batch response cap ("response too large" past it) ─▶ method table
+//!  HTTP / WS ─▶ jsonrpsee (JSON parsing, unknown method)
+//!        ─▶ batch response cap ("response too large" past it) ─▶ namespace filter
+//!           (--http.api / --ws.api) ─▶ call timeout (HTTP) ─▶ method table
 //!           (one counter per method) ─▶ handler
 //!               │ reads                     │ submits / reads
 //!               ▼                           ▼
@@ -22,32 +27,36 @@
 //!
 //! Everything a client sends is untrusted: parameters are parsed into typed values with
 //! errors, never unwrapped; request bodies and batches are capped before parsing, a batch's
-//! responses are capped as they are made, and HTTP requests beyond a number in progress
-//! are refused with 429 before their bodies are read ([`limits`]).
+//! responses are capped as they are made, HTTP requests beyond a number executing are
+//! refused with 429 ([`limits`]), and no client can hold a connection, a request slot or
+//! a WebSocket slot longer than the timeouts allow ([`server`]).
 //!
 //! The engine API ([`engine`]) is a second server on its own port (8551), every request
 //! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
 
+pub mod access;
 mod admin;
 mod blocks;
-mod debug;
-mod eth_config;
-mod filters;
-mod testing;
 mod call;
+mod debug;
 pub mod engine;
 mod eth;
+mod eth_config;
 mod fees;
+mod filters;
 mod json;
 pub mod limits;
 mod logs;
 mod params;
+pub mod server;
 mod state;
 mod subscribe;
 mod sync;
+mod testing;
 mod txpool;
 
-pub use admin::PeerAdmin;
+pub use access::{AllowedOrigins, CorsDomains, Namespaces, VirtualHosts};
+pub use admin::{AddPeerError, PeerAdmin};
 pub use engine::{
     EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
 };
@@ -56,38 +65,71 @@ pub use limits::{
     DEFAULT_BATCH_REQUEST_LIMIT, DEFAULT_BATCH_RESPONSE_MAX_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
 };
 pub use params::SERVER_ERROR_CODE;
+pub use server::{ConnLimits, HttpTimeouts};
 pub use state::{StoreStateView, head_info, next_block_fees};
 pub use subscribe::{HeadMessage, HeadNotifier};
 pub use sync::{SyncService, SyncStatus};
 
+use access::{AccessLayer, AccessPolicy, NamespaceFilterLayer};
 use jsonrpsee::RpcModule;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::server::{
-    BatchRequestConfig, RegisterMethodError, Server, ServerConfig, ServerHandle,
+    BatchRequestConfig, Methods, PingConfig, RegisterMethodError, Server, ServerConfig,
+    ServerHandle, StopHandle, stop_channel,
 };
 use jsonrpsee::types::Params;
-use limits::{BatchCountLayer, BatchResponseCapLayer, InFlightLimitLayer};
+use limits::{
+    BatchCountLayer, BatchResponseCapLayer, CallTimeoutLayer, InFlightLimitLayer, ReadBodyLayer,
+    WsCapLayer,
+};
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::Pool;
 use moat_common::block::Header;
 use params::RpcResult;
 use serde_json::Value;
+use server::{ConnTable, ServeOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Server settings, with geth's defaults where geth has one.
 #[derive(Debug, Clone)]
 pub struct RpcConfig {
+    /// The HTTP endpoint (and the WebSocket one when `ws_addr` is the same address).
     pub http_addr: SocketAddr,
+    /// Whether HTTP JSON-RPC is served (geth's `--http`). When it is not, only
+    /// WebSocket is served (on `ws_addr`), or nothing.
+    pub serve_http: bool,
     /// WebSocket endpoint; `None` serves no WebSocket. Equal to `http_addr`: one port
     /// serves both.
     pub ws_addr: Option<SocketAddr>,
+    /// Namespaces served over HTTP (`--http.api`) and WebSocket (`--ws.api`); geth's
+    /// default for both is `eth,net,web3`.
+    pub http_api: Namespaces,
+    pub ws_api: Namespaces,
+    /// Host names HTTP requests may name (`--http.vhosts`, default `localhost`).
+    pub vhosts: VirtualHosts,
+    /// Origins WebSocket upgrades may come from (`--ws.origins`).
+    pub ws_origins: AllowedOrigins,
+    /// Origins browsers may read answers for (`--http.corsdomain`, default none).
+    pub cors: CorsDomains,
+    /// Read, header, write and idle timeouts (`--http.readtimeout` and the others).
+    pub timeouts: HttpTimeouts,
+    /// Open sockets of the HTTP and WebSocket ports together: in all, and per client
+    /// address. Past a cap a new connection is closed at once.
+    pub connections: ConnLimits,
+    /// Open WebSockets: in all, and per client address. Past a cap an upgrade gets 429.
+    pub ws_connections: ConnLimits,
+    /// How often a WebSocket is pinged; one that has not answered for a third longer is
+    /// closed.
+    pub ws_ping_interval: Duration,
     /// Largest request body (and WebSocket message) in bytes, geth's `--rpc.http-body-limit`:
     /// a bigger HTTP body gets 413, a bigger WebSocket message -32007. Must fit a blob
     /// transaction in hex (~1 MiB raw).
     pub max_request_body_size: u32,
-    /// Largest response to one call in bytes: a bigger one is replaced by jsonrpsee's
-    /// -32008 "Response is too big". A batch's total is `batch_response_max_size`.
+    /// Largest response to one call in bytes (`--rpc.max-response-size`): a bigger one is
+    /// replaced by -32008 "Response is too big"; `eth_getLogs` stops building its answer
+    /// as soon as it passes. A batch's total is `batch_response_max_size`.
     pub max_response_body_size: u32,
     /// Most calls in one batch, geth's `--rpc.batch-request-limit` (0: no limit). More get
     /// -32600 "batch too large" (over WebSocket, jsonrpsee's -32010).
@@ -95,19 +137,39 @@ pub struct RpcConfig {
     /// Most bytes of a batch's responses, geth's `--rpc.batch-response-max-size` (0: no
     /// limit); the calls after the response that passes it get -32003 "response too large".
     pub batch_response_max_size: usize,
-    /// Most HTTP requests in progress at once across the HTTP and WebSocket ports (at
-    /// least 1); more are refused with HTTP 429 before their bodies are read.
+    /// Most HTTP requests executing at once across the HTTP and WebSocket ports (at
+    /// least 1); more are refused with HTTP 429. A request counts once its body is in.
     pub max_concurrent_requests: u32,
     pub client_version: String,
 }
+
+/// Default largest response to one call: 160 MiB (reth's `--rpc.max-response-size`),
+/// room for the logs of any block up to ~150 Mgas.
+pub const DEFAULT_MAX_RESPONSE_SIZE: u32 = 160 << 20;
 
 impl Default for RpcConfig {
     fn default() -> Self {
         Self {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8545)),
+            serve_http: true,
             ws_addr: None,
+            http_api: Namespaces::default(),
+            ws_api: Namespaces::default(),
+            vhosts: VirtualHosts::default(),
+            ws_origins: AllowedOrigins::default(),
+            cors: CorsDomains::default(),
+            timeouts: HttpTimeouts::default(),
+            connections: ConnLimits {
+                total: 4096,
+                per_ip: 1024,
+            },
+            ws_connections: ConnLimits {
+                total: 1024,
+                per_ip: 256,
+            },
+            ws_ping_interval: Duration::from_secs(30),
             max_request_body_size: 5 << 20,
-            max_response_body_size: 10 << 20,
+            max_response_body_size: DEFAULT_MAX_RESPONSE_SIZE,
             batch_request_limit: DEFAULT_BATCH_REQUEST_LIMIT,
             batch_response_max_size: DEFAULT_BATCH_RESPONSE_MAX_SIZE,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -115,13 +177,6 @@ impl Default for RpcConfig {
         }
     }
 }
-
-/// Open WebSockets jsonrpsee allows beyond `max_concurrent_requests`. Its own connection
-/// cap counts HTTP requests in progress and open WebSockets together and is set to the
-/// sum: while no more than this many WebSockets are open, a busy server's HTTP requests
-/// are refused by [`InFlightLimitLayer`] (JSON body); past it, jsonrpsee's own plain-text
-/// 429 "Too many connections" can answer first, and refuses further WebSockets too.
-const WS_CONNECTIONS: u32 = 100;
 
 /// geth's default `--rpc.gascap`.
 pub const DEFAULT_GAS_CAP: u64 = 50_000_000;
@@ -141,6 +196,9 @@ pub struct RpcContext {
     pub gas_cap: u64,
     /// Installed polled filters (`eth_newFilter` and kin).
     filters: Arc<filters::FilterTable>,
+    /// Largest answer a handler that builds big ones (`eth_getLogs`) goes on building;
+    /// set from the server's response cap.
+    pub max_response_size: usize,
 }
 
 impl RpcContext {
@@ -154,6 +212,7 @@ impl RpcContext {
             sync: None,
             gas_cap: DEFAULT_GAS_CAP,
             filters: Arc::default(),
+            max_response_size: DEFAULT_MAX_RESPONSE_SIZE as usize,
         }
     }
 
@@ -193,15 +252,16 @@ pub enum RpcError {
 /// A running server: its bound addresses and the way to stop it.
 #[derive(Debug)]
 pub struct RpcHandle {
-    http_addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
     ws_addr: Option<SocketAddr>,
-    servers: Vec<ServerHandle>,
+    server: ServerHandle,
     heads: HeadNotifier,
 }
 
 impl RpcHandle {
-    /// The bound HTTP address (the real port when the config asked for port 0).
-    pub fn http_addr(&self) -> SocketAddr {
+    /// The bound HTTP address (the real port when the config asked for port 0); `None`
+    /// with HTTP off.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
     }
 
@@ -218,18 +278,15 @@ impl RpcHandle {
         self.heads.sender()
     }
 
-    /// Stops accepting connections; calling it twice is harmless.
+    /// Stops accepting connections and ends the open ones once their calls are answered
+    /// (at most the write timeout later); calling it twice is harmless.
     pub fn stop(&self) {
-        for s in &self.servers {
-            let _ = s.stop();
-        }
+        let _ = self.server.stop();
     }
 
-    /// Resolves once every server has shut down.
+    /// Resolves once every server and connection has shut down.
     pub async fn stopped(self) {
-        for s in self.servers {
-            s.stopped().await;
-        }
+        self.server.stopped().await;
     }
 }
 
@@ -346,16 +403,18 @@ fn server_config(config: &RpcConfig, http: bool, ws: bool) -> ServerConfig {
         0 => BatchRequestConfig::Unlimited,
         n => BatchRequestConfig::Limit(n),
     };
+    let ping = config.ws_ping_interval.max(Duration::from_millis(100));
     let mut b = ServerConfig::builder()
         .max_request_body_size(config.max_request_body_size)
         .max_response_body_size(config.max_response_body_size)
-        .max_connections(
-            config
-                .max_concurrent_requests
-                .max(1)
-                .saturating_add(WS_CONNECTIONS),
-        )
+        // Connections are capped by the accept loop and WebSockets by `WsCapLayer`.
+        .max_connections(u32::MAX)
         .set_batch_request_config(batches)
+        .enable_ws_ping(
+            PingConfig::new()
+                .ping_interval(ping)
+                .inactive_limit(ping + ping / 3),
+        )
         .set_id_provider(subscribe::HexIdProvider::default());
     if !ws {
         b = b.http_only();
@@ -366,66 +425,121 @@ fn server_config(config: &RpcConfig, http: bool, ws: bool) -> ServerConfig {
     b.build()
 }
 
-/// Binds `addr` behind the request limits and starts serving `methods`; returns the bound
-/// address.
+/// What a listener of the public server shares with the others.
+struct Shared {
+    in_flight: InFlightLimitLayer,
+    connections: Arc<ConnTable>,
+    ws_connections: Arc<ConnTable>,
+    methods: Methods,
+    stop: StopHandle,
+}
+
+/// Binds `addr` behind the access checks and request limits and starts serving; returns
+/// the bound address.
 async fn serve(
     addr: SocketAddr,
     config: &RpcConfig,
     (http, ws): (bool, bool),
-    in_flight: &InFlightLimitLayer,
-    methods: RpcModule<RpcContext>,
-) -> Result<(SocketAddr, ServerHandle), RpcError> {
+    shared: &Shared,
+) -> Result<SocketAddr, RpcError> {
+    let (listener, bound) = server::bind(addr)
+        .await
+        .map_err(|source| RpcError::Bind { addr, source })?;
+    let policy = AccessPolicy {
+        http: http.then(|| Arc::new(config.http_api.clone())),
+        ws: ws.then(|| Arc::new(config.ws_api.clone())),
+        vhosts: config.vhosts.clone(),
+        origins: config.ws_origins.clone(),
+        cors: config.cors.clone(),
+        call_timeout: Some(config.timeouts.write),
+    };
     let http_layers = tower::ServiceBuilder::new()
-        .layer(in_flight.clone())
+        .layer(AccessLayer::new(policy))
+        .layer(WsCapLayer::new(shared.ws_connections.clone()))
+        .layer(ReadBodyLayer::new(
+            config.max_request_body_size,
+            config.timeouts.read,
+        ))
+        .layer(shared.in_flight.clone())
         // A WebSocket-only port serves no HTTP calls: nothing to count there.
         .layer(BatchCountLayer::new(
             if http { config.batch_request_limit } else { 0 },
             config.max_request_body_size,
         ));
-    let rpc_layers =
-        RpcServiceBuilder::new().layer(BatchResponseCapLayer::new(config.batch_response_max_size));
-    let server = Server::builder()
+    let rpc_layers = RpcServiceBuilder::new()
+        .layer(BatchResponseCapLayer::new(config.batch_response_max_size))
+        .layer(NamespaceFilterLayer)
+        .layer(CallTimeoutLayer);
+    let builder = Server::builder()
         .set_config(server_config(config, http, ws))
         .set_http_middleware(http_layers)
         .set_rpc_middleware(rpc_layers)
-        .build(addr)
-        .await
-        .map_err(|source| RpcError::Bind { addr, source })?;
-    let bound = server
-        .local_addr()
-        .map_err(|source| RpcError::Bind { addr, source })?;
-    Ok((bound, server.start(methods)))
+        .to_service_builder();
+    let opts = ServeOptions {
+        name: if http { "http" } else { "ws" },
+        timeouts: config.timeouts,
+        table: shared.connections.clone(),
+    };
+    let (methods, stop) = (shared.methods.clone(), shared.stop.clone());
+    tokio::spawn(server::run(
+        listener,
+        opts,
+        shared.stop.clone(),
+        move || builder.clone().build(methods.clone(), stop.clone()),
+    ));
+    Ok(bound)
 }
 
 /// Binds the configured endpoints and starts serving `ctx`.
-pub async fn start(config: RpcConfig, ctx: RpcContext) -> Result<RpcHandle, RpcError> {
+pub async fn start(config: RpcConfig, mut ctx: RpcContext) -> Result<RpcHandle, RpcError> {
+    ctx.max_response_size = config.max_response_body_size as usize;
     let heads = ctx.heads.clone();
     let methods = module(ctx, config.client_version.clone())?;
-    let shared_port = config.ws_addr == Some(config.http_addr);
-    // One count of requests in progress for both ports.
-    let in_flight = InFlightLimitLayer::new(config.max_concurrent_requests);
-    let (http_addr, http) = serve(
-        config.http_addr,
-        &config,
-        (true, shared_port),
-        &in_flight,
-        methods.clone(),
-    )
-    .await?;
-    let mut servers = vec![http];
-    let ws_addr = match config.ws_addr {
-        Some(_) if shared_port => Some(http_addr),
-        Some(addr) => {
-            let (bound, ws) = serve(addr, &config, (false, true), &in_flight, methods).await?;
-            servers.push(ws);
-            Some(bound)
+    for (flag, api) in [
+        ("--http.api", &config.http_api),
+        ("--ws.api", &config.ws_api),
+    ] {
+        let unknown = api.unknown(methods.method_names());
+        if !unknown.is_empty() {
+            // geth logs these and goes on; so does moat.
+            tracing::warn!(
+                flag,
+                ?unknown,
+                "namespaces this node does not have are ignored"
+            );
         }
-        None => None,
+    }
+    let (stop, handle) = stop_channel();
+    let shared = Shared {
+        // One count of requests executing for both ports.
+        in_flight: InFlightLimitLayer::new(config.max_concurrent_requests),
+        connections: ConnTable::new(config.connections),
+        ws_connections: ConnTable::new(config.ws_connections),
+        methods: methods.into(),
+        stop,
+    };
+    let shared_port = config.ws_addr == Some(config.http_addr);
+    let (http_addr, ws_addr) = match (config.serve_http, config.ws_addr) {
+        (true, ws) => {
+            let http_addr = serve(config.http_addr, &config, (true, shared_port), &shared).await?;
+            let ws_addr = match ws {
+                Some(_) if shared_port => Some(http_addr),
+                Some(addr) => Some(serve(addr, &config, (false, true), &shared).await?),
+                None => None,
+            };
+            (Some(http_addr), ws_addr)
+        }
+        (false, Some(addr)) => (
+            None,
+            Some(serve(addr, &config, (false, true), &shared).await?),
+        ),
+        // Nothing to serve: the handle only relays heads (to no one).
+        (false, None) => (None, None),
     };
     Ok(RpcHandle {
         http_addr,
         ws_addr,
-        servers,
+        server: handle,
         heads,
     })
 }

@@ -1,8 +1,14 @@
 //! Request limits of the public JSON-RPC server, in go-ethereum's terms where geth has them:
 //!
-//! - [`InFlightLimitLayer`] (HTTP, decided before the body is read): once
-//!   `max_concurrent_requests` HTTP requests are in progress, a new one is answered at once
+//! - [`ReadBodyLayer`] (HTTP): reads a request's whole body before anything else looks at
+//!   it, within the read timeout (`--http.readtimeout`, counted from the request's first
+//!   byte: 408 and the connection closed past it) and the body cap (413). A slow upload
+//!   holds nothing but its own connection.
+//! - [`InFlightLimitLayer`] (HTTP, decided once the body is in): once
+//!   `max_concurrent_requests` HTTP requests are executing, a new one is answered at once
 //!   with HTTP 429, a `Retry-After` header and a JSON-RPC error body ([`BUSY_CODE`]).
+//! - [`WsCapLayer`] (WebSocket upgrades): open WebSockets are capped in all and per client
+//!   address; past a cap the upgrade gets HTTP 429.
 //! - [`BatchCountLayer`] (HTTP): a batch with more calls than `--rpc.batch-request-limit`
 //!   gets geth's answer, `[{"jsonrpc":"2.0","id":<first call's id>,"error":{"code":-32600,
 //!   "message":"batch too large"}}]` (HTTP 200), after a scan that counts elements without
@@ -10,6 +16,9 @@
 //! - [`BatchResponseCapLayer`] (RPC, HTTP and WebSocket): once a batch's responses pass
 //!   `--rpc.batch-response-max-size` bytes, the calls still to run are not run and each
 //!   gets geth's -32003 "response too large".
+//! - [`CallTimeoutLayer`] (RPC, HTTP): a call still running when its HTTP request has
+//!   been in for `--http.writetimeout` is answered with geth's -32002 "request timed out"
+//!   (a blocking handler already running finishes on its own).
 //!
 //! Over WebSocket, a batch over the limit is refused by jsonrpsee's own check, which also
 //! runs before the calls are parsed, with its -32010 "The batch request was too large".
@@ -28,7 +37,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 use tower::{Layer, Service};
+
+use crate::server::{self, ConnTable, Refusal};
 
 /// geth's default `--rpc.batch-request-limit`.
 pub const DEFAULT_BATCH_REQUEST_LIMIT: u32 = 1000;
@@ -46,6 +58,13 @@ pub const RESPONSE_TOO_LARGE_MSG: &str = "response too large";
 /// EIP-1474's "limit exceeded", for a request refused because the server is busy.
 pub const BUSY_CODE: i32 = -32005;
 pub const BUSY_MSG: &str = "server busy: too many requests in progress";
+/// geth's code and message for a call cut off by the HTTP write timeout.
+pub const TIMEOUT_CODE: i32 = -32002;
+pub const TIMEOUT_MSG: &str = "request timed out";
+/// The answer to a request whose body did not arrive within the read timeout.
+pub const READ_TIMEOUT_MSG: &str = "request body not received within the read timeout";
+/// The answer to a WebSocket upgrade past the WebSocket caps.
+pub const WS_BUSY_MSG: &str = "too many WebSocket connections";
 /// Seconds a refused client is asked to wait (`Retry-After`).
 const RETRY_AFTER_SECS: &str = "1";
 
@@ -53,14 +72,15 @@ const JSON: &str = "application/json; charset=utf-8";
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send>>;
 
-/// Counts the HTTP requests in progress across the servers that share it, and refuses
-/// new ones past `max` with HTTP 429.
+/// Counts the HTTP requests executing across the servers that share it, and refuses new
+/// ones past `max` with HTTP 429.
 ///
-/// A request is counted from the moment its headers are parsed (before its body is read,
-/// so a slow upload holds its slot) until its response is ready, or until its response
-/// future is dropped because the client went away; a blocking handler already running then
-/// finishes on its own. A WebSocket upgrade is counted once, for its handshake: calls on an
-/// open WebSocket are not counted (jsonrpsee's connection cap bounds open sockets).
+/// It sits after [`ReadBodyLayer`]: a request is counted from the moment its body is in
+/// (a client still uploading holds no slot) until its response is ready, or until its
+/// response future is dropped because the client went away; a blocking handler already
+/// running then finishes on its own. A WebSocket upgrade is counted once, for its
+/// handshake: calls on an open WebSocket are not counted ([`WsCapLayer`] bounds open
+/// sockets).
 #[derive(Debug, Clone)]
 pub struct InFlightLimitLayer {
     in_flight: Arc<AtomicUsize>,
@@ -438,6 +458,293 @@ where
     }
 }
 
+/// Reads the body of every HTTP request that has one (not WebSocket upgrades) before the
+/// layers after it run: within `max_body_size` bytes (HTTP 413 past it) and by the read
+/// deadline, `read_timeout` after the request's first byte (HTTP 408 and
+/// `Connection: close` past it). The layers after it see the whole body in memory.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadBodyLayer {
+    max_body_size: u32,
+    read_timeout: Duration,
+}
+
+impl ReadBodyLayer {
+    pub fn new(max_body_size: u32, read_timeout: Duration) -> Self {
+        Self {
+            max_body_size,
+            read_timeout,
+        }
+    }
+}
+
+impl<S> Layer<S> for ReadBodyLayer {
+    type Service = ReadBody<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ReadBody { inner, cfg: *self }
+    }
+}
+
+/// The service [`ReadBodyLayer`] wraps.
+#[derive(Debug, Clone)]
+pub struct ReadBody<S> {
+    inner: S,
+    cfg: ReadBodyLayer,
+}
+
+static READ_TIMEOUT_LOG: server::Throttle = server::Throttle::new(Duration::from_secs(10));
+
+fn read_timed_out() -> HttpResponse {
+    let body = error_json(
+        Id::Null,
+        ErrorObject::borrowed(-32600, READ_TIMEOUT_MSG, None),
+    );
+    HttpResponse::builder()
+        .status(408)
+        .header("content-type", JSON)
+        .header("connection", "close")
+        .body(HttpBody::from(body))
+        .expect("a static status and headers make a valid response")
+}
+
+/// Why a body could not be read.
+enum BodyError {
+    TooLarge,
+    Stream(BoxError),
+}
+
+/// All of `body`, at most `max` bytes.
+async fn collect_body(
+    headers: &hyper::HeaderMap,
+    mut body: HttpBody,
+    max: usize,
+) -> Result<Vec<u8>, BodyError> {
+    use hyper::body::Body;
+    let declared = headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut out = Vec::with_capacity(declared.map_or(0, |n| n as usize).min(16 * 1024));
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(BodyError::Stream)?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > max {
+                return Err(BodyError::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
+}
+
+impl<S> Service<HttpRequest> for ReadBody<S>
+where
+    S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: HttpRequest) -> Self::Future {
+        if jsonrpsee::server::ws::is_upgrade_request(&req) || req.method() != "POST" {
+            let fut = self.inner.call(req);
+            return Box::pin(async move { fut.await.map_err(Into::into) });
+        }
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let cfg = self.cfg;
+        let (started, remote) =
+            server::meta(&req).map_or((Instant::now(), None), |m| (m.started, Some(m.conn.remote)));
+        let deadline = tokio::time::Instant::from_std(started + cfg.read_timeout);
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let read = collect_body(&parts.headers, body, cfg.max_body_size as usize);
+            let body = match tokio::time::timeout_at(deadline, read).await {
+                Ok(Ok(body)) => body,
+                Ok(Err(BodyError::TooLarge)) => return Ok(response::too_large(cfg.max_body_size)),
+                Ok(Err(BodyError::Stream(e))) => {
+                    tracing::debug!(error = %e, "reading an RPC request body failed");
+                    return Ok(response::malformed());
+                }
+                Err(_) => {
+                    metrics::counter!("moat_rpc_read_timeouts_total").increment(1);
+                    if let Some(held) = READ_TIMEOUT_LOG.allow() {
+                        tracing::info!(remote = ?remote, held_back = held, timeout = ?cfg.read_timeout, "dropping an RPC request whose body did not arrive in time");
+                    }
+                    return Ok(read_timed_out());
+                }
+            };
+            parts.headers.insert("content-length", body.len().into());
+            let req = HttpRequest::from_parts(parts, HttpBody::from(body));
+            inner.call(req).await.map_err(Into::into)
+        })
+    }
+}
+
+/// Caps open WebSockets in all and per client address with a [`ConnTable`] of their own:
+/// an upgrade past a cap gets HTTP 429; an admitted one holds its slot until its
+/// connection closes.
+#[derive(Debug, Clone)]
+pub struct WsCapLayer {
+    table: Arc<ConnTable>,
+}
+
+impl WsCapLayer {
+    pub fn new(table: Arc<ConnTable>) -> Self {
+        Self { table }
+    }
+}
+
+impl<S> Layer<S> for WsCapLayer {
+    type Service = WsCap<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        WsCap {
+            inner,
+            table: Arc::clone(&self.table),
+        }
+    }
+}
+
+/// The service [`WsCapLayer`] wraps.
+#[derive(Debug, Clone)]
+pub struct WsCap<S> {
+    inner: S,
+    table: Arc<ConnTable>,
+}
+
+static WS_REFUSED_LOG: server::Throttle = server::Throttle::new(Duration::from_secs(10));
+
+impl<S> Service<HttpRequest> for WsCap<S>
+where
+    S: Service<HttpRequest, Response = HttpResponse>,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: HttpRequest) -> Self::Future {
+        if jsonrpsee::server::ws::is_upgrade_request(&req)
+            && let Some(meta) = server::meta(&req)
+        {
+            match self.table.try_open(meta.conn.remote.ip()) {
+                Ok(slot) => meta.conn.hold_ws_slot(slot),
+                Err(why) => {
+                    let reason = match why {
+                        Refusal::Total => "total",
+                        Refusal::PerIp => "per_ip",
+                    };
+                    metrics::counter!("moat_rpc_ws_refused_total", "reason" => reason).increment(1);
+                    if let Some(held) = WS_REFUSED_LOG.allow() {
+                        tracing::warn!(remote = %meta.conn.remote, reason, held_back = held, limits = ?self.table.limits(), "WebSocket refused: too many open");
+                    }
+                    let body = error_json(
+                        Id::Null,
+                        ErrorObject::borrowed(BUSY_CODE, WS_BUSY_MSG, None),
+                    );
+                    let resp = HttpResponse::builder()
+                        .status(429)
+                        .header("content-type", JSON)
+                        .header("retry-after", RETRY_AFTER_SECS)
+                        .body(HttpBody::from(body))
+                        .expect("a static status and headers make a valid response");
+                    return Box::pin(async move { Ok(resp) });
+                }
+            }
+        }
+        let fut = self.inner.call(req);
+        Box::pin(async move { fut.await.map_err(Into::into) })
+    }
+}
+
+/// When the calls of an HTTP request must be answered by (its headers' arrival plus the
+/// write timeout). Set by [`crate::access::AccessLayer`] on HTTP requests only.
+#[derive(Debug, Clone, Copy)]
+pub struct CallDeadline(pub Instant);
+
+/// Answers a call still running at its request's [`CallDeadline`] with geth's -32002
+/// "request timed out". Calls without a deadline (WebSocket) run to the end.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallTimeoutLayer;
+
+impl<S> Layer<S> for CallTimeoutLayer {
+    type Service = CallTimeout<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CallTimeout { inner }
+    }
+}
+
+/// The RPC service [`CallTimeoutLayer`] wraps.
+#[derive(Debug, Clone)]
+pub struct CallTimeout<S> {
+    inner: S,
+}
+
+impl<S> RpcServiceT for CallTimeout<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let inner = self.inner.clone();
+        async move {
+            let Some(CallDeadline(deadline)) = req.extensions().get::<CallDeadline>().copied()
+            else {
+                return inner.call(req).await;
+            };
+            let (id, ext) = (req.id.clone().into_owned(), req.extensions.clone());
+            match tokio::time::timeout_at(deadline.into(), inner.call(req)).await {
+                Ok(rp) => rp,
+                Err(_) => {
+                    metrics::counter!("moat_rpc_call_timeouts_total").increment(1);
+                    MethodResponse::error(
+                        id,
+                        ErrorObject::borrowed(TIMEOUT_CODE, TIMEOUT_MSG, None),
+                    )
+                    .with_extensions(ext)
+                }
+            }
+        }
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.notification(n)
+    }
+
+    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.batch(batch)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,6 +763,106 @@ mod tests {
         // Malformed after the limit is passed: still too large. Malformed before: jsonrpsee's.
         assert_eq!(batch_over_limit(b"[1,2,3,", 2), Some(Id::Null));
         assert_eq!(batch_over_limit(b"[1,2,", 2), None);
+    }
+
+    /// A service that answers once `release` is notified.
+    #[derive(Clone)]
+    struct Held(Arc<tokio::sync::Semaphore>);
+
+    impl Service<HttpRequest> for Held {
+        type Response = HttpResponse;
+        type Error = BoxError;
+        type Future = BoxFuture;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: HttpRequest) -> BoxFuture {
+            let release = Arc::clone(&self.0);
+            Box::pin(async move {
+                release.acquire().await.expect("open").forget();
+                Ok(HttpResponse::new(HttpBody::from("done")))
+            })
+        }
+    }
+
+    fn post() -> HttpRequest {
+        HttpRequest::builder()
+            .method("POST")
+            .body(HttpBody::from("{}"))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn requests_past_the_executing_cap_get_429_at_once() {
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let limit = InFlightLimitLayer::new(2);
+        let mut svc = limit.layer(Held(Arc::clone(&release)));
+        // Two executing requests take both slots (a slot is taken on call).
+        let a = tokio::spawn(svc.call(post()));
+        let b = tokio::spawn(svc.call(post()));
+        assert_eq!(limit.in_flight(), 2);
+        let refused = svc.call(post()).await.unwrap();
+        assert_eq!(refused.status(), 429);
+        assert_eq!(refused.headers()["retry-after"], "1");
+        assert!(
+            refused.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json")
+        );
+        // Once they are answered, their slots are free again.
+        release.add_permits(2);
+        assert_eq!(a.await.unwrap().unwrap().status(), 200);
+        assert_eq!(b.await.unwrap().unwrap().status(), 200);
+        assert_eq!(limit.in_flight(), 0);
+        // A request whose client went away gives its slot back too.
+        let c = svc.call(post());
+        assert_eq!(limit.in_flight(), 1);
+        drop(c);
+        assert_eq!(limit.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn bodies_are_read_before_the_cap_and_within_the_read_timeout() {
+        let release = Arc::new(tokio::sync::Semaphore::new(8));
+        let limit = InFlightLimitLayer::new(1);
+        let mut svc =
+            ReadBodyLayer::new(16, Duration::from_millis(200)).layer(limit.layer(Held(release)));
+        // A body that never ends: 408, and no slot was held meanwhile.
+        let (_tx, never) = tokio::sync::mpsc::channel::<()>(1);
+        struct Stalled(tokio::sync::mpsc::Receiver<()>);
+        impl hyper::body::Body for Stalled {
+            type Data = hyper::body::Bytes;
+            type Error = BoxError;
+            fn poll_frame(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+            ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+                match self.0.poll_recv(cx) {
+                    Poll::Ready(_) => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+        let slow = HttpRequest::builder()
+            .method("POST")
+            .body(HttpBody::new(Stalled(never)))
+            .unwrap();
+        let pending = tokio::spawn(svc.call(slow));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(limit.in_flight(), 0, "an upload in progress holds no slot");
+        let answer = pending.await.unwrap().unwrap();
+        assert_eq!(answer.status(), 408);
+        assert_eq!(answer.headers()["connection"], "close");
+        // Too big: 413 before the rest is read.
+        let big = HttpRequest::builder()
+            .method("POST")
+            .body(HttpBody::from(vec![b'x'; 17]))
+            .unwrap();
+        assert_eq!(svc.call(big).await.unwrap().status(), 413);
+        assert_eq!(svc.call(post()).await.unwrap().status(), 200);
     }
 
     #[test]

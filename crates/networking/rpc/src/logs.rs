@@ -3,13 +3,18 @@
 //! Each block's header bloom is checked first; receipts are read only for blocks whose
 //! bloom may hold a match. A query spans at most [`MAX_BLOCK_RANGE`] blocks and returns at
 //! most [`MAX_LOGS`] logs, so one request cannot make the node read its whole history.
+//! The answer's size is counted as it is built: once it passes the server's response cap
+//! (`--rpc.max-response-size`) the query stops with -32008 "Response is too big", instead
+//! of building all of it and then finding it too big. The default cap (160 MiB) holds the
+//! logs of any single block.
 
 use crate::RpcContext;
 use crate::eth::positional;
 use crate::json::q;
 use crate::params::{RpcResult, invalid_params, parse_block_number, server_error};
 use alloy_primitives::{Address, B256, Bloom, BloomInput};
-use jsonrpsee::types::Params;
+use jsonrpsee::types::error::{OVERSIZED_RESPONSE_CODE, OVERSIZED_RESPONSE_MSG};
+use jsonrpsee::types::{ErrorObjectOwned, Params};
 use serde_json::{Value, json};
 
 /// Most blocks one query may cover.
@@ -88,6 +93,21 @@ impl Filter {
     }
 }
 
+/// Bytes one log takes in the answer, at least: the fixed fields (addresses, hashes,
+/// quantities of at most 8 digits, keys and punctuation), 67 per topic and the data's hex.
+fn log_json_size(topics: usize, data: usize) -> usize {
+    300 + 67 * topics + 2 * data
+}
+
+/// jsonrpsee's answer to a response over the cap, given before the response is built.
+fn too_big(max: usize) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned(
+        OVERSIZED_RESPONSE_CODE,
+        OVERSIZED_RESPONSE_MSG,
+        Some(format!("Exceeded max limit of {max}")),
+    )
+}
+
 fn parse<T: serde::de::DeserializeOwned>(v: &Value, what: &str) -> RpcResult<T> {
     serde_json::from_value(v.clone()).map_err(|e| invalid_params(format!("invalid {what}: {e}")))
 }
@@ -157,6 +177,7 @@ pub fn get_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     };
 
     let mut out = Vec::new();
+    let mut size = 2usize;
     for hash in blocks {
         let Some(header) = ctx.chain.header(&hash).map_err(crate::params::internal)? else {
             continue;
@@ -178,6 +199,12 @@ pub fn get_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
                         return Err(server_error(format!(
                             "query returned more than {MAX_LOGS} results"
                         )));
+                    }
+                    size += log_json_size(log.data.topics().len(), log.data.data.len()) + 1;
+                    if size > ctx.max_response_size {
+                        metrics::counter!("moat_rpc_response_too_big_total", "method" => "eth_getLogs")
+                            .increment(1);
+                        return Err(too_big(ctx.max_response_size));
                     }
                     out.push(json!({
                         "address": log.address,

@@ -63,9 +63,12 @@ async fn node_with(config: RpcConfig) -> Node {
     let view = StoreStateView::new(store.clone(), chain.config().clone());
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let genesis_hash = chain.genesis_hash();
+    // These tests call every namespace.
     let config = RpcConfig {
         http_addr: "127.0.0.1:0".parse().unwrap(),
         ws_addr: Some("127.0.0.1:0".parse().unwrap()),
+        http_api: moat_rpc::Namespaces::all(),
+        ws_api: moat_rpc::Namespaces::all(),
         ..config
     };
     let handle = moat_rpc::start(config, RpcContext::new(chain, pool))
@@ -185,7 +188,7 @@ fn transfer(signer: &Signer, nonce: u64, tip: u128, value: u64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_methods_and_pool_submission() {
     let n = node().await;
-    let addr = n.handle.http_addr();
+    let addr = n.handle.http_addr().unwrap();
     let rich = n.rich.address();
 
     assert_eq!(result(addr, "eth_chainId", json!([])).await, json!("0x539"));
@@ -348,7 +351,7 @@ async fn http_methods_and_pool_submission() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_get_errors() {
     let n = node().await;
-    let addr = n.handle.http_addr();
+    let addr = n.handle.http_addr().unwrap();
 
     let (status, body) = post_raw(addr, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":").await;
     assert_eq!(status, 200);
@@ -504,7 +507,7 @@ async fn websocket_subscriptions() {
     assert_eq!(ws.recv_timeout().await["error"]["code"], json!(-32602));
 
     let hash = result(
-        n.handle.http_addr(),
+        n.handle.http_addr().unwrap(),
         "eth_sendRawTransaction",
         json!([transfer(&n.rich, 1, 1_000_000_000, 1)]),
     )
@@ -540,7 +543,7 @@ async fn mined_transactions_and_receipts() {
     use moat_storage::{TxLocation, WriteBatch};
 
     let n = node().await;
-    let addr = n.handle.http_addr();
+    let addr = n.handle.http_addr().unwrap();
     let rich = n.rich.address();
     let genesis =
         Header::decode(&mut &n.store.header_rlp(&n.genesis_hash).unwrap().unwrap()[..]).unwrap();
@@ -701,7 +704,7 @@ async fn batch_request_limit_gives_geths_error() {
         ..RpcConfig::default()
     })
     .await;
-    let addr = n.handle.http_addr();
+    let addr = n.handle.http_addr().unwrap();
 
     // At the limit: every call answered, in order.
     let answer = post_batch(addr, &chain_id_batch([json!(10), json!(11), json!(12)])).await;
@@ -759,7 +762,7 @@ async fn batch_response_cap_answers_response_too_large() {
         ..RpcConfig::default()
     })
     .await;
-    let addr = n.handle.http_addr();
+    let addr = n.handle.http_addr().unwrap();
 
     // Each answer, `{"jsonrpc":"2.0","id":N,"result":"0x539"}`, is 41 bytes, 42 with its
     // separator: the fifth passes 200 bytes (210) and is the last one served. The calls after
@@ -919,31 +922,6 @@ async fn post_with_head(addr: SocketAddr, body: &[u8]) -> (u16, String, String) 
     read_answer(&mut s).await
 }
 
-/// On a server with two slots, opens three requests that stop mid-body. The two that reach
-/// the server first are held; the third is refused at once, before its body is read.
-/// Returns the held two and the refusal (head lines lowercased, body).
-async fn fill_two_slots(addr: SocketAddr) -> (Vec<HeldRequest>, String, Value) {
-    let mut held = vec![
-        HeldRequest::open(addr).await,
-        HeldRequest::open(addr).await,
-        HeldRequest::open(addr).await,
-    ];
-    // Only a refused request can be answered: the others wait for the rest of their body.
-    let (refused, (status, head, body)) = {
-        let [a, b, c] = &mut held[..] else {
-            unreachable!()
-        };
-        tokio::select! {
-            r = read_answer(&mut a.stream) => (0, r),
-            r = read_answer(&mut b.stream) => (1, r),
-            r = read_answer(&mut c.stream) => (2, r),
-        }
-    };
-    assert_eq!(status, 429, "{head}\n{body}");
-    held.remove(refused);
-    (held, head, parse_body(&body))
-}
-
 /// Sends `eth_chainId` until it is served (at most 100 tries, 20 ms apart): the server
 /// learns of the clients that left at its own pace.
 async fn until_served(addr: SocketAddr) {
@@ -961,43 +939,101 @@ async fn until_served(addr: SocketAddr) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn busy_server_answers_429_then_serves_again() {
+async fn slow_bodies_hold_no_request_slot_and_are_dropped_after_the_read_timeout() {
     let n = node_with(RpcConfig {
         max_concurrent_requests: 2,
+        timeouts: moat_rpc::HttpTimeouts {
+            read: Duration::from_secs(2),
+            read_header: Duration::from_secs(2),
+            ..moat_rpc::HttpTimeouts::default()
+        },
         ..RpcConfig::default()
     })
     .await;
-    let addr = n.handle.http_addr();
+    let addr = n.handle.http_addr().unwrap();
     assert_eq!(result(addr, "eth_chainId", json!([])).await, json!("0x539"));
 
-    // Two requests whose bodies are still arriving fill both slots: the decision is made
-    // before a body is read, so a third is refused at once.
-    let (held, head, body) = fill_two_slots(addr).await;
-    assert_eq!(
-        body,
-        json!({"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"server busy: too many requests in progress"}})
-    );
-    assert!(head.contains("\r\nretry-after: 1"), "{head}");
-    assert!(
-        head.contains("\r\ncontent-type: application/json"),
-        "{head}"
-    );
-    // Refused again while they are held, whatever the body.
-    let (status, _, _) = post_with_head(addr, b"{}").await;
-    assert_eq!(status, 429);
-
-    // The held requests complete normally, and their slots are free again at once.
-    for h in held {
-        let (status, body) = h.finish().await;
-        assert_eq!((status, &body["result"]), (200, &json!("0x539")), "{body}");
+    // Ten requests stop mid-body, five times the requests allowed to execute: only
+    // requests whose bodies are in count, so others are served at once.
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(HeldRequest::open(addr).await);
     }
     let call = json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"}).to_string();
-    let (status, _, body) = post_with_head(addr, call.as_bytes()).await;
-    assert_eq!(status, 200, "{body}");
+    for _ in 0..3 {
+        let (status, head, body) = post_with_head(addr, call.as_bytes()).await;
+        assert_eq!(status, 200, "{head}\n{body}");
+    }
+    // A held request whose rest comes in time is answered.
+    let (status, body) = held.pop().unwrap().finish().await;
+    assert_eq!((status, &body["result"]), (200, &json!("0x539")), "{body}");
 
-    // Clients that go away mid-body give their slots back too.
-    let (held, _, _) = fill_two_slots(addr).await;
-    drop(held);
+    // The others get 408 at the read timeout, and their connections are closed.
+    let started = std::time::Instant::now();
+    for mut h in held {
+        let (status, head, body) = read_answer(&mut h.stream).await;
+        assert_eq!(status, 408, "{head}\n{body}");
+        assert!(head.contains("\r\nconnection: close"), "{head}");
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), h.stream.read_to_end(&mut rest))
+            .await
+            .expect("the server closes the connection");
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
     until_served(addr).await;
+    n.handle.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_headers_and_idle_connections_are_closed() {
+    let n = node_with(RpcConfig {
+        timeouts: moat_rpc::HttpTimeouts {
+            read: Duration::from_secs(1),
+            read_header: Duration::from_secs(1),
+            idle: Duration::from_secs(2),
+            ..moat_rpc::HttpTimeouts::default()
+        },
+        ..RpcConfig::default()
+    })
+    .await;
+    let addr = n.handle.http_addr().unwrap();
+    let closed_within = |mut s: TcpStream, secs: u64| async move {
+        let mut buf = Vec::new();
+        tokio::time::timeout(Duration::from_secs(secs), s.read_to_end(&mut buf))
+            .await
+            .is_ok()
+    };
+    // Silent after connecting, or half a request line: closed at the header timeout.
+    let silent = TcpStream::connect(addr).await.unwrap();
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"POST / HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    assert!(
+        closed_within(silent, 5).await,
+        "a silent connection stays open"
+    );
+    assert!(
+        closed_within(half, 5).await,
+        "slow headers keep a connection open"
+    );
+    // A kept-alive connection is closed once idle for the idle timeout, not before.
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"eth_chainId"}).to_string();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    kept.write_all(head.as_bytes()).await.unwrap();
+    let (status, _, _) = read_answer(&mut kept).await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    kept.write_all(head.as_bytes()).await.unwrap();
+    let (status, _, _) = read_answer(&mut kept).await;
+    assert_eq!(status, 200, "closed before the idle timeout");
+    assert!(
+        closed_within(kept, 6).await,
+        "an idle connection stays open"
+    );
     n.handle.stop();
 }

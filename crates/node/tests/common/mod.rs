@@ -36,18 +36,24 @@ pub fn import_ethtest(datadir: &std::path::Path) {
 pub struct Node(pub Child);
 
 impl Node {
-    /// Starts `moat` with `args`; unless they name a p2p port, the OS picks one, so
-    /// nodes of parallel tests do not collide on 30303.
+    /// Starts `moat` with `args`; unless they name a p2p port (or discv5's), the OS
+    /// picks one, so nodes of parallel tests do not collide on 30303 (or 9200).
     pub fn start(args: &[&str]) -> Node {
         let port: &[&str] = if args.contains(&"--port") {
             &[]
         } else {
             &["--port", "0"]
         };
+        let v5_port: &[&str] = if args.contains(&"--discovery.v5.port") {
+            &[]
+        } else {
+            &["--discovery.v5.port", "0"]
+        };
         Node(
             Command::new(env!("CARGO_BIN_EXE_moat"))
                 .args(args)
                 .args(port)
+                .args(v5_port)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -41,9 +41,13 @@ pub use errors::{
     UNSUPPORTED_FORK,
 };
 
+use crate::access::{
+    AccessLayer, AccessPolicy, AllowedOrigins, CorsDomains, Namespaces, VirtualHosts,
+};
+use crate::server::{self, ConnLimits, ConnTable, HttpTimeouts, ServeOptions};
 use crate::{RpcError, SyncService};
 use alloy_primitives::B256;
-use jsonrpsee::server::{Server, ServerConfig, ServerHandle};
+use jsonrpsee::server::{Server, ServerConfig, ServerHandle, stop_channel};
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::Pool;
 use moat_blockchain::payload::PayloadService;
@@ -62,6 +66,14 @@ pub struct EngineConfig {
     /// Largest request body; geth allows 128 MiB on the engine port, since a payload
     /// (and a getBlobs answer) can be tens of megabytes and only the CL can send one.
     pub max_body_size: u32,
+    /// Host names requests may name (`--authrpc.vhosts`, default `localhost`), checked
+    /// after the JWT as geth does.
+    pub vhosts: VirtualHosts,
+    /// Header, body, idle and write-stall timeouts of the port's connections (geth's
+    /// HTTP timeouts; calls themselves are not cut off).
+    pub timeouts: HttpTimeouts,
+    /// Open connections, in all and per client address.
+    pub connections: ConnLimits,
 }
 
 impl EngineConfig {
@@ -71,6 +83,12 @@ impl EngineConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8551)),
             jwt_secret,
             max_body_size: 128 << 20,
+            vhosts: VirtualHosts::default(),
+            timeouts: HttpTimeouts::default(),
+            connections: ConnLimits {
+                total: 512,
+                per_ip: 512,
+            },
         }
     }
 }
@@ -221,34 +239,67 @@ impl EngineHandle {
     }
 }
 
+/// The engine method table over `ctx`, for calls made in process (tests, tools).
+pub fn methods(
+    ctx: EngineContext,
+) -> Result<jsonrpsee::RpcModule<EngineContext>, jsonrpsee::core::RegisterMethodError> {
+    api::module(ctx)
+}
+
 /// Binds the engine endpoint (HTTP and WebSocket on one port, both behind JWT) and
 /// starts serving `ctx`.
 pub async fn start_engine(
     config: EngineConfig,
     ctx: EngineContext,
 ) -> Result<EngineHandle, RpcError> {
-    let methods = api::module(ctx)?;
+    let methods: jsonrpsee::Methods = api::module(ctx)?.into();
     let server_config = ServerConfig::builder()
         .max_request_body_size(config.max_body_size)
         .max_response_body_size(config.max_body_size)
+        .max_connections(u32::MAX)
         .build();
-    let server = Server::builder()
-        .set_config(server_config)
-        .set_http_middleware(
-            tower::ServiceBuilder::new().layer(JwtAuthLayer::new(config.jwt_secret)),
-        )
-        .build(config.addr)
+    let (listener, addr) = server::bind(config.addr)
         .await
         .map_err(|source| RpcError::Bind {
             addr: config.addr,
             source,
         })?;
-    let addr = server.local_addr().map_err(|source| RpcError::Bind {
-        addr: config.addr,
-        source,
-    })?;
+    // geth's auth stack: JWT outermost, then the Host check; WebSocket origins are
+    // geth's `DefaultAuthOrigins` (localhost).
+    let api = Arc::new(Namespaces::new(&["engine", "eth"]));
+    let access = AccessLayer::new(AccessPolicy {
+        http: Some(api.clone()),
+        ws: Some(api),
+        vhosts: config.vhosts.clone(),
+        origins: AllowedOrigins::new(&["localhost"]),
+        cors: CorsDomains::default(),
+        call_timeout: None,
+    });
+    let builder = Server::builder()
+        .set_config(server_config)
+        .set_http_middleware(
+            tower::ServiceBuilder::new()
+                .layer(JwtAuthLayer::new(config.jwt_secret))
+                .layer(access)
+                // A body must arrive within the read timeout here too.
+                .layer(crate::limits::ReadBodyLayer::new(
+                    config.max_body_size,
+                    config.timeouts.read,
+                )),
+        )
+        .to_service_builder();
+    let (stop, handle) = stop_channel();
+    let opts = ServeOptions {
+        name: "engine",
+        timeouts: config.timeouts,
+        table: ConnTable::new(config.connections),
+    };
+    let stop2 = stop.clone();
+    tokio::spawn(server::run(listener, opts, stop, move || {
+        builder.clone().build(methods.clone(), stop2.clone())
+    }));
     Ok(EngineHandle {
         addr,
-        server: server.start(methods),
+        server: handle,
     })
 }

@@ -1,0 +1,670 @@
+//! The accept loop and connection handling of moat's RPC servers (the public HTTP and
+//! WebSocket ports and the engine port), in place of jsonrpsee's own, which sets no read
+//! timeouts, caps nothing per client address and retries a failed accept at once.
+//!
+//! ```text
+//!  accept ─▶ error? back off (EMFILE: 10 ms doubling to 1 s), log at a bounded rate
+//!         ─▶ connection table: over the total cap or the per-IP cap? close at once
+//!         ─▶ connection task: hyper (HTTP/1.1, h2c, WebSocket upgrades) over a socket
+//!            that reports its reads and writes to the connection's clock
+//!              └─ watchdog: headers not in within the read-header timeout, idle past
+//!                 the idle timeout, a write stalled past the write timeout ─▶ closed
+//! ```
+//!
+//! Timeouts follow go-ethereum's `rpc.HTTPTimeouts` (net/http's meanings): a request's
+//! headers must arrive within `read_header` of its first byte (of the connection's start
+//! for the first request), the whole request, body included, within `read` (the body
+//! part is enforced by [`crate::limits::ReadBodyLayer`]); a connection waiting for its
+//! next request is closed after `idle`; a response the client does not read is dropped
+//! after `write` without progress, and a call still running after `write` is answered
+//! with geth's -32002 "request timed out" ([`crate::limits::CallTimeoutLayer`]).
+//! An upgraded WebSocket leaves the watchdog (its liveness is jsonrpsee's ping/pong) but
+//! keeps its place in the connection table until it closes.
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use jsonrpsee::core::BoxError;
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, StopHandle};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tower::Service;
+
+/// go-ethereum's `rpc.DefaultHTTPTimeouts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpTimeouts {
+    /// Most time to read a whole request, headers and body (`--http.readtimeout`, 30 s).
+    pub read: Duration,
+    /// Most time to read a request's headers (30 s; geth's `ReadHeaderTimeout`).
+    pub read_header: Duration,
+    /// Most time a call may run, and a response write may make no progress
+    /// (`--http.writetimeout`, 30 s).
+    pub write: Duration,
+    /// Most time a connection may wait for its next request (`--http.idletimeout`, 120 s).
+    pub idle: Duration,
+}
+
+impl Default for HttpTimeouts {
+    fn default() -> Self {
+        Self {
+            read: Duration::from_secs(30),
+            read_header: Duration::from_secs(30),
+            write: Duration::from_secs(30),
+            idle: Duration::from_secs(120),
+        }
+    }
+}
+
+/// How many connections a table admits: in all, and from one client address (an IPv4
+/// address, or an IPv6 /64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    pub total: usize,
+    pub per_ip: usize,
+}
+
+/// The address connections are counted under: IPv4 as is (IPv4-mapped IPv6 too), IPv6
+/// by its /64, which one host usually holds whole.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut s = v6.segments();
+                s[4..].fill(0);
+                IpAddr::V6(s.into())
+            }
+        },
+    }
+}
+
+/// Open connections, in all and per client address, against [`ConnLimits`]. Shared by
+/// the servers it covers; a slot is held by a [`ConnSlot`] and given back on drop.
+#[derive(Debug)]
+pub struct ConnTable {
+    limits: ConnLimits,
+    open: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Total,
+    PerIp,
+}
+
+impl ConnTable {
+    /// Limits below 1 are taken as 1.
+    pub fn new(limits: ConnLimits) -> Arc<Self> {
+        Arc::new(Self {
+            limits: ConnLimits {
+                total: limits.total.max(1),
+                per_ip: limits.per_ip.max(1),
+            },
+            open: Mutex::default(),
+        })
+    }
+
+    pub fn limits(&self) -> ConnLimits {
+        self.limits
+    }
+
+    /// Connections open now: in all, and from `ip`'s address.
+    pub fn open(&self, ip: IpAddr) -> (usize, usize) {
+        let open = self.open.lock();
+        (open.0, open.1.get(&client_key(ip)).copied().unwrap_or(0))
+    }
+
+    pub fn try_open(self: &Arc<Self>, ip: IpAddr) -> Result<ConnSlot, Refusal> {
+        let key = client_key(ip);
+        let mut open = self.open.lock();
+        if open.0 >= self.limits.total {
+            return Err(Refusal::Total);
+        }
+        let n = open.1.entry(key).or_insert(0);
+        if *n >= self.limits.per_ip {
+            return Err(Refusal::PerIp);
+        }
+        *n += 1;
+        open.0 += 1;
+        Ok(ConnSlot {
+            table: Arc::clone(self),
+            key,
+        })
+    }
+}
+
+/// One connection's place in a [`ConnTable`].
+#[derive(Debug)]
+pub struct ConnSlot {
+    table: Arc<ConnTable>,
+    key: IpAddr,
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock();
+        open.0 -= 1;
+        if let Some(n) = open.1.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.key);
+                // A flood from many addresses leaves a big table behind: shrink it.
+                if open.1.capacity() > 64 && open.1.len() < open.1.capacity() / 4 {
+                    open.1.shrink_to_fit();
+                }
+            }
+        }
+    }
+}
+
+/// A warning logged at most once per period; the ones held back are counted into the
+/// next.
+#[derive(Debug)]
+pub struct Throttle {
+    period: Duration,
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl Throttle {
+    pub const fn new(period: Duration) -> Self {
+        Self {
+            period,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    /// `Some(how many were held back since the last one)` when this one may be logged.
+    pub fn allow(&self) -> Option<u64> {
+        let mut s = self.state.lock();
+        let now = Instant::now();
+        match s.0 {
+            Some(last) if now.duration_since(last) < self.period => {
+                s.1 += 1;
+                None
+            }
+            _ => {
+                s.0 = Some(now);
+                Some(std::mem::take(&mut s.1))
+            }
+        }
+    }
+}
+
+/// Where a connection is between requests, for its watchdog.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Reading a request's headers, whose first byte came at `since`.
+    Headers { since: Instant },
+    /// `n` requests being read, run or answered.
+    Busy { n: usize, started: Instant },
+    /// Waiting for the next request since `since`.
+    Idle { since: Instant },
+}
+
+#[derive(Debug)]
+struct Clock {
+    phase: Phase,
+    /// Since when a write has been waiting for the client to read.
+    write_blocked: Option<Instant>,
+}
+
+/// One accepted connection: its peer, its place in the tables and its clock. Request
+/// handlers find it in the request's extensions.
+#[derive(Debug)]
+pub struct Conn {
+    pub remote: SocketAddr,
+    clock: Mutex<Clock>,
+    wake: Notify,
+    _slot: ConnSlot,
+    /// The WebSocket slot, once the connection is upgraded.
+    ws_slot: Mutex<Option<ConnSlot>>,
+}
+
+/// What the request layers learn of the connection a request came on.
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    pub conn: Arc<Conn>,
+    /// When the request's first byte arrived: its read deadline counts from here.
+    pub started: Instant,
+}
+
+impl Conn {
+    fn new(remote: SocketAddr, slot: ConnSlot) -> Self {
+        Self {
+            remote,
+            clock: Mutex::new(Clock {
+                phase: Phase::Headers {
+                    since: Instant::now(),
+                },
+                write_blocked: None,
+            }),
+            wake: Notify::new(),
+            _slot: slot,
+            ws_slot: Mutex::new(None),
+        }
+    }
+
+    /// Keeps `slot` for as long as the connection lives (its WebSocket slot).
+    pub fn hold_ws_slot(&self, slot: ConnSlot) {
+        *self.ws_slot.lock() = Some(slot);
+    }
+
+    fn on_read(&self) {
+        let mut c = self.clock.lock();
+        if let Phase::Idle { .. } = c.phase {
+            c.phase = Phase::Headers {
+                since: Instant::now(),
+            };
+            drop(c);
+            self.wake.notify_one();
+        }
+    }
+
+    fn on_write(&self, blocked: bool) {
+        let mut c = self.clock.lock();
+        match (blocked, c.write_blocked) {
+            (true, None) => {
+                c.write_blocked = Some(Instant::now());
+                drop(c);
+                self.wake.notify_one();
+            }
+            (false, Some(_)) => c.write_blocked = None,
+            _ => {}
+        }
+    }
+
+    /// A request's headers are in; returns when its first byte came.
+    fn begin_request(&self) -> Instant {
+        let mut c = self.clock.lock();
+        let now = Instant::now();
+        let (n, started) = match c.phase {
+            Phase::Headers { since } => (1, since),
+            Phase::Busy { n, started } => (n + 1, started),
+            // Bytes already read ahead while the last request was answered.
+            Phase::Idle { .. } => (1, now),
+        };
+        c.phase = Phase::Busy { n, started: now };
+        started.min(now)
+    }
+
+    fn end_request(&self) {
+        let mut c = self.clock.lock();
+        if let Phase::Busy { n, started } = c.phase {
+            c.phase = if n > 1 {
+                Phase::Busy { n: n - 1, started }
+            } else {
+                Phase::Idle {
+                    since: Instant::now(),
+                }
+            };
+        }
+        drop(c);
+        self.wake.notify_one();
+    }
+
+    /// When the connection is due to be closed as things stand, and why.
+    fn deadline(&self, t: &HttpTimeouts) -> Option<(Instant, &'static str)> {
+        let c = self.clock.lock();
+        let phase = match c.phase {
+            Phase::Headers { since } => Some((since + t.read_header, "read_header")),
+            Phase::Idle { since } => Some((since + t.idle, "idle")),
+            Phase::Busy { .. } => None,
+        };
+        let write = c.write_blocked.map(|since| (since + t.write, "write"));
+        match (phase, write) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Ends a request's busy phase when dropped (also when the client goes away).
+struct RequestGuard(Arc<Conn>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.0.end_request();
+    }
+}
+
+/// The socket as hyper sees it: reads and writes are reported to the connection's clock.
+/// It holds the connection's [`Conn`], so its slots live as long as the socket, through a
+/// WebSocket upgrade.
+struct TrackedIo {
+    io: TcpStream,
+    conn: Arc<Conn>,
+}
+
+impl AsyncRead for TrackedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.conn.on_read();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for TrackedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.conn.on_write(r.is_pending());
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.conn.on_write(r.is_pending());
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.conn.on_write(r.is_pending());
+        r
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+type ResponseFuture =
+    Pin<Box<dyn std::future::Future<Output = Result<HttpResponse, BoxError>> + Send>>;
+
+/// The hyper service of one connection: marks each request on the connection's clock,
+/// hands it the [`RequestMeta`] and calls a clone of the jsonrpsee service (always ready,
+/// as its own accept loop uses it).
+struct PerRequest<S> {
+    service: S,
+    conn: Arc<Conn>,
+}
+
+impl<S> hyper::service::Service<hyper::Request<hyper::body::Incoming>> for PerRequest<S>
+where
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = ResponseFuture;
+
+    fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        let started = self.conn.begin_request();
+        let guard = RequestGuard(Arc::clone(&self.conn));
+        let mut req = req.map(HttpBody::new);
+        req.extensions_mut().insert(RequestMeta {
+            conn: Arc::clone(&self.conn),
+            started,
+        });
+        let fut = self.service.clone().call(req);
+        Box::pin(async move {
+            let response = fut.await;
+            drop(guard);
+            response
+        })
+    }
+}
+
+/// How one listener serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// A name for logs and metrics: "http", "ws", "engine".
+    pub name: &'static str,
+    pub timeouts: HttpTimeouts,
+    pub table: Arc<ConnTable>,
+}
+
+static REFUSED_LOG: Throttle = Throttle::new(Duration::from_secs(10));
+static ACCEPT_LOG: Throttle = Throttle::new(Duration::from_secs(10));
+static TIMEOUT_LOG: Throttle = Throttle::new(Duration::from_secs(10));
+
+/// Accept errors that mean the process or system is out of something (descriptors,
+/// buffers, memory): retrying at once would only spin.
+fn is_resource_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Least and most pause after an accept error of [`is_resource_error`]'s kind.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accepts connections on `listener` until `stop`, serving each with a service from
+/// `make_service` (one per connection).
+pub async fn run<F, S>(listener: TcpListener, opts: ServeOptions, stop: StopHandle, make_service: F)
+where
+    F: Fn() -> S + Send + Sync + 'static,
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let make_service = Arc::new(make_service);
+    let stopped = stop.clone().shutdown();
+    tokio::pin!(stopped);
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = &mut stopped => break,
+        };
+        let (stream, remote) = match accepted {
+            Ok(c) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                c
+            }
+            Err(e) => {
+                metrics::counter!("moat_rpc_accept_errors_total", "server" => opts.name)
+                    .increment(1);
+                let resource = is_resource_error(&e);
+                if let Some(held) = ACCEPT_LOG.allow() {
+                    tracing::warn!(server = opts.name, error = %e, held_back = held, "cannot accept an RPC connection");
+                }
+                if resource {
+                    // Out of descriptors: the pending connection stays queued; wait for
+                    // some to be freed instead of spinning on the same error.
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {},
+                        _ = &mut stopped => break,
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                }
+                continue;
+            }
+        };
+        let slot = match opts.table.try_open(remote.ip()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                let reason = match why {
+                    Refusal::Total => "total",
+                    Refusal::PerIp => "per_ip",
+                };
+                metrics::counter!("moat_rpc_connections_refused_total", "server" => opts.name, "reason" => reason)
+                    .increment(1);
+                if let Some(held) = REFUSED_LOG.allow() {
+                    tracing::warn!(server = opts.name, %remote, reason, held_back = held, limits = ?opts.table.limits(), "RPC connection refused: too many open");
+                }
+                // Closed at once: the client sees the connection end.
+                drop(stream);
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = Arc::new(Conn::new(remote, slot));
+        let service = make_service();
+        tokio::spawn(serve_connection(
+            stream,
+            conn,
+            service,
+            opts.timeouts,
+            opts.name,
+            stop.clone(),
+        ));
+    }
+}
+
+async fn serve_connection<S>(
+    stream: TcpStream,
+    conn: Arc<Conn>,
+    service: S,
+    timeouts: HttpTimeouts,
+    name: &'static str,
+    stop: StopHandle,
+) where
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let per_request = PerRequest {
+        service,
+        conn: Arc::clone(&conn),
+    };
+    let io = TokioIo::new(TrackedIo {
+        io: stream,
+        conn: Arc::clone(&conn),
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection_with_upgrades(io, per_request);
+    tokio::pin!(connection);
+    let stopped = stop.shutdown();
+    tokio::pin!(stopped);
+    loop {
+        let deadline = conn.deadline(&timeouts);
+        let sleep_until = deadline.map_or_else(
+            // Busy: a state change wakes us.
+            || tokio::time::Instant::now() + timeouts.read_header.max(Duration::from_secs(1)),
+            |(at, _)| tokio::time::Instant::from_std(at),
+        );
+        tokio::select! {
+            r = &mut connection => {
+                if let Err(e) = r {
+                    tracing::trace!(remote = %conn.remote, error = %e, "RPC connection ended");
+                }
+                break;
+            }
+            _ = &mut stopped => {
+                connection.as_mut().graceful_shutdown();
+                // In-flight calls get the write timeout to finish.
+                let _ = tokio::time::timeout(timeouts.write, connection.as_mut()).await;
+                break;
+            }
+            _ = conn.wake.notified() => {}
+            _ = tokio::time::sleep_until(sleep_until) => {
+                if let Some((at, why)) = conn.deadline(&timeouts)
+                    && at <= Instant::now()
+                {
+                    metrics::counter!("moat_rpc_connections_timed_out_total", "server" => name, "phase" => why)
+                        .increment(1);
+                    if let Some(held) = TIMEOUT_LOG.allow() {
+                        tracing::debug!(server = name, remote = %conn.remote, phase = why, held_back = held, "closing a slow or idle RPC connection");
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Binds `addr` and returns the listener with its real address.
+pub async fn bind(addr: SocketAddr) -> io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    Ok((listener, bound))
+}
+
+/// The connection a request came on, when it came through [`run`].
+pub fn meta<B>(req: &hyper::Request<B>) -> Option<&RequestMeta> {
+    req.extensions().get::<RequestMeta>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_cap_in_all_and_per_address() {
+        let t = ConnTable::new(ConnLimits {
+            total: 3,
+            per_ip: 2,
+        });
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let a1 = t.try_open(a).unwrap();
+        let _a2 = t.try_open(a).unwrap();
+        assert_eq!(t.try_open(a).unwrap_err(), Refusal::PerIp);
+        let _b1 = t.try_open(b).unwrap();
+        assert_eq!(t.try_open(b).unwrap_err(), Refusal::Total);
+        drop(a1);
+        assert_eq!(t.open(a), (2, 1));
+        let _b2 = t.try_open(b).unwrap();
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_64() {
+        let x: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let y: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let z: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_key(x), client_key(y));
+        assert_ne!(client_key(x), client_key(z));
+        let mapped: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
+        assert_eq!(client_key(mapped), "10.1.2.3".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn throttle_counts_what_it_holds_back() {
+        let t = Throttle::new(Duration::from_secs(3600));
+        assert_eq!(t.allow(), Some(0));
+        assert_eq!(t.allow(), None);
+        assert_eq!(t.allow(), None);
+        t.state.lock().0 = Some(Instant::now() - Duration::from_secs(7200));
+        assert_eq!(t.allow(), Some(2));
+    }
+
+    #[test]
+    fn a_connection_is_due_by_its_phase() {
+        let t = ConnTable::new(ConnLimits {
+            total: 1,
+            per_ip: 1,
+        });
+        let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let conn = Conn::new(remote, t.try_open(remote.ip()).unwrap());
+        let timeouts = HttpTimeouts::default();
+        assert_eq!(conn.deadline(&timeouts).unwrap().1, "read_header");
+        conn.begin_request();
+        assert!(conn.deadline(&timeouts).is_none(), "no deadline while busy");
+        conn.on_write(true);
+        assert_eq!(conn.deadline(&timeouts).unwrap().1, "write");
+        conn.on_write(false);
+        conn.end_request();
+        assert_eq!(conn.deadline(&timeouts).unwrap().1, "idle");
+        conn.on_read();
+        assert_eq!(conn.deadline(&timeouts).unwrap().1, "read_header");
+    }
+}
