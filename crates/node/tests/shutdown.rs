@@ -15,11 +15,8 @@
 
 mod common;
 
-use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
-use common::{Node, free_port, rpc, wait_for};
-use moat_common::PooledTransaction;
-use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
-use moat_crypto::secp::Signer;
+use alloy_primitives::B256;
+use common::{Node, dev_transfers, free_port, rpc, wait_for};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -166,44 +163,7 @@ fn sigterm_during_import_stops_cleanly_at_a_consistent_head() {
     let _ = std::fs::remove_dir_all(&chain);
 }
 
-/// The first four well-known dev keys.
-const DEV_KEYS: [&str; 4] = [
-    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
-    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
-    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
-    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
-];
 const NONCES: u64 = 150;
-
-/// Each sender's signed transfers in nonce order: (hash, raw hex).
-fn transfers() -> Vec<Vec<(B256, String)>> {
-    DEV_KEYS
-        .iter()
-        .map(|k| {
-            let signer = Signer::from_bytes(&k.parse::<B256>().unwrap()).unwrap();
-            (0..NONCES)
-                .map(|nonce| {
-                    let tx = Transaction::Eip1559(Eip1559Tx {
-                        chain_id: 1337,
-                        nonce,
-                        max_priority_fee_per_gas: 1_000_000_000,
-                        max_fee_per_gas: 100_000_000_000,
-                        gas_limit: 21_000,
-                        to: TxKind::Call(Address::repeat_byte(0x42)),
-                        value: U256::from(nonce + 1),
-                        input: Bytes::new(),
-                        access_list: Vec::new(),
-                    });
-                    let p = PooledTransaction::new(SignedTransaction::sign(tx, &signer), None);
-                    (
-                        p.hash(),
-                        alloy_primitives::hex::encode_prefixed(p.encoded_2718()),
-                    )
-                })
-                .collect()
-        })
-        .collect()
-}
 
 fn start_dev(dir: &Path, port: u16) -> Node {
     let node = Node::start(&[
@@ -228,7 +188,7 @@ fn block_number(port: u16) -> Option<u64> {
 
 #[test]
 fn sigterm_under_rpc_load_loses_nothing_acknowledged() {
-    let txs = transfers();
+    let txs = dev_transfers(NONCES);
     let dir = datadir("load");
     let port = free_port();
     let mut node = start_dev(&dir, port);

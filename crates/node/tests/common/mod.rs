@@ -1,6 +1,10 @@
 //! Helpers for the whole-node tests: run the binary, talk HTTP to it.
 #![allow(dead_code)]
 
+use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
+use moat_common::PooledTransaction;
+use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+use moat_crypto::secp::Signer;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -112,4 +116,43 @@ pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The first four well-known dev keys.
+pub const DEV_KEYS: [&str; 4] = [
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+];
+
+/// Transfers on the dev chain (id 1337) from each of [`DEV_KEYS`], `nonces` per sender,
+/// signed in nonce order: per sender, (hash, raw hex).
+pub fn dev_transfers(nonces: u64) -> Vec<Vec<(B256, String)>> {
+    DEV_KEYS
+        .iter()
+        .map(|k| {
+            let signer = Signer::from_bytes(&k.parse::<B256>().unwrap()).unwrap();
+            (0..nonces)
+                .map(|nonce| {
+                    let tx = Transaction::Eip1559(Eip1559Tx {
+                        chain_id: 1337,
+                        nonce,
+                        max_priority_fee_per_gas: 1_000_000_000,
+                        max_fee_per_gas: 100_000_000_000,
+                        gas_limit: 21_000,
+                        to: TxKind::Call(Address::repeat_byte(0x42)),
+                        value: U256::from(nonce + 1),
+                        input: Bytes::new(),
+                        access_list: Vec::new(),
+                    });
+                    let p = PooledTransaction::new(SignedTransaction::sign(tx, &signer), None);
+                    (
+                        p.hash(),
+                        alloy_primitives::hex::encode_prefixed(p.encoded_2718()),
+                    )
+                })
+                .collect()
+        })
+        .collect()
 }
