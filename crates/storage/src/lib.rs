@@ -5,7 +5,8 @@
 //! - **chain data**, as the raw RLP the caller hands in (headers, bodies, receipts; the
 //!   codecs live in moat-common), indexed by block hash, with the canonical chain
 //!   (number → hash), the head, and a tx hash → [`TxLocation`] index;
-//! - **state**, typed: [`Account`]s, storage slots and contract code;
+//! - **state**, typed: [`Account`]s, storage slots and contract code, and the **trie
+//!   nodes** of the account and storage tries, each under its owner and path;
 //! - **mined blob txs** with their sidecars (for the last 128 blocks, so a reorg can
 //!   give them back to the pool), **undo records** of recent blocks, and the **journal**
 //!   table of local txs of earlier versions (the pool now keeps its own journal file;
@@ -28,6 +29,10 @@
 //! head land together or not at all, so a crash never leaves a head without its state.
 //! The batch is lowered to plain key-value ops above the backends, so the in-memory
 //! backend used by tests runs exactly the same rules as redb on disk.
+//!
+//! Trie-node reads go through a bounded read-through cache (`node_cache`) that every
+//! commit brings up to date once the backend has applied it, so it never holds what the
+//! database does not.
 
 mod backend;
 mod batch;
