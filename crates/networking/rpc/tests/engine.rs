@@ -232,6 +232,23 @@ fn attributes(timestamp: u64) -> Value {
     })
 }
 
+/// engine_forkchoiceUpdatedV3 to `head` without attributes.
+async fn forkchoice(addr: SocketAddr, head: B256) -> Value {
+    result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu_state(head), null]),
+    )
+    .await
+}
+
+/// engine_newPayloadV4 of `payload` with no blob hashes, the tests' beacon root and no
+/// requests.
+async fn new_payload(addr: SocketAddr, payload: impl serde::Serialize) -> Value {
+    let root = B256::repeat_byte(9);
+    result(addr, "engine_newPayloadV4", json!([payload, [], root, []])).await
+}
+
 /// A block as an `ExecutionPayloadV3`, for payloads the test alters.
 fn payload_of(block: &Block) -> Value {
     let h = &block.header;
@@ -389,21 +406,11 @@ async fn a_pooled_tx_goes_through_fcu_getpayload_newpayload() {
     let again = result(addr, "engine_newPayloadV4", np_params).await;
     assert_eq!(again["status"], "VALID");
 
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(block_hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, block_hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
     assert_eq!(fcu["payloadId"], Value::Null);
     // A canonical ancestor is acknowledged, the head stays.
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(genesis_hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, genesis_hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID");
     assert_eq!(n.chain.head().unwrap().1, block_hash);
     n.handle.stop();
@@ -435,7 +442,7 @@ async fn bad_payloads_and_forkchoices_get_the_spec_answers() {
     // A block hash that is not the header's.
     let mut p = good.clone();
     p["blockHash"] = json!(B256::repeat_byte(0xbb));
-    let s = result(addr, "engine_newPayloadV4", json!([p, [], root, []])).await;
+    let s = new_payload(addr, p).await;
     assert_eq!(s["status"], "INVALID", "{s}");
     assert_eq!(s["latestValidHash"], Value::Null);
     assert!(
@@ -508,33 +515,18 @@ async fn bad_payloads_and_forkchoices_get_the_spec_answers() {
     let mut orphan = built.clone();
     orphan.header.parent_hash = B256::repeat_byte(0x77);
     orphan.hash = orphan.header.hash();
-    let s = result(
-        addr,
-        "engine_newPayloadV4",
-        json!([payload_of(&orphan), [], root, []]),
-    )
-    .await;
+    let s = new_payload(addr, payload_of(&orphan)).await;
     assert_eq!(s["status"], "SYNCING", "{s}");
 
     // A wrong state root: INVALID, the parent is the latest valid block.
     let mut wrong = built.clone();
     wrong.header.state_root = B256::repeat_byte(0x55);
     wrong.hash = wrong.header.hash();
-    let s = result(
-        addr,
-        "engine_newPayloadV4",
-        json!([payload_of(&wrong), [], root, []]),
-    )
-    .await;
+    let s = new_payload(addr, payload_of(&wrong)).await;
     assert_eq!(s["status"], "INVALID", "{s}");
     assert_eq!(s["latestValidHash"], json!(genesis_hash));
     // …and remembered.
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(wrong.hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, wrong.hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
     assert_eq!(n.chain.head().unwrap().1, genesis_hash);
     // A payload on the rejected block, and one on that: INVALID without execution,
@@ -546,30 +538,20 @@ async fn bad_payloads_and_forkchoices_get_the_spec_answers() {
         child.header.number += 1;
         child.header.timestamp += 12;
         child.hash = child.header.hash();
-        let s = result(
-            addr,
-            "engine_newPayloadV4",
-            json!([payload_of(&child), [], root, []]),
-        )
-        .await;
+        let s = new_payload(addr, payload_of(&child)).await;
         assert_eq!(s["status"], "INVALID", "depth {depth}: {s}");
         assert_eq!(s["latestValidHash"], json!(genesis_hash), "depth {depth}");
         assert_eq!(
             s["validationError"], "links to previously rejected block",
             "depth {depth}"
         );
-        let fcu = result(
-            addr,
-            "engine_forkchoiceUpdatedV3",
-            json!([fcu_state(child.hash), null]),
-        )
-        .await;
+        let fcu = forkchoice(addr, child.hash).await;
         assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
         parent = child;
     }
 
     // The good one still imports.
-    let s = result(addr, "engine_newPayloadV4", json!([good, [], root, []])).await;
+    let s = new_payload(addr, &good).await;
     assert_eq!(s["status"], "VALID", "{s}");
 
     // Forkchoice to a block we do not have: SYNCING, no payload.
@@ -888,12 +870,7 @@ async fn a_blob_tx_goes_through_the_flow_with_its_bundle() {
     .await;
     assert_eq!(status["status"], "VALID", "{status}");
     let block_hash: B256 = payload["blockHash"].as_str().unwrap().parse().unwrap();
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(block_hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, block_hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID");
     assert!(
         !n.pool.contains(&blob.hash()),
@@ -935,12 +912,7 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
         result(addr, "engine_newPayloadV4", np(&payload_a, &a_hashes)).await["status"],
         "VALID"
     );
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(hash_a), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, hash_a).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID");
     assert!(!n.pool.contains(&tx.hash()));
     assert!(!n.pool.contains(&blob.hash()));
@@ -951,12 +923,7 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
     assert_eq!(n.chain.head().unwrap().1, hash_a);
 
     // The consensus client picks B: reorg, and A's transfer is pending again.
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(hash_b), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, hash_b).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
     assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(hash_b));
     assert_eq!(n.chain.head().unwrap(), (1, hash_b));
@@ -978,12 +945,7 @@ async fn forkchoice_to_a_side_block_reorgs_and_the_pool_takes_txs_back() {
     // And back to A, now a side block that was executed before.
     let status = result(addr, "engine_newPayloadV4", np(&payload_a, &a_hashes)).await;
     assert_eq!(status["status"], "VALID");
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(hash_a), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, hash_a).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID");
     assert_eq!(n.chain.head().unwrap(), (1, hash_a));
     assert!(!n.pool.contains(&tx.hash()));
@@ -1009,31 +971,7 @@ async fn syncing_answers_hand_the_missing_block_to_the_syncer() {
     let n = node_with(Some(recorder.clone())).await;
     let addr = n.handle.local_addr();
     // Two blocks of the same chain built elsewhere: this node has neither.
-    let other = Chain::init(Store::in_memory(), &genesis(n.rich.address())).unwrap();
-    let other_pool = Pool::new(
-        PoolConfig::new(other.config().clone()),
-        Arc::new(StoreStateView::new(
-            other.store().clone(),
-            other.config().clone(),
-        )),
-    );
-    let mut blocks = Vec::new();
-    for _ in 0..2 {
-        let head = other.head_header().unwrap();
-        let attrs = moat_blockchain::payload::PayloadAttributes {
-            timestamp: head.timestamp + 12,
-            prev_randao: B256::repeat_byte(7),
-            suggested_fee_recipient: Address::repeat_byte(0xfe),
-            withdrawals: Some(Vec::new()),
-            parent_beacon_block_root: Some(B256::repeat_byte(9)),
-        };
-        let block = other
-            .build_payload(&other_pool, head.hash(), &attrs)
-            .unwrap()
-            .block;
-        other.import(&block).unwrap();
-        blocks.push(block);
-    }
+    let blocks = foreign_blocks(n.rich.address());
     let root = B256::repeat_byte(9);
 
     // A payload whose parent is unknown: SYNCING, and the parent goes to the syncer.
@@ -1047,12 +985,7 @@ async fn syncing_answers_hand_the_missing_block_to_the_syncer() {
     assert_eq!(*recorder.0.lock(), vec![blocks[0].hash]);
     // A forkchoice to an unknown head: SYNCING, the head goes to the syncer, and the
     // node is not marked synced.
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(blocks[1].hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, blocks[1].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "SYNCING", "{fcu}");
     assert_eq!(*recorder.0.lock(), vec![blocks[0].hash, blocks[1].hash]);
     assert!(!n.ctx.synced.load(Ordering::Acquire));
@@ -1061,12 +994,7 @@ async fn syncing_answers_hand_the_missing_block_to_the_syncer() {
     for b in &blocks {
         n.chain.import(b).unwrap();
     }
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(blocks[1].hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, blocks[1].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
     assert!(n.ctx.synced.load(Ordering::Acquire));
     // The syncer hears of the known head too (an older target must not pull the chain
@@ -1130,31 +1058,15 @@ async fn a_reorg_made_by_the_syncer_gives_the_undone_txs_back_to_the_pool() {
     let env_a = build_on(addr, g.hash(), attributes(g.timestamp + 12)).await;
     let payload_a = env_a["executionPayload"].clone();
     let hash_a: B256 = payload_a["blockHash"].as_str().unwrap().parse().unwrap();
-    let root = B256::repeat_byte(9);
-    let s = result(
-        addr,
-        "engine_newPayloadV4",
-        json!([payload_a, [], root, []]),
-    )
-    .await;
+    let s = new_payload(addr, payload_a).await;
     assert_eq!(s["status"], "VALID", "{s}");
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(hash_a), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, hash_a).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
     assert!(!n.pool.contains(&tx.hash()));
 
     // The consensus client moves to another branch this node does not hold: SYNCING.
     let blocks = foreign_blocks(n.rich.address());
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(blocks[1].hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, blocks[1].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "SYNCING", "{fcu}");
     assert_eq!(recorder.0.lock().last(), Some(&blocks[1].hash));
 
@@ -1170,24 +1082,14 @@ async fn a_reorg_made_by_the_syncer_gives_the_undone_txs_back_to_the_pool() {
     );
 
     // The next forkchoiceUpdated finds the head there: A's transfer is pending again.
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(blocks[1].hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, blocks[1].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
     assert!(
         n.pool.contains(&tx.hash()),
         "the tx of the block the syncer undid is back in the pool"
     );
     // Told once: the same head again changes nothing.
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(blocks[1].hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, blocks[1].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
     assert!(n.pool.contains(&tx.hash()));
 }
@@ -1227,12 +1129,7 @@ async fn a_chain_the_syncer_refused_is_invalid_with_its_latest_valid_hash() {
     let addr = n.handle.local_addr();
 
     // forkchoiceUpdated to it: INVALID, not SYNCING, with the latest valid hash.
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(blocks[0].hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, blocks[0].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
     assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(g));
     assert_eq!(fcu["payloadStatus"]["validationError"], "bad state root");
@@ -1248,12 +1145,7 @@ async fn a_chain_the_syncer_refused_is_invalid_with_its_latest_valid_hash() {
     .await;
     assert_eq!(s["status"], "INVALID", "{s}");
     assert_eq!(s["latestValidHash"], json!(g));
-    let fcu = result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(blocks[1].hash), null]),
-    )
-    .await;
+    let fcu = forkchoice(addr, blocks[1].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "INVALID", "{fcu}");
     assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(g));
     assert!(!n.ctx.synced.load(Ordering::Acquire));
