@@ -4,14 +4,14 @@
 //! The flow a consensus client drives is tested as it drives it: forkchoiceUpdated with
 //! attributes, getPayload, newPayload of what was built, forkchoiceUpdated to it.
 
-use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
+use alloy_primitives::{Address, B256};
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadService;
 use moat_common::PooledTransaction;
 use moat_common::block::Block;
 use moat_common::config::Genesis;
-use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+use moat_common::transaction::{SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
 use moat_rpc::engine::make_token;
 use moat_rpc::{EngineConfig, EngineContext, EngineHandle, StoreStateView};
@@ -20,11 +20,9 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-const CHAIN_ID: u64 = 1337;
-const SECRET: [u8; 32] = [0x42; 32];
+mod engine_common;
+use engine_common::*;
 
 /// All forks through Prague at genesis, one funded key, and the Prague system contracts
 /// (taken from the ethtest genesis: block execution needs their code).
@@ -132,96 +130,6 @@ async fn node_with(sync: Option<Arc<dyn moat_rpc::SyncService>>) -> Node {
     }
 }
 
-fn now() -> u64 {
-    moat_rpc::engine::unix_now()
-}
-
-/// POSTs a JSON-RPC call with `token` (if any); returns (HTTP status, body).
-async fn post(addr: SocketAddr, token: Option<&str>, method: &str, params: Value) -> (u16, String) {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let head = format!(
-        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let (headers, body) = text.split_once("\r\n\r\n").unwrap_or_default();
-    let body = if headers
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    (status, body)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// A call with a fresh good token; the whole JSON-RPC response.
-async fn call(addr: SocketAddr, method: &str, params: Value) -> Value {
-    let (status, body) = post(addr, Some(&make_token(&SECRET, now())), method, params).await;
-    assert_eq!(status, 200, "{method}: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{method}: not JSON ({e}): {body}"))
-}
-
-async fn result(addr: SocketAddr, method: &str, params: Value) -> Value {
-    let r = call(addr, method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
-
-async fn error_code(addr: SocketAddr, method: &str, params: Value) -> i64 {
-    let r = call(addr, method, params).await;
-    r["error"]["code"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("{method} did not fail: {r}"))
-}
-
-fn transfer(signer: &Signer, nonce: u64) -> PooledTransaction {
-    let tx = Transaction::Eip1559(Eip1559Tx {
-        chain_id: CHAIN_ID,
-        nonce,
-        max_priority_fee_per_gas: 2_000_000_000,
-        max_fee_per_gas: 10_000_000_000,
-        gas_limit: 21_000,
-        to: TxKind::Call(Address::repeat_byte(0x11)),
-        value: U256::from(5),
-        input: Bytes::new(),
-        access_list: Vec::new(),
-    });
-    PooledTransaction::new(SignedTransaction::sign(tx, signer), None)
-}
-
-fn fcu_state(head: B256) -> Value {
-    json!({ "headBlockHash": head, "safeBlockHash": head, "finalizedBlockHash": B256::ZERO })
-}
-
 fn attributes(timestamp: u64) -> Value {
     json!({
         "timestamp": format!("{timestamp:#x}"),
@@ -230,16 +138,6 @@ fn attributes(timestamp: u64) -> Value {
         "withdrawals": [],
         "parentBeaconBlockRoot": B256::repeat_byte(9),
     })
-}
-
-/// engine_forkchoiceUpdatedV3 to `head` without attributes.
-async fn forkchoice(addr: SocketAddr, head: B256) -> Value {
-    result(
-        addr,
-        "engine_forkchoiceUpdatedV3",
-        json!([fcu_state(head), null]),
-    )
-    .await
 }
 
 /// engine_newPayloadV4 of `payload` with no blob hashes, the tests' beacon root and no

@@ -3,25 +3,20 @@
 //! newPayloadV1 of what was built, forkchoiceUpdatedV1 to it; and the answers V1 gets
 //! for what it cannot carry (withdrawals, a beacon root, a Shanghai payload).
 
-use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
+use alloy_primitives::{Address, B256};
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadService;
-use moat_common::PooledTransaction;
 use moat_common::config::Genesis;
-use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
-use moat_rpc::engine::make_token;
 use moat_rpc::{EngineConfig, EngineContext, StoreStateView};
 use moat_storage::Store;
 use serde_json::{Value, json};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-const CHAIN_ID: u64 = 1337;
-const SECRET: [u8; 32] = [0x24; 32];
+mod engine_common;
+use engine_common::*;
+
 /// Shanghai starts here: blocks before it are Paris blocks.
 const SHANGHAI_TIME: u64 = 24;
 
@@ -41,68 +36,12 @@ fn genesis(rich: Address) -> Genesis {
     Genesis::from_json(&genesis.to_string()).expect("test genesis parses")
 }
 
-fn now() -> u64 {
-    moat_rpc::engine::unix_now()
-}
-
-/// One authenticated JSON-RPC call; the parsed response.
-async fn call(addr: SocketAddr, method: &str, params: Value) -> Value {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
-    let token = make_token(&SECRET, now());
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{method}: {out}");
-    // jsonrpsee may chunk the body: the JSON is between the first '{' and the last '}'.
-    let (start, end) = (body.find('{').unwrap(), body.rfind('}').unwrap());
-    serde_json::from_str(&body[start..=end]).unwrap()
-}
-
-async fn result(addr: SocketAddr, method: &str, params: Value) -> Value {
-    let r = call(addr, method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
-
-async fn error_code(addr: SocketAddr, method: &str, params: Value) -> i64 {
-    let r = call(addr, method, params).await;
-    r["error"]["code"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("{method} did not fail: {r}"))
-}
-
-fn fcu_state(head: B256) -> Value {
-    json!({ "headBlockHash": head, "safeBlockHash": head, "finalizedBlockHash": B256::ZERO })
-}
-
 fn attributes_v1(timestamp: u64) -> Value {
     json!({
         "timestamp": format!("{timestamp:#x}"),
         "prevRandao": B256::repeat_byte(7),
         "suggestedFeeRecipient": Address::repeat_byte(0xfe),
     })
-}
-
-fn transfer(signer: &Signer, nonce: u64) -> PooledTransaction {
-    let tx = Transaction::Eip1559(Eip1559Tx {
-        chain_id: CHAIN_ID,
-        nonce,
-        max_priority_fee_per_gas: 2_000_000_000,
-        max_fee_per_gas: 10_000_000_000,
-        gas_limit: 21_000,
-        to: TxKind::Call(Address::repeat_byte(0x11)),
-        value: U256::from(5),
-        input: Bytes::new(),
-        access_list: Vec::new(),
-    });
-    PooledTransaction::new(SignedTransaction::sign(tx, signer), None)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
