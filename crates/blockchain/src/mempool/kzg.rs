@@ -13,6 +13,31 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
+/// What identifies a blob transaction's sidecar exactly: SHA-256 over the transaction
+/// hash, the sidecar version, commitments, proofs and blobs. The hash does not commit to
+/// the sidecar, so a sidecar that failed KZG is remembered by this digest: a peer that
+/// sends the same bad bundle again costs a hash of it, not another KZG check, and an
+/// honest peer's good sidecar for the same transaction still gets its own check.
+pub(crate) fn sidecar_digest(
+    hash: &alloy_primitives::B256,
+    bundle: &BlobsBundle,
+) -> alloy_primitives::B256 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(hash);
+    h.update([bundle.version as u8]);
+    for c in &bundle.commitments {
+        h.update(c);
+    }
+    for p in &bundle.proofs {
+        h.update(p);
+    }
+    for b in &bundle.blobs {
+        h.update(&b.0[..]);
+    }
+    alloy_primitives::B256::from(<[u8; 32]>::from(h.finalize()))
+}
+
 /// The verdict, and this bundle's share (ns) of its batch's thread CPU.
 type Reply = oneshot::Sender<(Result<(), BlobsBundleError>, u64)>;
 

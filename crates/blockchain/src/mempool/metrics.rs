@@ -112,6 +112,9 @@ counters! {
     authority_recoveries => "moat_pool_authority_recoveries_total",
     /// Blob transactions whose KZG proofs were verified (once per unique blob tx).
     kzg_verifications => "moat_pool_kzg_verifications_total",
+    /// Blob transactions refused without KZG: the same transaction with the same
+    /// sidecar failed KZG a moment ago.
+    kzg_repeats_refused => "moat_pool_kzg_repeats_refused_total",
     /// KZG batch calls (a batch covers one or more transactions).
     kzg_batches => "moat_pool_kzg_batches_total",
     /// Batches that failed and were re-checked transaction by transaction.

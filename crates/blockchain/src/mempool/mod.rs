@@ -177,6 +177,9 @@ impl Rules {
     }
 }
 
+/// Sidecars that failed KZG remembered at once (a digest and a deadline each).
+const BAD_SIDECARS_CAPACITY: usize = 4096;
+
 struct Shared {
     cfg: Arc<PoolConfig>,
     state: Arc<dyn StateView>,
@@ -184,6 +187,9 @@ struct Shared {
     rules: RwLock<Rules>,
     sender_cache: SenderCache,
     failures: RecentFailures,
+    /// Sidecars that failed KZG, by [`kzg::sidecar_digest`]: KZG runs once per unique
+    /// (transaction, sidecar).
+    bad_sidecars: RecentFailures,
     in_flight: InFlight,
     backpressure: Backpressure,
     kzg: Arc<KzgBatcher>,
@@ -226,6 +232,7 @@ impl Pool {
             pool: Mutex::new(PoolInner::new(Arc::clone(&cfg), head)),
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
+            bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
             in_flight: InFlight::default(),
             backpressure: Backpressure::new(cfg.max_in_flight, cfg.max_in_flight_per_origin),
             kzg: Arc::new(KzgBatcher::new(cfg.max_kzg_batch, Arc::clone(&metrics))),
@@ -691,6 +698,13 @@ impl Pool {
         let bundle = Arc::clone(tx.tx.sidecar_shared().ok_or(Rejection::Sidecar(
             moat_common::BlobsBundleError::MissingSidecar,
         ))?);
+        let digest = kzg::sidecar_digest(&hash, &bundle);
+        if s.bad_sidecars.contains(&digest) {
+            m.inc(Counter::kzg_repeats_refused);
+            return Err(Rejection::Sidecar(moat_common::BlobsBundleError::Kzg(
+                moat_crypto::kzg::KzgError::InvalidProof,
+            )));
+        }
         meter.pause();
         let verdict = s.kzg.verify(bundle).await;
         meter.resume();
@@ -698,6 +712,9 @@ impl Pool {
             Some((Ok(()), cpu_ns)) => meter.add_kzg_share(cpu_ns),
             Some((Err(e), cpu_ns)) => {
                 meter.add_kzg_share(cpu_ns);
+                if matches!(e, moat_common::BlobsBundleError::Kzg(_)) {
+                    s.bad_sidecars.insert(digest, Instant::now());
+                }
                 return Err(Rejection::Sidecar(e));
             }
             None => return Err(Rejection::Aborted),

@@ -683,8 +683,21 @@ async fn invalid_proofs_are_rejected_without_blocking_a_valid_copy() {
     );
     assert!(e.is_peer_fault());
     assert!(!e.is_hash_determined());
-    add(&pool, &good).await.unwrap();
+    // The same bad bundle again (another identity of the same attacker, say): refused
+    // as the same fault without a second KZG check.
+    assert_eq!(add(&pool, &bad).await.unwrap_err(), e);
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 1);
+    assert_eq!(pool.metrics().get(Counter::kzg_repeats_refused), 1);
+    // Another bad bundle for the same tx is another sidecar: it gets its own check.
+    let (signed, sidecar) = good.clone().into_parts();
+    let mut other = sidecar.unwrap();
+    other.proofs[0] = other.proofs[1];
+    let other = PooledTransaction::new(signed, Some(other));
+    assert_eq!(add(&pool, &other).await.unwrap_err(), e);
     assert_eq!(pool.metrics().get(Counter::kzg_verifications), 2);
+    // The good sidecar of the same tx is not blocked by either.
+    add(&pool, &good).await.unwrap();
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 3);
 }
 
 #[tokio::test]
