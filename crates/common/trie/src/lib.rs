@@ -27,11 +27,15 @@
 //! (the undo of the change). Cost: O(changed keys × depth) reads and hashes.
 //!
 //! [`proof`] gives the nodes on a key's path, as `eth_getProof` (EIP-1186) wants them.
+//! [`range`] serves and verifies the ranges of snap/1: leaves in key order from an
+//! origin, boundary proofs, and the range-proof verifier a syncing node checks them with.
 //! The store behind the trie is a [`NodeSource`]; no database code lives here.
 
 use alloy_primitives::{B256, keccak256};
 use alloy_rlp::{Encodable, Header};
 use std::collections::{HashMap as StdHashMap, HashSet as StdHashSet};
+
+pub mod range;
 
 /// The overlay's maps: keyed by nibble paths of hashed keys, hashed with foldhash (the
 /// default SipHash was a tenth of a block's state-root update).
