@@ -118,6 +118,79 @@ impl StateAtBlock {
     }
 }
 
+impl StateAtBlock {
+    /// The state root of this (past) state with `changes` applied, read through the
+    /// overlay; nothing is written. Changes of one address apply in order.
+    fn root_over_overlay(&self, changes: &[crate::vm::AccountChange]) -> Result<B256, StoreError> {
+        use crate::state_root::{
+            ACCOUNT_TRIE, account_leaf, hashed_address, hashed_slot, slot_leaf,
+        };
+        use alloy_trie::EMPTY_ROOT_HASH;
+        use moat_trie::Trie;
+        let err = |e: moat_trie::TrieError| StoreError::Corrupt(e.to_string());
+        let mut order: Vec<Address> = Vec::new();
+        let mut by_address: HashMap<Address, Vec<&crate::vm::AccountChange>> = HashMap::new();
+        for change in changes {
+            by_address
+                .entry(change.address)
+                .or_insert_with(|| {
+                    order.push(change.address);
+                    Vec::new()
+                })
+                .push(change);
+        }
+        let mut accounts = Trie::new(self, ACCOUNT_TRIE);
+        for address in order {
+            let list = &by_address[&address];
+            let owner = hashed_address(&address);
+            let Some(last) = list.last() else { continue };
+            let Some(info) = last.info else {
+                accounts.remove(&owner).map_err(err)?;
+                continue;
+            };
+            let previous = StateAtBlock::account(self, &address)?;
+            // Storage starts over from the last wipe or deletion.
+            let start = list
+                .iter()
+                .rposition(|c| c.storage_wiped || c.info.is_none());
+            let mut storage = match start {
+                Some(_) => Trie::wiped(self, owner),
+                None => Trie::new(self, owner),
+            };
+            let mut changed = start.is_some();
+            for change in &list[start.unwrap_or(0)..] {
+                if change.info.is_none() {
+                    continue;
+                }
+                for (slot, value) in &change.storage {
+                    let key = hashed_slot(slot);
+                    if value.is_zero() {
+                        storage.remove(&key).map_err(err)?;
+                    } else {
+                        storage.insert(&key, slot_leaf(value)).map_err(err)?;
+                    }
+                    changed = true;
+                }
+            }
+            let storage_root = if changed {
+                storage.commit().map_err(err)?.root
+            } else {
+                previous.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
+            };
+            let account = Account {
+                nonce: info.nonce,
+                balance: info.balance,
+                code_hash: info.code_hash,
+                storage_root,
+            };
+            accounts
+                .insert(&owner, account_leaf(&account))
+                .map_err(err)?;
+        }
+        Ok(accounts.commit().map_err(err)?.root)
+    }
+}
+
 fn state_err(e: StoreError) -> VmError {
     VmError::State(e.to_string())
 }
@@ -127,13 +200,14 @@ impl StateReader for StateAtBlock {
         &self,
         changes: &[crate::vm::AccountChange],
     ) -> Result<Option<B256>, VmError> {
-        // Only the head state has its tries in the store as they are.
-        if self.overlay.is_some() {
-            return Ok(None);
+        // The head state has its tries in the store as they are; an older state reads
+        // its trie nodes and accounts through the overlay.
+        if self.overlay.is_none() {
+            return crate::state_root::state_root_after(&self.store, changes)
+                .map(|(root, _)| Some(root))
+                .map_err(state_err);
         }
-        crate::state_root::state_root_after(&self.store, changes)
-            .map(|(root, _)| Some(root))
-            .map_err(state_err)
+        self.root_over_overlay(changes).map(Some).map_err(state_err)
     }
 
     fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {

@@ -113,6 +113,26 @@ impl BlockSetup {
         &self.block
     }
 
+    /// The chain settings, for callers that relax checks (eth_simulateV1).
+    pub(super) fn cfg_mut(&mut self) -> &mut CfgEnv {
+        &mut self.cfg
+    }
+
+    pub(super) fn block_env_mut(&mut self) -> &mut BlockEnv {
+        &mut self.block
+    }
+
+    /// The context alone, for an EVM with its own precompiles.
+    pub(super) fn context<'a>(
+        &self,
+        db: State<ReaderDb<'a>>,
+    ) -> MainnetContext<State<ReaderDb<'a>>> {
+        Context::mainnet()
+            .with_db(db)
+            .with_cfg(self.cfg.clone())
+            .with_block(self.block.clone())
+    }
+
     /// The EVM with an inspector (tracing).
     pub(super) fn build_inspecting_evm<'a, I>(
         &self,

@@ -32,6 +32,7 @@ mod changes;
 mod db;
 mod env;
 mod overrides;
+pub mod simulate;
 mod system;
 #[cfg(test)]
 mod tests;

@@ -92,7 +92,7 @@ pub(crate) fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
 }
 
 /// The reason string of an `Error(string)` revert, if the data is one.
-fn revert_reason(data: &[u8]) -> Option<String> {
+pub(crate) fn revert_reason(data: &[u8]) -> Option<String> {
     let body = data.strip_prefix(&[0x08, 0xc3, 0x79, 0xa0][..])?;
     let word = |i: usize| body.get(i * 32..i * 32 + 32).map(U256::from_be_slice);
     let offset: usize = word(0)?.try_into().ok()?;

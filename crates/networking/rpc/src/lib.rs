@@ -49,6 +49,7 @@ pub mod limits;
 mod logs;
 mod params;
 pub mod server;
+mod simulate;
 mod state;
 mod subscribe;
 mod sync;
@@ -353,6 +354,7 @@ pub fn module(
     blocking(&mut m, "eth_getCode", eth::get_code)?;
     blocking(&mut m, "eth_call", call::call)?;
     blocking(&mut m, "eth_estimateGas", call::estimate_gas)?;
+    blocking(&mut m, "eth_simulateV1", simulate::simulate_v1)?;
     blocking(&mut m, "eth_getStorageAt", eth::get_storage_at)?;
     blocking(&mut m, "eth_getProof", eth::get_proof)?;
     blocking(&mut m, "eth_getBlockByNumber", eth::get_block_by_number)?;
