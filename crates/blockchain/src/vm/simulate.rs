@@ -565,6 +565,8 @@ impl<'a> Simulator<'a> {
             cfg.disable_base_fee = !self.validation;
             // geth never refuses a sender for holding code in a simulation.
             cfg.disable_eip3607 = true;
+            // Nor holds a call to the EIP-7825 cap (its transaction checks are skipped).
+            cfg.tx_gas_limit_cap = Some(u64::MAX);
         }
         if let Some(fee) = block.blob_base_fee
             && let Some(blob) = setup.block_env_mut().blob_excess_gas_and_price.as_mut()
@@ -608,6 +610,17 @@ impl<'a> Simulator<'a> {
                     .map_err(|e| VmError::State(e.to_string()))?
                     .map_or(0, |a| a.nonce),
             };
+            if self.validation {
+                // geth checks the nonce before the fees; revm the other way round.
+                let state_nonce = evm
+                    .ctx
+                    .journaled_state
+                    .database
+                    .basic(from)
+                    .map_err(|e| VmError::State(e.to_string()))?
+                    .map_or(0, |a| a.nonce);
+                nonce_check(nonce, state_nonce, from, call.req.gas.unwrap_or_default())?;
+            }
             let remaining = header.gas_limit.saturating_sub(cumulative);
             let requested = call.req.gas.unwrap_or(remaining);
             if remaining < requested {
@@ -618,12 +631,20 @@ impl<'a> Simulator<'a> {
             }
             let gas = requested.min(self.gas_budget);
             let gas_capped = gas < requested;
-            let (tx, tx_env) = build_tx(self.config, &header, &call, from, nonce, gas)?;
+            let (tx, mut tx_env) = build_tx(self.config, &header, &call, from, nonce, gas)?;
+            if !self.validation && nonce == u64::MAX {
+                // Unchecked, a sender at the last nonce may still send (as in geth);
+                // revm refuses that nonce statelessly, and does not read it otherwise.
+                tx_env.nonce = u64::MAX - 1;
+            }
             let signed = SignedTransaction::new(tx, Signature::default());
             let tx_hash = signed.hash();
             let result = evm
                 .inspect_tx_commit(tx_env)
                 .map_err(|e| tx_error(e, gas))?;
+            if !self.validation && nonce == u64::MAX {
+                wrap_nonce(&mut evm.ctx.journaled_state.database, from)?;
+            }
             let used = result.tx_gas_used();
             cumulative = cumulative.saturating_add(used);
             if used > self.gas_budget {
@@ -863,6 +884,42 @@ fn build_tx(
         authorization_list: Vec::new(),
     };
     Ok((tx, env))
+}
+
+/// geth's unchecked nonce bump past the last nonce wraps to zero; revm's stops at it.
+fn wrap_nonce(db: &mut State<ReaderDb<'_>>, from: Address) -> Result<(), SimError> {
+    use revm::DatabaseCommit;
+    let Some(mut info) = db.basic(from).map_err(|e| VmError::State(e.to_string()))? else {
+        return Ok(());
+    };
+    if info.nonce != u64::MAX {
+        return Ok(());
+    }
+    info.nonce = 0;
+    let mut account = revm::state::Account::from(info);
+    account.mark_touch();
+    db.commit(std::iter::once((from, account)).collect());
+    Ok(())
+}
+
+/// geth's nonce checks, made before any other (revm makes them after the fee checks).
+fn nonce_check(tx: u64, state: u64, from: Address, gas: u64) -> Result<(), SimError> {
+    let (kind, message) = match tx.cmp(&state) {
+        std::cmp::Ordering::Less => (
+            SimTxErrorKind::NonceTooLow,
+            format!("nonce too low: address {from}, tx: {tx} state: {state}"),
+        ),
+        std::cmp::Ordering::Greater => (
+            SimTxErrorKind::NonceTooHigh,
+            format!("nonce too high: address {from}, tx: {tx} state: {state}"),
+        ),
+        std::cmp::Ordering::Equal if state == u64::MAX => (
+            SimTxErrorKind::Other,
+            format!("nonce has max value: address {from}, nonce: {state}"),
+        ),
+        std::cmp::Ordering::Equal => return Ok(()),
+    };
+    Err(SimError::InvalidTransaction { kind, message, gas })
 }
 
 /// revm's refusal of a call as geth sorts it.

@@ -402,7 +402,12 @@ fn call_json(c: &SimCallResult, block_hash: B256, number: u64, timestamp: u64) -
         })
         .collect();
     let mut m = Map::new();
-    m.insert("returnData".into(), json!(c.return_data));
+    // geth returns no data for a failed call: a revert's data is the error's.
+    let data = match c.status {
+        SimStatus::Success => c.return_data.clone(),
+        SimStatus::Revert | SimStatus::Halt(_) => Bytes::new(),
+    };
+    m.insert("returnData".into(), json!(data));
     m.insert("logs".into(), Value::Array(logs));
     m.insert("gasUsed".into(), q(c.gas_used));
     m.insert("maxUsedGas".into(), q(c.max_used_gas));
