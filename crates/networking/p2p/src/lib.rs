@@ -8,6 +8,8 @@
 //!   by anything that plays a peer of it (tests, load tools).
 //! - [`fetcher`]: announcements → `GetPooledTransactions`, and `validate_requested`.
 //! - [`serve`]: headers, bodies and receipts from the store.
+//! - [`snap`]: snap/1 messages, and account and storage ranges, bytecodes and trie
+//!   nodes served from the last 128 state roots with their boundary proofs.
 //! - [`requests`]: headers and bodies asked of peers (for sync), with the checks their
 //!   answers pass.
 //! - [`network`]: the service: peers, gossip, admission of peers' transactions, chain
@@ -25,6 +27,7 @@ pub mod requests;
 pub mod rlpx;
 pub mod serve;
 pub mod session;
+pub mod snap;
 
 pub use gate::{GateConfig, HandshakeGate};
 pub use network::{

@@ -273,6 +273,8 @@ struct Inner {
     /// Request ids of chain requests (their own space: answers come as other messages
     /// than the fetcher's).
     next_request: AtomicU64,
+    /// Answers snap/1 requests.
+    snap: crate::snap::SnapServer,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -332,7 +334,8 @@ impl Network {
             cfg.secret_key,
             &cfg.client_id,
             listen_addr.map_or(0, |a| a.port()),
-        );
+        )
+        .with_snap();
         let gate_cfg = cfg.handshakes;
         let inner = Arc::new(Inner {
             fetcher: Mutex::new(Fetcher::new(cfg.fetcher)),
@@ -351,6 +354,7 @@ impl Network {
             range_sent: AtomicU64::new(start_head),
             dialing: Arc::new(AtomicUsize::new(0)),
             next_request: AtomicU64::new(1),
+            snap: crate::snap::SnapServer::default(),
         });
         let net = Network { inner };
         for enode in net.inner.cfg.static_peers.clone() {
@@ -856,6 +860,17 @@ impl Network {
                 Incoming::Eth(m) => {
                     metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
                     self.handle(&peer, m).await;
+                }
+                Incoming::Snap(m) => {
+                    metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
+                    // Served off the runtime (disk reads, up to the time budget); the
+                    // peer's next message waits for this answer, as geth's handler does.
+                    let (chain, snap) = (self.inner.chain.clone(), self.inner.snap.clone());
+                    let answer =
+                        tokio::task::spawn_blocking(move || snap.answer(&chain, &m)).await;
+                    if let Ok(Some(answer)) = answer {
+                        peer.send(framing.snap(&answer));
+                    }
                 }
             }
         };

@@ -1,5 +1,6 @@
-//! One peer connection above RLPx: the Hello exchange, eth version negotiation, the
-//! Status handshake, and the framing of every later message.
+//! One peer connection above RLPx: the Hello exchange, eth version negotiation (and
+//! snap/1 when both sides offer it), the Status handshake, and the framing of every
+//! later message.
 //!
 //! Used by the node for its peers and by tests and tools that play a remote peer, so the
 //! handshake lives here in one place and both sides speak it the same way.
@@ -7,6 +8,7 @@
 use crate::eth::{self, EthDecodeError, EthMessage, Status};
 use crate::p2p::{self, Capability, DisconnectReason, FrameError, Hello};
 use crate::rlpx::{PeerId, RlpxError, RlpxReader, RlpxStream, RlpxWriter};
+use crate::snap::{self, SnapDecodeError, SnapMessage};
 use moat_common::config::{ForkFilter, ForkIdError};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
@@ -33,6 +35,8 @@ pub enum SessionError {
     NoCommonVersion(String),
     #[error(transparent)]
     Eth(#[from] EthDecodeError),
+    #[error(transparent)]
+    Snap(#[from] SnapDecodeError),
     #[error("expected {expected}, got message {found:#x}")]
     Unexpected { expected: &'static str, found: u64 },
     #[error("status: {0}")]
@@ -55,6 +59,7 @@ impl SessionError {
             }
             SessionError::Frame(_)
             | SessionError::Eth(_)
+            | SessionError::Snap(_)
             | SessionError::Status(_)
             | SessionError::UnknownCapability(_) => DisconnectReason::SubprotocolError,
         }
@@ -125,6 +130,8 @@ pub struct LocalIdentity {
     pub listen_port: u16,
     /// eth versions offered, best first.
     pub eth_versions: Vec<u32>,
+    /// Whether snap/1 is offered (the node serves it; peers played by tests need not).
+    pub snap: bool,
 }
 
 impl LocalIdentity {
@@ -136,7 +143,14 @@ impl LocalIdentity {
             client_id: client_id.to_string(),
             listen_port,
             eth_versions: eth::SUPPORTED_VERSIONS.to_vec(),
+            snap: false,
         }
+    }
+
+    /// The same identity, offering snap/1 beside eth.
+    pub fn with_snap(mut self) -> Self {
+        self.snap = true;
+        self
     }
 
     fn hello(&self) -> Hello {
@@ -147,6 +161,7 @@ impl LocalIdentity {
                 .eth_versions
                 .iter()
                 .map(|v| Capability::new("eth", u64::from(*v)))
+                .chain(self.snap.then(|| Capability::new("snap", snap::SNAP1)))
                 .collect(),
             listen_port: self.listen_port,
             id: self.id,
@@ -161,12 +176,15 @@ pub enum Incoming {
     Pong,
     Disconnect(Option<DisconnectReason>),
     Eth(EthMessage),
+    Snap(SnapMessage),
 }
 
-/// Framing state shared by both halves: negotiated version and compression.
+/// Framing state shared by both halves: negotiated eth version, whether snap/1 was
+/// negotiated (its ids follow eth's), and compression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Framing {
     pub version: u32,
+    pub snap: bool,
     pub snappy: bool,
 }
 
@@ -176,6 +194,15 @@ impl Framing {
         p2p::frame(
             p2p::BASE_PROTOCOL_LENGTH + msg.id(),
             &msg.encode(self.version),
+            self.snappy,
+        )
+    }
+
+    /// A framed snap message (only for a session that negotiated snap).
+    pub fn snap(&self, msg: &SnapMessage) -> Vec<u8> {
+        p2p::frame(
+            p2p::BASE_PROTOCOL_LENGTH + eth::protocol_length(self.version) + msg.id(),
+            &msg.encode(),
             self.snappy,
         )
     }
@@ -206,10 +233,15 @@ impl Framing {
             id if id < p2p::BASE_PROTOCOL_LENGTH => Err(SessionError::UnknownCapability(id)),
             id => {
                 let rel = id - p2p::BASE_PROTOCOL_LENGTH;
-                if rel >= eth::protocol_length(self.version) {
+                let eth_length = eth::protocol_length(self.version);
+                if rel < eth_length {
+                    return Ok(Incoming::Eth(EthMessage::decode(rel, self.version, &body)?));
+                }
+                let snap_id = rel - eth_length;
+                if !self.snap || snap_id >= snap::PROTOCOL_LENGTH {
                     return Err(SessionError::UnknownCapability(id));
                 }
-                Ok(Incoming::Eth(EthMessage::decode(rel, self.version, &body)?))
+                Ok(Incoming::Snap(SnapMessage::decode(snap_id, &body)?))
             }
         }
     }
@@ -261,6 +293,7 @@ where
     let (mut reader, mut writer) = rlpx.split();
     let mut negotiated = Framing {
         version: 0,
+        snap: false,
         snappy: false,
     };
     let result = async {
@@ -299,8 +332,14 @@ where
                     hello.capabilities.iter().map(|c| c.to_string()).collect();
                 SessionError::NoCommonVersion(offered.join(", "))
             })?;
+        let snap = local.snap
+            && hello
+                .capabilities
+                .iter()
+                .any(|c| c.name == "snap" && c.version == snap::SNAP1);
         let framing = Framing {
             version,
+            snap,
             snappy: hello.protocol_version >= p2p::P2P_VERSION,
         };
         negotiated = framing;
@@ -317,6 +356,12 @@ where
                     Incoming::Pong => {}
                     Incoming::Disconnect(r) => return Err(SessionError::Disconnected(r)),
                     Incoming::Eth(other) => {
+                        return Err(SessionError::Unexpected {
+                            expected: "status",
+                            found: other.id(),
+                        });
+                    }
+                    Incoming::Snap(other) => {
                         return Err(SessionError::Unexpected {
                             expected: "status",
                             found: other.id(),

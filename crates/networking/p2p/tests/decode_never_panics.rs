@@ -87,8 +87,18 @@ fn decode_everything(bytes: &[u8]) {
             let _ = EthMessage::decode(id, version, bytes);
         }
         for snappy in [false, true] {
-            let _ = Framing { version, snappy }.decode(bytes);
+            for snap in [false, true] {
+                let _ = Framing {
+                    version,
+                    snap,
+                    snappy,
+                }
+                .decode(bytes);
+            }
         }
+    }
+    for id in 0..=8 {
+        let _ = moat_p2p::snap::SnapMessage::decode(id, bytes);
     }
     let _ = Hello::decode(bytes);
     let _ = DisconnectReason::decode(bytes);
@@ -141,7 +151,11 @@ proptest! {
     ) {
         let msgs = samples();
         let msg = &msgs[which % msgs.len()];
-        let framing = Framing { version, snappy };
+        let framing = Framing {
+            version,
+            snap: true,
+            snappy,
+        };
         let mut body = msg.encode(version);
         let mut frame = framing.eth(msg);
         for m in &mutations {
@@ -163,6 +177,7 @@ fn the_samples_round_trip() {
             }
             let framing = Framing {
                 version,
+                snap: true,
                 snappy: true,
             };
             match framing.decode(&framing.eth(&msg)) {
