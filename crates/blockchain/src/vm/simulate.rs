@@ -979,6 +979,223 @@ fn halt_message(reason: &revm::context::result::HaltReason) -> String {
 mod tests {
     use super::*;
 
+    /// A tiny state: accounts and code; its "root" is a digest of the changes given.
+    #[derive(Default)]
+    struct Mem {
+        accounts: HashMap<Address, AccountInfo>,
+        code: HashMap<B256, Bytes>,
+    }
+
+    impl StateReader for Mem {
+        fn account(&self, a: &Address) -> Result<Option<AccountInfo>, VmError> {
+            Ok(self.accounts.get(a).copied())
+        }
+        fn storage(&self, _: &Address, _: &B256) -> Result<U256, VmError> {
+            Ok(U256::ZERO)
+        }
+        fn code(&self, h: &B256) -> Result<Option<Bytes>, VmError> {
+            Ok(self.code.get(h).cloned())
+        }
+        fn block_hash(&self, n: u64) -> Result<B256, VmError> {
+            Ok(B256::from(U256::from(n)))
+        }
+        fn state_root_with(&self, changes: &[AccountChange]) -> Result<Option<B256>, VmError> {
+            Ok(Some(alloy_primitives::keccak256(format!("{changes:?}"))))
+        }
+    }
+
+    const FROM: Address = Address::repeat_byte(0xc0);
+    const TO: Address = Address::repeat_byte(0xc1);
+
+    fn header() -> Header {
+        Header {
+            number: 1,
+            timestamp: 12,
+            gas_limit: 30_000_000,
+            base_fee_per_gas: Some(0),
+            excess_blob_gas: Some(0),
+            blob_gas_used: Some(0),
+            parent_beacon_block_root: Some(B256::ZERO),
+            ..Default::default()
+        }
+    }
+
+    fn transfer(value: u64) -> SimCall {
+        SimCall {
+            req: CallRequest {
+                from: Some(FROM),
+                to: Some(TO),
+                value: Some(U256::from(value)),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn funded(wei: u64) -> BTreeMap<Address, SimOverride> {
+        BTreeMap::from([(
+            FROM,
+            SimOverride {
+                balance: Some(U256::from(wei)),
+                ..Default::default()
+            },
+        )])
+    }
+
+    #[test]
+    fn a_block_of_overridden_state_and_transfers_is_simulated_with_transfer_logs() {
+        let config = ChainConfig::all_forks_at_genesis(1, Fork::Cancun);
+        let mem = Mem::default();
+        let mut sim = Simulator::new(&config, &mem, false, true, 0);
+        let out = sim
+            .simulate_block(SimBlock {
+                header: header(),
+                overrides: funded(1_000),
+                calls: vec![transfer(300), transfer(200)],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(out.calls.len(), 2);
+        assert!(out.calls.iter().all(|c| c.status == SimStatus::Success));
+        assert_eq!(out.calls[0].gas_used, 21_000);
+        assert_eq!(out.block.header.gas_used, 42_000);
+        // The nonce the call left out came from the state, and went up.
+        assert_eq!(out.block.transactions[1].tx().nonce(), 1);
+        let log = &out.calls[1].logs[0];
+        assert_eq!(log.log.address, TRANSFER_LOG_ADDRESS);
+        assert_eq!(log.log.topics()[2], TO.into_word());
+        assert_eq!(log.log_index, 1);
+        assert_eq!(
+            sim.state().account(&TO).unwrap().unwrap().balance,
+            U256::from(500)
+        );
+        assert_eq!(
+            sim.state().account(&FROM).unwrap().unwrap().balance,
+            U256::from(500)
+        );
+    }
+
+    #[test]
+    fn a_call_the_block_could_not_include_fails_the_simulation_with_its_kind() {
+        let config = ChainConfig::all_forks_at_genesis(1, Fork::Cancun);
+        let mem = Mem::default();
+        let mut sim = Simulator::new(&config, &mem, false, false, 0);
+        let e = sim
+            .simulate_block(SimBlock {
+                header: header(),
+                calls: vec![transfer(1)],
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            SimError::InvalidTransaction {
+                kind: SimTxErrorKind::InsufficientFunds,
+                ..
+            }
+        ));
+        // With validation, a nonce ahead of the state's is refused before anything else.
+        let mut sim = Simulator::new(&config, &mem, true, false, 0);
+        let mut call = transfer(0);
+        call.req.nonce = Some(5);
+        let e = sim
+            .simulate_block(SimBlock {
+                header: header(),
+                calls: vec![call],
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            SimError::InvalidTransaction {
+                kind: SimTxErrorKind::NonceTooHigh,
+                ..
+            }
+        ));
+        // More gas than the block has left.
+        let mut call = transfer(0);
+        call.req.gas = Some(40_000_000);
+        let e = sim
+            .simulate_block(SimBlock {
+                header: header(),
+                calls: vec![call],
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(matches!(e, SimError::BlockGasLimitReached { .. }));
+    }
+
+    #[test]
+    fn a_moved_precompile_answers_at_its_new_address_only() {
+        let config = ChainConfig::all_forks_at_genesis(1, Fork::Cancun);
+        let mem = Mem::default();
+        let identity = Address::with_last_byte(4);
+        let elsewhere = Address::repeat_byte(0x77);
+        let mut overrides = funded(0);
+        overrides.insert(
+            identity,
+            SimOverride {
+                move_precompile_to: Some(elsewhere),
+                ..Default::default()
+            },
+        );
+        let call_to = |to: Address| SimCall {
+            req: CallRequest {
+                from: Some(FROM),
+                to: Some(to),
+                input: Bytes::from_static(b"echo"),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut sim = Simulator::new(&config, &mem, false, false, 0);
+        let out = sim
+            .simulate_block(SimBlock {
+                header: header(),
+                overrides,
+                calls: vec![call_to(elsewhere), call_to(identity)],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(out.calls[0].return_data, Bytes::from_static(b"echo"));
+        assert!(out.calls[1].return_data.is_empty());
+        // Only a precompile moves.
+        let mut sim = Simulator::new(&config, &mem, false, false, 0);
+        let e = sim
+            .simulate_block(SimBlock {
+                header: header(),
+                overrides: BTreeMap::from([(
+                    TO,
+                    SimOverride {
+                        move_precompile_to: Some(elsewhere),
+                        ..Default::default()
+                    },
+                )]),
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(matches!(e, SimError::Override(m) if m.contains("is not a precompile")));
+    }
+
+    #[test]
+    fn the_rpc_gas_cap_is_shared_by_all_calls() {
+        let config = ChainConfig::all_forks_at_genesis(1, Fork::Cancun);
+        let mem = Mem::default();
+        let mut sim = Simulator::new(&config, &mem, false, false, 30_000);
+        let block = || SimBlock {
+            header: header(),
+            overrides: funded(10),
+            calls: vec![transfer(1)],
+            ..Default::default()
+        };
+        sim.simulate_block(block()).unwrap();
+        // 9,000 gas left: below a transfer's intrinsic gas.
+        let mut next = block();
+        next.header.number = 2;
+        next.header.timestamp = 24;
+        assert!(sim.simulate_block(next).is_err());
+    }
+
     #[test]
     fn a_failed_frame_drops_its_logs_and_its_transfer() {
         let mut t = SimInspector {

@@ -595,7 +595,7 @@ mod tests {
             .unwrap()];
         assert_eq!(a.balance, Some(U256::from(16)));
         assert_eq!(a.nonce, Some(2));
-        assert_eq!(a.code.as_deref(), Some(&[0x60, 0x00][..]));
+        assert_eq!(a.code.as_ref().map(|c| c.to_vec()), Some(vec![0x60, 0x00]));
         assert_eq!(
             a.state_diff.as_ref().unwrap().values().next(),
             Some(&U256::from(5))
