@@ -6,7 +6,8 @@
 //! left behind for a middling one elsewhere), each sender's transactions in nonce order. Gas and blob gas budgets are respected: a
 //! transaction that does not fit is skipped together with the rest of its sender (its
 //! later nonces cannot go without it), as is a sender whose transaction the builder
-//! marks invalid.
+//! marks invalid. The blob txs are chosen up front, exactly (a knapsack over the block's
+//! blobs, see `plan_blobs`).
 
 use super::PoolTx;
 use alloy_primitives::B256;
@@ -76,10 +77,72 @@ impl BestTransactions {
             blob_gas_left: budget.max_blob_gas,
             last: None,
         };
+        this.plan_blobs();
         for g in 0..this.groups.len() {
             this.push_head(g);
         }
         this
+    }
+
+    /// Blob space is a knapsack: a greedy walk by tip can fill it with a rich 3-blob tx and
+    /// leave out three 1-blob txs worth more together. So the blob senders' runs are
+    /// chosen up front, exactly: per sender the prefix of its includable blob txs, all the
+    /// prefixes together within the block's blobs, at the most Σ tip × gas (dynamic
+    /// programming over the blob count, which is small). Each blob sender's run is cut to
+    /// its chosen prefix; the walk then places them among the plain txs as before.
+    fn plan_blobs(&mut self) {
+        let cap = (self.budget.max_blob_gas / GAS_PER_BLOB) as usize;
+        let blobs = |tx: &PoolTx| tx.tx.tx().tx().blob_versioned_hashes().len();
+        let blob_groups: Vec<usize> = (0..self.groups.len())
+            .filter(|g| self.groups[*g].front().is_some_and(|t| blobs(t) > 0))
+            .collect();
+        if blob_groups.is_empty() {
+            return;
+        }
+        // dp[b]: (value, choice per blob group so far) of the best set with b blobs.
+        let mut dp: Vec<Option<(u128, Vec<usize>)>> = vec![None; cap + 1];
+        dp[0] = Some((0, Vec::new()));
+        for &g in &blob_groups {
+            // (blobs, value) of each prefix of the group, the empty one first.
+            let mut prefixes = vec![(0usize, 0u128)];
+            for tx in &self.groups[g] {
+                let Some(tip) = self.includable_tip(tx) else {
+                    break;
+                };
+                let (b, v) = *prefixes.last().expect("starts with the empty prefix");
+                let b = b + blobs(tx);
+                if b > cap {
+                    break;
+                }
+                let gas = u128::from(tx.tx.tx().tx().gas_limit());
+                prefixes.push((b, v.saturating_add(tip.saturating_mul(gas))));
+            }
+            let mut next: Vec<Option<(u128, Vec<usize>)>> = vec![None; cap + 1];
+            for (used, cell) in dp.iter().enumerate() {
+                let Some((value, choice)) = cell else {
+                    continue;
+                };
+                for (k, (b, v)) in prefixes.iter().enumerate() {
+                    if used + b > cap {
+                        break;
+                    }
+                    let total = value.saturating_add(*v);
+                    let slot = &mut next[used + b];
+                    if slot.as_ref().is_none_or(|(best, _)| total > *best) {
+                        let mut c = choice.clone();
+                        c.push(k);
+                        *slot = Some((total, c));
+                    }
+                }
+            }
+            dp = next;
+        }
+        let Some((_, choice)) = dp.into_iter().flatten().max_by_key(|(v, _)| *v) else {
+            return;
+        };
+        for (&g, &k) in blob_groups.iter().zip(&choice) {
+            self.groups[g].truncate(k);
+        }
     }
 
     /// The effective tip `tx` pays in this block, if it may go in at all (fee cap over

@@ -203,19 +203,23 @@ impl PoolInner {
                     Err(Rejection::AccountLimit { slots: queued })
                 }
             }
-            // No gap yet: the next nonce extends the run, a later one opens a queue.
+            // No gap yet: the next nonce extends the run, a later one opens a queue. Past
+            // its slots, with pending half full, a sender's run may still grow within its
+            // whole allowance (slots + queue): the extension is worth more than a queued tx
+            // would be, and refusing it while taking later nonces would leave a gap of the
+            // pool's own making.
             _ if nonce == run_end => {
-                if exec < slots || self.pending_has_room(cfg) {
+                if exec < slots || self.pending_has_room(cfg) || exec < slots + queue {
                     Ok(None)
                 } else {
                     Err(Rejection::AccountLimit { slots: exec })
                 }
             }
             _ => {
-                if queue > 0 {
+                if queue > 0 && (exec < slots + queue || self.pending_has_room(cfg)) {
                     Ok(None)
                 } else {
-                    Err(Rejection::AccountLimit { slots: 0 })
+                    Err(Rejection::AccountLimit { slots: exec })
                 }
             }
         }

@@ -215,7 +215,18 @@ async fn replacement_needs_ten_percent_on_every_fee() {
 }
 
 fn blob_tx(signer: &Signer, nonce: u64, tip: u128, cap: u128, blob_cap: u128) -> PooledTransaction {
-    let base = sample_blob_tx(SidecarVersion::V0, 1, nonce, signer);
+    blob_tx_n(signer, nonce, 1, tip, cap, blob_cap)
+}
+
+fn blob_tx_n(
+    signer: &Signer,
+    nonce: u64,
+    blobs: usize,
+    tip: u128,
+    cap: u128,
+    blob_cap: u128,
+) -> PooledTransaction {
+    let base = sample_blob_tx(SidecarVersion::V0, blobs, nonce, signer);
     let (signed, sidecar) = base.into_parts();
     let Transaction::Eip4844(mut t): Transaction = signed.into_tx() else {
         unreachable!()
@@ -364,14 +375,27 @@ async fn an_unbroken_run_may_pass_the_slots_while_pending_has_room() {
         SubPool::Queued
     );
 
-    // With pending half full, the slots hold again.
-    let (pool, state) = setup_with(|cfg| cfg.pending.max_txs = 40);
+    // With pending half full, the run grows within the sender's whole allowance (slots
+    // and queue: 16 + 4), and a later nonce is not taken where the next one is not.
+    let (pool, state) = setup_with(|cfg| {
+        cfg.pending.max_txs = 40;
+        cfg.max_account_queue = 4;
+    });
     let b = funded(&state, 10);
+    let c = funded(&state, 11);
+    for nonce in 0..16 {
+        add(&pool, &tx1559(&c, nonce, 2, 100)).await.unwrap();
+    }
     for nonce in 0..20 {
         add(&pool, &tx1559(&b, nonce, 2, 100)).await.unwrap();
     }
+    assert!(pool.status().pending.txs >= 20, "pending is half full");
     assert_eq!(
         add(&pool, &tx1559(&b, 20, 2, 100)).await,
+        Err(Rejection::AccountLimit { slots: 20 })
+    );
+    assert_eq!(
+        add(&pool, &tx1559(&b, 21, 2, 100)).await,
         Err(Rejection::AccountLimit { slots: 20 })
     );
     pool.assert_consistent();
@@ -603,6 +627,47 @@ async fn best_transactions_respect_blob_gas() {
     };
     assert_eq!(pool.best_transactions(one_blob).count(), 1);
     assert_eq!(pool.best_transactions(budget()).count(), 2);
+}
+
+#[tokio::test]
+async fn best_transactions_choose_the_most_valuable_blobs() {
+    let (pool, state) = setup();
+    // Room for 3 blobs: a's 2-blob tx pays the best tip (100), but b, c and d's 1-blob
+    // txs (90 each) are worth more together (270 against 190 with one of them).
+    let a = funded(&state, 55);
+    let a0 = blob_tx_n(&a, 0, 2, 100, 200, 10);
+    add(&pool, &a0).await.unwrap();
+    let mut ones = Vec::new();
+    for (i, seed) in [56u64, 57, 58].into_iter().enumerate() {
+        let s = funded(&state, seed);
+        // Distinct blobs: sample blobs follow the nonce, so each sender starts higher.
+        state.set_nonce(s.address(), 1 + i as u64);
+        let t = blob_tx_n(&s, 1 + i as u64, 1, 90, 200, 10);
+        add(&pool, &t).await.unwrap();
+        ones.push(t.hash());
+    }
+    let three_blobs = BlockBudget {
+        max_blob_gas: 3 * 131_072,
+        ..budget()
+    };
+    let mut picked: Vec<B256> = pool
+        .best_transactions(three_blobs)
+        .map(|t| t.hash())
+        .collect();
+    picked.sort();
+    ones.sort();
+    assert_eq!(picked, ones);
+    // With room for 4, a's tx and two of the others (280 against 270).
+    let four_blobs = BlockBudget {
+        max_blob_gas: 4 * 131_072,
+        ..budget()
+    };
+    let picked: Vec<B256> = pool
+        .best_transactions(four_blobs)
+        .map(|t| t.hash())
+        .collect();
+    assert_eq!(picked.len(), 3);
+    assert_eq!(picked[0], a0.hash());
 }
 
 #[tokio::test]
