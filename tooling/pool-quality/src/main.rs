@@ -3,27 +3,40 @@
 //!
 //! ```sh
 //! moat-pool-quality --seeds 1,2,3,4,5                 # in process, moat's pool
-//! moat-pool-quality --write-genesis g.json            # a genesis for an external node
-//! moat-pool-quality --seeds 2 --rpc 127.0.0.1:8545 --engine 127.0.0.1:8551 --jwtsecret jwt.hex
+//! moat-pool-quality --blobs --seeds 1,2,3,4,5         # blob streams on an Osaka genesis
+//! moat-pool-quality --write-genesis g.json [--blobs]  # a genesis for an external node
+//! moat-pool-quality --seeds 2 --rpc 127.0.0.1:8545 --engine 127.0.0.1:8551 --jwtsecret jwt.hex \
+//!     [--enode enode://…@127.0.0.1:30303]
 //! ```
 //!
 //! Against an external node (moat or geth started on the written genesis, fresh datadir),
-//! every tx of the stream goes over `eth_sendRawTransaction`, then one payload is built
-//! through the engine API (forkchoiceUpdatedV3 with attributes, getPayloadV4). Talks only
-//! to 127.0.0.0/8.
+//! the local part of the stream goes over `eth_sendRawTransaction`; with `--enode` the
+//! remote part goes over RLPx/eth from [`PEERS`] peer identities (plain txs in
+//! `Transactions` messages, blob txs announced and served on request, as the protocol
+//! wants), else over RPC too. Then one payload is built through the engine API
+//! (forkchoiceUpdatedV3 with attributes, getPayloadV4, or V5 on Osaka). Per class the
+//! tool prints what was sent, the RPC answers, and what the pool holds at the end
+//! (`eth_getTransactionByHash`). Talks only to 127.0.0.0/8.
 
-use alloy_primitives::U256;
+use alloy_primitives::{B256, Bytes, U256};
 use clap::Parser;
+use moat_common::config::Genesis;
+use moat_p2p::Enode;
+use moat_p2p::client::Client;
+use moat_p2p::eth::{Announcement, EthMessage, Status};
+use moat_p2p::session::Incoming;
 use moat_pool_quality::{
-    Class, GAS_LIMIT, StreamParams, first_base_fee, genesis, ideal_value, run_in_process, senders,
+    BlobCache, BlockLimits, Class, Outcome, PEERS, StreamParams, StreamTx, blob_stream,
+    blob_stream_estimate, genesis, ideal_value, osaka_genesis, peer_of, run_in_process, senders,
     stream,
 };
 use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,12 +47,15 @@ struct Args {
     /// Seeds of the streams, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
     seeds: Vec<u64>,
-    /// Funded senders.
-    #[arg(long, default_value_t = 2000)]
-    senders: usize,
-    /// Most nonces per sender.
-    #[arg(long, default_value_t = 20)]
-    max_nonces: u64,
+    /// Blob streams (version-1 sidecars) on a genesis with every fork up to Osaka at 0.
+    #[arg(long)]
+    blobs: bool,
+    /// Funded senders. [default: 2000; with --blobs 16]
+    #[arg(long)]
+    senders: Option<usize>,
+    /// Most nonces per sender. [default: 20; with --blobs 4]
+    #[arg(long)]
+    max_nonces: Option<u64>,
     /// The ethtest genesis the tool's genesis is built on.
     #[arg(long, default_value = "../shared/testdata/ethtest/genesis.json")]
     base_genesis: PathBuf,
@@ -55,6 +71,9 @@ struct Args {
     /// The engine API's JWT secret file (hex).
     #[arg(long)]
     jwtsecret: Option<PathBuf>,
+    /// The external node's enode (loopback): remote txs go over RLPx from several peers.
+    #[arg(long)]
+    enode: Option<Enode>,
 }
 
 fn main() -> ExitCode {
@@ -71,8 +90,14 @@ fn main() -> ExitCode {
 fn run(args: Args) -> Result<(), String> {
     let base = std::fs::read_to_string(&args.base_genesis)
         .map_err(|e| format!("{}: {e}", args.base_genesis.display()))?;
-    let senders = senders(args.senders);
-    let genesis = genesis(&base, &senders)?;
+    let n_senders = args.senders.unwrap_or(if args.blobs { 16 } else { 2000 });
+    let max_nonces = args.max_nonces.unwrap_or(if args.blobs { 4 } else { 20 });
+    let senders = senders(n_senders);
+    let genesis = if args.blobs {
+        osaka_genesis(&base, &senders)?
+    } else {
+        genesis(&base, &senders)?
+    };
     if let Some(path) = &args.write_genesis {
         let text = serde_json::to_string_pretty(&genesis).map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| e.to_string())?;
@@ -83,60 +108,95 @@ fn run(args: Args) -> Result<(), String> {
         );
         return Ok(());
     }
-    let base_fee = first_base_fee(&genesis);
+    let limits = BlockLimits::first(&genesis);
+    let mut cache = BlobCache::default();
+    if args.blobs {
+        let need = blob_stream_estimate(&StreamParams {
+            seed: 0,
+            senders: n_senders,
+            max_nonces,
+        });
+        eprintln!("computing cell proofs of {need} blobs…");
+        cache.fill(need)?;
+    }
     println!(
-        "{:>5} {:>6} {:>9} {:>9} {:>26} {:>8} {:>22} {:>22} {:>9}",
+        "{:>5} {:>6} {:>9} {:>9} {:>26} {:>8} {:>6} {:>22} {:>22} {:>9}",
         "seed",
         "txs",
         "accepted",
         "refused",
-        "pending/basefee/queued",
+        "pending/basefee/queued/blob",
         "payload",
+        "blobs",
         "value (wei)",
         "ideal (wei)",
         "ratio"
     );
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let mut classes = Vec::new();
     for seed in &args.seeds {
         let params = StreamParams {
             seed: *seed,
             senders: senders.len(),
-            max_nonces: args.max_nonces,
+            max_nonces,
         };
-        let s = stream(&params, genesis.config.chain_id, base_fee, &senders);
-        let ideal = ideal_value(&s, &senders, base_fee, GAS_LIMIT);
-        let (accepted, refused, subpools, payload_txs, value) = match args.rpc {
-            None => {
-                let out = runtime.block_on(run_in_process(&genesis, &s, |_| {}))?;
-                let accepted: usize = out.by_class.values().map(|v| v.0).sum();
-                let refused: usize = out.by_class.values().map(|v| v.1).sum();
-                for class in Class::ALL {
-                    let (a, r) = out.by_class.get(&class).copied().unwrap_or_default();
-                    eprintln!(
-                        "  seed {seed} {:<13} accepted {a:>5} refused {r:>5}",
-                        class.name()
-                    );
-                }
-                for (reason, n) in &out.reasons {
-                    eprintln!("  seed {seed} refused: {reason} × {n}");
-                }
-                let sp = format!(
-                    "{}/{}/{}",
-                    out.subpools[0], out.subpools[1], out.subpools[2]
-                );
-                (accepted, refused, sp, out.payload_txs, out.payload_value)
-            }
-            Some(rpc) => external(&args, rpc, &s)?,
+        let chain_id = genesis.config.chain_id;
+        let s = if args.blobs {
+            blob_stream(&params, chain_id, limits.base_fee, &senders, &mut cache)?
+        } else {
+            stream(&params, chain_id, limits.base_fee, &senders)
         };
+        let ideal = ideal_value(&s, &senders, &limits);
+        let out = match args.rpc {
+            None => runtime.block_on(run_in_process(&genesis, &s, |_| {}))?,
+            Some(rpc) => runtime.block_on(external(&args, &genesis, rpc, &s))?,
+        };
+        for (reason, n) in &out.reasons {
+            eprintln!("  seed {seed} refused: {reason} × {n}");
+        }
         let ratio = if ideal.is_zero() {
             1.0
         } else {
-            f64::from(value) / f64::from(ideal)
+            f64::from(out.payload_value) / f64::from(ideal)
         };
-        println!(
-            "{seed:>5} {:>6} {accepted:>9} {refused:>9} {subpools:>26} {payload_txs:>8} {value:>22} {ideal:>22} {ratio:>9.4}",
-            s.len()
+        let sp = format!(
+            "{}/{}/{}/{}",
+            out.subpools[0], out.subpools[1], out.subpools[2], out.subpools[3]
         );
+        println!(
+            "{seed:>5} {:>6} {:>9} {:>9} {sp:>26} {:>8} {:>6} {:>22} {ideal:>22} {ratio:>9.4}",
+            s.len(),
+            out.accepted(),
+            out.refused(),
+            out.payload_txs,
+            out.payload_blobs,
+            out.payload_value,
+        );
+        classes.push((*seed, out));
+    }
+    println!();
+    println!(
+        "{:>5} {:<17} {:>6} {:>9} {:>9} {:>6}",
+        "seed", "class", "sent", "accepted", "refused", "held"
+    );
+    for (seed, out) in &classes {
+        for class in Class::ALL {
+            let Some(c) = out.by_class.get(&class) else {
+                continue;
+            };
+            let held = if class.own_hash() {
+                c.held.to_string()
+            } else {
+                "-".into()
+            };
+            println!(
+                "{seed:>5} {:<17} {:>6} {:>9} {:>9} {held:>6}",
+                class.name(),
+                c.sent,
+                c.accepted,
+                c.refused
+            );
+        }
     }
     Ok(())
 }
@@ -192,12 +252,121 @@ fn post(addr: SocketAddr, auth: Option<&str>, body: &Value) -> Result<Value, Str
     serde_json::from_slice(&buf).map_err(|e| e.to_string())
 }
 
-/// The stream over RPC, then a payload through the engine API.
-fn external(
+fn rpc_call(rpc: SocketAddr, method: &str, params: Value) -> Result<Value, String> {
+    post(
+        rpc,
+        None,
+        &json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}),
+    )
+}
+
+fn hex_u64(v: &Value) -> u64 {
+    v.as_str()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0)
+}
+
+/// The Status of a peer at the genesis block: any node of the chain accepts it.
+fn genesis_status(genesis: &Genesis) -> Status {
+    let hash = genesis.header().hash();
+    Status {
+        version: 0,
+        network_id: genesis.config.chain_id,
+        genesis: hash,
+        fork_id: genesis
+            .config
+            .fork_id(hash, genesis.timestamp, 0, genesis.timestamp),
+        total_difficulty: genesis.difficulty,
+        head: hash,
+        earliest: 0,
+        latest: 0,
+    }
+}
+
+/// One of the tool's peers of the node.
+struct Peer {
+    client: Client,
+    /// Plain txs waiting to go in one `Transactions` message, and their hashes.
+    batch: Vec<Bytes>,
+    batch_hashes: HashSet<B256>,
+    /// Announced blob txs the node has not fetched yet.
+    serve: HashMap<B256, Bytes>,
+}
+
+impl Peer {
+    async fn flush(&mut self) -> Result<(), String> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let txs = std::mem::take(&mut self.batch);
+        self.batch_hashes.clear();
+        self.client
+            .send(&EthMessage::Transactions(txs))
+            .await
+            .map_err(|e| format!("send: {e}"))
+    }
+
+    /// Reads what the node sent for up to `wait`: answers its requests for announced
+    /// txs (and pings), skips the rest. Errors when the node dropped the peer.
+    async fn serve(&mut self, wait: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.client.recv(left).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(Incoming::Eth(EthMessage::GetPooledTransactions {
+                    request_id,
+                    hashes,
+                }))) => {
+                    let txs = hashes.iter().filter_map(|h| self.serve.remove(h)).collect();
+                    self.client
+                        .send(&EthMessage::PooledTransactions { request_id, txs })
+                        .await
+                        .map_err(|e| format!("send: {e}"))?;
+                }
+                Ok(Some(Incoming::Disconnect(r))) => {
+                    return Err(format!("the node dropped a peer: {r:?}"));
+                }
+                Ok(Some(_)) => {}
+                Err(e) => return Err(format!("peer: {e}")),
+            }
+            if left.is_zero() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn connect_peers(enode: &Enode, genesis: &Genesis) -> Result<Vec<Peer>, String> {
+    loopback(&enode.addr)?;
+    let status = genesis_status(genesis);
+    let mut peers = Vec::with_capacity(PEERS);
+    for i in 0..PEERS {
+        let mut seed = [0u8; 32];
+        seed[..8].copy_from_slice(&(0x9001_0000 + i as u64).to_be_bytes());
+        seed[31] = 1;
+        let key = secp256k1::SecretKey::from_byte_array(seed).map_err(|e| e.to_string())?;
+        let client = Client::connect(enode, key, &[70, 69, 68], status.clone())
+            .await
+            .map_err(|e| format!("handshake with {enode}: {e}"))?;
+        peers.push(Peer {
+            client,
+            batch: Vec::new(),
+            batch_hashes: HashSet::new(),
+            serve: HashMap::new(),
+        });
+    }
+    Ok(peers)
+}
+
+/// The stream to a node (local txs over RPC, remote ones over RLPx with `--enode`), then a
+/// payload through the engine API.
+async fn external(
     args: &Args,
+    genesis: &Genesis,
     rpc: SocketAddr,
-    s: &[moat_pool_quality::StreamTx],
-) -> Result<(usize, usize, String, usize, U256), String> {
+    s: &[StreamTx],
+) -> Result<Outcome, String> {
     loopback(&rpc)?;
     let engine = args.engine.ok_or("--engine is needed with --rpc")?;
     loopback(&engine)?;
@@ -206,49 +375,136 @@ fn external(
         .as_ref()
         .ok_or("--jwtsecret is needed with --rpc")?;
     let secret = moat_rpc::engine::read_jwt_secret(secret_file).map_err(|e| e.to_string())?;
-    let (mut accepted, mut refused) = (0, 0);
+    let token = || moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now());
+    let head = rpc_call(rpc, "eth_getBlockByNumber", json!(["latest", false]))?;
+    let head_hash = head["result"]["hash"].clone();
+    let ts = hex_u64(&head["result"]["timestamp"]);
+    let forkchoice = json!({"headBlockHash": head_hash, "safeBlockHash": head_hash, "finalizedBlockHash": head_hash});
+    // A forkchoice update first: geth takes txs from peers only once a consensus client
+    // has spoken (it counts as synced then).
+    let fcu = post(
+        engine,
+        Some(&token()),
+        &json!({"jsonrpc":"2.0","id":1,"method":"engine_forkchoiceUpdatedV3","params":[forkchoice, null]}),
+    )?;
+    if fcu.get("result").is_none() {
+        return Err(format!("forkchoiceUpdated: {fcu}"));
+    }
+    let mut peers = match &args.enode {
+        Some(enode) => connect_peers(enode, genesis).await?,
+        None => Vec::new(),
+    };
+    let mut out = Outcome::default();
+    let mut last_service = Instant::now();
     for tx in s {
-        let r = post(
-            rpc,
-            None,
-            &json!({"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":[tx.raw]}),
-        )?;
-        if r.get("result").is_some() {
-            accepted += 1;
+        let c = out.by_class.entry(tx.class).or_default();
+        c.sent += 1;
+        if tx.remote && !peers.is_empty() {
+            let peer = &mut peers[peer_of(tx.sender)];
+            if tx.blobs > 0 {
+                // Blob txs are announced and fetched, never pushed.
+                peer.flush().await?;
+                let ann = Announcement {
+                    types: vec![3],
+                    sizes: vec![tx.raw.len() as u32],
+                    hashes: vec![tx.hash],
+                };
+                if peer.serve.insert(tx.hash, tx.raw.clone()).is_none() {
+                    peer.client
+                        .send(&EthMessage::NewPooledTransactionHashes(ann))
+                        .await
+                        .map_err(|e| format!("send: {e}"))?;
+                }
+                // Give the node the time to fetch it before the sender's next tx.
+                peer.serve(Duration::from_millis(700)).await?;
+            } else {
+                // Two copies in one message are a protocol fault.
+                if peer.batch_hashes.contains(&tx.hash) || peer.batch.len() >= 16 {
+                    peer.flush().await?;
+                }
+                peer.batch_hashes.insert(tx.hash);
+                peer.batch.push(tx.raw.clone());
+            }
         } else {
-            refused += 1;
+            let r = rpc_call(rpc, "eth_sendRawTransaction", json!([tx.raw]))?;
+            let c = out.by_class.entry(tx.class).or_default();
+            if r.get("result").is_some() {
+                c.accepted += 1;
+            } else {
+                c.refused += 1;
+                let reason = r["error"]["message"].as_str().unwrap_or("?").to_string();
+                *out.reasons.entry(reason).or_default() += 1;
+            }
+        }
+        if last_service.elapsed() > Duration::from_secs(1) {
+            for p in &mut peers {
+                p.flush().await?;
+                p.serve(Duration::from_millis(1)).await?;
+            }
+            last_service = Instant::now();
         }
     }
-    let status = post(
-        rpc,
-        None,
-        &json!({"jsonrpc":"2.0","id":1,"method":"txpool_status","params":[]}),
-    )?;
-    let subpools = format!(
-        "{}/-/{}",
-        status["result"]["pending"].as_str().unwrap_or("?"),
-        status["result"]["queued"].as_str().unwrap_or("?")
-    );
-    let head = post(
-        rpc,
-        None,
-        &json!({"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest", false]}),
-    )?;
-    let head_hash = head["result"]["hash"].clone();
-    let ts = u64::from_str_radix(
-        head["result"]["timestamp"]
-            .as_str()
-            .unwrap_or("0x0")
-            .trim_start_matches("0x"),
-        16,
-    )
-    .unwrap_or(0);
-    let token = || moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now());
+    for p in &mut peers {
+        p.flush().await?;
+    }
+    // Wait for the node to take in what the peers sent: the pool's size steady for 2 s
+    // (at most 60 s), announced txs served meanwhile.
+    if !peers.is_empty() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = (String::new(), Instant::now());
+        while Instant::now() < deadline {
+            for p in &mut peers {
+                p.serve(Duration::from_millis(100)).await?;
+            }
+            let st = rpc_call(rpc, "txpool_status", json!([]))?;
+            let now = st["result"].to_string();
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() > Duration::from_secs(2)
+                && peers.iter().all(|p| p.serve.is_empty())
+            {
+                break;
+            }
+        }
+    }
+    // What the pool holds, per class.
+    let own: Vec<&StreamTx> = s.iter().filter(|t| t.class.own_hash()).collect();
+    for chunk in own.chunks(500) {
+        let calls: Vec<Value> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"jsonrpc":"2.0","id":i,"method":"eth_getTransactionByHash","params":[t.hash]}))
+            .collect();
+        let answers = post(rpc, None, &Value::Array(calls))?;
+        let answers = answers
+            .as_array()
+            .ok_or(format!("batch answer: {answers}"))?;
+        for a in answers {
+            let i = a["id"].as_u64().unwrap_or(u64::MAX) as usize;
+            if let Some(t) = chunk.get(i)
+                && !a["result"].is_null()
+                && a.get("result").is_some()
+            {
+                out.by_class.entry(t.class).or_default().held += 1;
+            }
+        }
+    }
+    let status = rpc_call(rpc, "txpool_status", json!([]))?;
+    out.subpools = [
+        hex_u64(&status["result"]["pending"]) as usize,
+        0,
+        hex_u64(&status["result"]["queued"]) as usize,
+        0,
+    ];
+    let osaka = genesis
+        .config
+        .osaka_time
+        .is_some_and(|t| t <= ts.max(200) + 12);
     let fcu = post(
         engine,
         Some(&token()),
         &json!({"jsonrpc":"2.0","id":1,"method":"engine_forkchoiceUpdatedV3","params":[
-            {"headBlockHash": head_hash, "safeBlockHash": head_hash, "finalizedBlockHash": head_hash},
+            forkchoice,
             {"timestamp": format!("{:#x}", ts.max(200) + 12), "prevRandao": format!("0x{}", "01".repeat(32)),
              "suggestedFeeRecipient": format!("0x{}", "fe".repeat(20)), "withdrawals": [],
              "parentBeaconBlockRoot": format!("0x{}", "02".repeat(32))}
@@ -259,18 +515,31 @@ fn external(
         return Err(format!("forkchoiceUpdated gave no payload id: {fcu}"));
     }
     std::thread::sleep(Duration::from_secs(2));
+    let method = if osaka {
+        "engine_getPayloadV5"
+    } else {
+        "engine_getPayloadV4"
+    };
     let env = post(
         engine,
         Some(&token()),
-        &json!({"jsonrpc":"2.0","id":1,"method":"engine_getPayloadV4","params":[id]}),
+        &json!({"jsonrpc":"2.0","id":1,"method":method,"params":[id]}),
     )?;
     let value = env["result"]["blockValue"]
         .as_str()
         .ok_or(format!("no payload: {env}"))?;
-    let value =
+    out.payload_value =
         U256::from_str_radix(value.trim_start_matches("0x"), 16).map_err(|e| e.to_string())?;
-    let txs = env["result"]["executionPayload"]["transactions"]
+    out.payload_txs = env["result"]["executionPayload"]["transactions"]
         .as_array()
         .map_or(0, Vec::len);
-    Ok((accepted, refused, subpools, txs, value))
+    out.payload_blobs = env["result"]["blobsBundle"]["commitments"]
+        .as_array()
+        .map_or(0, Vec::len);
+    for p in &mut peers {
+        p.client
+            .disconnect(moat_p2p::p2p::DisconnectReason::ClientQuitting)
+            .await;
+    }
+    Ok(out)
 }
