@@ -1,12 +1,18 @@
 #!/bin/sh
 # make attack-table: moat-attack-table against a moat dev node (gossip and RPC forms) and,
 # when GETH names a go-ethereum binary, against geth's dev mode (RPC form: geth's dev mode
-# has no p2p). Everything listens on 127.0.0.1; each node is stopped at the end.
-# SECONDS_PER_PHASE (default 5) and SCENARIOS (comma-separated) pass through.
+# has no p2p). Everything listens on 127.0.0.1 (attackers connect from 127.0.0.10-13); each
+# node is stopped at the end. SECONDS_PER_PHASE (default 5) and SCENARIOS (comma-separated)
+# pass through. blob-v1 runs on a second moat dev node with Osaka active (--dev.osaka).
 set -eu
 BIN=${BIN:-target/release}
 PHASE=${SECONDS_PER_PHASE:-5}
-SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,rpc-flood,announce}
+SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,blob-v0,rpc-flood,announce,blob-v1}
+# Dev keys 2-4 fund the blob spammers (blob txs must pass the balance check to reach KZG).
+BLOBKEYS=0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a,0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6,0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a
+# Prague takes version-0 sidecars only, Osaka version-1 only: blob-v1 gets its own node.
+SCEN_MAIN=$(echo "$SCEN" | tr ',' '\n' | grep -v '^blob-v1$' | paste -sd, -)
+SCEN_OSAKA=$(echo "$SCEN" | tr ',' '\n' | grep '^blob-v1$' || true)
 DIR=$(mktemp -d /tmp/moat-attack-table.XXXXXX)
 PIDS=""
 cleanup() {
@@ -29,20 +35,27 @@ wait_rpc() { # wait_rpc PORT
 }
 
 # moat: dev chain, the well-known dev keys 0 (honest peer) and 1 (honest RPC).
-"$BIN/moat" --dev --dev.period 2 --maxpeers 50 --nodiscover --p2p.addr 127.0.0.1 \
-    --port 30391 --http.port 8591 --ws.port 8592 --authrpc.port 8593 --metrics.port 8594 \
-    --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
-    --datadir "$DIR/moat" > "$DIR/moat.log" 2>&1 &
-MOAT=$!
-PIDS="$PIDS $MOAT"
-wait_rpc 8591
-ENODE=$(rpc 8591 admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p')
-[ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; exit 1; }
-"$BIN/moat-attack-table" --label moat --rpc 127.0.0.1:8591 --target "$ENODE" --pid "$MOAT" \
-    --peer-key 0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 \
-    --rpc-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d \
-    --seconds "$PHASE" --scenarios "$SCEN" || true
-kill "$MOAT"; PIDS=""
+moat_table() { # moat_table LABEL SCENARIOS [extra moat flags]
+    label=$1; scen=$2; shift 2
+    "$BIN/moat" --dev --dev.period 2 --maxpeers 50 --nodiscover --p2p.addr 127.0.0.1 \
+        --port 30391 --http.port 8591 --ws.port 8592 --authrpc.port 8593 --metrics.port 8594 \
+        --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
+        --http.api eth,net,web3,admin --metrics --datadir "$DIR/$label" "$@" > "$DIR/$label.log" 2>&1 &
+    MOAT=$!
+    PIDS="$PIDS $MOAT"
+    wait_rpc 8591
+    ENODE=$(rpc 8591 admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p')
+    [ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; exit 1; }
+    "$BIN/moat-attack-table" --label "$label" --rpc 127.0.0.1:8591 --target "$ENODE" --pid "$MOAT" \
+        --peer-key 0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 \
+        --rpc-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d \
+        --blob-keys "$BLOBKEYS" --metrics 127.0.0.1:8594 \
+        --seconds "$PHASE" --scenarios "$scen" || true
+    kill "$MOAT"; PIDS=""
+    sleep 1
+}
+[ -n "$SCEN_MAIN" ] && moat_table moat "$SCEN_MAIN"
+[ -n "$SCEN_OSAKA" ] && moat_table moat-osaka "$SCEN_OSAKA" --dev.osaka
 
 if [ -n "${GETH:-}" ]; then
     # geth --dev funds its fixed developer key (cmd/utils DeveloperKey).

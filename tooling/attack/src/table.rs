@@ -11,8 +11,10 @@
 //!
 //! Phases: honest traffic alone (the reference), then for each scenario the attack beside
 //! it, then the attack stopped until honest throughput is back to ≥ 90 % of the reference.
-//! Attacking peers have fresh keys and connect again with a new key when dropped; all
-//! connect from 127.0.0.1 (one /24, so a new identity inherits the last one's history).
+//! Attacking peers have fresh keys and connect again with a new key when dropped. Attacker
+//! `i` binds 127.0.0.(10+i) and keeps that address across its identities, so a new
+//! identity inherits its address's history, and all share the honest peers' /24
+//! (`--same-ip`: everyone from 127.0.0.1).
 //!
 //! Scenarios (numbers of the issue's list):
 //! - `fresh-keys` (1): many new EOAs, unfunded, 128 txs a message;
@@ -21,7 +23,13 @@
 //! - `repeat` (3): one unfunded tx again and again, one copy a message;
 //! - `rpc-flood` (7): four RPC connections sending invalid (bad signature) and
 //!   underpriced txs as fast as answers come;
-//! - `announce` (6): 4,096 hashes a message announced and never delivered.
+//! - `announce` (6): 4,096 hashes a message announced and never delivered;
+//! - `blob-v0`, `blob-v1` (4): blob txs of funded senders (`--blob-keys`), 6 blobs each,
+//!   with well-formed sidecars whose proofs do not verify (each blob carries another's),
+//!   announced one at a time and delivered when the node asks; each attacker cycles
+//!   through 16 such txs, reconnecting with a new identity from a new /24 whenever it is
+//!   dropped (127.(1+i).k.1: a botnet, which per-/24 history cannot stop). With
+//!   `--metrics` the node's KZG checks are counted against the unique txs delivered.
 //!
 //! Without `--target` only the RPC forms run (honest RPC, `rpc-flood`): go-ethereum's dev
 //! mode has no p2p.
@@ -32,15 +40,18 @@
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256, hex};
 use clap::{Parser, ValueEnum};
-use moat_common::transaction::{Eip1559Tx, PooledTransaction, SignedTransaction, Transaction};
+use moat_common::transaction::{
+    BlobsBundle, Eip1559Tx, Eip4844Tx, PooledTransaction, SidecarVersion, SignedTransaction,
+    Transaction,
+};
 use moat_crypto::secp::Signer;
 use moat_p2p::Enode;
 use moat_p2p::client::Client;
 use moat_p2p::eth::{Announcement, EthMessage, Status};
 use moat_p2p::session::Incoming;
 use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -54,6 +65,8 @@ enum Scenario {
     Repeat,
     RpcFlood,
     Announce,
+    BlobV0,
+    BlobV1,
 }
 
 impl Scenario {
@@ -64,14 +77,32 @@ impl Scenario {
             Scenario::Repeat => "3 repeated failures",
             Scenario::RpcFlood => "7 RPC flood",
             Scenario::Announce => "6 announcement flood",
+            Scenario::BlobV0 => "4 blob spam (v0 proofs)",
+            Scenario::BlobV1 => "4 blob spam (v1 cell proofs)",
+        }
+    }
+
+    /// The sidecar version of a blob scenario.
+    fn blob_version(self) -> Option<SidecarVersion> {
+        match self {
+            Scenario::BlobV0 => Some(SidecarVersion::V0),
+            Scenario::BlobV1 => Some(SidecarVersion::V1),
+            Scenario::FreshKeys
+            | Scenario::CacheChurn
+            | Scenario::Repeat
+            | Scenario::RpcFlood
+            | Scenario::Announce => None,
         }
     }
 
     fn gossip(self) -> bool {
         match self {
-            Scenario::FreshKeys | Scenario::CacheChurn | Scenario::Repeat | Scenario::Announce => {
-                true
-            }
+            Scenario::FreshKeys
+            | Scenario::CacheChurn
+            | Scenario::Repeat
+            | Scenario::Announce
+            | Scenario::BlobV0
+            | Scenario::BlobV1 => true,
             Scenario::RpcFlood => false,
         }
     }
@@ -120,6 +151,17 @@ struct Args {
     /// Name of the node in the table's title.
     #[arg(long, default_value = "node")]
     label: String,
+    /// Hex keys of funded accounts for the blob spammers (comma-separated; attacker `i`
+    /// signs with key `i % n`). Without them the blob scenarios are skipped.
+    #[arg(long, value_delimiter = ',')]
+    blob_keys: Vec<String>,
+    /// The node's Prometheus address (moat: KZG checks per blob scenario).
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
+    /// Attackers all connect from 127.0.0.1 (by default attacker `i` binds 127.0.0.(10+i)
+    /// and keeps that address across its identities).
+    #[arg(long)]
+    same_ip: bool,
 }
 
 /// User + system CPU seconds of process `pid`.
@@ -252,20 +294,129 @@ async fn node_status(target: &Enode) -> Result<Status, String> {
     Ok(s)
 }
 
-/// Connects with the key made from `seed`. Every connection comes from 127.0.0.1 (one
-/// /24): the RLPx client does not choose its local address yet.
-async fn connect_from(target: &Enode, seed: u64, status: &Status) -> Option<Client> {
+/// Connects with the key made from `seed`, from the local address `local` when given
+/// (any 127.0.0.x is loopback on Linux), else from whatever the OS picks (127.0.0.1).
+async fn connect_from(
+    target: &Enode,
+    seed: u64,
+    status: &Status,
+    local: Option<Ipv4Addr>,
+) -> Option<Client> {
     let mut k = [0u8; 32];
     k[..8].copy_from_slice(&seed.to_be_bytes());
     k[31] = 7;
     let key = secp256k1::SecretKey::from_byte_array(k).ok()?;
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        Client::connect(target, key, &[status.version], status.clone()),
-    )
-    .await
-    .ok()?
-    .ok()
+    let connect = async {
+        let Some(ip) = local else {
+            return Client::connect(target, key, &[status.version], status.clone())
+                .await
+                .ok();
+        };
+        let sock = tokio::net::TcpSocket::new_v4().ok()?;
+        sock.bind(SocketAddr::from((ip, 0))).ok()?;
+        let stream = sock.connect(target.addr).await.ok()?;
+        Client::connect_stream(stream, target.id, key, &[status.version], status.clone())
+            .await
+            .ok()
+    };
+    tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .ok()?
+}
+
+/// One blob spammer's transactions: distinct txs (same blobs, other values) of one funded
+/// sender, each with a well-formed sidecar whose proofs do not verify.
+struct BlobSet {
+    envs: Vec<Bytes>,
+    hashes: Vec<B256>,
+    sizes: Vec<u32>,
+    index: HashMap<B256, usize>,
+}
+
+/// Distinct blob txs per attacker; the attackers cycle through them, so most deliveries
+/// repeat a (tx, sidecar) the node has seen fail.
+const BLOB_TXS_PER_ATTACKER: usize = 16;
+/// Blobs per tx: the most a tx may carry from Osaka on.
+const BLOBS_PER_TX: usize = 6;
+
+fn blob_sets(
+    version: SidecarVersion,
+    chain_id: u64,
+    attackers: usize,
+    keys: &[(Signer, u64)],
+) -> Result<Vec<BlobSet>, String> {
+    let blobs: Vec<_> = (0..BLOBS_PER_TX as u64)
+        .map(|i| *moat_crypto::kzg::sample_blob(0xb10b + i))
+        .collect();
+    let mut bundle = BlobsBundle::build(version, blobs).map_err(|e| format!("blobs: {e}"))?;
+    // Well-formed, but each blob gets another blob's proof(s): KZG fails.
+    let per = version.proofs_per_blob();
+    bundle.proofs.rotate_left(per);
+    let hashes = bundle.versioned_hashes();
+    let mut sets = Vec::with_capacity(attackers);
+    for a in 0..attackers {
+        let (signer, nonce) = &keys[a % keys.len()];
+        let mut set = BlobSet {
+            envs: Vec::new(),
+            hashes: Vec::new(),
+            sizes: Vec::new(),
+            index: HashMap::new(),
+        };
+        for j in 0..BLOB_TXS_PER_ATTACKER {
+            let tx = Transaction::Eip4844(Eip4844Tx {
+                chain_id,
+                nonce: *nonce,
+                max_priority_fee_per_gas: TIP,
+                max_fee_per_gas: FEE_CAP,
+                gas_limit: 21_000,
+                to: Address::repeat_byte(0x66),
+                value: U256::from(1 + a * BLOB_TXS_PER_ATTACKER + j),
+                input: Bytes::new(),
+                access_list: vec![],
+                max_fee_per_blob_gas: 1_000_000_000,
+                blob_versioned_hashes: hashes.clone(),
+            });
+            let pooled =
+                PooledTransaction::new(SignedTransaction::sign(tx, signer), Some(bundle.clone()));
+            let env: Bytes = pooled.encoded_2718().into();
+            set.index.insert(pooled.hash(), set.envs.len());
+            set.hashes.push(pooled.hash());
+            set.sizes.push(env.len() as u32);
+            set.envs.push(env);
+        }
+        sets.push(set);
+    }
+    Ok(sets)
+}
+
+/// What the blob spammers got delivered.
+#[derive(Default)]
+struct BlobStats {
+    deliveries: AtomicU64,
+    unique: Mutex<HashSet<B256>>,
+}
+
+/// The value of a Prometheus counter (summed over its labels), `None` when unreachable.
+async fn scrape(addr: SocketAddr, name: &str) -> Option<f64> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .ok()?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_string(&mut body))
+        .await
+        .ok()?
+        .ok()?;
+    let mut total = None;
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix(name)
+            && (rest.starts_with(' ') || rest.starts_with('{'))
+            && let Some(v) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
+        {
+            *total.get_or_insert(0.0) += v;
+        }
+    }
+    total
 }
 
 /// Pre-signed attack material, so signing costs nothing during the attack.
@@ -274,6 +425,8 @@ struct Material {
     churn: Vec<Vec<Bytes>>,
     repeat: Bytes,
     rpc_bad: Vec<Bytes>,
+    /// Per blob scenario, one set per attacker.
+    blobs: HashMap<SidecarVersion, Vec<BlobSet>>,
 }
 
 fn material(chain_id: u64, attackers: usize, per_attacker: usize) -> Material {
@@ -331,6 +484,7 @@ fn material(chain_id: u64, attackers: usize, per_attacker: usize) -> Material {
         churn,
         repeat,
         rpc_bad,
+        blobs: HashMap::new(),
     }
 }
 
@@ -387,7 +541,34 @@ async fn run(args: Args) -> Result<bool, String> {
         .filter(|s| args.target.is_some() || !s.gossip())
         .collect();
     eprintln!("signing attack transactions…");
-    let mat = Arc::new(material(chain_id, args.attackers, 20_000));
+    let mut mat = material(chain_id, args.attackers, 20_000);
+    let blob_versions: Vec<SidecarVersion> =
+        scenarios.iter().filter_map(|s| s.blob_version()).collect();
+    if !blob_versions.is_empty() && !args.blob_keys.is_empty() {
+        let mut keys = Vec::new();
+        for k in &args.blob_keys {
+            let signer = signer(k)?;
+            let v = rpc
+                .call(
+                    "eth_getTransactionCount",
+                    &format!(r#"["{}","pending"]"#, signer.address()),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let nonce = nonce_of(v).ok_or("eth_getTransactionCount failed")?;
+            keys.push((signer, nonce));
+        }
+        for v in blob_versions {
+            eprintln!("building blob txs ({v:?} sidecars)…");
+            mat.blobs
+                .insert(v, blob_sets(v, chain_id, args.attackers, &keys)?);
+        }
+    }
+    let scenarios: Vec<Scenario> = scenarios
+        .into_iter()
+        .filter(|s| s.blob_version().is_none_or(|v| mat.blobs.contains_key(&v)))
+        .collect();
+    let mat = Arc::new(mat);
 
     let stop = Arc::new(AtomicBool::new(false));
     let honest = Arc::new(Honest::default());
@@ -427,10 +608,10 @@ async fn run(args: Args) -> Result<bool, String> {
         None => None,
     };
     if let (Some(target), Some(status)) = (&args.target, &status) {
-        let mut observer = connect_from(target, 0x0b5e, status)
+        let mut observer = connect_from(target, 0x0b5e, status, None)
             .await
             .ok_or("observer could not connect")?;
-        let mut peer = connect_from(target, 0x0401_1e57, status)
+        let mut peer = connect_from(target, 0x0401_1e57, status, None)
             .await
             .ok_or("honest peer could not connect")?;
         let (stop2, honest2) = (stop.clone(), honest.clone());
@@ -508,13 +689,30 @@ async fn run(args: Args) -> Result<bool, String> {
     for s in scenarios {
         let attack_stop = Arc::new(AtomicBool::new(false));
         let reconnects = Arc::new(AtomicU64::new(0));
+        let blob_stats = Arc::new(BlobStats::default());
+        let kzg_name = "moat_pool_kzg_verifications_total";
+        let repeat_name = "moat_pool_kzg_repeats_refused_total";
+        let kzg_before = match args.metrics {
+            Some(m) if s.blob_version().is_some() => {
+                (scrape(m, kzg_name).await, scrape(m, repeat_name).await)
+            }
+            _ => (None, None),
+        };
         let mut attackers = Vec::new();
         for a in 0..args.attackers {
-            let (stop, mat, reconnects) = (attack_stop.clone(), mat.clone(), reconnects.clone());
-            let (target, status, addr) = (args.target.clone(), status.clone(), args.rpc);
-            attackers.push(tokio::spawn(async move {
-                attack(s, a, target, status, addr, mat, stop, reconnects).await
-            }));
+            let ctx = AttackCtx {
+                s,
+                index: a,
+                target: args.target.clone(),
+                status: status.clone(),
+                rpc_addr: args.rpc,
+                local: (!args.same_ip).then(|| Ipv4Addr::new(127, 0, 0, 10 + a as u8)),
+                mat: mat.clone(),
+                stop: attack_stop.clone(),
+                reconnects: reconnects.clone(),
+                blob_stats: blob_stats.clone(),
+            };
+            attackers.push(tokio::spawn(attack(ctx)));
         }
         let (a0, ca0) = (Instant::now(), cpu_seconds(pid));
         tokio::time::sleep(phase).await;
@@ -613,6 +811,24 @@ async fn run(args: Args) -> Result<bool, String> {
             s.name(),
             reconnects.load(Ordering::Relaxed)
         );
+        if s.blob_version().is_some() {
+            let after = match args.metrics {
+                Some(m) => (scrape(m, kzg_name).await, scrape(m, repeat_name).await),
+                None => (None, None),
+            };
+            let diff = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => format!("{:.0}", b - a),
+                _ => "?".to_string(),
+            };
+            eprintln!(
+                "  ({}: {} deliveries of {} unique blob txs; node KZG checks {}, repeats refused without KZG {})",
+                s.name(),
+                blob_stats.deliveries.load(Ordering::Relaxed),
+                blob_stats.unique.lock().len(),
+                diff(kzg_before.0, after.0),
+                diff(kzg_before.1, after.1),
+            );
+        }
     }
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -621,19 +837,81 @@ async fn run(args: Args) -> Result<bool, String> {
     Ok(all_ok)
 }
 
-/// One attacker's loop until `stop`: connect (again, with a new key, when dropped) and
-/// send the scenario's messages as fast as the node takes them.
-#[allow(clippy::too_many_arguments)]
-async fn attack(
+/// What one attacker needs.
+struct AttackCtx {
     s: Scenario,
     index: usize,
     target: Option<Enode>,
     status: Option<Status>,
     rpc_addr: SocketAddr,
+    /// The local address every identity of this attacker connects from.
+    local: Option<Ipv4Addr>,
     mat: Arc<Material>,
     stop: Arc<AtomicBool>,
     reconnects: Arc<AtomicU64>,
-) {
+    blob_stats: Arc<BlobStats>,
+}
+
+/// Announces one blob tx and answers the node's requests for it until the node goes
+/// quiet (`true`) or drops the connection (`false`).
+async fn blob_round(c: &mut Client, set: &BlobSet, i: usize, stats: &BlobStats) -> bool {
+    let ann = Announcement {
+        types: vec![3],
+        sizes: vec![set.sizes[i]],
+        hashes: vec![set.hashes[i]],
+    };
+    if c.send(&EthMessage::NewPooledTransactionHashes(ann))
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    loop {
+        match c.recv(Duration::from_millis(500)).await {
+            Ok(Some(Incoming::Eth(EthMessage::GetPooledTransactions { request_id, hashes }))) => {
+                let txs: Vec<Bytes> = hashes
+                    .iter()
+                    .filter_map(|h| set.index.get(h))
+                    .map(|&k| set.envs[k].clone())
+                    .collect();
+                stats
+                    .deliveries
+                    .fetch_add(txs.len() as u64, Ordering::Relaxed);
+                {
+                    let mut u = stats.unique.lock();
+                    for h in &hashes {
+                        if set.index.contains_key(h) {
+                            u.insert(*h);
+                        }
+                    }
+                }
+                let reply = EthMessage::PooledTransactions { request_id, txs };
+                if c.send(&reply).await.is_err() {
+                    return false;
+                }
+            }
+            Ok(Some(Incoming::Disconnect(_))) | Err(_) => return false,
+            Ok(None) => return true,
+            Ok(Some(_)) => {}
+        }
+    }
+}
+
+/// One attacker's loop until `stop`: connect (again, with a new key, when dropped) and
+/// send the scenario's messages as fast as the node takes them.
+async fn attack(ctx: AttackCtx) {
+    let AttackCtx {
+        s,
+        index,
+        target,
+        status,
+        rpc_addr,
+        local,
+        mat,
+        stop,
+        reconnects,
+        blob_stats,
+    } = ctx;
     if s == Scenario::RpcFlood {
         let Ok(mut rpc) = Rpc::connect(rpc_addr).await else {
             return;
@@ -664,7 +942,22 @@ async fn attack(
             Some(c) => c,
             None => {
                 seed += 1;
-                match connect_from(&target, seed, &status).await {
+                // Blob spammers come back from a new subnet each time, as a botnet would
+                // (a node shuts out a /24 whose peer wasted its CPU): identity k of
+                // attacker i binds 127.(1+i).(1 + k mod 250).1.
+                let local = match (local, s.blob_version()) {
+                    (Some(_), Some(_)) => {
+                        let k = (seed & 0xf_ffff) as usize;
+                        Some(Ipv4Addr::new(
+                            127,
+                            (1 + index % 250) as u8,
+                            (1 + k % 250) as u8,
+                            1,
+                        ))
+                    }
+                    _ => local,
+                };
+                match connect_from(&target, seed, &status, local).await {
                     Some(c) => client.insert(c),
                     None => {
                         reconnects.fetch_add(1, Ordering::Relaxed);
@@ -674,6 +967,18 @@ async fn attack(
                 }
             }
         };
+        if let Some(v) = s.blob_version() {
+            let Some(set) = mat.blobs.get(&v).and_then(|sets| sets.get(index)) else {
+                return;
+            };
+            let i = next_fresh % set.envs.len().max(1);
+            next_fresh += 1;
+            if !blob_round(c, set, i, &blob_stats).await {
+                client = None;
+                reconnects.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
         let msg = match s {
             Scenario::FreshKeys | Scenario::CacheChurn => {
                 let all = if s == Scenario::FreshKeys {
@@ -701,7 +1006,7 @@ async fn attack(
                     hashes,
                 })
             }
-            Scenario::RpcFlood => return,
+            Scenario::RpcFlood | Scenario::BlobV0 | Scenario::BlobV1 => return,
         };
         // No timeout: a node that stops reading this peer makes it wait, as it should
         // (a send cut half-way would break the stream). Nothing is read: a dropped
