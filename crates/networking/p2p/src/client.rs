@@ -1,10 +1,11 @@
 //! A minimal remote peer: dials a node, completes RLPx, Hello and Status, then sends and
-//! receives eth messages, answering pings on its own. Tests and load tools use it to
+//! receives eth (and, when offered, snap) messages, answering pings on its own. Tests and load tools use it to
 //! play honest or hostile peers against a running node.
 
 use crate::eth::{EthMessage, Status};
 use crate::p2p::DisconnectReason;
 use crate::session::{self, Incoming, LocalIdentity, Session, SessionError};
+use crate::snap::SnapMessage;
 use crate::{Enode, rlpx::RlpxError};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -31,10 +32,31 @@ impl Client {
     ) -> Result<Self, SessionError> {
         let mut local = LocalIdentity::new(key, "moat-peer", 0);
         local.eth_versions = versions.to_vec();
+        Self::connect_as(enode, &local, status).await
+    }
+
+    /// As [`Client::connect`], offering snap/1 beside eth ([`Client::snap`] says whether
+    /// the node took it).
+    pub async fn connect_snap(
+        enode: &Enode,
+        key: secp256k1::SecretKey,
+        versions: &[u32],
+        status: Status,
+    ) -> Result<Self, SessionError> {
+        let mut local = LocalIdentity::new(key, "moat-peer", 0).with_snap();
+        local.eth_versions = versions.to_vec();
+        Self::connect_as(enode, &local, status).await
+    }
+
+    async fn connect_as(
+        enode: &Enode,
+        local: &LocalIdentity,
+        status: Status,
+    ) -> Result<Self, SessionError> {
         let session = session::connect(
             enode.addr,
             enode.id,
-            &local,
+            local,
             |version| Status { version, ..status },
             |_, _| Ok(()),
         )
@@ -74,6 +96,17 @@ impl Client {
 
     pub async fn send(&mut self, msg: &EthMessage) -> Result<(), RlpxError> {
         let frame = self.session.framing.eth(msg);
+        self.session.writer.send(&frame).await
+    }
+
+    /// Whether snap/1 was negotiated.
+    pub fn snap(&self) -> bool {
+        self.session.framing.snap
+    }
+
+    /// Sends a snap message (the session must have negotiated snap).
+    pub async fn send_snap(&mut self, msg: &SnapMessage) -> Result<(), RlpxError> {
+        let frame = self.session.framing.snap(msg);
         self.session.writer.send(&frame).await
     }
 
