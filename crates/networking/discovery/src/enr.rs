@@ -61,7 +61,8 @@ pub struct Enr {
     raw: Vec<u8>,
 }
 
-/// What our own record says (besides the identity): addresses and the fork id.
+/// What our own record says (besides the identity): addresses and the fork id (with
+/// which the record also names snap/1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EnrFields {
     pub ip: Option<IpAddr>,
@@ -77,6 +78,9 @@ impl Enr {
         let ip6 = matches!(fields.ip, Some(IpAddr::V6(_)));
         if let Some(fork) = fields.fork_id {
             pairs.push((b"eth".to_vec(), encode_eth_entry(fork)));
+            // A node that speaks eth serves snap/1 beside it; geth's `snap` entry is an
+            // empty list.
+            pairs.push((b"snap".to_vec(), vec![alloy_rlp::EMPTY_LIST_CODE]));
         }
         match fields.ip {
             Some(IpAddr::V4(ip)) => pairs.push((b"ip".to_vec(), rlp::bytes(&ip.octets()))),
@@ -413,6 +417,7 @@ mod tests {
         let back = Enr::decode_exact(enr.as_bytes()).unwrap();
         assert_eq!(back, enr);
         assert_eq!(back.eth_fork_id(), Some(fork));
+        assert_eq!(back.get(b"snap"), Some(&[0xc0][..]));
         assert_eq!(back.ip(), fields.ip);
         assert_eq!(back.tcp(), Some(30303));
         assert_eq!(back.udp(), Some(30304));
