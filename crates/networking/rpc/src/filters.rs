@@ -4,13 +4,16 @@
 //!
 //! A filter remembers the last block it reported; a poll answers what is new since then
 //! (block hashes, or the logs of the new blocks matching the criteria, through
-//! `eth_getLogs`). The table is bounded ([`MAX_FILTERS`]) and a filter not polled for
+//! `eth_getLogs`). A log filter remembers the blocks it reported ([`crate::reorg`]): when a
+//! reorg undid some, their matching logs come first, with `removed: true`, as geth sends
+//! them. The table is bounded ([`MAX_FILTERS`]) and a filter not polled for
 //! [`FILTER_TIMEOUT`] is dropped, as geth drops it after five minutes.
 
 use crate::RpcContext;
 use crate::eth::positional;
 use crate::json::q;
 use crate::params::{RpcResult, invalid_params, server_error};
+use crate::reorg::ReportedBlocks;
 use alloy_primitives::B256;
 use jsonrpsee::types::Params;
 use parking_lot::Mutex;
@@ -28,7 +31,7 @@ const MAX_PENDING_HASHES: usize = 4096;
 #[derive(Debug)]
 enum Kind {
     Blocks,
-    Logs(Map<String, Value>),
+    Logs(Map<String, Value>, ReportedBlocks),
     /// The pool's feed of new pending transactions, read at each poll (at most
     /// [`MAX_PENDING_HASHES`]; what the feed dropped while nobody polled is lost).
     Pending(tokio::sync::broadcast::Receiver<B256>),
@@ -102,9 +105,10 @@ pub fn new_filter(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     }
     // The criteria must parse now, not at the first poll.
     get_logs(ctx, criteria.clone())?;
-    let (head, _) = ctx.head()?;
+    let (head, hash) = ctx.head()?;
+    let reported = ReportedBlocks::starting_after(head, hash);
     ctx.filters
-        .install(Kind::Logs(criteria), head, Instant::now())
+        .install(Kind::Logs(criteria, reported), head, Instant::now())
 }
 
 pub fn new_block_filter(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
@@ -159,13 +163,11 @@ pub fn get_filter_changes(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Val
                 return Ok(json!(hashes));
             }
             Kind::Blocks => (None, from),
-            Kind::Logs(c) => (Some(c.clone()), from),
+            Kind::Logs(c, reported) => (Some((c.clone(), reported.clone())), from),
         }
     };
-    if from > head {
-        return Ok(Value::Array(Vec::new()));
-    }
     match criteria {
+        None if from > head => Ok(Value::Array(Vec::new())),
         None => {
             let mut hashes = Vec::new();
             for n in from..=head {
@@ -180,27 +182,66 @@ pub fn get_filter_changes(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Val
             }
             Ok(Value::Array(hashes))
         }
-        Some(mut c) => {
-            // Only the new blocks, within the range the filter asked for.
-            let asked_from = c
-                .get("fromBlock")
-                .and_then(Value::as_str)
-                .and_then(|s| crate::params::parse_quantity(s).ok())
-                .unwrap_or(0);
-            let asked_to = c
-                .get("toBlock")
-                .and_then(Value::as_str)
-                .and_then(|s| crate::params::parse_quantity(s).ok())
-                .unwrap_or(u64::MAX);
-            let (lo, hi) = (from.max(asked_from), head.min(asked_to));
-            if lo > hi {
-                return Ok(Value::Array(Vec::new()));
+        Some((c, mut reported)) => {
+            let store = ctx.chain.store();
+            let advance = reported
+                .advance(head, |n| store.canonical_hash(n))
+                .map_err(crate::params::internal)?;
+            if let Some(f) = ctx.filters.inner.lock().filters.get_mut(&id)
+                && let Kind::Logs(_, r) = &mut f.kind
+            {
+                *r = reported;
             }
-            c.insert("fromBlock".into(), q(lo));
-            c.insert("toBlock".into(), q(hi));
-            get_logs(ctx, c)
+            log_changes(ctx, c, &advance)
         }
     }
+}
+
+/// A log filter's answer to a poll: the logs of the undone blocks marked removed (newest
+/// block first), then those of the new blocks, all within the range the filter asked for.
+fn log_changes(
+    ctx: &RpcContext,
+    c: Map<String, Value>,
+    advance: &crate::reorg::Advance,
+) -> RpcResult<Value> {
+    let bound = |key: &str, default: u64| {
+        c.get(key)
+            .and_then(Value::as_str)
+            .and_then(|s| crate::params::parse_quantity(s).ok())
+            .unwrap_or(default)
+    };
+    let (asked_from, asked_to) = (bound("fromBlock", 0), bound("toBlock", u64::MAX));
+    let mut out = Vec::new();
+    for &(number, hash) in &advance.undone {
+        if number < asked_from || number > asked_to {
+            continue;
+        }
+        let mut by_hash = c.clone();
+        by_hash.remove("fromBlock");
+        by_hash.remove("toBlock");
+        by_hash.insert("blockHash".into(), json!(hash));
+        if let Value::Array(logs) = get_logs(ctx, by_hash)? {
+            out.extend(logs.into_iter().map(|mut log| {
+                log["removed"] = Value::Bool(true);
+                log
+            }));
+        }
+    }
+    if !advance.new.is_empty() {
+        let (lo, hi) = (
+            (*advance.new.start()).max(asked_from),
+            (*advance.new.end()).min(asked_to),
+        );
+        if lo <= hi {
+            let mut range = c;
+            range.insert("fromBlock".into(), q(lo));
+            range.insert("toBlock".into(), q(hi));
+            if let Value::Array(logs) = get_logs(ctx, range)? {
+                out.extend(logs);
+            }
+        }
+    }
+    Ok(Value::Array(out))
 }
 
 pub fn get_filter_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
@@ -211,7 +252,7 @@ pub fn get_filter_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value>
         let f = t.filters.get_mut(&id).ok_or_else(not_found)?;
         f.last_poll = Instant::now();
         match &f.kind {
-            Kind::Logs(c) => c.clone(),
+            Kind::Logs(c, _) => c.clone(),
             Kind::Blocks | Kind::Pending(_) => return Err(not_found()),
         }
     };

@@ -48,6 +48,7 @@ mod json;
 pub mod limits;
 mod logs;
 mod params;
+mod reorg;
 pub mod server;
 mod simulate;
 mod state;

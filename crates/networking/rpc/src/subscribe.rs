@@ -1,8 +1,9 @@
 //! `eth_subscribe` over WebSocket: "newHeads" (fed by the node through
-//! [`HeadNotifier`]), "newPendingTransactions" (fed by the pool), "logs" (each new head's
-//! logs that match the criteria, read through `eth_getLogs`; logs of blocks a reorg takes
-//! back are not sent again as removed) and "syncing" (the `eth_syncing` answer, checked
-//! every second and sent when it changes).
+//! [`HeadNotifier`]), "newPendingTransactions" (fed by the pool), "logs" (the matching
+//! logs of each new canonical block, read through `eth_getLogs`; when a reorg undoes
+//! blocks whose logs were sent, those logs are sent again with `removed: true` first, see
+//! [`crate::reorg`]) and "syncing" (the `eth_syncing` answer, checked every second and
+//! sent when it changes).
 //!
 //! Each subscription forwards from a tokio broadcast channel. A subscriber that falls
 //! behind skips what it missed instead of holding the channel back: a slow client must
@@ -199,10 +200,14 @@ pub async fn eth_subscribe(
                 return;
             }
             let rx = ctx.heads.tx.subscribe();
+            let Ok((number, hash)) = ctx.head() else {
+                return;
+            };
             let Ok(sink) = pending.accept().await else {
                 return;
             };
-            forward_logs(sink, rx, ctx, criteria).await;
+            let reported = crate::reorg::ReportedBlocks::starting_after(number, hash);
+            forward_logs(sink, rx, ctx, criteria, reported).await;
         }
         Kind::Syncing => {
             let Ok(sink) = pending.accept().await else {
@@ -254,12 +259,48 @@ fn logs_of(
     crate::logs::get_logs(ctx, Params::new(Some(&text)))
 }
 
-/// For each new head, its matching logs, one message each.
+/// The messages a move of the head to `number` makes: the matching logs of the blocks it
+/// undid, marked removed (newest block first), then those of the new canonical blocks.
+fn head_moved(
+    ctx: &RpcContext,
+    criteria: &serde_json::Map<String, Value>,
+    reported: &mut crate::reorg::ReportedBlocks,
+    number: u64,
+) -> Vec<Value> {
+    let store = ctx.chain.store();
+    let Ok(advance) = reported.advance(number, |n| store.canonical_hash(n)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (_, hash) in advance.undone {
+        if let Ok(Value::Array(logs)) = logs_of(ctx, criteria, hash) {
+            out.extend(logs.into_iter().map(|mut log| {
+                log["removed"] = Value::Bool(true);
+                log
+            }));
+        }
+    }
+    // A jump of more than a reorg's depth (after a sync) sends the last blocks' logs only.
+    let (first, last) = advance.new.into_inner();
+    let first = first.max(last.saturating_sub(crate::reorg::TRACKED_BLOCKS as u64 - 1));
+    for n in first..=last {
+        let Ok(Some(hash)) = store.canonical_hash(n) else {
+            continue;
+        };
+        if let Ok(Value::Array(logs)) = logs_of(ctx, criteria, hash) {
+            out.extend(logs);
+        }
+    }
+    out
+}
+
+/// For each new head, the logs it brings (and takes back), one message each.
 async fn forward_logs(
     sink: SubscriptionSink,
     mut rx: broadcast::Receiver<HeadMessage>,
     ctx: Arc<RpcContext>,
     criteria: serde_json::Map<String, Value>,
+    mut reported: crate::reorg::ReportedBlocks,
 ) {
     loop {
         let head = tokio::select! {
@@ -270,21 +311,23 @@ async fn forward_logs(
                 Err(broadcast::error::RecvError::Closed) => return,
             },
         };
-        let Some(hash) = serde_json::from_str::<Value>(head.get())
+        let Some(number) = serde_json::from_str::<Value>(head.get())
             .ok()
-            .and_then(|v| {
-                v.get("hash")
-                    .and_then(|h| serde_json::from_value(h.clone()).ok())
-            })
+            .and_then(|v| v.get("number").and_then(Value::as_str).map(String::from))
+            .and_then(|n| crate::params::parse_quantity(&n).ok())
         else {
             continue;
         };
         let (c, criteria2) = (ctx.clone(), criteria.clone());
-        let Ok(Ok(Value::Array(logs))) =
-            tokio::task::spawn_blocking(move || logs_of(&c, &criteria2, hash)).await
+        let Ok((back, logs)) = tokio::task::spawn_blocking(move || {
+            let logs = head_moved(&c, &criteria2, &mut reported, number);
+            (reported, logs)
+        })
+        .await
         else {
-            continue;
+            return;
         };
+        reported = back;
         for log in logs {
             let Ok(raw) = serde_json::value::to_raw_value(&log) else {
                 continue;
