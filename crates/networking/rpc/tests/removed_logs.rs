@@ -127,8 +127,17 @@ async fn public(addr: SocketAddr, method: &str, params: Value) -> Value {
         .unwrap_or_else(|| panic!("{method} failed: {v}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_log_filter_gets_the_logs_of_undone_blocks_again_as_removed() {
+struct Node {
+    engine: moat_rpc::EngineHandle,
+    rpc: moat_rpc::RpcHandle,
+    chain: Chain,
+    pool: Pool,
+    rich: Signer,
+}
+
+/// A Prague chain with the logger, its engine API and its public server (HTTP and
+/// WebSocket) on loopback.
+async fn node() -> Node {
     let rich = Signer::from_seed(1);
     let store = Store::in_memory();
     let chain = Chain::init(store.clone(), &genesis(rich.address())).unwrap();
@@ -137,6 +146,7 @@ async fn a_log_filter_gets_the_logs_of_undone_blocks_again_as_removed() {
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
     let payloads = PayloadService::new(chain.clone(), pool.clone());
     let engine_ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let mut heads = engine_ctx.subscribe_heads();
     let engine = moat_rpc::start_engine(
         EngineConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -146,16 +156,41 @@ async fn a_log_filter_gets_the_logs_of_undone_blocks_again_as_removed() {
     )
     .await
     .unwrap();
+    let ctx = RpcContext::new(chain.clone(), pool.clone());
     let rpc = moat_rpc::start(
         RpcConfig {
             http_addr: "127.0.0.1:0".parse().unwrap(),
+            ws_addr: Some("127.0.0.1:0".parse().unwrap()),
             ..RpcConfig::default()
         },
-        RpcContext::new(chain.clone(), pool.clone()),
+        ctx.clone(),
     )
     .await
     .unwrap();
-    let (e, p) = (engine.local_addr(), rpc.http_addr().unwrap());
+    // Heads the engine sets reach subscribers, as the node wires them.
+    let heads_chain = chain.clone();
+    tokio::spawn(async move {
+        while heads.changed().await.is_ok() {
+            let hash = *heads.borrow_and_update();
+            if let Ok(Some(header)) = heads_chain.header(&hash) {
+                ctx.notify_new_head(&header);
+            }
+        }
+    });
+    Node {
+        engine,
+        rpc,
+        chain,
+        pool,
+        rich,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_filter_gets_the_logs_of_undone_blocks_again_as_removed() {
+    let n = node().await;
+    let (e, p) = (n.engine.local_addr(), n.rpc.http_addr().unwrap());
+    let (chain, pool, rich) = (&n.chain, &n.pool, &n.rich);
     let genesis = chain.head_header().unwrap();
 
     let filter = public(p, "eth_newFilter", json!([{ "address": LOGGER }])).await;
@@ -208,6 +243,111 @@ async fn a_log_filter_gets_the_logs_of_undone_blocks_again_as_removed() {
     let logs = changes.as_array().unwrap();
     assert_eq!(logs.len(), 1, "{changes}");
     assert_eq!(logs[0]["removed"], false);
-    rpc.stop();
-    engine.stop();
+    n.rpc.stop();
+    n.engine.stop();
+}
+
+/// A bare-bones WebSocket client: text frames only.
+struct Ws(tokio::net::TcpStream);
+
+impl Ws {
+    async fn connect(addr: SocketAddr) -> Ws {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).await.unwrap();
+            head.push(b[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 101"));
+        Ws(s)
+    }
+
+    async fn send(&mut self, v: &Value) {
+        use tokio::io::AsyncWriteExt;
+        let payload = v.to_string().into_bytes();
+        assert!(payload.len() < 126, "short messages only");
+        let mut frame = vec![0x81u8, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+        frame.extend_from_slice(&payload);
+        self.0.write_all(&frame).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> Value {
+        use tokio::io::AsyncReadExt;
+        let next = async {
+            loop {
+                let mut h = [0u8; 2];
+                self.0.read_exact(&mut h).await.unwrap();
+                let len = match h[1] & 0x7f {
+                    126 => {
+                        let mut b = [0u8; 2];
+                        self.0.read_exact(&mut b).await.unwrap();
+                        u16::from_be_bytes(b) as usize
+                    }
+                    127 => {
+                        let mut b = [0u8; 8];
+                        self.0.read_exact(&mut b).await.unwrap();
+                        u64::from_be_bytes(b) as usize
+                    }
+                    n => n as usize,
+                };
+                let mut payload = vec![0u8; len];
+                self.0.read_exact(&mut payload).await.unwrap();
+                if h[0] & 0x0f == 1 {
+                    return serde_json::from_slice::<Value>(&payload).unwrap();
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), next)
+            .await
+            .expect("a message within 10 s")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logs_subscription_gets_the_logs_of_undone_blocks_again_as_removed() {
+    let n = node().await;
+    let e = n.engine.local_addr();
+    let mut ws = Ws::connect(n.rpc.ws_addr().unwrap()).await;
+    ws.send(&json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["logs",{"address":LOGGER}]}))
+        .await;
+    let sub = ws.recv().await;
+    assert!(sub["result"].is_string(), "{sub}");
+    let genesis = n.chain.head_header().unwrap();
+
+    let payload_b = build(e, genesis.hash(), attributes(12, 0xbb)).await;
+    n.pool
+        .add_transaction(
+            TxInput::Raw(call_logger(&n.rich).encoded_2718().into()),
+            TxOrigin::Local,
+        )
+        .await
+        .unwrap();
+    let payload_a = build(e, genesis.hash(), attributes(12, 0xaa)).await;
+    let hash_a = import(e, &payload_a).await;
+    forkchoice(e, hash_a).await;
+    let log = ws.recv().await["params"]["result"].clone();
+    assert_eq!(log["blockHash"], json!(hash_a));
+    assert_eq!(log["removed"], false);
+
+    // The reorg to B: A's log again, removed (B has none of its own).
+    let hash_b = import(e, &payload_b).await;
+    forkchoice(e, hash_b).await;
+    let log = ws.recv().await["params"]["result"].clone();
+    assert_eq!(log["blockHash"], json!(hash_a));
+    assert_eq!(log["removed"], true);
+
+    // And back to A.
+    forkchoice(e, hash_a).await;
+    let log = ws.recv().await["params"]["result"].clone();
+    assert_eq!(log["blockHash"], json!(hash_a));
+    assert_eq!(log["removed"], false);
+    n.rpc.stop();
+    n.engine.stop();
 }
