@@ -199,7 +199,7 @@ async fn a_log_filter_gets_the_logs_of_undone_blocks_again_as_removed() {
     let payload_b = build(e, genesis.hash(), attributes(12, 0xbb)).await;
     // A: the logger called, imported and made head.
     pool.add_transaction(
-        TxInput::Raw(call_logger(&rich).encoded_2718().into()),
+        TxInput::Raw(call_logger(rich).encoded_2718().into()),
         TxOrigin::Local,
     )
     .await
