@@ -11,6 +11,7 @@
 //! The state root comes from the stored tries updated along the changed keys only
 //! ([`crate::state_root`]): a block costs what it changes, not what the state holds.
 
+use crate::genesis_state::GenesisStateWriter;
 pub use crate::header::{
     HeaderError, next_block_base_fee, next_block_excess_blob_gas, validate_header,
 };
@@ -18,16 +19,16 @@ use crate::history::StateAtBlock;
 use crate::mempool::SenderCache;
 use crate::premerge;
 pub use crate::state_root::{AccountUpdates, state_root_after};
-use crate::state_root::{build_tries, state_update, write_state_in_chunks};
+use crate::state_root::{build_tries, state_update};
 use crate::undo::{UNDO_DEPTH, Undo};
 use crate::vm::{self, VmError};
-use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
+use alloy_primitives::{Address, B256, Bloom, Bytes, U256};
 use moat_common::block::{Block, Header};
-use moat_common::config::{ChainConfig, Fork, Genesis};
-use moat_common::genesis_block::genesis_storage_root;
+use moat_common::config::{AllocEntries, ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_common::receipt::{self, Receipt};
-use moat_storage::{Account, ChainMeta, Store, StoreError, TxLocation, WriteBatch};
+use moat_storage::{ChainMeta, Store, StoreError, TxLocation, WriteBatch};
 use sha2::{Digest, Sha256};
+use std::path::Path;
 
 /// Why a block was not imported. Validation failures name the field, the value the
 /// rules expect and the value found.
@@ -74,6 +75,12 @@ pub enum ChainError {
     GenesisMismatch { expected: B256, found: B256 },
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    #[error("genesis file {path}: {source}")]
+    GenesisFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: moat_common::config::ConfigError,
+    },
     #[error("state read failed: {0}")]
     State(String),
 }
@@ -171,6 +178,15 @@ fn build_missing_tries(store: &Store) -> Result<(), ChainError> {
     Ok(())
 }
 
+/// A genesis account's slots as the state takes them.
+fn genesis_slots(account: &GenesisAccount) -> Vec<(B256, U256)> {
+    account
+        .storage
+        .iter()
+        .map(|(slot, value)| (*slot, U256::from_be_bytes(value.0)))
+        .collect()
+}
+
 /// The stored state must be the head's: its trie root is the head header's state root.
 /// Each block commits atomically, so anything else is damage, reported before use.
 fn check_state_root(store: &Store) -> Result<(), ChainError> {
@@ -196,6 +212,90 @@ impl Chain {
     /// Opens the chain in `store`, writing genesis first if the store is empty.
     pub fn init(store: Store, genesis: &Genesis) -> Result<Self, ChainError> {
         let header = genesis.header();
+        if store.chain_meta()?.is_none() {
+            // The state first, in bounded commits; the block that makes it a chain
+            // (meta, header, head) last: a crash before that leaves no chain, and the
+            // next attempt starts over.
+            let mut writer = GenesisStateWriter::new(&store, GENESIS_CHUNK, None)?;
+            for (address, account) in &genesis.alloc {
+                writer.add(
+                    *address,
+                    account.nonce,
+                    account.balance,
+                    account.code.clone(),
+                    &genesis_slots(account),
+                )?;
+            }
+            let root = writer.finish()?;
+            if root != header.state_root {
+                return Err(ChainError::Corrupt(format!(
+                    "the genesis allocation hashes to {root}, its header says {}",
+                    header.state_root
+                )));
+            }
+        }
+        Self::open_at_genesis(store, genesis, header)
+    }
+
+    /// [`Chain::init`] from a genesis file, streamed: neither the file nor the state is
+    /// held whole, whatever its size. An empty store gets the allocation written as it is
+    /// read (`scratch`: a directory for the account leaves on their way to the trie,
+    /// removed after); a store that holds a chain has its stored genesis checked against
+    /// the file's header fields and state root (the allocation is not read again, so a
+    /// changed allocation whose root is the stored one cannot be told apart, as with any
+    /// hash).
+    pub fn init_from_file(store: Store, path: &Path, scratch: &Path) -> Result<Self, ChainError> {
+        let config_err = |source| ChainError::GenesisFile {
+            path: path.to_owned(),
+            source,
+        };
+        if store.chain_meta()?.is_some() {
+            let genesis = Genesis::stream_file(path, AllocEntries::Skip).map_err(config_err)?;
+            let root = match store.canonical_hash(0)? {
+                Some(hash) => {
+                    let rlp = store.header_rlp(&hash)?.ok_or_else(|| {
+                        ChainError::Corrupt(format!("genesis header {hash} missing"))
+                    })?;
+                    Header::decode(&mut rlp.as_slice())
+                        .map_err(|e| ChainError::Corrupt(e.to_string()))?
+                        .state_root
+                }
+                None => return Err(ChainError::Corrupt("no block 0 in the datadir".into())),
+            };
+            let header = genesis.header_with_state_root(root);
+            return Self::open_at_genesis(store, &genesis, header);
+        }
+        let mut writer = GenesisStateWriter::new(&store, GENESIS_CHUNK, Some(scratch))?;
+        let mut add = |address, account: GenesisAccount| {
+            let slots = genesis_slots(&account);
+            writer
+                .add(
+                    address,
+                    account.nonce,
+                    account.balance,
+                    account.code,
+                    &slots,
+                )
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let genesis =
+            Genesis::stream_file(path, AllocEntries::Parse(&mut add)).map_err(config_err)?;
+        let accounts = writer.accounts();
+        let root = writer.finish()?;
+        tracing::info!(accounts, %root, "genesis state written");
+        let header = genesis.header_with_state_root(root);
+        Self::open_at_genesis(store, &genesis, header)
+    }
+
+    /// Opens the chain whose genesis block is `header`: an empty store (its genesis
+    /// state already written) gets the block that makes it a chain; a store that holds a
+    /// chain must hold this genesis.
+    fn open_at_genesis(
+        store: Store,
+        genesis: &Genesis,
+        header: Header,
+    ) -> Result<Self, ChainError> {
         let hash = header.hash();
         let meta = ChainMeta {
             chain_id: genesis.config.chain_id,
@@ -213,30 +313,6 @@ impl Chain {
                 check_state_root(&store)?;
             }
             None => {
-                // The state first, in bounded commits; the block that makes it a chain
-                // (meta, header, head) last: a crash before that leaves no chain, and
-                // the next attempt starts over.
-                let state = genesis.alloc.iter().map(|(address, account)| {
-                    let record = Account {
-                        nonce: account.nonce,
-                        balance: account.balance,
-                        code_hash: keccak256(&account.code),
-                        storage_root: genesis_storage_root(account),
-                    };
-                    let slots: Vec<(B256, U256)> = account
-                        .storage
-                        .iter()
-                        .map(|(slot, value)| (*slot, U256::from_be_bytes(value.0)))
-                        .collect();
-                    (*address, record, slots, account.code.clone())
-                });
-                let root = write_state_in_chunks(&store, state, GENESIS_CHUNK)?;
-                if root != header.state_root {
-                    return Err(ChainError::Corrupt(format!(
-                        "the genesis allocation hashes to {root}, its header says {}",
-                        header.state_root
-                    )));
-                }
                 let mut batch = WriteBatch::new();
                 batch.set_meta(meta);
                 let block = Block {

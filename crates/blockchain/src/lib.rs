@@ -20,6 +20,7 @@
 //! it returns receipts and per-account changes, and leaves roots to the caller.
 
 pub mod chain;
+pub mod genesis_state;
 pub mod header;
 pub mod history;
 pub mod mempool;

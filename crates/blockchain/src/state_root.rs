@@ -263,49 +263,26 @@ fn fresh_storage_trie(
 }
 
 /// Writes a whole state (a genesis allocation) into an empty chain: accounts, code, slots
-/// and their tries, in commits of `chunk` accounts each, so that neither the batch nor
-/// the trie overlay grows with the state. The first commit clears whatever an interrupted
-/// attempt left. Returns the state root. The caller commits the block that makes this
-/// state a chain's only after it returns.
+/// and their tries, in commits of `chunk` accounts each
+/// ([`crate::genesis_state::GenesisStateWriter`], leaves kept in memory). Each record's
+/// storage root and code hash are checked against its slots and code. Returns the state
+/// root. The caller commits the block that makes this state a chain's only after it
+/// returns.
 pub fn write_state_in_chunks(
     store: &Store,
     accounts: impl IntoIterator<Item = StateEntry>,
     chunk: usize,
 ) -> Result<B256, StoreError> {
-    let source = StoreNodes(store);
-    let mut batch = WriteBatch::new();
-    batch.clear_state();
-    store.commit(batch)?;
-    let mut root = moat_trie::EMPTY_ROOT;
-    let mut accounts = accounts.into_iter().peekable();
-    while accounts.peek().is_some() {
-        let mut batch = WriteBatch::new();
-        let mut trie = Trie::new(&source, ACCOUNT_TRIE);
-        for (address, account, slots, code) in accounts.by_ref().take(chunk.max(1)) {
-            let owner = hashed_address(&address);
-            if !code.is_empty() {
-                batch.put_code(account.code_hash, code);
-            }
-            for (slot, value) in &slots {
-                if !value.is_zero() {
-                    batch.set_storage(address, *slot, *value);
-                }
-            }
-            for w in fresh_storage_trie(&source, &address, &account, &slots)? {
-                batch.set_trie_node(owner, w.path, w.node);
-            }
-            batch.set_account(address, Some(account));
-            trie.insert(&owner, account_leaf(&account))
-                .map_err(trie_err)?;
+    let mut writer = crate::genesis_state::GenesisStateWriter::new(store, chunk, None)?;
+    for (address, account, slots, code) in accounts {
+        let written = writer.add(address, account.nonce, account.balance, code, &slots)?;
+        if written != account {
+            return Err(StoreError::Corrupt(format!(
+                "account {address}: its slots and code give {written:?}, its record says {account:?}"
+            )));
         }
-        let commit = trie.commit().map_err(trie_err)?;
-        root = commit.root;
-        for w in commit.writes {
-            batch.set_trie_node(ACCOUNT_TRIE, w.path, w.node);
-        }
-        store.commit(batch)?;
     }
-    Ok(root)
+    writer.finish()
 }
 
 /// Builds the tries of a whole state from scratch (a genesis, or a datadir whose flat

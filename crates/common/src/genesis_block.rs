@@ -35,6 +35,12 @@ pub fn genesis_state_root(alloc: &std::collections::BTreeMap<Address, GenesisAcc
 impl Genesis {
     /// The genesis header, with the fields each fork active at block 0 adds.
     pub fn header(&self) -> Header {
+        self.header_with_state_root(genesis_state_root(&self.alloc))
+    }
+
+    /// The genesis header over a state root computed elsewhere (an allocation streamed
+    /// from a file, [`Genesis::stream_file`], leaves `alloc` empty).
+    pub fn header_with_state_root(&self, state_root: B256) -> Header {
         let cfg = &self.config;
         let active = |fork: Fork| cfg.is_active(fork, self.number, self.timestamp);
         let london = active(Fork::London);
@@ -43,7 +49,7 @@ impl Genesis {
             parent_hash: self.parent_hash,
             ommers_hash: EMPTY_OMMERS_HASH,
             beneficiary: self.coinbase,
-            state_root: genesis_state_root(&self.alloc),
+            state_root,
             transactions_root: EMPTY_ROOT_HASH,
             receipts_root: EMPTY_ROOT_HASH,
             logs_bloom: Bloom::ZERO,

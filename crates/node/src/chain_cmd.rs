@@ -2,7 +2,7 @@
 
 use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
 use moat_common::block::Block;
-use moat_common::config::{Genesis, Network};
+use moat_common::config::Network;
 use moat_storage::Store;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,20 +30,33 @@ pub struct ImportArgs {
     files: Vec<PathBuf>,
 }
 
-/// A built-in network's genesis by name, else a geth-style genesis.json.
-pub fn load_genesis(network: &str) -> Result<Genesis, String> {
-    if let Some(net) = Network::from_name(network) {
-        return Ok(net.genesis());
+/// Checks that `network` names a built-in network or a readable file, before a datadir
+/// is made for it.
+pub fn check_network(network: &str) -> Result<(), String> {
+    if Network::from_name(network).is_some() {
+        return Ok(());
     }
-    Genesis::from_file(Path::new(network))
+    std::fs::File::open(network)
+        .map(drop)
         .map_err(|e| format!("cannot load genesis {network}: {e}"))
 }
 
+/// Opens the chain of `network` in `store`: a built-in network from its embedded
+/// genesis, a genesis file streamed (`<datadir>/genesis-sort` holds the account leaves
+/// on their way to the trie while an empty datadir is initialised, then goes).
+pub fn open_chain_in(store: Store, network: &str, datadir: &Path) -> Result<Chain, String> {
+    if let Some(net) = Network::from_name(network) {
+        return Chain::init(store, &net.genesis()).map_err(|e| e.to_string());
+    }
+    Chain::init_from_file(store, Path::new(network), &datadir.join("genesis-sort"))
+        .map_err(|e| e.to_string())
+}
+
 fn open_chain(args: &NetworkArgs) -> Result<Chain, String> {
-    let genesis = load_genesis(&args.network)?;
+    check_network(&args.network)?;
     let store =
         Store::open_with_cache(&args.datadir, None, args.cache << 20).map_err(|e| e.to_string())?;
-    Chain::init(store, &genesis).map_err(|e| e.to_string())
+    open_chain_in(store, &args.network, &args.datadir)
 }
 
 fn fail(message: String) -> ExitCode {

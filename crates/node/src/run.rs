@@ -163,14 +163,25 @@ fn init_logging(args: &NodeArgs) {
     crate::ops_flags::init_logging(level, args.ops.log_format);
 }
 
-fn load_genesis(args: &NodeArgs) -> Result<Genesis, String> {
+/// Where the chain's genesis comes from.
+enum GenesisSource {
+    Dev(Box<Genesis>),
+    /// A built-in network's name or a genesis file (streamed: at 10M accounts it is
+    /// gigabytes).
+    Network(String),
+}
+
+fn load_genesis(args: &NodeArgs) -> Result<GenesisSource, String> {
     if args.dev {
-        return Ok(dev::dev_genesis(args.dev_osaka));
+        return Ok(GenesisSource::Dev(Box::new(dev::dev_genesis(
+            args.dev_osaka,
+        ))));
     }
     let Some(network) = &args.network else {
         return Err("give --network <mainnet | sepolia | hoodi | genesis.json> (or --dev for a development chain)".into());
     };
-    crate::chain_cmd::load_genesis(network)
+    crate::chain_cmd::check_network(network)?;
+    Ok(GenesisSource::Network(network.clone()))
 }
 
 pub fn run(mut args: NodeArgs) -> ExitCode {
@@ -256,9 +267,14 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     };
     let store =
         Store::open_with_cache(&datadir, None, args.cache << 20).map_err(|e| e.to_string())?;
-    let chain = Chain::init(store.clone(), &genesis).map_err(|e| e.to_string())?;
-    // The parsed allocation is not needed again (at 10M accounts it is gigabytes).
-    drop(genesis);
+    let chain = match genesis {
+        GenesisSource::Dev(genesis) => {
+            Chain::init(store.clone(), &genesis).map_err(|e| e.to_string())
+        }
+        GenesisSource::Network(network) => {
+            crate::chain_cmd::open_chain_in(store.clone(), &network, &datadir)
+        }
+    }?;
     let config = chain.config().clone();
     let pool = Pool::new(
         args.pool.pool_config(config.clone()),

@@ -232,16 +232,20 @@ fn alloc_map<'de, D: Deserializer<'de>>(
     let raw = BTreeMap::<String, GenesisAccount>::deserialize(d)?;
     raw.into_iter()
         .map(|(key, account)| {
-            let digits = strip_0x(&key);
-            let mut addr = [0u8; 20];
-            if digits.len() != 40 || hex::decode_to_slice(digits, &mut addr).is_err() {
-                return Err(serde::de::Error::custom(format!(
-                    "invalid alloc address {key:?}"
-                )));
-            }
-            Ok((Address::new(addr), account))
+            let address = parse_alloc_address(&key).map_err(serde::de::Error::custom)?;
+            Ok((address, account))
         })
         .collect()
+}
+
+/// An alloc key: 40 hex digits, with or without `0x`.
+pub(super) fn parse_alloc_address(key: &str) -> Result<Address, String> {
+    let digits = strip_0x(key);
+    let mut addr = [0u8; 20];
+    if digits.len() != 40 || hex::decode_to_slice(digits, &mut addr).is_err() {
+        return Err(format!("invalid alloc address {key:?}"));
+    }
+    Ok(Address::new(addr))
 }
 
 /// Storage keys and values may be shorter than 32 bytes (left-padded) and may leave out

@@ -23,11 +23,13 @@
 
 mod forkid;
 mod genesis;
+mod genesis_stream;
 #[cfg(test)]
 mod tests;
 
 pub use forkid::{ForkFilter, ForkId, ForkIdError};
 pub use genesis::{Genesis, GenesisAccount};
+pub use genesis_stream::AllocEntries;
 
 use alloy_primitives::{Address, B256, U256, address, b256};
 use std::collections::BTreeMap;
@@ -42,6 +44,12 @@ pub enum ConfigError {
     UnknownFork(String),
     #[error("invalid genesis json: {0}")]
     Json(#[from] serde_json::Error),
+    /// The genesis file is not one well-formed JSON object (byte offset of the fault).
+    #[error("invalid genesis json at byte {offset}: {reason}")]
+    Malformed { offset: u64, reason: &'static str },
+    /// An allocation entry was refused (a bad address, or by whoever took it in).
+    #[error("genesis alloc entry {address}: {reason}")]
+    Alloc { address: String, reason: String },
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,

@@ -789,3 +789,78 @@ fn all_forks_at_genesis() {
         assert_eq!(c.blob_params_at(0).is_some(), fork >= Fork::Cancun);
     }
 }
+
+/// Streams `json` (written to a file) and collects the allocation.
+fn stream(json: &str) -> Result<Genesis, ConfigError> {
+    let dir = std::env::temp_dir().join(format!(
+        "moat-genesis-stream-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("genesis.json");
+    std::fs::write(&path, json).unwrap();
+    let mut alloc = std::collections::BTreeMap::new();
+    let mut add = |address, account| {
+        alloc.insert(address, account);
+        Ok(())
+    };
+    let streamed = Genesis::stream_file(&path, AllocEntries::Parse(&mut add));
+    // Skipping the allocation reads the same genesis.
+    let skipped = Genesis::stream_file(&path, AllocEntries::Skip);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut g = streamed?;
+    assert_eq!(skipped.map_err(|e| e.to_string()), Ok(g.clone()));
+    assert!(g.alloc.is_empty());
+    g.alloc = alloc;
+    Ok(g)
+}
+
+#[test]
+fn a_streamed_genesis_reads_as_the_whole_file_does() {
+    let text = std::fs::read_to_string(ETHTEST_GENESIS).unwrap();
+    let g = stream(&text).unwrap();
+    assert_eq!(g, ethtest());
+    assert_eq!(g.header().hash(), ETHTEST_GENESIS_HASH);
+    // The allocation first, keys with and without 0x, escapes in strings, a huge bare
+    // balance and a terminal total difficulty beyond 64 bits, odd whitespace.
+    let json = r#" { "alloc" : { "0x00000000000000000000000000000000000000aa": {"balance": 1000000000000000000000000000000, "storage": {"0x01": "0x02"}, "code": "0x6001"},
+        "00000000000000000000000000000000000000bb" : {"balance":"0x10","nonce":"0x2"} } ,
+        "extraData": "0x", "comment": "a \"quoted\" } brace",
+        "config": {"chainId": 7, "terminalTotalDifficulty": 58750000000000000000000},
+        "gasLimit": "0x1c9c380", "difficulty": "0x0" }
+"#;
+    let g = stream(json).unwrap();
+    assert_eq!(Some(&g), Genesis::from_json(json).ok().as_ref());
+    assert_eq!(g.alloc.len(), 2);
+}
+
+#[test]
+fn a_malformed_streamed_genesis_is_an_error() {
+    let bad = [
+        "",
+        "[]",
+        "{",
+        r#"{"alloc": {"0xzz": {"balance": "0x1"}}}"#,
+        r#"{"alloc": {"0x00000000000000000000000000000000000000aa": {"balance": "0x1"}"#,
+        r#"{"alloc": {"0x00000000000000000000000000000000000000aa" {"balance": "0x1"}}}"#,
+        r#"{"alloc": {"0x00000000000000000000000000000000000000aa": {"balance": -1}}}"#,
+        r#"{"alloc": {"0x00000000000000000000000000000000000000aa": {"nonce": "0x1"}}}"#,
+        r#"{"alloc": {}, "config": {"chainId": 1}, "gasLimit": "0x1", "difficulty": "0x0"} x"#,
+        r#"{"alloc": {}, "config": {"chainId": 1}, "gasLimit": "0x1", "difficulty": "0x0""#,
+        r#"{"alloc": {}, "config": {"chainId": 1}, "gasLimit": "0x1", "difficulty": "0x0", "extraData": "abc}"#,
+        r#"{"config": {"chainId": 1}, "gasLimit": "0x1", "difficulty": "0x0"}"#,
+        r#"{"alloc": null, "config": {"chainId": 1}, "gasLimit": "0x1", "difficulty": "0x0"}"#,
+    ];
+    for json in bad {
+        assert!(stream(json).is_err(), "accepted {json:?}");
+    }
+    let mut refuse = |_, _| Err("refused".to_string());
+    let dir = std::env::temp_dir().join(format!("moat-genesis-refuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("genesis.json");
+    std::fs::copy(ETHTEST_GENESIS, &path).unwrap();
+    let err = Genesis::stream_file(&path, AllocEntries::Parse(&mut refuse)).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(matches!(err, ConfigError::Alloc { .. }), "{err}");
+}

@@ -36,6 +36,9 @@ use alloy_rlp::{Encodable, Header};
 use std::collections::{HashMap as StdHashMap, HashSet as StdHashSet};
 
 pub mod range;
+pub mod sorted;
+
+pub use sorted::SortedBuilder;
 
 /// The overlay's maps: keyed by nibble paths of hashed keys, hashed with foldhash (the
 /// default SipHash was a tenth of a block's state-root update).

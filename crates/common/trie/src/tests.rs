@@ -210,3 +210,71 @@ proptest! {
         let _ = decode_node(&bytes);
     }
 }
+
+/// Every node the sorted builder emits, as a map like the store's.
+fn sorted_build(state: &BTreeMap<B256, u64>) -> (B256, MemoryNodes) {
+    let mut builder = SortedBuilder::new();
+    let mut nodes = MemoryNodes::default();
+    for (k, v) in state {
+        builder.push(k, value(*v)).unwrap();
+        // Taking the nodes midway changes nothing.
+        for (path, rlp) in builder.take_nodes() {
+            assert!(
+                nodes.nodes.insert((OWNER, path), rlp).is_none(),
+                "a path emitted twice"
+            );
+        }
+    }
+    let (root, rest) = builder.finish();
+    for (path, rlp) in rest {
+        assert!(
+            nodes.nodes.insert((OWNER, path), rlp).is_none(),
+            "a path emitted twice"
+        );
+    }
+    (root, nodes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Keys drawn close together (shared prefixes, extensions, inline leaves) and far
+    /// apart: the sorted build stores exactly what inserting the keys one by one does,
+    /// and its root is alloy-trie's.
+    #[test]
+    fn sorted_build_equals_the_incremental_trie(
+        keys in proptest::collection::vec((any::<[u8; 3]>(), 0u8..4, 1u64..1_000_000), 0..120)
+    ) {
+        let mut state = BTreeMap::new();
+        for (bytes, spread, v) in keys {
+            let mut k = [0u8; 32];
+            // spread 0: keys differing only late (long extensions), 3: spread widely.
+            let at = [29usize, 16, 2, 0][spread as usize];
+            k[at..at + 3].copy_from_slice(&bytes);
+            state.insert(B256::new(k), v);
+        }
+        let (root, nodes) = sorted_build(&state);
+        prop_assert_eq!(root, reference_root(&state));
+        prop_assert_eq!(nodes.nodes, fresh(&state).nodes);
+    }
+}
+
+#[test]
+fn sorted_build_refuses_keys_out_of_order_and_handles_tiny_tries() {
+    let (root, nodes) = sorted_build(&BTreeMap::new());
+    assert_eq!(root, EMPTY_ROOT);
+    assert!(nodes.nodes.is_empty());
+    let one: BTreeMap<B256, u64> = [(B256::repeat_byte(7), 5)].into();
+    let (root, nodes) = sorted_build(&one);
+    assert_eq!(root, reference_root(&one));
+    assert_eq!(nodes.nodes, fresh(&one).nodes);
+
+    let mut builder = SortedBuilder::new();
+    builder.push(&B256::repeat_byte(2), value(1)).unwrap();
+    assert!(builder.push(&B256::repeat_byte(2), value(1)).is_err());
+    assert!(builder.push(&B256::repeat_byte(1), value(1)).is_err());
+    // The refused keys left the build as it was.
+    builder.push(&B256::repeat_byte(3), value(1)).unwrap();
+    let two: BTreeMap<B256, u64> = [(B256::repeat_byte(2), 1), (B256::repeat_byte(3), 1)].into();
+    assert_eq!(builder.finish().0, reference_root(&two));
+}
