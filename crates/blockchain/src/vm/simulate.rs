@@ -67,6 +67,8 @@ pub struct SimCall {
     pub req: CallRequest,
     pub blob_hashes: Option<Vec<B256>>,
     pub max_fee_per_blob_gas: Option<u128>,
+    /// The chain the call says it is for; another chain's is refused.
+    pub chain_id: Option<u64>,
 }
 
 /// One block to simulate. `header` carries number, timestamp, gas limit, fee recipient,
@@ -806,6 +808,13 @@ fn build_tx(
         ));
     }
     let chain_id = config.chain_id;
+    if let Some(have) = call.chain_id
+        && have != chain_id
+    {
+        return Err(SimError::InvalidParams(format!(
+            "chainId does not match node's (have={have}, want={chain_id})"
+        )));
+    }
     let value = req.value.unwrap_or_default();
     let kind = req.to.map_or(TxKind::Create, TxKind::Call);
     let access_list = access_items(&req.access_list);
@@ -958,7 +967,8 @@ fn halt_message(reason: &revm::context::result::HaltReason) -> String {
     use revm::context::result::HaltReason as H;
     match reason {
         H::OutOfGas(_) => "out of gas".into(),
-        H::OpcodeNotFound | H::InvalidFEOpcode => "invalid opcode".into(),
+        H::InvalidFEOpcode => "invalid opcode: INVALID".into(),
+        H::OpcodeNotFound => "invalid opcode".into(),
         H::InvalidJump => "invalid jump destination".into(),
         H::StackUnderflow => "stack underflow".into(),
         H::StackOverflow => "stack limit reached 1024 (1023)".into(),
@@ -1112,6 +1122,22 @@ mod tests {
                 ..
             }
         ));
+        // Another chain's call, and contradicting fee fields.
+        let mut call = transfer(0);
+        call.chain_id = Some(999);
+        let mut both = transfer(0);
+        both.req.gas_price = Some(1);
+        both.req.max_fee_per_gas = Some(1);
+        for bad in [call, both] {
+            let e = sim
+                .simulate_block(SimBlock {
+                    header: header(),
+                    calls: vec![bad],
+                    ..Default::default()
+                })
+                .unwrap_err();
+            assert!(matches!(e, SimError::InvalidParams(_)), "{e}");
+        }
         // More gas than the block has left.
         let mut call = transfer(0);
         call.req.gas = Some(40_000_000);

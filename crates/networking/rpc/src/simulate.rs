@@ -79,7 +79,8 @@ fn sim_error(e: SimError) -> ErrorObjectOwned {
         SimError::InvalidTransaction { kind, .. } => error(tx_error_code(kind), message),
         SimError::BlockGasLimitReached { .. } => error(BLOCK_GAS_LIMIT_REACHED, message),
         SimError::Override(_) | SimError::GasCapExhausted { .. } => server_error(message),
-        SimError::InvalidParams(_) => error(INVALID_PARAMS, message),
+        // geth answers inconsistent call fields with a plain error.
+        SimError::InvalidParams(_) => server_error(message),
         SimError::Vm(e) => internal(e),
     }
 }
@@ -220,6 +221,7 @@ fn parse_call(v: &Value) -> RpcResult<SimCall> {
         req: parse_request(Some(v.clone()))?,
         blob_hashes: field(o, "blobVersionedHashes")?,
         max_fee_per_blob_gas: quantity(o, "maxFeePerBlobGas")?,
+        chain_id: quantity_u64(o, "chainId")?,
     })
 }
 
@@ -625,6 +627,10 @@ mod tests {
         assert_eq!(e.code(), -38015);
         assert_eq!(
             sim_error(SimError::Override("x".into())).code(),
+            crate::params::SERVER_ERROR_CODE
+        );
+        assert_eq!(
+            sim_error(SimError::InvalidParams("x".into())).code(),
             crate::params::SERVER_ERROR_CODE
         );
     }
