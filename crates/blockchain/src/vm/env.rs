@@ -155,6 +155,23 @@ impl BlockSetup {
     }
 }
 
+/// An EIP-7702 tuple as revm takes it, its authority recovered here. An authority that
+/// does not recover voids only its own tuple: revm skips it.
+pub(super) fn recovered_authorization(
+    auth: &moat_common::Authorization,
+) -> Either<revm::context_interface::transaction::SignedAuthorization, RecoveredAuthorization> {
+    let authority = match auth.recover_authority() {
+        Some(address) => RecoveredAuthority::Valid(address),
+        None => RecoveredAuthority::Invalid,
+    };
+    let inner = Authorization {
+        chain_id: auth.chain_id,
+        address: auth.address,
+        nonce: auth.nonce,
+    };
+    Either::Right(RecoveredAuthorization::new_unchecked(inner, authority))
+}
+
 /// revm's view of a signed transaction sent by `sender`.
 pub(super) fn tx_env(tx: &SignedTransaction, sender: Address) -> TxEnv {
     let t = tx.tx();
@@ -175,19 +192,7 @@ pub(super) fn tx_env(tx: &SignedTransaction, sender: Address) -> TxEnv {
     let authorization_list = t
         .authorization_list()
         .iter()
-        .map(|auth| {
-            // An authority that does not recover voids only its own tuple: revm skips it.
-            let authority = match auth.recover_authority() {
-                Some(address) => RecoveredAuthority::Valid(address),
-                None => RecoveredAuthority::Invalid,
-            };
-            let inner = Authorization {
-                chain_id: auth.chain_id,
-                address: auth.address,
-                nonce: auth.nonce,
-            };
-            Either::Right(RecoveredAuthorization::new_unchecked(inner, authority))
-        })
+        .map(recovered_authorization)
         .collect();
     TxEnv {
         tx_type: ty as u8,

@@ -23,7 +23,7 @@ use moat_common::block::{Header, Withdrawal};
 use moat_common::config::{ChainConfig, Fork};
 use moat_common::receipt::Receipt;
 use moat_common::transaction::{
-    AccessListItem, Eip1559Tx, Eip4844Tx, LegacyTx, Signature, Transaction,
+    AccessListItem, Eip1559Tx, Eip4844Tx, Eip7702Tx, LegacyTx, Signature, Transaction,
 };
 use revm::context::result::{EVMError, ExecutionResult, InvalidTransaction};
 use revm::context::{ContextTr, Evm, JournalTr, TxEnv};
@@ -69,6 +69,8 @@ pub struct SimCall {
     pub max_fee_per_blob_gas: Option<u128>,
     /// The chain the call says it is for; another chain's is refused.
     pub chain_id: Option<u64>,
+    /// EIP-7702 authorizations: the call becomes a set-code transaction.
+    pub authorization_list: Option<Vec<moat_common::Authorization>>,
 }
 
 /// One block to simulate. `header` carries number, timestamp, gas limit, fee recipient,
@@ -826,6 +828,26 @@ fn build_tx(
     let max_fee = req.max_fee_per_gas.unwrap_or_default();
     let tip = req.max_priority_fee_per_gas.unwrap_or_default();
     let tx = match (&call.blob_hashes, gas_price) {
+        // An authorization list makes a set-code transaction whatever else is given.
+        _ if call.authorization_list.is_some() => {
+            let Some(to) = req.to else {
+                return Err(SimError::InvalidParams(
+                    "a set-code transaction needs a recipient".into(),
+                ));
+            };
+            Transaction::Eip7702(Eip7702Tx {
+                chain_id,
+                nonce,
+                max_priority_fee_per_gas: tip,
+                max_fee_per_gas: max_fee,
+                gas_limit: gas,
+                to,
+                value,
+                input: req.input.clone(),
+                access_list,
+                authorization_list: call.authorization_list.clone().unwrap_or_default(),
+            })
+        }
         // A given gas price makes a legacy transaction, as in geth.
         (_, Some(price)) => Transaction::Legacy(LegacyTx {
             chain_id: None,
@@ -872,6 +894,7 @@ fn build_tx(
     );
     let (tx_type, price, priority) = match (&tx, gas_price) {
         (Transaction::Eip4844(_), _) => (3, max_fee, Some(tip)),
+        (Transaction::Eip7702(_), _) => (4, max_fee, Some(tip)),
         // The access list of a priced call still applies: an EIP-2930 message.
         (_, Some(price)) => (if req.access_list.is_empty() { 0 } else { 1 }, price, None),
         _ => (2, max_fee, Some(tip)),
@@ -890,7 +913,11 @@ fn build_tx(
         gas_priority_fee: priority,
         blob_hashes: call.blob_hashes.clone().unwrap_or_default(),
         max_fee_per_blob_gas: call.max_fee_per_blob_gas.unwrap_or_default(),
-        authorization_list: Vec::new(),
+        authorization_list: tx
+            .authorization_list()
+            .iter()
+            .map(env::recovered_authorization)
+            .collect(),
     };
     Ok((tx, env))
 }
@@ -1201,6 +1228,84 @@ mod tests {
             })
             .unwrap_err();
         assert!(matches!(e, SimError::Override(m) if m.contains("is not a precompile")));
+    }
+
+    #[test]
+    fn an_authorization_list_delegates_the_signer_to_code_for_the_call() {
+        let config = ChainConfig::all_forks_at_genesis(1, Fork::Prague);
+        // The delegate returns 32 bytes of 0x2a.
+        let delegate = Address::repeat_byte(0xde);
+        let code =
+            Bytes::from_static(&[0x60, 0x2a, 0x60, 0x00, 0x52, 0x60, 0x20, 0x60, 0x00, 0xf3]);
+        let mut mem = Mem::default();
+        let hash = alloy_primitives::keccak256(&code);
+        mem.code.insert(hash, code);
+        mem.accounts.insert(
+            delegate,
+            AccountInfo {
+                nonce: 1,
+                balance: U256::ZERO,
+                code_hash: hash,
+            },
+        );
+        // Prague blocks call the request contracts: the ones of the conformance genesis.
+        let genesis: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/testdata/ethtest/genesis.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        for address in [
+            super::super::WITHDRAWAL_REQUEST_ADDRESS,
+            super::super::CONSOLIDATION_REQUEST_ADDRESS,
+        ] {
+            let code: Bytes = serde_json::from_value(
+                genesis["alloc"][format!("{address:x}").trim_start_matches("0x")]["code"].clone(),
+            )
+            .unwrap();
+            let hash = alloy_primitives::keccak256(&code);
+            mem.code.insert(hash, code);
+            mem.accounts.insert(
+                address,
+                AccountInfo {
+                    nonce: 1,
+                    balance: U256::ZERO,
+                    code_hash: hash,
+                },
+            );
+        }
+        let signer = moat_crypto::secp::Signer::from_seed(7);
+        let auth = moat_common::Authorization::sign(U256::from(1), delegate, 0, &signer);
+        let call = SimCall {
+            req: CallRequest {
+                from: Some(FROM),
+                to: Some(signer.address()),
+                ..Default::default()
+            },
+            authorization_list: Some(vec![auth]),
+            ..Default::default()
+        };
+        let mut sim = Simulator::new(&config, &mem, false, false, 0);
+        let mut h = header();
+        h.requests_hash = None;
+        let out = sim
+            .simulate_block(SimBlock {
+                header: h,
+                calls: vec![call],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(out.calls[0].status, SimStatus::Success);
+        assert_eq!(out.calls[0].return_data[31], 0x2a);
+        assert_eq!(
+            out.block.transactions[0].tx_type(),
+            moat_common::TxType::Eip7702
+        );
+        // The signer now holds the delegation, its nonce bumped.
+        let info = sim.state().account(&signer.address()).unwrap().unwrap();
+        assert_eq!(info.nonce, 1);
     }
 
     #[test]

@@ -213,6 +213,24 @@ pub fn parse_state_overrides(v: Option<&Value>) -> RpcResult<BTreeMap<Address, S
     Ok(out)
 }
 
+/// One EIP-7702 tuple: `chainId`, `address`, `nonce`, `yParity`, `r`, `s`.
+fn parse_authorization(v: &Value) -> RpcResult<moat_common::Authorization> {
+    let Value::Object(o) = v else {
+        return Err(invalid_params("authorizationList: expected objects"));
+    };
+    let need = |name: &str| invalid_params(format!("authorizationList: missing {name}"));
+    let parity = quantity_u64(o, "yParity")?.ok_or_else(|| need("yParity"))?;
+    Ok(moat_common::Authorization {
+        chain_id: field(o, "chainId")?.ok_or_else(|| need("chainId"))?,
+        address: field(o, "address")?.ok_or_else(|| need("address"))?,
+        nonce: quantity_u64(o, "nonce")?.ok_or_else(|| need("nonce"))?,
+        // An out-of-range parity voids only its tuple, as on the wire.
+        y_parity: u8::try_from(parity).unwrap_or(u8::MAX),
+        r: field(o, "r")?.ok_or_else(|| need("r"))?,
+        s: field(o, "s")?.ok_or_else(|| need("s"))?,
+    })
+}
+
 fn parse_call(v: &Value) -> RpcResult<SimCall> {
     let Value::Object(o) = v else {
         return Err(invalid_params("calls: expected objects"));
@@ -222,6 +240,16 @@ fn parse_call(v: &Value) -> RpcResult<SimCall> {
         blob_hashes: field(o, "blobVersionedHashes")?,
         max_fee_per_blob_gas: quantity(o, "maxFeePerBlobGas")?,
         chain_id: quantity_u64(o, "chainId")?,
+        authorization_list: match o.get("authorizationList").filter(|v| !v.is_null()) {
+            None => None,
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(parse_authorization)
+                    .collect::<RpcResult<_>>()?,
+            ),
+            Some(_) => return Err(invalid_params("authorizationList: expected an array")),
+        },
     })
 }
 
