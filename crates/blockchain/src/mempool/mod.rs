@@ -755,8 +755,12 @@ impl Pool {
 
     /// Applies a new head: drops mined and stale transactions, refreshes the touched
     /// accounts, moves transactions between subpools, and re-admits reorged-out ones.
+    /// The revalidation (account reads and the pool's update, reinjection aside) is timed
+    /// in `moat_pool_head_change_seconds`; the accounts it read are counted in
+    /// `moat_pool_head_change_accounts_total`.
     pub async fn on_head_change(&self, update: HeadUpdate) -> HeadChangeOutcome {
         let s = &*self.shared;
+        let started = Instant::now();
         *s.rules.write() = Rules::at(&s.cfg, &update.head);
         let mut addresses = update.touched.clone();
         {
@@ -782,6 +786,9 @@ impl Pool {
             removed.extend(evicted);
             (removed, std::mem::take(&mut pool.newly_pending))
         };
+        ::metrics::histogram!("moat_pool_head_change_seconds").record(started.elapsed());
+        ::metrics::counter!("moat_pool_head_change_accounts_total")
+            .increment(accounts.len() as u64);
         self.publish(pending);
         let mut reinjected = 0;
         for tx in update.reorged {
