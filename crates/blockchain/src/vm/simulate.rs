@@ -177,6 +177,8 @@ pub struct SimState<'a> {
     hashes: HashMap<u64, B256>,
     /// Every change so far, in order: what the state root is computed from.
     changes: Vec<AccountChange>,
+    /// How many of `changes` the incremental tries have taken in.
+    rooted: usize,
 }
 
 impl<'a> SimState<'a> {
@@ -189,6 +191,7 @@ impl<'a> SimState<'a> {
             codes: HashMap::new(),
             hashes: HashMap::new(),
             changes: Vec::new(),
+            rooted: 0,
         }
     }
 
@@ -255,6 +258,139 @@ impl StateReader for SimState<'_> {
             Some(h) => Ok(*h),
             None => self.base.block_hash(number),
         }
+    }
+}
+
+/// The base state's tries and account records, for state roots computed block by block
+/// (without them each block's root is computed over all changes so far, which grows with
+/// the square of the number of blocks).
+pub trait BaseTries: moat_trie::NodeSource {
+    /// The account as the state trie holds it (its storage root included).
+    fn account_record(&self, address: &Address) -> Result<Option<moat_storage::Account>, VmError>;
+}
+
+impl BaseTries for crate::history::StateAtBlock {
+    fn account_record(&self, address: &Address) -> Result<Option<moat_storage::Account>, VmError> {
+        self.account(address)
+            .map_err(|e| VmError::State(e.to_string()))
+    }
+}
+
+/// The tries of the simulated state: the nodes and account records the blocks so far
+/// wrote, over the base's.
+struct TrieOverlay<'a> {
+    base: &'a dyn BaseTries,
+    nodes: HashMap<(B256, Vec<u8>), Option<Vec<u8>>>,
+    /// Tries emptied since the base: their base nodes are gone.
+    wiped: HashSet<B256>,
+    accounts: HashMap<Address, Option<moat_storage::Account>>,
+}
+
+impl moat_trie::NodeSource for TrieOverlay<'_> {
+    fn node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, moat_trie::TrieError> {
+        if let Some(node) = self.nodes.get(&(*owner, path.to_vec())) {
+            return Ok(node.clone());
+        }
+        if self.wiped.contains(owner) {
+            return Ok(None);
+        }
+        self.base.node(owner, path)
+    }
+}
+
+impl TrieOverlay<'_> {
+    /// Takes `changes` (in order, several per address allowed) into the tries; the new
+    /// state root.
+    fn apply(&mut self, changes: &[AccountChange]) -> Result<B256, VmError> {
+        use crate::state_root::{
+            ACCOUNT_TRIE, account_leaf, hashed_address, hashed_slot, slot_leaf,
+        };
+        use moat_trie::Trie;
+        let err = |e: moat_trie::TrieError| VmError::State(e.to_string());
+        let mut order: Vec<Address> = Vec::new();
+        let mut by_address: HashMap<Address, Vec<&AccountChange>> = HashMap::new();
+        for change in changes {
+            by_address
+                .entry(change.address)
+                .or_insert_with(|| {
+                    order.push(change.address);
+                    Vec::new()
+                })
+                .push(change);
+        }
+        let mut writes: Vec<(B256, moat_trie::TrieWrite)> = Vec::new();
+        let mut wiped_now: Vec<B256> = Vec::new();
+        let mut records: Vec<(Address, Option<moat_storage::Account>)> = Vec::new();
+        let root = {
+            let mut accounts = Trie::new(&*self, ACCOUNT_TRIE);
+            for address in order {
+                let list = &by_address[&address];
+                let owner = hashed_address(&address);
+                let Some(last) = list.last() else { continue };
+                let Some(info) = last.info else {
+                    accounts.remove(&owner).map_err(err)?;
+                    wiped_now.push(owner);
+                    records.push((address, None));
+                    continue;
+                };
+                let previous = match self.accounts.get(&address) {
+                    Some(record) => *record,
+                    None => self.base.account_record(&address)?,
+                };
+                // Storage starts over from the last wipe or deletion.
+                let start = list
+                    .iter()
+                    .rposition(|c| c.storage_wiped || c.info.is_none());
+                let mut storage = match start {
+                    Some(_) => Trie::wiped(&*self, owner),
+                    None => Trie::new(&*self, owner),
+                };
+                let mut changed = false;
+                for change in &list[start.unwrap_or(0)..] {
+                    for (slot, value) in &change.storage {
+                        let key = hashed_slot(slot);
+                        if value.is_zero() {
+                            storage.remove(&key).map_err(err)?;
+                        } else {
+                            storage.insert(&key, slot_leaf(value)).map_err(err)?;
+                        }
+                        changed = true;
+                    }
+                }
+                if start.is_some() {
+                    wiped_now.push(owner);
+                }
+                let storage_root = if changed || start.is_some() {
+                    let commit = storage.commit().map_err(err)?;
+                    writes.extend(commit.writes.into_iter().map(|w| (owner, w)));
+                    commit.root
+                } else {
+                    previous.map_or(alloy_trie::EMPTY_ROOT_HASH, |p| p.storage_root)
+                };
+                let account = moat_storage::Account {
+                    nonce: info.nonce,
+                    balance: info.balance,
+                    code_hash: info.code_hash,
+                    storage_root,
+                };
+                accounts
+                    .insert(&owner, account_leaf(&account))
+                    .map_err(err)?;
+                records.push((address, Some(account)));
+            }
+            let commit = accounts.commit().map_err(err)?;
+            writes.extend(commit.writes.into_iter().map(|w| (ACCOUNT_TRIE, w)));
+            commit.root
+        };
+        for owner in wiped_now {
+            self.nodes.retain(|(o, _), _| *o != owner);
+            self.wiped.insert(owner);
+        }
+        for (owner, w) in writes {
+            self.nodes.insert((owner, w.path), w.node);
+        }
+        self.accounts.extend(records);
+        Ok(root)
     }
 }
 
@@ -436,6 +572,8 @@ pub struct Simulator<'a> {
     trace_transfers: bool,
     /// What is left of the RPC gas cap across all blocks.
     gas_budget: u64,
+    /// The simulated state's tries, when the base's can be read.
+    tries: Option<TrieOverlay<'a>>,
 }
 
 impl<'a> Simulator<'a> {
@@ -453,6 +591,31 @@ impl<'a> Simulator<'a> {
             validation,
             trace_transfers,
             gas_budget: if gas_cap == 0 { u64::MAX } else { gas_cap },
+            tries: None,
+        }
+    }
+
+    /// Computes each block's state root from the last one's tries (`base` must be the
+    /// state the simulation starts from).
+    pub fn with_tries(mut self, base: &'a dyn BaseTries) -> Self {
+        self.tries = Some(TrieOverlay {
+            base,
+            nodes: HashMap::new(),
+            wiped: HashSet::new(),
+            accounts: HashMap::new(),
+        });
+        self
+    }
+
+    /// The state root of the simulated state.
+    fn state_root(&mut self) -> Result<B256, VmError> {
+        match &mut self.tries {
+            Some(tries) => {
+                let root = tries.apply(&self.state.changes[self.state.rooted..])?;
+                self.state.rooted = self.state.changes.len();
+                Ok(root)
+            }
+            None => self.state.state_root(),
         }
     }
 
@@ -757,7 +920,7 @@ impl<'a> Simulator<'a> {
             ommers: Vec::new(),
             withdrawals,
         };
-        header.state_root = self.state.state_root()?;
+        header.state_root = self.state_root()?;
         header.transactions_root = sealed.transactions_root();
         header.withdrawals_root = sealed.withdrawals_root();
         header.receipts_root = moat_common::receipt::receipts_root(&receipts);
@@ -1306,6 +1469,75 @@ mod tests {
         // The signer now holds the delegation, its nonce bumped.
         let info = sim.state().account(&signer.address()).unwrap().unwrap();
         assert_eq!(info.nonce, 1);
+    }
+
+    #[test]
+    fn block_by_block_roots_equal_roots_over_all_changes() {
+        // A stored chain (genesis only) to simulate on: its head state can compute roots
+        // both ways.
+        let genesis = serde_json::json!({
+            "config": {
+                "chainId": 1, "homesteadBlock": 0, "eip150Block": 0, "eip155Block": 0,
+                "eip158Block": 0, "byzantiumBlock": 0, "constantinopleBlock": 0,
+                "petersburgBlock": 0, "istanbulBlock": 0, "berlinBlock": 0, "londonBlock": 0,
+                "mergeNetsplitBlock": 0, "terminalTotalDifficulty": 0, "shanghaiTime": 0,
+                "cancunTime": 0
+            },
+            "gasLimit": "0x1c9c380", "difficulty": "0x0", "timestamp": "0x0",
+            "alloc": {
+                format!("{TO:x}"): { "balance": "0x5", "storage": {
+                    "0x0000000000000000000000000000000000000000000000000000000000000001": "0x09",
+                    "0x0000000000000000000000000000000000000000000000000000000000000002": "0x0a"
+                }, "code": "0x00" }
+            }
+        });
+        let genesis = moat_common::config::Genesis::from_json(&genesis.to_string()).unwrap();
+        let chain = crate::chain::Chain::init(moat_storage::Store::in_memory(), &genesis).unwrap();
+        let base = crate::history::StateAtBlock::head(chain.store().clone());
+        let slot = |n: u8| B256::with_last_byte(n);
+        let blocks = || {
+            (1..=4u64).map(|n| {
+                let mut overrides = funded(1_000);
+                // Slot edits, then the whole storage replaced, then a deletion by a zero.
+                overrides.insert(
+                    TO,
+                    SimOverride {
+                        state_diff: (n == 1).then(|| BTreeMap::from([(slot(3), U256::from(4))])),
+                        state: (n == 2).then(|| BTreeMap::from([(slot(7), U256::from(8))])),
+                        ..Default::default()
+                    },
+                );
+                if n == 4 {
+                    overrides.insert(
+                        TO,
+                        SimOverride {
+                            state_diff: Some(BTreeMap::from([(slot(7), U256::ZERO)])),
+                            ..Default::default()
+                        },
+                    );
+                }
+                let mut h = header();
+                h.number = n;
+                h.timestamp = 12 * n;
+                SimBlock {
+                    header: h,
+                    overrides,
+                    calls: vec![transfer(n)],
+                    ..Default::default()
+                }
+            })
+        };
+        let config = chain.config().clone();
+        let mut whole = Simulator::new(&config, &base, false, false, 0);
+        let mut stepwise = Simulator::new(&config, &base, false, false, 0).with_tries(&base);
+        let mut roots = HashSet::new();
+        for (a, b) in blocks().zip(blocks()) {
+            let a = whole.simulate_block(a).unwrap().block.header.state_root;
+            let b = stepwise.simulate_block(b).unwrap().block.header.state_root;
+            assert_eq!(a, b);
+            roots.insert(a);
+        }
+        assert_eq!(roots.len(), 4, "every block changed the state");
     }
 
     #[test]

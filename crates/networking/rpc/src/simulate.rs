@@ -522,7 +522,8 @@ pub fn simulate_v1(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
         opts.validation,
         opts.trace_transfers,
         ctx.gas_cap,
-    );
+    )
+    .with_tries(&reader);
     let mut parent = base.clone();
     let mut carry = base;
     let mut out = Vec::with_capacity(blocks.len());
