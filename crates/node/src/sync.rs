@@ -38,7 +38,12 @@ pub fn start(chain: &Chain, net: &Network, synced: Arc<AtomicBool>, rpc: RpcCont
         chain.clone(),
         Arc::new(net.clone()),
         synced,
-        SyncConfig::default(),
+        SyncConfig {
+            // The chain reads senders from the pool's cache (see run.rs): the syncer
+            // recovers them into it ahead of the importer.
+            senders: Some(rpc.pool.sender_cache().clone()),
+            ..SyncConfig::default()
+        },
     );
     let mut heads = handle.subscribe_heads();
     let (chain, net) = (chain.clone(), net.clone());

@@ -13,11 +13,14 @@
 //!                   skeleton of an earlier target): the skeleton, ascending
 //!  2 bodies forward GetBlockBodies for the next blocks past the head, up to 8 requests
 //!                   over the peers, each body checked against its header's roots
-//!  3 import         in order on the importer thread: Chain::import, one atomic commit per
-//!                   block, made durable every 32 blocks; a block whose parent is not the
-//!                   head (the target's chain forks below it) is stored aside and made
-//!                   head (set_head, ≤ 128 deep)
-//!  4 done           target canonical ─▶ "synced" flag on, eth_syncing false again
+//!  3 senders        batches of 32, in order, through a thread that recovers their
+//!                   transactions' senders into the chain's sender cache (when the node
+//!                   gives it one), one batch ahead of the importer
+//!  4 import         in order on the importer thread: Chain::import, one atomic commit per
+//!                   block, durable within a second (at once when nothing more is
+//!                   queued); a block whose parent is not the head (the target's chain
+//!                   forks below it) is stored aside and made head (set_head, ≤ 128 deep)
+//!  5 done           target canonical ─▶ "synced" flag on, eth_syncing false again
 //! ```
 //!
 //! Peers are asked through a [`BlockSource`] (the p2p [`moat_p2p::Network`] in the node):
@@ -25,9 +28,9 @@
 //! match their headers), and a peer that lies is dropped there. A peer that does not have
 //! what was asked, times out or fails is rested for a moment and another is asked.
 //!
-//! Every block is its own atomic commit and every batch of 32 is made durable, so a node
-//! killed mid-sync restarts at a consistent head at most one batch short of where it
-//! was; the next target walks back to that head and goes on from there. A new target
+//! Every block is its own atomic commit, durable within a second (the store's relaxed
+//! commit: one fsync a second however many blocks), so a node killed mid-sync restarts
+//! at a consistent head at most about a second of blocks short of where it was; the next target walks back to that head and goes on from there. A new target
 //! replaces the old one: headers walked for the old target are kept when the new one
 //! builds on them, so a consensus client moving the head every slot costs one header
 //! request, not a new walk.

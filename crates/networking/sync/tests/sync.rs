@@ -4,7 +4,7 @@
 
 use alloy_primitives::{Address, B256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{InMemoryState, Pool, PoolConfig};
+use moat_blockchain::mempool::{InMemoryState, Pool, PoolConfig, SenderCache};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::Block;
 use moat_common::config::Genesis;
@@ -75,6 +75,14 @@ fn enode(net: &Network) -> Enode {
 /// A server holding the whole chain, and a client node of `chain` connected to it with
 /// a syncer.
 async fn pair(chain: Chain) -> (Network, Network, SyncHandle, Arc<AtomicBool>) {
+    pair_with(chain, None).await
+}
+
+/// [`pair`], the syncer recovering senders into `senders` ahead of the importer.
+async fn pair_with(
+    chain: Chain,
+    senders: Option<SenderCache>,
+) -> (Network, Network, SyncHandle, Arc<AtomicBool>) {
     let server = network(&chain_with(blocks().len()), 0x31, &[]).await;
     let client = network(&chain, 0x32, &[enode(&server)]).await;
     let synced = Arc::new(AtomicBool::new(false));
@@ -82,6 +90,7 @@ async fn pair(chain: Chain) -> (Network, Network, SyncHandle, Arc<AtomicBool>) {
         // Small batches: several requests and importer batches even on this short chain.
         header_batch: 64,
         body_batch: 16,
+        senders,
         ..SyncConfig::default()
     };
     let handle = moat_sync::spawn(chain, Arc::new(client.clone()), synced.clone(), cfg);
@@ -150,6 +159,26 @@ async fn a_fresh_node_catches_up_and_follows_new_targets() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(chain.head().unwrap().1, head.hash);
     assert!(sync.progress().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn senders_are_recovered_before_the_importer_needs_them() {
+    let cache = SenderCache::new(1 << 16);
+    let chain = chain_with(0).with_sender_cache(cache.clone());
+    let (_server, _client, sync, _) = pair_with(chain.clone(), Some(cache.clone())).await;
+    let head = blocks().last().unwrap();
+    sync.set_target(head.hash);
+    reach(&chain, &sync, head.hash).await;
+    assert_eq!(
+        chain.head_header().unwrap().state_root,
+        head.header.state_root
+    );
+    // The importer looked up every transaction's sender and found each one there: the
+    // recovery stage had put it in before the block reached the importer.
+    let txs: usize = blocks().iter().map(|b| b.transactions.len()).sum();
+    assert!(txs > 0);
+    assert_eq!(cache.misses(), 0);
+    assert_eq!(cache.hits(), txs as u64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
