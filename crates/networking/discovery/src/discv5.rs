@@ -13,7 +13,7 @@
 use crate::enr::{Enr, EnrFields};
 use crate::{ForkId, NodeRecord};
 use alloy_primitives::B256;
-use discv5::enr::{CombinedKey, NodeId as V5NodeId};
+use enr::{CombinedKey, NodeId as V5NodeId};
 use discv5::{ConfigBuilder, Event, ListenConfig};
 use secp256k1::SecretKey;
 use std::net::{IpAddr, SocketAddr};
