@@ -18,6 +18,7 @@ use crate::serve::SOFT_RESPONSE_LIMIT;
 use alloy_primitives::{B256, Bytes, KECCAK256_EMPTY};
 use alloy_rlp::Encodable;
 use moat_blockchain::chain::Chain;
+use moat_blockchain::history::StateAtBlock;
 use moat_common::rlp::{self, Fields, RlpError};
 use moat_trie::{EMPTY_ROOT, NodeSource, TrieError, range};
 use parking_lot::Mutex;
@@ -687,7 +688,16 @@ pub struct SnapServer {
     /// The served roots with their block numbers (newest first), for the head they
     /// were read at.
     roots: Arc<Mutex<RootIndex>>,
+    /// The states last served, by head hash and block number: an older state is the
+    /// head's with up to 127 undo records laid over it, too costly to rebuild for every
+    /// request of a peer that syncs from it.
+    states: Arc<Mutex<Vec<CachedState>>>,
 }
+
+/// A state kept for the next requests: (head hash, block number, state).
+type CachedState = (B256, u64, Arc<StateAtBlock>);
+/// How many states are kept.
+const CACHED_STATES: usize = 4;
 
 impl SnapServer {
     /// The number of the newest of the last [`SERVED_ROOTS`] canonical blocks whose
@@ -708,6 +718,25 @@ impl SnapServer {
         list.iter()
             .find(|(r, _)| r == root)
             .map(|(_, n)| (*n, head_hash))
+    }
+
+    /// The state after block `number` under head `head_hash`, from the cache or built.
+    fn state(&self, chain: &Chain, head_hash: B256, number: u64) -> Option<Arc<StateAtBlock>> {
+        {
+            let mut states = self.states.lock();
+            states.retain(|(h, _, _)| *h == head_hash);
+            if let Some((_, _, s)) = states.iter().find(|(_, n, _)| *n == number) {
+                return Some(s.clone());
+            }
+        }
+        // Built outside the lock: two requests may build the same state at once.
+        let state = Arc::new(chain.state_at(number).ok()?);
+        let mut states = self.states.lock();
+        if states.len() >= CACHED_STATES {
+            states.remove(0);
+        }
+        states.push((head_hash, number, state.clone()));
+        Some(state)
     }
 
     /// The answer to a request; `None` for a message that is not one (we ask peers for
@@ -734,8 +763,7 @@ impl SnapServer {
     ) -> Option<(SnapMessage, bool)> {
         let state_for = |root: &B256| {
             let (number, head_hash) = self.block_of(chain, root)?;
-            let state = chain.state_at(number).ok()?;
-            Some((state, head_hash))
+            Some((self.state(chain, head_hash, number)?, head_hash))
         };
         let unchanged = |head_hash: B256| chain.head().ok().map(|(_, h)| h) == Some(head_hash);
         Some(match msg {
@@ -749,7 +777,7 @@ impl SnapServer {
                 let Some((state, head)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
-                let (accounts, proof) = account_range(&state, origin, limit, *bytes, deadline)
+                let (accounts, proof) = account_range(&*state, origin, limit, *bytes, deadline)
                     .unwrap_or_else(|e| {
                         tracing::warn!(error = %e, "snap: account range not served");
                         Default::default()
@@ -773,7 +801,7 @@ impl SnapServer {
                     return Some((empty_answer(msg)?, true));
                 };
                 let (slots, proof) =
-                    storage_ranges(&state, accounts, origin, limit, *bytes, deadline)
+                    storage_ranges(&*state, accounts, origin, limit, *bytes, deadline)
                         .unwrap_or_else(|e| {
                             tracing::warn!(error = %e, "snap: storage ranges not served");
                             Default::default()
@@ -807,7 +835,7 @@ impl SnapServer {
                 let Some((state, head)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
-                let nodes = trie_nodes(&state, paths, *bytes, deadline).unwrap_or_else(|e| {
+                let nodes = trie_nodes(&*state, paths, *bytes, deadline).unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "snap: trie nodes not served");
                     Vec::new()
                 });
