@@ -83,6 +83,32 @@ pub fn account_leaf(account: &Account) -> Vec<u8> {
     })
 }
 
+/// The account an account-trie leaf holds.
+fn decode_account_leaf(owner: &B256, mut raw: &[u8]) -> Result<Account, TrieError> {
+    let a = <TrieAccount as alloy_rlp::Decodable>::decode(&mut raw).map_err(|_| {
+        TrieError::Corrupt {
+            owner: ACCOUNT_TRIE,
+            path: owner.to_string(),
+            reason: "undecodable account leaf",
+        }
+    })?;
+    Ok(Account {
+        nonce: a.nonce,
+        balance: a.balance,
+        code_hash: a.code_hash,
+        storage_root: a.storage_root,
+    })
+}
+
+/// The value a storage-trie leaf holds.
+fn decode_slot_leaf(owner: &B256, mut raw: &[u8]) -> Result<U256, StoreError> {
+    <U256 as alloy_rlp::Decodable>::decode(&mut raw).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "undecodable storage leaf in the storage trie of {owner}"
+        ))
+    })
+}
+
 /// The leaf of a (non-zero) storage value.
 pub fn slot_leaf(value: &U256) -> Vec<u8> {
     alloy_rlp::encode(value)
@@ -148,14 +174,18 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
     let mut accounts = Trie::new(&source, ACCOUNT_TRIE);
     for address in order {
         let list = &by_address[&address];
-        let previous = store.account(&address)?;
-        update.undo.accounts.push((address, previous));
         let owner = hashed_address(&address);
-        let had_storage = previous.is_some_and(|p| p.storage_root != EMPTY_ROOT_HASH);
         let last = list.last().expect("grouped changes are not empty");
         let deleted = last.info.is_none();
         let wiped = deleted || list.iter().any(|c| c.storage_wiped);
+        // What the block overwrites (for the undo record) comes from the trie leaves on
+        // the paths the update walks anyway; the flat state is read only for a wiped
+        // storage (all of it goes into the undo record) and for a slot changed twice in
+        // the list (its second old value would be the first new one).
+        let mut previous = None;
         if wiped {
+            previous = store.account(&address)?;
+            let had_storage = previous.is_some_and(|p| p.storage_root != EMPTY_ROOT_HASH);
             // The whole old storage and storage trie go into the undo record (taking the
             // block back wipes what it wrote, then restores them).
             let (slots, nodes) = if had_storage {
@@ -171,6 +201,7 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
         }
         let Some(info) = last.info else {
             accounts.remove(&owner).map_err(trie_err)?;
+            update.undo.accounts.push((address, previous));
             update.accounts.push((address, None));
             continue;
         };
@@ -180,25 +211,30 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
             Trie::new(&source, owner)
         };
         let mut storage_changed = wiped;
+        let single = list.len() == 1;
         for change in list {
             if change.storage_wiped {
                 storage = Trie::wiped(&source, owner);
             }
             for (slot, value) in &change.storage {
-                if !wiped {
-                    let before = store.storage(&address, slot)?;
-                    update.undo.slots.push((address, *slot, before));
-                }
                 let key = hashed_slot(slot);
-                if value.is_zero() {
-                    storage.remove(&key).map_err(trie_err)?;
+                let old = if value.is_zero() {
+                    storage.remove(&key).map_err(trie_err)?
                 } else {
-                    storage.insert(&key, slot_leaf(value)).map_err(trie_err)?;
+                    storage.insert(&key, slot_leaf(value)).map_err(trie_err)?
+                };
+                if !wiped {
+                    let before = if single {
+                        old.map_or(Ok(U256::ZERO), |raw| decode_slot_leaf(&owner, &raw))?
+                    } else {
+                        store.storage(&address, slot)?
+                    };
+                    update.undo.slots.push((address, *slot, before));
                 }
                 storage_changed = true;
             }
         }
-        let storage_root = if storage_changed {
+        let new_storage_root = if storage_changed {
             let commit = storage.commit().map_err(trie_err)?;
             for w in commit.writes {
                 if !wiped {
@@ -209,19 +245,35 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
                 }
                 update.trie_writes.push((owner, w));
             }
-            commit.root
+            Some(commit.root)
         } else {
-            previous.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
+            None
         };
-        let account = Account {
-            nonce: info.nonce,
-            balance: info.balance,
-            code_hash: info.code_hash,
-            storage_root,
-        };
+        let mut written = None;
+        let mut from_leaf = None;
         accounts
-            .insert(&owner, account_leaf(&account))
+            .insert_with(&owner, |old| {
+                let before = old
+                    .map(|raw| decode_account_leaf(&owner, raw))
+                    .transpose()?;
+                let storage_root = new_storage_root
+                    .unwrap_or_else(|| before.map_or(EMPTY_ROOT_HASH, |p| p.storage_root));
+                let account = Account {
+                    nonce: info.nonce,
+                    balance: info.balance,
+                    code_hash: info.code_hash,
+                    storage_root,
+                };
+                from_leaf = before;
+                written = Some(account);
+                Ok(account_leaf(&account))
+            })
             .map_err(trie_err)?;
+        let account = written.expect("insert_with calls its closure once it returns Ok");
+        update
+            .undo
+            .accounts
+            .push((address, if wiped { previous } else { from_leaf }));
         update.accounts.push((address, Some(account)));
     }
     let commit = accounts.commit().map_err(trie_err)?;

@@ -85,12 +85,54 @@ pub fn node_ref(rlp: &[u8]) -> Vec<u8> {
     }
 }
 
+/// A child's reference as its parent's RLP holds it (a hash with its RLP header, or an
+/// inline node under 32 bytes), held inline: decoding a branch allocates nothing per
+/// child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NodeRef {
+    len: u8,
+    bytes: [u8; 33],
+}
+
+impl NodeRef {
+    /// A reference as it appears in a parent (at most 33 bytes).
+    fn from_item(item: &[u8]) -> Option<NodeRef> {
+        let mut bytes = [0u8; 33];
+        bytes.get_mut(..item.len())?.copy_from_slice(item);
+        Some(NodeRef {
+            len: item.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The reference to the node whose RLP is `rlp`.
+    fn to_node(rlp: &[u8]) -> NodeRef {
+        if rlp.len() < 32 {
+            let mut bytes = [0u8; 33];
+            bytes[..rlp.len()].copy_from_slice(rlp);
+            NodeRef {
+                len: rlp.len() as u8,
+                bytes,
+            }
+        } else {
+            let mut bytes = [0u8; 33];
+            bytes[0] = 0xa0;
+            bytes[1..].copy_from_slice(keccak256(rlp).as_slice());
+            NodeRef { len: 33, bytes }
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
 /// A child slot of a node in the overlay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Child {
     Empty,
     /// Unchanged: the reference the parent's stored RLP holds.
-    Stored(Vec<u8>),
+    Stored(NodeRef),
     /// Changed in this update: the node at the child path must be hashed again.
     Dirty,
 }
@@ -185,7 +227,11 @@ fn child_of(item: &[u8]) -> Option<Child> {
     }
     // A hash (33 bytes with its header) or an inline node (a list under 32 bytes).
     let ok = (item.len() == 33 && item[0] == 0xa0) || (item[0] >= 0xc0 && item.len() < 32);
-    ok.then(|| Child::Stored(item.to_vec()))
+    if ok {
+        NodeRef::from_item(item).map(Child::Stored)
+    } else {
+        None
+    }
 }
 
 fn decode_node(rlp: &[u8]) -> Option<Node> {
@@ -246,7 +292,7 @@ fn encode_node(node: &Node) -> Vec<u8> {
 fn push_child(child: &Child, out: &mut Vec<u8>) {
     match child {
         Child::Empty => out.push(alloy_rlp::EMPTY_STRING_CODE),
-        Child::Stored(r) => out.extend_from_slice(r),
+        Child::Stored(r) => out.extend_from_slice(r.as_slice()),
         Child::Dirty => unreachable!("children are resolved before a node is encoded"),
     }
 }
@@ -318,16 +364,21 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     }
 
     fn read_source(&mut self, path: &[u8]) -> Result<Option<Vec<u8>>, TrieError> {
-        if let Some(raw) = self.original.get(path) {
-            return Ok(raw.clone());
+        self.load_original(path)?;
+        Ok(self.original.get(path).cloned().flatten())
+    }
+
+    /// Makes sure `original` holds what the source has at `path`.
+    fn load_original(&mut self, path: &[u8]) -> Result<(), TrieError> {
+        if !self.original.contains_key(path) {
+            let raw = if self.wiped {
+                None
+            } else {
+                self.source.node(&self.owner, path)?
+            };
+            self.original.insert(path.to_vec(), raw);
         }
-        let raw = if self.wiped {
-            None
-        } else {
-            self.source.node(&self.owner, path)?
-        };
-        self.original.insert(path.to_vec(), raw.clone());
-        Ok(raw)
+        Ok(())
     }
 
     /// Takes the node at `path` out of the overlay (reading the source on a miss); the
@@ -336,11 +387,12 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         if let Some(entry) = self.nodes.remove(path) {
             return Ok(entry);
         }
-        match self.read_source(path)? {
-            None => Ok(None),
-            Some(raw) => decode_node(&raw)
+        self.load_original(path)?;
+        match self.original.get(path) {
+            Some(Some(raw)) => decode_node(raw)
                 .map(Some)
                 .ok_or_else(|| self.corrupt(path, "undecodable node")),
+            _ => Ok(None),
         }
     }
 
@@ -355,34 +407,69 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     }
 
     /// Sets `key` (32 bytes, hashed) to `value` (the leaf's payload: an account's or a
-    /// slot value's RLP).
-    pub fn insert(&mut self, key: &B256, value: Vec<u8>) -> Result<(), TrieError> {
+    /// slot value's RLP); returns the value it had.
+    pub fn insert(&mut self, key: &B256, value: Vec<u8>) -> Result<Option<Vec<u8>>, TrieError> {
+        self.insert_at(Vec::new(), &nibbles(key), |_| Ok(value))
+    }
+
+    /// Sets `key` to what `value` makes of its current value (`None`: absent), in one
+    /// walk down the key's path; returns the value it had.
+    pub fn insert_with(
+        &mut self,
+        key: &B256,
+        value: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
+    ) -> Result<Option<Vec<u8>>, TrieError> {
         self.insert_at(Vec::new(), &nibbles(key), value)
     }
 
-    /// Removes `key`; absent keys change nothing.
-    pub fn remove(&mut self, key: &B256) -> Result<(), TrieError> {
-        self.remove_at(Vec::new(), &nibbles(key)).map(|_| ())
+    /// Removes `key`; absent keys change nothing. Returns the value it had.
+    pub fn remove(&mut self, key: &B256) -> Result<Option<Vec<u8>>, TrieError> {
+        self.remove_at(Vec::new(), &nibbles(key))
     }
 
-    fn insert_at(&mut self, path: Vec<u8>, rest: &[u8], value: Vec<u8>) -> Result<(), TrieError> {
+    fn insert_at<F>(
+        &mut self,
+        path: Vec<u8>,
+        rest: &[u8],
+        value: F,
+    ) -> Result<Option<Vec<u8>>, TrieError>
+    where
+        F: FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
+    {
         match self.take(&path)? {
-            None => self.set(
-                path,
-                Some(Node::Leaf {
-                    key: rest.to_vec(),
-                    value,
-                }),
-            ),
+            None => {
+                let value = value(None)?;
+                self.set(
+                    path,
+                    Some(Node::Leaf {
+                        key: rest.to_vec(),
+                        value,
+                    }),
+                )
+            }
             Some(Node::Leaf { key, value: old }) => {
                 if key == rest {
+                    let value = match value(Some(&old)) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            self.keep(path, Some(Node::Leaf { key, value: old }));
+                            return Err(e);
+                        }
+                    };
                     if old == value {
-                        self.keep(path, Some(Node::Leaf { key, value: old }));
+                        self.keep(path, Some(Node::Leaf { key, value }));
                     } else {
                         self.set(path, Some(Node::Leaf { key, value }));
                     }
-                    return Ok(());
+                    return Ok(Some(old));
                 }
+                let value = match value(None) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.keep(path, Some(Node::Leaf { key, value: old }));
+                        return Err(e);
+                    }
+                };
                 let c = common_prefix(&key, rest);
                 if c >= key.len() || c >= rest.len() {
                     return Err(self.corrupt(&path, "keys of different lengths"));
@@ -423,6 +510,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                 if c >= rest.len() {
                     return Err(self.corrupt(&path, "keys of different lengths"));
                 }
+                let value = value(None)?;
                 // Split the extension at `c`: a branch there, the old child under one
                 // slot (through a shorter extension if nibbles remain), the new leaf
                 // under another. The old child keeps its path.
@@ -461,7 +549,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                 return self.insert_at(below, &rest[1..], value);
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// A new branch at `branch_path`, reached from `path` through `prefix` (an
@@ -487,32 +575,32 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         }
     }
 
-    /// Removes the key `rest` below `path`; whether it was there.
-    fn remove_at(&mut self, path: Vec<u8>, rest: &[u8]) -> Result<bool, TrieError> {
+    /// Removes the key `rest` below `path`; the value it had, if it was there.
+    fn remove_at(&mut self, path: Vec<u8>, rest: &[u8]) -> Result<Option<Vec<u8>>, TrieError> {
         match self.take(&path)? {
             None => {
                 self.keep(path, None);
-                Ok(false)
+                Ok(None)
             }
             Some(Node::Leaf { key, value }) => {
                 if key == rest {
                     self.set(path, None);
-                    Ok(true)
+                    Ok(Some(value))
                 } else {
                     self.keep(path, Some(Node::Leaf { key, value }));
-                    Ok(false)
+                    Ok(None)
                 }
             }
             Some(Node::Extension { key, child }) => {
                 if !rest.starts_with(&key) {
                     self.keep(path, Some(Node::Extension { key, child }));
-                    return Ok(false);
+                    return Ok(None);
                 }
                 let below = joined(&path, &key);
-                if !self.remove_at(below.clone(), &rest[key.len()..])? {
+                let Some(old) = self.remove_at(below.clone(), &rest[key.len()..])? else {
                     self.keep(path, Some(Node::Extension { key, child }));
-                    return Ok(false);
-                }
+                    return Ok(None);
+                };
                 // The child changed: merge it up if it is no longer a branch.
                 match self.take(&below)? {
                     None => self.set(path, None),
@@ -532,18 +620,18 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                         self.set(path, Some(Node::Extension { key, child }));
                     }
                 }
-                Ok(true)
+                Ok(Some(old))
             }
             Some(Node::Branch { mut children }) => {
                 let Some(&n) = rest.first() else {
                     self.keep(path, Some(Node::Branch { children }));
-                    return Ok(false);
+                    return Ok(None);
                 };
                 let below = joined(&path, &[n]);
-                if !self.remove_at(below.clone(), &rest[1..])? {
+                let Some(old) = self.remove_at(below.clone(), &rest[1..])? else {
                     self.keep(path, Some(Node::Branch { children }));
-                    return Ok(false);
-                }
+                    return Ok(None);
+                };
                 let still = self.take(&below)?;
                 children[n as usize] = if still.is_some() {
                     Child::Dirty
@@ -579,18 +667,18 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                     }
                     _ => self.set(path, Some(Node::Branch { children })),
                 }
-                Ok(true)
+                Ok(Some(old))
             }
         }
     }
 
-    /// Resolves the dirty children of the node at `path`, encodes it and remembers the
-    /// encoding; returns it.
+    /// Resolves the dirty children of the node at `path`, encodes it and keeps the
+    /// encoding in `encoded`; returns its reference (`None`: the node was removed).
     fn hash_at(
         &mut self,
         path: &[u8],
         encoded: &mut HashMap<Vec<u8>, Vec<u8>>,
-    ) -> Result<Option<Vec<u8>>, TrieError> {
+    ) -> Result<Option<NodeRef>, TrieError> {
         let Some(node) = self.nodes.remove(path) else {
             return Err(self.corrupt(path, "a changed node is not in the overlay"));
         };
@@ -603,18 +691,21 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
             Node::Extension { key, child } => {
                 if *child == Child::Dirty {
                     let below = joined(path, key);
-                    let rlp = self
+                    let r = self
                         .hash_at(&below, encoded)?
                         .ok_or_else(|| self.corrupt(&below, "an extension without child"))?;
-                    *child = Child::Stored(node_ref(&rlp));
+                    *child = Child::Stored(r);
                 }
             }
             Node::Branch { children } => {
+                let mut below = Vec::with_capacity(path.len() + 1);
+                below.extend_from_slice(path);
+                below.push(0);
                 for (i, child) in children.iter_mut().enumerate() {
                     if *child == Child::Dirty {
-                        let below = joined(path, &[i as u8]);
+                        *below.last_mut().expect("one nibble pushed") = i as u8;
                         *child = match self.hash_at(&below, encoded)? {
-                            Some(rlp) => Child::Stored(node_ref(&rlp)),
+                            Some(r) => Child::Stored(r),
                             None => Child::Empty,
                         };
                     }
@@ -622,9 +713,10 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
             }
         }
         let rlp = encode_node(&node);
-        encoded.insert(path.to_vec(), rlp.clone());
+        let r = NodeRef::to_node(&rlp);
+        encoded.insert(path.to_vec(), rlp);
         self.nodes.insert(path.to_vec(), Some(node));
-        Ok(Some(rlp))
+        Ok(Some(r))
     }
 
     /// The new root, the writes that make the store hold the updated trie, and the
@@ -632,13 +724,16 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     pub fn commit(mut self) -> Result<TrieCommit, TrieError> {
         let mut encoded = HashMap::default();
         let root = if self.touched.contains(&Vec::new()) {
-            self.hash_at(&[], &mut encoded)?
+            match self.hash_at(&[], &mut encoded)? {
+                Some(_) => encoded.get(&[][..]).map(keccak256),
+                None => None,
+            }
         } else {
-            self.read_source(&[])?
+            self.read_source(&[])?.map(keccak256)
         };
-        let root = root.map_or(EMPTY_ROOT, |rlp| keccak256(&rlp));
-        let mut paths: Vec<Vec<u8>> = self.touched.iter().cloned().collect();
-        paths.sort();
+        let root = root.unwrap_or(EMPTY_ROOT);
+        let mut paths: Vec<Vec<u8>> = self.touched.drain().collect();
+        paths.sort_unstable();
         let mut writes = Vec::with_capacity(paths.len());
         for path in paths {
             let node = match self.nodes.get(&path) {
@@ -649,7 +744,8 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                 ),
                 _ => None,
             };
-            let old = self.read_source(&path)?;
+            self.load_original(&path)?;
+            let old = self.original.remove(&path).flatten();
             if node == old {
                 continue;
             }

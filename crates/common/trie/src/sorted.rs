@@ -9,7 +9,7 @@
 //! exactly as the stored trie holds it (leaves, extensions, branches; inline nodes at
 //! their own path too), so that the caller can write them out as they come.
 
-use crate::{Child, Node, TrieError, empty_children, encode_node, nibbles, node_ref};
+use crate::{Child, Node, NodeRef, TrieError, empty_children, encode_node, nibbles};
 use alloy_primitives::{B256, keccak256};
 
 /// A finished node: its path (nibbles) and its RLP.
@@ -123,7 +123,7 @@ impl SortedBuilder {
             .stack
             .last_mut()
             .expect("a branch at the longer common prefix");
-        top.children[key[m as usize] as usize] = Child::Stored(node_ref(&rlp));
+        top.children[key[m as usize] as usize] = Child::Stored(NodeRef::to_node(&rlp));
         // Branches deeper than the next key's common prefix are complete.
         while self.stack.last().is_some_and(|b| b.depth as isize > ln) {
             let branch = self.stack.pop().expect("checked");
@@ -146,13 +146,14 @@ impl SortedBuilder {
             if depth > start {
                 let ext = Node::Extension {
                     key: key[start..depth].to_vec(),
-                    child: Child::Stored(node_ref(&rlp)),
+                    child: Child::Stored(NodeRef::to_node(&rlp)),
                 };
                 rlp = self.emit(&key[..start], &ext);
             }
             match self.stack.last_mut() {
                 Some(p) if parent >= 0 => {
-                    p.children[key[parent as usize] as usize] = Child::Stored(node_ref(&rlp));
+                    p.children[key[parent as usize] as usize] =
+                        Child::Stored(NodeRef::to_node(&rlp));
                 }
                 _ => self.root = Some(rlp),
             }
