@@ -165,6 +165,42 @@ pub struct SimulatedBlock {
     pub block: moat_common::block::Block,
     pub senders: Vec<Address>,
     pub calls: Vec<SimCallResult>,
+    /// The transactions' hashes as geth gives them. They differ from
+    /// `block.transactions[i].hash()` for legacy ones only: geth's unsigned legacy
+    /// transaction has `v` 0, which a signed one cannot have.
+    pub tx_hashes: Vec<B256>,
+}
+
+/// geth's encoding of an unsigned legacy transaction: `v`, `r` and `s` all zero.
+fn unsigned_legacy(tx: &LegacyTx) -> Vec<u8> {
+    use alloy_rlp::Encodable;
+    let mut payload = Vec::new();
+    tx.nonce.encode(&mut payload);
+    tx.gas_price.encode(&mut payload);
+    tx.gas_limit.encode(&mut payload);
+    match tx.to {
+        TxKind::Call(to) => to.encode(&mut payload),
+        TxKind::Create => payload.push(alloy_rlp::EMPTY_STRING_CODE),
+    }
+    tx.value.encode(&mut payload);
+    tx.input.encode(&mut payload);
+    payload.extend([alloy_rlp::EMPTY_STRING_CODE; 3]);
+    let mut out = Vec::with_capacity(payload.len() + 9);
+    alloy_rlp::Header {
+        list: true,
+        payload_length: payload.len(),
+    }
+    .encode(&mut out);
+    out.extend(payload);
+    out
+}
+
+/// A simulated transaction's envelope as geth encodes it.
+fn envelope(tx: &SignedTransaction) -> Vec<u8> {
+    match tx.tx() {
+        Transaction::Legacy(legacy) => unsigned_legacy(legacy),
+        _ => tx.encoded_2718(),
+    }
 }
 
 /// The base state with what the simulation changed laid over it.
@@ -761,6 +797,7 @@ impl<'a> Simulator<'a> {
 
         let mut txs = Vec::with_capacity(block.calls.len());
         let mut senders = Vec::with_capacity(block.calls.len());
+        let mut tx_hashes = Vec::with_capacity(block.calls.len());
         let mut results = Vec::with_capacity(block.calls.len());
         let mut receipts = Vec::with_capacity(block.calls.len());
         let mut cumulative: u64 = 0;
@@ -805,7 +842,7 @@ impl<'a> Simulator<'a> {
                 tx_env.nonce = u64::MAX - 1;
             }
             let signed = SignedTransaction::new(tx, Signature::default());
-            let tx_hash = signed.hash();
+            let tx_hash = alloy_primitives::keccak256(envelope(&signed));
             let result = evm
                 .inspect_tx_commit(tx_env)
                 .map_err(|e| tx_error(e, gas))?;
@@ -860,6 +897,7 @@ impl<'a> Simulator<'a> {
                 logs,
                 gas_capped,
             });
+            tx_hashes.push(tx_hash);
             txs.push(signed);
             senders.push(from);
         }
@@ -921,7 +959,10 @@ impl<'a> Simulator<'a> {
             withdrawals,
         };
         header.state_root = self.state_root()?;
-        header.transactions_root = sealed.transactions_root();
+        header.transactions_root =
+            alloy_trie::root::ordered_trie_root_with_encoder(&sealed.transactions, |tx, buf| {
+                buf.extend_from_slice(&envelope(tx))
+            });
         header.withdrawals_root = sealed.withdrawals_root();
         header.receipts_root = moat_common::receipt::receipts_root(&receipts);
         header.logs_bloom = receipts
@@ -941,6 +982,7 @@ impl<'a> Simulator<'a> {
             block: sealed,
             senders,
             calls: results,
+            tx_hashes,
         })
     }
 }

@@ -37,6 +37,10 @@ pub const MAX_TOTAL_CALLS: usize = 10_000;
 /// Seconds between simulated blocks whose time is not given.
 pub const TIMESTAMP_INCREMENT: u64 = 12;
 
+/// The chain id geth shows for an unsigned legacy transaction: `(0 - 35) / 2` in 64-bit
+/// arithmetic.
+const LEGACY_UNSIGNED_CHAIN_ID: &str = "0x7fffffffffffffee";
+
 /// geth's codes for simulation errors (`internal/ethapi/errors.go`).
 pub const NONCE_TOO_HIGH: i32 = -38011;
 pub const NONCE_TOO_LOW: i32 = -38010;
@@ -483,6 +487,23 @@ fn block_result(b: &SimulatedBlock, full: bool) -> Value {
         .collect();
     if let Value::Object(m) = &mut v {
         m.insert("calls".into(), Value::Array(calls));
+        // geth's hashes; a legacy call shows geth's unsigned form (v 0, and the chain id
+        // geth derives from that v).
+        if let Some(Value::Array(txs)) = m.get_mut("transactions") {
+            for (i, tx) in txs.iter_mut().enumerate() {
+                let hash = json!(b.tx_hashes[i]);
+                match tx {
+                    Value::Object(t) => {
+                        if t.get("type") == Some(&json!("0x0")) {
+                            t.insert("v".into(), json!("0x0"));
+                            t.insert("chainId".into(), json!(LEGACY_UNSIGNED_CHAIN_ID));
+                        }
+                        t.insert("hash".into(), hash);
+                    }
+                    other => *other = hash,
+                }
+            }
+        }
     }
     v
 }
