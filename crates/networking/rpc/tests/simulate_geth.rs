@@ -9,7 +9,7 @@
 //! block-number gaps with fee recipient, prevRandao and withdrawals; validation with the
 //! computed base fee; a nonce too low (-38010); numbers out of order (-38020); a blob
 //! call with the blob base fee overridden; a contract creation with value; an EIP-7702
-//! authorization delegating its signer to code.
+//! authorization delegating its signer to code; legacy (gasPrice) calls, shown unsigned.
 //!
 //! To add a case: `geth init` and `geth import` the ethtest genesis and chain.rlp, start
 //! geth with `--http`, post the request and append both lines to the file.
@@ -74,5 +74,5 @@ async fn simulated_blocks_match_geths_on_the_conformance_chain() {
         );
         cases += 1;
     }
-    assert_eq!(cases, 11);
+    assert_eq!(cases, 12);
 }
