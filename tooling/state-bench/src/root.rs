@@ -62,6 +62,14 @@ pub struct RootArgs {
     pub(crate) no_node_cache: bool,
 }
 
+/// This thread's time on a CPU so far (Linux's schedstat), to compare runs on a machine
+/// other work keeps busy; `None` where it is not available.
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 fn store_err(e: impl std::fmt::Display) -> String {
     format!("store: {e}")
 }
@@ -272,13 +280,18 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
     };
 
     let mut times = Vec::with_capacity(reps);
+    let mut cpu = Vec::with_capacity(reps);
     let mut roots = HashSet::new();
     let (mut trie_writes, mut undo_nodes) = (0, 0);
     for r in 0..reps {
         let block = &blocks[r % blocks.len()];
+        let c = thread_cpu();
         let t = Instant::now();
         let update = state_update(&store, &block.changes).map_err(store_err)?;
         times.push(t.elapsed());
+        if let (Some(before), Some(after)) = (c, thread_cpu()) {
+            cpu.push(after.saturating_sub(before));
+        }
         roots.insert(update.root);
         trie_writes = update.trie_writes.len();
         undo_nodes = update.undo.trie.len();
@@ -296,6 +309,8 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
     let (p50, p90) = (percentile(&sorted, 0.5), percentile(&sorted, 0.9));
     let (min, max) = (sorted[0], sorted[sorted.len() - 1]);
     let block = &blocks[0];
+    cpu.sort();
+    let cpu_p50 = (!cpu.is_empty()).then(|| us(percentile(&cpu, 0.5)));
 
     if args.json {
         let line = json!({
@@ -312,6 +327,7 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
             "first_us": us(first),
             "p50_us": us(p50),
             "p90_us": us(p90),
+            "cpu_p50_us": cpu_p50,
             "min_us": us(min),
             "max_us": us(max),
             "empty_block_us": us(empty_time),
@@ -349,6 +365,9 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
             us(min),
             us(max)
         );
+        if let Some(cpu) = cpu_p50 {
+            println!("state_update CPU:   p50 {cpu:.0} µs (this thread's time on a CPU)");
+        }
         println!(
             "flat reads alone:   {:.0} µs (the same accounts and old slot values, read again)",
             us(reads)
