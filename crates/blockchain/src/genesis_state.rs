@@ -14,8 +14,10 @@
 //! inserting chunk after chunk into the stored trie instead rewrote its upper branches
 //! for every chunk. Memory: one chunk's batch, one bucket (1/256 of the leaves, ~120
 //! bytes each) and the builder's open branches. The first commit clears whatever an
-//! interrupted attempt left; the caller commits the block that makes the state a chain's
-//! only after [`GenesisStateWriter::finish`].
+//! interrupted attempt left; the chunks commit without waiting for the disk (one sync at
+//! the end, in `finish`: a crash before it leaves no chain, and the next attempt starts
+//! over); the caller commits the block that makes the state a chain's only after
+//! [`GenesisStateWriter::finish`].
 
 use crate::state_root::{ACCOUNT_TRIE, account_leaf, slot_leaf};
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
@@ -171,7 +173,7 @@ impl<'s> GenesisStateWriter<'s> {
         self.accounts += 1;
         self.in_batch += 1;
         if self.in_batch >= self.chunk {
-            self.store.commit(std::mem::take(&mut self.batch))?;
+            self.store.commit_relaxed(std::mem::take(&mut self.batch))?;
             self.in_batch = 0;
         }
         Ok(account)
@@ -180,13 +182,13 @@ impl<'s> GenesisStateWriter<'s> {
     /// Writes the account trie and returns the state root. An address given twice is
     /// refused.
     pub fn finish(mut self) -> Result<B256, StoreError> {
-        self.store.commit(std::mem::take(&mut self.batch))?;
+        self.store.commit_relaxed(std::mem::take(&mut self.batch))?;
         let mut builder = SortedBuilder::new();
         let mut batch = WriteBatch::new();
         let store = self.store;
         let feed = |mut leaves: Vec<(B256, Vec<u8>)>,
-                        builder: &mut SortedBuilder,
-                        batch: &mut WriteBatch|
+                    builder: &mut SortedBuilder,
+                    batch: &mut WriteBatch|
          -> Result<(), StoreError> {
             leaves.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             for (key, leaf) in leaves {
@@ -199,7 +201,7 @@ impl<'s> GenesisStateWriter<'s> {
                     for (path, rlp) in builder.take_nodes() {
                         batch.set_trie_node(ACCOUNT_TRIE, path, Some(rlp));
                     }
-                    store.commit(std::mem::take(batch))?;
+                    store.commit_relaxed(std::mem::take(batch))?;
                 }
             }
             Ok(())
@@ -239,7 +241,9 @@ impl<'s> GenesisStateWriter<'s> {
         for (path, rlp) in nodes {
             batch.set_trie_node(ACCOUNT_TRIE, path, Some(rlp));
         }
+        // Durable, and with it every relaxed commit before.
         store.commit(batch)?;
+        store.flush()?;
         Ok(root)
     }
 }
