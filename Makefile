@@ -41,6 +41,7 @@ attack-table:
 # Block value from the pool against the ideal block of the same stream, five seeds.
 pool-quality:
 	$(CARGO) run --release -p moat-pool-quality -- --seeds 1,2,3,4,5
+	$(CARGO) run --release -p moat-pool-quality -- --blobs --seeds 1,2,3,4,5
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -81,6 +81,13 @@ impl Class {
         Class::PlainFromBlobSender,
     ];
 
+    /// Whether a node may count the class against the peer that relays it as a fault of
+    /// the tx's bytes (moat: 5 reputation points each, 20 drop the peer): the tool sends
+    /// these over RPC even from remote senders, as no honest peer relays them.
+    pub fn peer_fault(self) -> bool {
+        matches!(self, Class::Oversized | Class::LowGas | Class::WrongChain)
+    }
+
     /// Whether txs of the class have a hash no other stream tx has: a duplicate is its
     /// original again, and a bad blob's tx is the valid one (the sidecar is not hashed).
     pub fn own_hash(self) -> bool {
@@ -366,14 +373,18 @@ pub fn stream(
 }
 
 /// The tool's blob genesis: [`genesis`] with every fork from Shanghai to Osaka at 0 (the
-/// ethtest chain's blob schedule: Prague's 6/9 holds in Osaka), so blob txs carry
-/// version-1 sidecars (cell proofs) from block 1 on.
+/// ethtest chain's blob schedule: Prague's 6/9 holds in Osaka) and no difficulty, so blob
+/// txs carry version-1 sidecars (cell proofs) from block 1 on.
 pub fn osaka_genesis(ethtest_genesis: &str, senders: &[(Signer, U256)]) -> Result<Genesis, String> {
     let mut g = genesis(ethtest_genesis, senders)?;
     g.config.shanghai_time = Some(0);
     g.config.cancun_time = Some(0);
     g.config.prague_time = Some(0);
     g.config.osaka_time = Some(0);
+    // Merged from block 0: geth's pool reads the merge off the head's difficulty and takes
+    // no blob tx on a genesis head with one.
+    g.difficulty = U256::ZERO;
+    g.config.terminal_total_difficulty = Some(U256::ZERO);
     g.excess_blob_gas = Some(0);
     g.blob_gas_used = Some(0);
     Ok(g)
@@ -660,7 +671,8 @@ pub struct BlockLimits {
 }
 
 impl BlockLimits {
-    /// The limits of block 1 on `genesis`, built at [`BLOCK_TIME`].
+    /// The limits of block 1 on `genesis`, built at [`BLOCK_TIME`] toward geth's default
+    /// gas limit target ([`MINER_GAS_LIMIT`]), as both nodes build it.
     pub fn first(genesis: &Genesis) -> Self {
         let params = genesis.config.blob_params_at(BLOCK_TIME);
         Self {
@@ -668,11 +680,15 @@ impl BlockLimits {
             blob_base_fee: params.map_or(0, |p| {
                 moat_common::fees::blob_base_fee(genesis.excess_blob_gas.unwrap_or(0), &p)
             }),
-            gas_limit: genesis.gas_limit,
+            gas_limit: moat_blockchain::payload::next_gas_limit(genesis.gas_limit, MINER_GAS_LIMIT),
             max_blobs: params.map_or(0, |p| p.max),
         }
     }
 }
+
+/// geth's default `--miner.gaslimit` (moat's too): block 1 of the tool's 30M genesis has
+/// 30,029,295 gas, room for 1,429 transfers.
+pub const MINER_GAS_LIMIT: u64 = 60_000_000;
 
 /// The timestamp of the built block: past the ethtest chain's Prague (120).
 pub const BLOCK_TIME: u64 = 212;
@@ -888,6 +904,7 @@ pub async fn run_in_process(
     };
     let miner = MinerConfig {
         min_tip: 0,
+        gas_limit: Some(MINER_GAS_LIMIT),
         ..MinerConfig::default()
     };
     let built = chain

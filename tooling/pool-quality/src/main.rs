@@ -74,6 +74,9 @@ struct Args {
     /// The external node's enode (loopback): remote txs go over RLPx from several peers.
     #[arg(long)]
     enode: Option<Enode>,
+    /// In process: the pool as `--txpool.nolocals` makes it (RPC txs get no exemption).
+    #[arg(long)]
+    nolocals: bool,
 }
 
 fn main() -> ExitCode {
@@ -148,7 +151,9 @@ fn run(args: Args) -> Result<(), String> {
         };
         let ideal = ideal_value(&s, &senders, &limits);
         let out = match args.rpc {
-            None => runtime.block_on(run_in_process(&genesis, &s, |_| {}))?,
+            None => runtime.block_on(run_in_process(&genesis, &s, |cfg| {
+                cfg.no_locals = args.nolocals;
+            }))?,
             Some(rpc) => runtime.block_on(external(&args, &genesis, rpc, &s))?,
         };
         for (reason, n) in &out.reasons {
@@ -337,26 +342,79 @@ impl Peer {
     }
 }
 
+async fn connect_peer(enode: &Enode, genesis: &Genesis, identity: u64) -> Result<Client, String> {
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&(0x9001_0000 + identity).to_be_bytes());
+    seed[31] = 1;
+    let key = secp256k1::SecretKey::from_byte_array(seed).map_err(|e| e.to_string())?;
+    Client::connect(enode, key, &[70, 69, 68], genesis_status(genesis))
+        .await
+        .map_err(|e| format!("handshake with {enode}: {e}"))
+}
+
 async fn connect_peers(enode: &Enode, genesis: &Genesis) -> Result<Vec<Peer>, String> {
     loopback(&enode.addr)?;
-    let status = genesis_status(genesis);
     let mut peers = Vec::with_capacity(PEERS);
     for i in 0..PEERS {
-        let mut seed = [0u8; 32];
-        seed[..8].copy_from_slice(&(0x9001_0000 + i as u64).to_be_bytes());
-        seed[31] = 1;
-        let key = secp256k1::SecretKey::from_byte_array(seed).map_err(|e| e.to_string())?;
-        let client = Client::connect(enode, key, &[70, 69, 68], status.clone())
-            .await
-            .map_err(|e| format!("handshake with {enode}: {e}"))?;
         peers.push(Peer {
-            client,
+            client: connect_peer(enode, genesis, i as u64).await?,
             batch: Vec::new(),
             batch_hashes: HashSet::new(),
             serve: HashMap::new(),
         });
     }
     Ok(peers)
+}
+
+/// One remote tx to its peer: a plain one into the peer's next `Transactions` message, a
+/// blob one announced (blob txs are fetched, never pushed) and served.
+async fn deliver(peer: &mut Peer, tx: &StreamTx) -> Result<(), String> {
+    if tx.blobs > 0 {
+        peer.flush().await?;
+        let ann = Announcement {
+            types: vec![3],
+            sizes: vec![tx.raw.len() as u32],
+            hashes: vec![tx.hash],
+        };
+        if peer.serve.insert(tx.hash, tx.raw.clone()).is_none() {
+            peer.client
+                .send(&EthMessage::NewPooledTransactionHashes(ann))
+                .await
+                .map_err(|e| format!("send: {e}"))?;
+        }
+        // Give the node the time to fetch it before the sender's next tx.
+        peer.serve(Duration::from_millis(700)).await
+    } else {
+        // Two copies in one message are a protocol fault.
+        if peer.batch_hashes.contains(&tx.hash) || peer.batch.len() >= 16 {
+            peer.flush().await?;
+        }
+        peer.batch_hashes.insert(tx.hash);
+        peer.batch.push(tx.raw.clone());
+        Ok(())
+    }
+}
+
+/// The node dropped `peer`: it comes back as a new identity, as a relaying node would be
+/// redialled; what its lost messages held is simply not pooled (at most 50 times a run).
+async fn redial(
+    args: &Args,
+    genesis: &Genesis,
+    peer: &mut Peer,
+    redials: &mut usize,
+    slot: usize,
+    why: &str,
+) -> Result<(), String> {
+    *redials += 1;
+    if *redials > 50 {
+        return Err(format!("the node keeps dropping the tool's peers: {why}"));
+    }
+    let enode = args.enode.as_ref().ok_or("no enode")?;
+    peer.client = connect_peer(enode, genesis, (*redials * PEERS + slot) as u64).await?;
+    peer.batch.clear();
+    peer.batch_hashes.clear();
+    peer.serve.clear();
+    Ok(())
 }
 
 /// The stream to a node (local txs over RPC, remote ones over RLPx with `--enode`), then a
@@ -396,34 +454,14 @@ async fn external(
     };
     let mut out = Outcome::default();
     let mut last_service = Instant::now();
+    let mut redials = 0usize;
     for tx in s {
         let c = out.by_class.entry(tx.class).or_default();
         c.sent += 1;
-        if tx.remote && !peers.is_empty() {
-            let peer = &mut peers[peer_of(tx.sender)];
-            if tx.blobs > 0 {
-                // Blob txs are announced and fetched, never pushed.
-                peer.flush().await?;
-                let ann = Announcement {
-                    types: vec![3],
-                    sizes: vec![tx.raw.len() as u32],
-                    hashes: vec![tx.hash],
-                };
-                if peer.serve.insert(tx.hash, tx.raw.clone()).is_none() {
-                    peer.client
-                        .send(&EthMessage::NewPooledTransactionHashes(ann))
-                        .await
-                        .map_err(|e| format!("send: {e}"))?;
-                }
-                // Give the node the time to fetch it before the sender's next tx.
-                peer.serve(Duration::from_millis(700)).await?;
-            } else {
-                // Two copies in one message are a protocol fault.
-                if peer.batch_hashes.contains(&tx.hash) || peer.batch.len() >= 16 {
-                    peer.flush().await?;
-                }
-                peer.batch_hashes.insert(tx.hash);
-                peer.batch.push(tx.raw.clone());
+        if tx.remote && !peers.is_empty() && !tx.class.peer_fault() {
+            let i = peer_of(tx.sender);
+            if let Err(e) = deliver(&mut peers[i], tx).await {
+                redial(args, genesis, &mut peers[i], &mut redials, i, &e).await?;
             }
         } else {
             let r = rpc_call(rpc, "eth_sendRawTransaction", json!([tx.raw]))?;
@@ -437,15 +475,23 @@ async fn external(
             }
         }
         if last_service.elapsed() > Duration::from_secs(1) {
-            for p in &mut peers {
-                p.flush().await?;
-                p.serve(Duration::from_millis(1)).await?;
+            for (i, p) in peers.iter_mut().enumerate() {
+                let r = match p.flush().await {
+                    Ok(()) => p.serve(Duration::from_millis(1)).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = r {
+                    redial(args, genesis, p, &mut redials, i, &e).await?;
+                }
             }
             last_service = Instant::now();
         }
     }
-    for p in &mut peers {
-        p.flush().await?;
+
+    for (i, p) in peers.iter_mut().enumerate() {
+        if let Err(e) = p.flush().await {
+            redial(args, genesis, p, &mut redials, i, &e).await?;
+        }
     }
     // Wait for the node to take in what the peers sent: the pool's size steady for 2 s
     // (at most 60 s), announced txs served meanwhile.
@@ -453,8 +499,10 @@ async fn external(
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut last = (String::new(), Instant::now());
         while Instant::now() < deadline {
-            for p in &mut peers {
-                p.serve(Duration::from_millis(100)).await?;
+            for (i, p) in peers.iter_mut().enumerate() {
+                if let Err(e) = p.serve(Duration::from_millis(100)).await {
+                    redial(args, genesis, p, &mut redials, i, &e).await?;
+                }
             }
             let st = rpc_call(rpc, "txpool_status", json!([]))?;
             let now = st["result"].to_string();
@@ -466,6 +514,9 @@ async fn external(
                 break;
             }
         }
+    }
+    if redials > 0 {
+        eprintln!("the node dropped the tool's peers {redials} times");
     }
     // What the pool holds, per class.
     let own: Vec<&StreamTx> = s.iter().filter(|t| t.class.own_hash()).collect();

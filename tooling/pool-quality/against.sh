@@ -1,0 +1,48 @@
+#!/bin/bash
+# One seed of moat-pool-quality against a fresh moat or geth node:
+#   tooling/pool-quality/against.sh moat|geth SEED [--blobs] [--senders N]
+# Run from the repository root after `cargo build --release -p moat -p moat-pool-quality`
+# (GETH=path/to/geth for geth). The node runs on the tool's genesis in a fresh datadir
+# under $WORK (default /tmp/pool-quality), loopback only, discovery off; the tool sends the
+# local part of the stream over RPC and the remote part over RLPx from its peers, then
+# builds one payload. The datadir is removed afterwards; the tool's output stays there.
+set -u
+NODE=$1; SEED=$2; shift 2
+MODE=plain; EXTRA=()
+for a in "$@"; do [ "$a" = "--blobs" ] && MODE=blobs; EXTRA+=("$a"); done
+TOOL=${TOOL:-./target/release/moat-pool-quality}
+MOAT=${MOAT:-./target/release/moat}
+GETH=${GETH:-geth}
+WORK=${WORK:-/tmp/pool-quality}
+D=$WORK/$NODE-$MODE-$SEED; rm -rf "$D"; mkdir -p "$D"
+G=$WORK/genesis-$MODE.json
+JWT=$WORK/jwt.hex; [ -f "$JWT" ] || openssl rand -hex 32 > "$JWT"
+"$TOOL" "${EXTRA[@]}" --write-genesis "$G" >/dev/null || exit 1
+HTTP=18545; AUTH=18551; P2P=30399
+if [ "$NODE" = geth ]; then
+  "$GETH" --datadir "$D/db" init "$G" > "$D/init.log" 2>&1
+  "$GETH" --datadir "$D/db" --http --http.addr 127.0.0.1 --http.port $HTTP --http.api eth,txpool,admin \
+    --authrpc.addr 127.0.0.1 --authrpc.port $AUTH --authrpc.jwtsecret "$JWT" --port $P2P --nodiscover \
+    --nat none --maxpeers 20 --ipcdisable --syncmode full > "$D/node.log" 2>&1 &
+else
+  "$MOAT" init --datadir "$D/db" --network "$G" > "$D/init.log" 2>&1
+  "$MOAT" --datadir "$D/db" --network "$G" --http --http.addr 127.0.0.1 --http.port $HTTP \
+    --http.api eth,txpool,admin --authrpc.addr 127.0.0.1 --authrpc.port $AUTH \
+    --authrpc.jwtsecret "$JWT" --port $P2P --nodiscover --maxpeers 20 > "$D/node.log" 2>&1 &
+fi
+PID=$!
+E=
+for _ in $(seq 1 60); do
+  E=$(curl -s -m 2 -H 'Content-Type: application/json' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"admin_nodeInfo","params":[]}' http://127.0.0.1:$HTTP |
+    python3 -c 'import sys,json; print(json.load(sys.stdin)["result"]["enode"])' 2>/dev/null)
+  [ -n "$E" ] && break; sleep 0.5
+done
+ENODE=$(echo "$E" | sed -E "s/@[^?]*/@127.0.0.1:$P2P/; s/\?.*//")
+"$TOOL" "${EXTRA[@]}" --seeds "$SEED" --rpc 127.0.0.1:$HTTP --engine 127.0.0.1:$AUTH \
+  --jwtsecret "$JWT" --enode "$ENODE" > "$D/out.txt" 2> "$D/err.txt"
+RC=$?
+kill $PID; wait $PID 2>/dev/null
+rm -rf "$D/db"
+cat "$D/out.txt"
+exit $RC
