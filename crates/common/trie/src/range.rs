@@ -845,5 +845,29 @@ mod tests {
                 prop_assert!(verify_range_proof(root, &origin, &k, &v, &proof).is_err());
             }
         }
+
+        #[test]
+        fn damaged_proofs_are_refused_without_panicking(
+            seeds in proptest::collection::btree_set(any::<u16>(), 2..80),
+            origin_seed in any::<u16>(),
+            count in 1usize..20,
+            node in any::<prop::sample::Index>(),
+            byte in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            let state = state_of(seeds.iter().map(|s| keccak256(s.to_be_bytes())));
+            let (nodes, root) = build(&state);
+            let origin = keccak256(origin_seed.to_be_bytes());
+            let (keys, values, mut proof) = serve(&nodes, &origin, count);
+            prop_assume!(!proof.is_empty());
+            let n = node.index(proof.len());
+            let at = byte.index(proof[n].len());
+            proof[n][at] ^= flip;
+            // A changed node no longer hashes to what its parent references, so the
+            // range cannot verify (unless the node is not needed, which proofs of both
+            // edges never hold).
+            let result = verify_range_proof(root, &origin, &keys, &values, &proof);
+            prop_assert!(result.is_err(), "{:?}", result);
+        }
     }
 }
