@@ -4,12 +4,16 @@
 # has no p2p). Everything listens on 127.0.0.1 (attackers connect from 127.0.0.10-13); each
 # node is stopped at the end. SECONDS_PER_PHASE (default 5) and SCENARIOS (comma-separated)
 # pass through. blob-v1 runs on a second moat dev node with Osaka active (--dev.osaka).
+# With GETH, the gossip form also runs on both nodes over the ethtest chain (ETHTEST_ONLY=1:
+# only that part).
 set -eu
 BIN=${BIN:-target/release}
 PHASE=${SECONDS_PER_PHASE:-5}
-SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,blob-v0,rpc-flood,announce,blob-v1}
-# Dev keys 2-4 fund the blob spammers (blob txs must pass the balance check to reach KZG).
-BLOBKEYS=0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a,0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6,0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a
+SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,blob-v0,rpc-flood,announce,invalidation,blob-v1}
+# Dev keys 2-3 fund the blob spammers (blob txs must pass the balance check to reach KZG),
+# dev key 4 the invalidation storm's senders.
+BLOBKEYS=0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a,0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6
+STORMKEY=0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a
 # Prague takes version-0 sidecars only, Osaka version-1 only: blob-v1 gets its own node.
 SCEN_MAIN=$(echo "$SCEN" | tr ',' '\n' | grep -v '^blob-v1$' | paste -sd, -)
 SCEN_OSAKA=$(echo "$SCEN" | tr ',' '\n' | grep '^blob-v1$' || true)
@@ -49,15 +53,17 @@ moat_table() { # moat_table LABEL SCENARIOS [extra moat flags]
     "$BIN/moat-attack-table" --label "$label" --rpc 127.0.0.1:8591 --target "$ENODE" --pid "$MOAT" \
         --peer-key 0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 \
         --rpc-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d \
-        --blob-keys "$BLOBKEYS" --metrics 127.0.0.1:8594 \
+        --blob-keys "$BLOBKEYS" --storm-key "$STORMKEY" --metrics 127.0.0.1:8594 \
         --seconds "$PHASE" --scenarios "$scen" || true
     kill "$MOAT"; PIDS=""
     sleep 1
 }
+if [ -z "${ETHTEST_ONLY:-}" ]; then
 [ -n "$SCEN_MAIN" ] && moat_table moat "$SCEN_MAIN"
 [ -n "$SCEN_OSAKA" ] && moat_table moat-osaka "$SCEN_OSAKA" --dev.osaka
+fi
 
-if [ -n "${GETH:-}" ]; then
+if [ -n "${GETH:-}" ] && [ -z "${ETHTEST_ONLY:-}" ]; then
     # geth --dev funds its fixed developer key (cmd/utils DeveloperKey).
     "$GETH" --dev --dev.period 2 --datadir "$DIR/geth" --http --http.addr 127.0.0.1 \
         --http.port 8595 --authrpc.port 8596 --port 0 --nodiscover --maxpeers 0 \
@@ -69,4 +75,52 @@ if [ -n "${GETH:-}" ]; then
     DEVKEY=0xb71c71a67e1177ad4e901695e1b4b9ee17ae16c6668d313eac2f96dbcda3f291
     "$BIN/moat-attack-table" --label go-ethereum --rpc 127.0.0.1:8595 --pid "$GPID" \
         --peer-key $DEVKEY --rpc-key $DEVKEY --seconds "$PHASE" --scenarios "$SCEN" || true
+    kill "$GPID"; PIDS=""
+    sleep 1
+fi
+
+if [ -n "${GETH:-}" ]; then
+    # The gossip form on both nodes: each imports the ethtest chain and is made synced by
+    # a forkchoice update naming its head (geth takes peers' txs only once synced). No
+    # consensus client, so no blocks: the invalidation storm and blob-v1 do not run here,
+    # and the honest traffic is slower (50 and 20 tx/s) so that its two senders' txs,
+    # never mined, stay within the pools' per-sender limits for the whole run.
+    T=${ETHTEST:-../shared/testdata/ethtest}
+    SCEN_GOSSIP=$(echo "$SCEN" | tr ',' '\n' | grep -v '^invalidation$\|^blob-v1$' | paste -sd, -)
+    KEYS=$(sed -n 's/.*"key": *"\(0x[0-9a-f]*\)".*/\1/p' "$T/accounts.json" | head -4)
+    K1=$(echo "$KEYS" | sed -n 1p); K2=$(echo "$KEYS" | sed -n 2p)
+    K34=$(echo "$KEYS" | sed -n 3,4p | paste -sd, -)
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/jwt.hex"
+    ethtest_table() { # ethtest_table LABEL PID HTTP ENGINE
+        wait_rpc "$3"
+        ENODE=$(rpc "$3" admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p' | sed 's/?.*//')
+        [ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; return; }
+        "$BIN/moat-attack-table" --label "$1" --rpc "127.0.0.1:$3" --target "$ENODE" --pid "$2" \
+            --network "$T/genesis.json" --fcu "$T/headfcu.json" --engine "127.0.0.1:$4" --jwt-secret "$DIR/jwt.hex" \
+            --peer-key "$K1" --rpc-key "$K2" --blob-keys "$K34" --metrics 127.0.0.1:8594 \
+            --peer-rate 50 --rpc-rate 20 --seconds "$PHASE" --scenarios "$SCEN_GOSSIP" || true
+        kill "$2"; PIDS=""
+        sleep 1
+    }
+    "$BIN/moat" import --network "$T/genesis.json" --datadir "$DIR/moat-ethtest" "$T/chain.rlp" \
+        > "$DIR/moat-import.log" 2>&1
+    "$BIN/moat" --network "$T/genesis.json" --datadir "$DIR/moat-ethtest" --maxpeers 50 \
+        --nodiscover --p2p.addr 127.0.0.1 --port 30391 --http --http.port 8591 \
+        --http.api eth,net,web3,admin --ws.port 8592 --authrpc.port 8593 \
+        --authrpc.jwtsecret "$DIR/jwt.hex" --metrics --metrics.port 8594 \
+        --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
+        > "$DIR/moat-ethtest.log" 2>&1 &
+    MOAT=$!
+    PIDS="$MOAT"
+    ethtest_table "moat (ethtest chain)" "$MOAT" 8591 8593
+    "$GETH" init --datadir "$DIR/geth-ethtest" "$T/genesis.json" > "$DIR/geth-init.log" 2>&1
+    "$GETH" import --datadir "$DIR/geth-ethtest" "$T/chain.rlp" > "$DIR/geth-import.log" 2>&1
+    "$GETH" --datadir "$DIR/geth-ethtest" --syncmode full --nodiscover --nat none \
+        --netrestrict 127.0.0.0/8 --port 30392 --maxpeers 50 --http --http.addr 127.0.0.1 \
+        --http.port 8595 --http.api eth,net,web3,admin --authrpc.port 8596 \
+        --authrpc.jwtsecret "$DIR/jwt.hex" --datadir.minfreedisk 1 \
+        > "$DIR/geth-ethtest.log" 2>&1 &
+    GPID=$!
+    PIDS="$GPID"
+    ethtest_table "go-ethereum (ethtest chain)" "$GPID" 8595 8596
 fi

@@ -29,7 +29,13 @@
 //!   announced one at a time and delivered when the node asks; each attacker cycles
 //!   through 16 such txs, reconnecting with a new identity from a new /24 whenever it is
 //!   dropped (127.(1+i).k.1: a botnet, which per-/24 history cannot stop). With
-//!   `--metrics` the node's KZG checks are counted against the unique txs delivered.
+//!   `--metrics` the node's KZG checks are counted against the unique txs delivered;
+//! - `invalidation` (5): 2,000 fresh senders (`--storm-senders`) are funded by RPC from
+//!   `--storm-key`, each for exactly two transfers, and mined; then the attackers gossip
+//!   four transfers of each sender (8,000 txs, 1 gwei tip). The node's blocks (dev mode,
+//!   every 2 s) include the first ones and leave the rest unable to pay: each head change
+//!   revalidates the senders in bulk. With `--metrics` the head changes' revalidation
+//!   time and accounts read are printed beside the reference phase's.
 //!
 //! Without `--target` only the RPC forms run (honest RPC, `rpc-flood`): go-ethereum's dev
 //! mode has no p2p.
@@ -67,6 +73,7 @@ enum Scenario {
     Announce,
     BlobV0,
     BlobV1,
+    Invalidation,
 }
 
 impl Scenario {
@@ -79,6 +86,7 @@ impl Scenario {
             Scenario::Announce => "6 announcement flood",
             Scenario::BlobV0 => "4 blob spam (v0 proofs)",
             Scenario::BlobV1 => "4 blob spam (v1 cell proofs)",
+            Scenario::Invalidation => "5 invalidation storm",
         }
     }
 
@@ -91,7 +99,8 @@ impl Scenario {
             | Scenario::CacheChurn
             | Scenario::Repeat
             | Scenario::RpcFlood
-            | Scenario::Announce => None,
+            | Scenario::Announce
+            | Scenario::Invalidation => None,
         }
     }
 
@@ -102,7 +111,8 @@ impl Scenario {
             | Scenario::Repeat
             | Scenario::Announce
             | Scenario::BlobV0
-            | Scenario::BlobV1 => true,
+            | Scenario::BlobV1
+            | Scenario::Invalidation => true,
             Scenario::RpcFlood => false,
         }
     }
@@ -162,6 +172,73 @@ struct Args {
     /// and keeps that address across its identities).
     #[arg(long)]
     same_ip: bool,
+    /// Hex key of a funded account that funds the invalidation storm's senders.
+    #[arg(long)]
+    storm_key: Option<String>,
+    /// Senders of the invalidation storm (each sends four transfers).
+    #[arg(long, default_value_t = 2_000)]
+    storm_senders: usize,
+    /// A JSON-RPC request to send to the engine API first (a node that imported a chain
+    /// takes transactions once a forkchoice update names its head): the file's content.
+    #[arg(long, requires_all = ["engine", "jwt_secret"])]
+    fcu: Option<std::path::PathBuf>,
+    /// The genesis file the node runs: peers then send a Status at its genesis (which
+    /// go-ethereum accepts) instead of mirroring the node's (found with a probe that
+    /// go-ethereum refuses).
+    #[arg(long)]
+    network: Option<std::path::PathBuf>,
+    /// The node's engine API address (for `--fcu`).
+    #[arg(long)]
+    engine: Option<SocketAddr>,
+    /// The engine API's JWT secret file (hex).
+    #[arg(long)]
+    jwt_secret: Option<std::path::PathBuf>,
+}
+
+/// An HS256 JWT with the current `iat`, as the engine API wants.
+fn engine_jwt(secret_hex: &str) -> Result<String, String> {
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let secret = hex::decode(secret_hex.trim().trim_start_matches("0x"))
+        .map_err(|e| format!("jwt secret: {e}"))?;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let head = b64.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let claims = b64.encode(format!(r#"{{"iat":{iat}}}"#));
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&secret).map_err(|e| e.to_string())?;
+    mac.update(format!("{head}.{claims}").as_bytes());
+    let sig = b64.encode(mac.finalize().into_bytes());
+    Ok(format!("{head}.{claims}.{sig}"))
+}
+
+/// Posts `body` to the engine API with a fresh JWT; the answer must hold a result.
+async fn engine_call(addr: SocketAddr, secret_hex: &str, body: &str) -> Result<String, String> {
+    let token = engine_jwt(secret_hex)?;
+    let mut s = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("engine {addr}: {e}"))?;
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAuthorization: Bearer {token}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_string(&mut answer))
+        .await
+        .map_err(|_| "engine API did not answer in 30 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    if answer.contains("\"result\"") {
+        Ok(answer)
+    } else {
+        Err(format!(
+            "engine API: {}",
+            answer.lines().last().unwrap_or_default()
+        ))
+    }
 }
 
 /// User + system CPU seconds of process `pid`.
@@ -389,6 +466,33 @@ fn blob_sets(
     Ok(sets)
 }
 
+/// The node's head changes so far: (count, seconds of revalidation in all, accounts
+/// read), from moat's metrics.
+async fn head_changes(metrics: Option<SocketAddr>) -> Option<(f64, f64, f64)> {
+    let m = metrics?;
+    Some((
+        scrape(m, "moat_pool_head_change_seconds_count").await?,
+        scrape(m, "moat_pool_head_change_seconds_sum").await?,
+        scrape(m, "moat_pool_head_change_accounts_total")
+            .await
+            .unwrap_or(0.0),
+    ))
+}
+
+fn describe_head_changes(a: Option<(f64, f64, f64)>, b: Option<(f64, f64, f64)>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            let n = b.0 - a.0;
+            format!(
+                "; {n:.0} head changes, revalidation {:.2} ms each on average, {:.0} accounts read each",
+                (b.1 - a.1) / n * 1e3,
+                (b.2 - a.2) / n
+            )
+        }
+        _ => String::new(),
+    }
+}
+
 /// What the blob spammers got delivered.
 #[derive(Default)]
 struct BlobStats {
@@ -427,6 +531,107 @@ struct Material {
     rpc_bad: Vec<Bytes>,
     /// Per blob scenario, one set per attacker.
     blobs: HashMap<SidecarVersion, Vec<BlobSet>>,
+    /// The invalidation storm: the funder's transfers (sent by RPC before the attack),
+    /// and per attacker its senders' transactions.
+    storm_funding: Vec<Bytes>,
+    storm: Vec<Vec<Bytes>>,
+}
+
+/// The storm's transfers pay at most this per gas and 1 gwei of tip (below the honest
+/// traffic's 2 gwei).
+const STORM_FEE_CAP: u128 = 10_000_000_000;
+const STORM_TIP: u128 = 1_000_000_000;
+/// Transfers per storm sender; each sender is funded for two of them.
+const STORM_TXS_PER_SENDER: u64 = 4;
+
+/// The invalidation storm's material: `senders` fresh keys, each funded (by `funder` from
+/// `nonce`) for exactly two of its four transfers, so that once a block includes the
+/// first two the other two can never pay.
+fn storm_material(
+    chain_id: u64,
+    funder: &Signer,
+    nonce: u64,
+    senders: usize,
+    attackers: usize,
+) -> (Vec<Bytes>, Vec<Vec<Bytes>>) {
+    let keys: Vec<Signer> = (0..senders as u64)
+        .map(|i| Signer::from_seed(0x5707_0000_0000 + i))
+        .collect();
+    let per_tx = 21_000 * STORM_FEE_CAP + 1;
+    let funding = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let tx = Transaction::Eip1559(Eip1559Tx {
+                chain_id,
+                nonce: nonce + i as u64,
+                max_priority_fee_per_gas: TIP,
+                max_fee_per_gas: FEE_CAP,
+                gas_limit: 21_000,
+                to: TxKind::Call(k.address()),
+                value: U256::from(2 * per_tx),
+                input: Bytes::new(),
+                access_list: vec![],
+            });
+            SignedTransaction::sign(tx, funder).encoded_2718().into()
+        })
+        .collect();
+    let storm = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..attackers)
+            .map(|a| {
+                let keys = &keys;
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for k in keys.iter().skip(a).step_by(attackers) {
+                        for n in 0..STORM_TXS_PER_SENDER {
+                            out.push(transfer(chain_id, k, n, STORM_FEE_CAP, STORM_TIP));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    (funding, storm)
+}
+
+/// Sends the storm's funding by RPC and waits (up to 60 s) until a block has it all.
+async fn fund_storm(addr: SocketAddr, funder: Address, funding: &[Bytes]) -> Result<(), String> {
+    let mut rpc = Rpc::connect(addr).await.map_err(|e| e.to_string())?;
+    let count = |v: serde_json::Value| {
+        v["result"]
+            .as_str()
+            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+    };
+    let q = format!(r#"["{funder}","latest"]"#);
+    let start = count(
+        rpc.call("eth_getTransactionCount", &q)
+            .await
+            .map_err(|e| e.to_string())?,
+    )
+    .ok_or("eth_getTransactionCount failed")?;
+    for raw in funding {
+        let params = format!(r#"["0x{}"]"#, hex::encode(raw));
+        rpc.call("eth_sendRawTransaction", &params)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let v = rpc
+            .call("eth_getTransactionCount", &q)
+            .await
+            .map_err(|e| e.to_string())?;
+        if count(v).is_some_and(|n| n >= start + funding.len() as u64) {
+            return Ok(());
+        }
+    }
+    Err("the storm's funding was not mined within 60 s".into())
 }
 
 fn material(chain_id: u64, attackers: usize, per_attacker: usize) -> Material {
@@ -485,6 +690,8 @@ fn material(chain_id: u64, attackers: usize, per_attacker: usize) -> Material {
         repeat,
         rpc_bad,
         blobs: HashMap::new(),
+        storm_funding: Vec::new(),
+        storm: Vec::new(),
     }
 }
 
@@ -506,6 +713,13 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<bool, String> {
+    if let (Some(fcu), Some(engine), Some(secret)) = (&args.fcu, args.engine, &args.jwt_secret) {
+        let body = std::fs::read_to_string(fcu).map_err(|e| format!("{}: {e}", fcu.display()))?;
+        let secret =
+            std::fs::read_to_string(secret).map_err(|e| format!("{}: {e}", secret.display()))?;
+        engine_call(engine, &secret, &body).await?;
+        eprintln!("forkchoice updated from {}", fcu.display());
+    }
     let mut rpc = Rpc::connect(args.rpc)
         .await
         .map_err(|e| format!("rpc {}: {e}", args.rpc))?;
@@ -564,9 +778,33 @@ async fn run(args: Args) -> Result<bool, String> {
                 .insert(v, blob_sets(v, chain_id, args.attackers, &keys)?);
         }
     }
+    let mut storm_funder = None;
+    if let Some(k) = &args.storm_key
+        && scenarios.contains(&Scenario::Invalidation)
+    {
+        let funder = signer(k)?;
+        let v = rpc
+            .call(
+                "eth_getTransactionCount",
+                &format!(r#"["{}","pending"]"#, funder.address()),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let nonce = nonce_of(v).ok_or("eth_getTransactionCount failed")?;
+        eprintln!(
+            "signing the invalidation storm ({} senders)…",
+            args.storm_senders
+        );
+        let (funding, storm) =
+            storm_material(chain_id, &funder, nonce, args.storm_senders, args.attackers);
+        mat.storm_funding = funding;
+        mat.storm = storm;
+        storm_funder = Some(funder.address());
+    }
     let scenarios: Vec<Scenario> = scenarios
         .into_iter()
         .filter(|s| s.blob_version().is_none_or(|v| mat.blobs.contains_key(&v)))
+        .filter(|s| *s != Scenario::Invalidation || storm_funder.is_some())
         .collect();
     let mat = Arc::new(mat);
 
@@ -603,9 +841,23 @@ async fn run(args: Args) -> Result<bool, String> {
         }));
     }
     // Honest peer and observer.
-    let status = match &args.target {
-        Some(t) => Some(node_status(t).await?),
-        None => None,
+    let status = match (&args.target, &args.network) {
+        (Some(_), Some(path)) => {
+            let g = moat_common::config::Genesis::from_file(path).map_err(|e| e.to_string())?;
+            let hash = g.header().hash();
+            Some(Status {
+                version: 69,
+                network_id: g.config.chain_id,
+                genesis: hash,
+                fork_id: g.config.fork_id(hash, g.timestamp, 0, g.timestamp),
+                total_difficulty: g.difficulty,
+                head: hash,
+                earliest: 0,
+                latest: 0,
+            })
+        }
+        (Some(t), None) => Some(node_status(t).await?),
+        (None, _) => None,
     };
     if let (Some(target), Some(status)) = (&args.target, &status) {
         let mut observer = connect_from(target, 0x0b5e, status, None)
@@ -669,17 +921,20 @@ async fn run(args: Args) -> Result<bool, String> {
     let pid = args.pid;
     // Reference: honest traffic alone (after a second of warm-up).
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let hc0 = head_changes(args.metrics).await;
     let (r0, c0) = (Instant::now(), cpu_seconds(pid));
     tokio::time::sleep(phase).await;
     let (r1, c1) = (Instant::now(), cpu_seconds(pid));
+    let hc1 = head_changes(args.metrics).await;
     let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
     let base_peer = window(&honest.peer_done, r0, r1).len() as f64 / secs(r0, r1);
     let base_rpc = window(&honest.rpc_done, r0, r1).len() as f64 / secs(r0, r1);
     let base_cpu = (c1 - c0) / secs(r0, r1);
     println!(
-        "\n{}: honest alone: peer {base_peer:.0} tx/s, RPC {base_rpc:.0} tx/s, node CPU {:.0} %\n",
+        "\n{}: honest alone: peer {base_peer:.0} tx/s, RPC {base_rpc:.0} tx/s, node CPU {:.0} %{}\n",
         args.label,
-        base_cpu * 100.0
+        base_cpu * 100.0,
+        describe_head_changes(hc0, hc1),
     );
     println!(
         "| scenario | honest peer tx/s (vs alone) | honest RPC tx/s (vs alone) | peer p50 / p99 | RPC p50 / p99 | attackers' CPU (of machine) | recovery | ok |"
@@ -690,6 +945,15 @@ async fn run(args: Args) -> Result<bool, String> {
         let attack_stop = Arc::new(AtomicBool::new(false));
         let reconnects = Arc::new(AtomicU64::new(0));
         let blob_stats = Arc::new(BlobStats::default());
+        if s == Scenario::Invalidation
+            && let Some(funder) = storm_funder
+        {
+            eprintln!("funding {} storm senders…", mat.storm_funding.len());
+            fund_storm(args.rpc, funder, &mat.storm_funding).await?;
+            // Let the blocks that carried the funding pass.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        let storm_hc0 = head_changes(args.metrics).await;
         let kzg_name = "moat_pool_kzg_verifications_total";
         let repeat_name = "moat_pool_kzg_repeats_refused_total";
         let kzg_before = match args.metrics {
@@ -811,6 +1075,15 @@ async fn run(args: Args) -> Result<bool, String> {
             s.name(),
             reconnects.load(Ordering::Relaxed)
         );
+        if s == Scenario::Invalidation {
+            eprintln!(
+                "  ({}: {} txs gossiped from {} senders{})",
+                s.name(),
+                mat.storm.iter().map(Vec::len).sum::<usize>(),
+                args.storm_senders,
+                describe_head_changes(storm_hc0, head_changes(args.metrics).await),
+            );
+        }
         if s.blob_version().is_some() {
             let after = match args.metrics {
                 Some(m) => (scrape(m, kzg_name).await, scrape(m, repeat_name).await),
@@ -967,6 +1240,23 @@ async fn attack(ctx: AttackCtx) {
                 }
             }
         };
+        if s == Scenario::Invalidation {
+            // Each sender's transfers once, 128 a message, then nothing.
+            let all = mat.storm.get(index).map_or(&[][..], Vec::as_slice);
+            if next_fresh >= all.len() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            let to = (next_fresh + 128).min(all.len());
+            let msg = EthMessage::Transactions(all[next_fresh..to].to_vec());
+            if c.send(&msg).await.is_err() {
+                client = None;
+                reconnects.fetch_add(1, Ordering::Relaxed);
+            } else {
+                next_fresh = to;
+            }
+            continue;
+        }
         if let Some(v) = s.blob_version() {
             let Some(set) = mat.blobs.get(&v).and_then(|sets| sets.get(index)) else {
                 return;
@@ -1006,7 +1296,9 @@ async fn attack(ctx: AttackCtx) {
                     hashes,
                 })
             }
-            Scenario::RpcFlood | Scenario::BlobV0 | Scenario::BlobV1 => return,
+            Scenario::RpcFlood | Scenario::BlobV0 | Scenario::BlobV1 | Scenario::Invalidation => {
+                return;
+            }
         };
         // No timeout: a node that stops reading this peer makes it wait, as it should
         // (a send cut half-way would break the stream). Nothing is read: a dropped
