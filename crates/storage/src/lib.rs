@@ -312,6 +312,34 @@ impl Store {
         Ok(nodes)
     }
 
+    /// The nodes of trie `owner` whose key is at or after that of `path`, in key order
+    /// (the path packed two nibbles a byte, then its length: a node sorts after every
+    /// node left of it, so leaves come in the order of their keys), read from one
+    /// snapshot of the database, until `visit` returns `false`. What serving a range of
+    /// the head state reads instead of one lookup per node.
+    pub fn trie_nodes_from(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        mut visit: impl FnMut(Vec<u8>, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let start = codec::trie_node_key(owner, path);
+        let (_, end) = codec::trie_owner_bounds(owner);
+        let mut stopped = false;
+        let result = self
+            .backend
+            .scan(Table::TrieNodes, &start, Some(&end), |key, value| {
+                if visit(codec::trie_node_path(key)?, value) {
+                    Ok(())
+                } else {
+                    stopped = true;
+                    // Ends the scan; not an error to the caller.
+                    Err(StoreError::Db(String::new()))
+                }
+            });
+        if stopped { Ok(()) } else { result }
+    }
+
     /// Every node of trie `owner` with its path (what taking back a wiped storage trie
     /// needs).
     pub fn trie_nodes_of(&self, owner: &B256) -> Result<Vec<TrieNode>, StoreError> {

@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 const KEY_NIBBLES: usize = 64;
 
 /// The 32-byte key a full nibble path spells.
-fn key_of(path: &[u8]) -> B256 {
+pub fn key_of(path: &[u8]) -> B256 {
     let mut out = B256::ZERO;
     for (i, pair) in path.chunks(2).take(32).enumerate() {
         out[i] = (pair[0] << 4) | pair.get(1).copied().unwrap_or(0);
@@ -144,6 +144,54 @@ pub fn get<S: NodeSource + ?Sized>(
         let rest = &key[path.len()..];
         match node {
             Node::Leaf { key: k, value } => return Ok((k == rest).then_some(value)),
+            Node::Extension { key: k, .. } => {
+                if !rest.starts_with(&k) {
+                    return Ok(None);
+                }
+                path.extend_from_slice(&k);
+            }
+            Node::Branch { children } => {
+                let Some(&n) = rest.first() else {
+                    return Ok(None);
+                };
+                if children[n as usize] == Child::Empty {
+                    return Ok(None);
+                }
+                path.push(n);
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The key nibbles and value of a leaf node's RLP; `None` for any other node.
+pub fn decode_leaf(rlp: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    match decode_node(rlp)? {
+        Node::Leaf { key, value } => Some((key, value)),
+        Node::Extension { .. } | Node::Branch { .. } => None,
+    }
+}
+
+/// The leaf where the path of `key` ends in trie `owner`, whatever its key: (its full
+/// key, its value). `None` when the path ends at an empty slot or off an extension.
+pub fn leaf_on_path<S: NodeSource + ?Sized>(
+    source: &S,
+    owner: &B256,
+    key: &B256,
+) -> Result<Option<(B256, Vec<u8>)>, TrieError> {
+    let key = nibbles(key);
+    let mut path = Vec::with_capacity(KEY_NIBBLES);
+    while let Some(rlp) = source.node(owner, &path)? {
+        let node = decode_node(&rlp).ok_or_else(|| corrupt(owner, &path, "undecodable node"))?;
+        let rest = &key[path.len()..];
+        match node {
+            Node::Leaf { key: k, value } => {
+                path.extend_from_slice(&k);
+                if path.len() != KEY_NIBBLES {
+                    return Err(corrupt(owner, &path, "leaf key of the wrong length"));
+                }
+                return Ok(Some((key_of(&path), value)));
+            }
             Node::Extension { key: k, .. } => {
                 if !rest.starts_with(&k) {
                     return Ok(None);

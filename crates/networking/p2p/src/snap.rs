@@ -20,6 +20,7 @@ use alloy_rlp::Encodable;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::history::StateAtBlock;
 use moat_common::rlp::{self, Fields, RlpError};
+use moat_storage::Store;
 use moat_trie::{EMPTY_ROOT, NodeSource, TrieError, range};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -481,6 +482,60 @@ fn convert_account(input: &[u8], to_slim: bool) -> Result<Vec<u8>, RlpError> {
 /// The account trie's owner.
 const ACCOUNTS: B256 = B256::ZERO;
 
+/// Calls `f` with the leaves of trie `owner` from `origin` on, in key order, until it
+/// returns `false`. With `scan` (the store, when `state` is its head state) they are read
+/// with one range scan of the trie-node table: the leaf on the origin's own path first,
+/// then every leaf stored after the origin's key. Otherwise the trie is walked node by
+/// node (older states, seen through their undo records).
+fn leaves_from<S: NodeSource + ?Sized>(
+    state: &S,
+    scan: Option<&Store>,
+    owner: &B256,
+    origin: &B256,
+    mut f: impl FnMut(B256, &[u8]) -> bool,
+) -> Result<(), TrieError> {
+    let Some(store) = scan else {
+        return range::walk_from(state, owner, origin, f);
+    };
+    let mut last = None;
+    if let Some((key, value)) = range::leaf_on_path(state, owner, origin)?
+        && key >= *origin
+    {
+        if !f(key, &value) {
+            return Ok(());
+        }
+        last = Some(key);
+    }
+    let mut corrupt = false;
+    store
+        .trie_nodes_from(owner, &moat_trie::nibbles(origin), |mut path, rlp| {
+            let Some((rest, value)) = range::decode_leaf(rlp) else {
+                return true;
+            };
+            path.extend_from_slice(&rest);
+            if path.len() != 64 {
+                corrupt = true;
+                return false;
+            }
+            let key = range::key_of(&path);
+            // Nodes on the origin's path may sort after it (their length byte).
+            if key < *origin || last.is_some_and(|l| key <= l) {
+                return true;
+            }
+            last = Some(key);
+            f(key, &value)
+        })
+        .map_err(|e| TrieError::Source(e.to_string()))?;
+    if corrupt {
+        return Err(TrieError::Corrupt {
+            owner: *owner,
+            path: String::new(),
+            reason: "leaf key of the wrong length",
+        });
+    }
+    Ok(())
+}
+
 /// Leaves of a range as (hashed key, value) pairs.
 pub type Leaves = Vec<(B256, Bytes)>;
 /// Proof nodes.
@@ -493,6 +548,7 @@ type RootIndex = Option<(B256, Vec<(B256, u64)>)>;
 /// of the origin and of the last account.
 pub fn account_range<S: NodeSource + ?Sized>(
     state: &S,
+    scan: Option<&Store>,
     origin: &B256,
     limit: &B256,
     bytes: u64,
@@ -502,7 +558,7 @@ pub fn account_range<S: NodeSource + ?Sized>(
     let mut accounts = Vec::new();
     let mut size = 0u64;
     let mut bad = None;
-    range::walk_from(state, &ACCOUNTS, origin, |hash, full| {
+    leaves_from(state, scan, &ACCOUNTS, origin, |hash, full| {
         let slim = match slim_account(full) {
             Ok(s) => s,
             Err(e) => {
@@ -527,6 +583,7 @@ pub fn account_range<S: NodeSource + ?Sized>(
 /// that starts past zero or is cut short comes with its proof and ends the answer.
 pub fn storage_ranges<S: NodeSource + ?Sized>(
     state: &S,
+    scan: Option<&Store>,
     accounts: &[B256],
     origin: &B256,
     limit: &B256,
@@ -548,7 +605,7 @@ pub fn storage_ranges<S: NodeSource + ?Sized>(
         };
         let mut slots = Vec::new();
         let mut stopped = false;
-        range::walk_from(state, account, &from, |hash, value| {
+        leaves_from(state, scan, account, &from, |hash, value| {
             if size >= hard_limit || Instant::now() >= deadline {
                 stopped = true;
                 return false;
@@ -701,8 +758,9 @@ const CACHED_STATES: usize = 4;
 
 impl SnapServer {
     /// The number of the newest of the last [`SERVED_ROOTS`] canonical blocks whose
-    /// state root is `root`, with the head hash it was found under.
-    fn block_of(&self, chain: &Chain, root: &B256) -> Option<(u64, B256)> {
+    /// state root is `root`, with the head hash it was found under and whether it is
+    /// the head.
+    fn block_of(&self, chain: &Chain, root: &B256) -> Option<(u64, B256, bool)> {
         let (head, head_hash) = chain.head().ok()?;
         let mut roots = self.roots.lock();
         if roots.as_ref().is_none_or(|(h, _)| *h != head_hash) {
@@ -717,7 +775,7 @@ impl SnapServer {
         let (_, list) = roots.as_ref()?;
         list.iter()
             .find(|(r, _)| r == root)
-            .map(|(_, n)| (*n, head_hash))
+            .map(|(_, n)| (*n, head_hash, *n == head))
     }
 
     /// The state after block `number` under head `head_hash`, from the cache or built.
@@ -761,9 +819,11 @@ impl SnapServer {
         msg: &SnapMessage,
         deadline: Instant,
     ) -> Option<(SnapMessage, bool)> {
+        // The head state's leaves are scanned from the store; older ones are walked.
         let state_for = |root: &B256| {
-            let (number, head_hash) = self.block_of(chain, root)?;
-            Some((self.state(chain, head_hash, number)?, head_hash))
+            let (number, head_hash, is_head) = self.block_of(chain, root)?;
+            let scan = is_head.then(|| chain.store());
+            Some((self.state(chain, head_hash, number)?, head_hash, scan))
         };
         let unchanged = |head_hash: B256| chain.head().ok().map(|(_, h)| h) == Some(head_hash);
         Some(match msg {
@@ -774,14 +834,16 @@ impl SnapServer {
                 limit,
                 bytes,
             } => {
-                let Some((state, head)) = state_for(root) else {
+                let Some((state, head, scan)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
-                let (accounts, proof) = account_range(&*state, origin, limit, *bytes, deadline)
-                    .unwrap_or_else(|e| {
-                        tracing::warn!(error = %e, "snap: account range not served");
-                        Default::default()
-                    });
+                let (accounts, proof) = account_range(
+                    &*state, scan, origin, limit, *bytes, deadline,
+                )
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "snap: account range not served");
+                    Default::default()
+                });
                 let answer = SnapMessage::AccountRange {
                     request_id: *request_id,
                     accounts,
@@ -797,11 +859,11 @@ impl SnapServer {
                 limit,
                 bytes,
             } => {
-                let Some((state, head)) = state_for(root) else {
+                let Some((state, head, scan)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
                 let (slots, proof) =
-                    storage_ranges(&*state, accounts, origin, limit, *bytes, deadline)
+                    storage_ranges(&*state, scan, accounts, origin, limit, *bytes, deadline)
                         .unwrap_or_else(|e| {
                             tracing::warn!(error = %e, "snap: storage ranges not served");
                             Default::default()
@@ -832,7 +894,7 @@ impl SnapServer {
                 paths,
                 bytes,
             } => {
-                let Some((state, head)) = state_for(root) else {
+                let Some((state, head, _)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
                 let nodes = trie_nodes(&*state, paths, *bytes, deadline).unwrap_or_else(|e| {
@@ -1121,40 +1183,43 @@ mod tests {
         let first = w.accounts[0].0;
         let max = B256::repeat_byte(0xff);
         // The whole state fits.
-        let (all, proof) = account_range(&w.nodes, &B256::ZERO, &max, 1 << 20, later()).unwrap();
+        let (all, proof) =
+            account_range(&w.nodes, None, &B256::ZERO, &max, 1 << 20, later()).unwrap();
         assert_eq!(all.len(), 200);
         assert!(!verify_accounts(w.root, &B256::ZERO, &all, &proof));
         // Bytes: stop once past the budget; zero still gives one account.
-        let (some, proof) = account_range(&w.nodes, &B256::ZERO, &max, 1000, later()).unwrap();
+        let (some, proof) =
+            account_range(&w.nodes, None, &B256::ZERO, &max, 1000, later()).unwrap();
         let size: usize = some.iter().map(|(_, b)| 32 + b.len()).sum();
         assert!(size > 1000 && size - (32 + some.last().unwrap().1.len()) <= 1000);
         assert!(verify_accounts(w.root, &B256::ZERO, &some, &proof));
-        let (one, proof) = account_range(&w.nodes, &B256::ZERO, &max, 0, later()).unwrap();
+        let (one, proof) = account_range(&w.nodes, None, &B256::ZERO, &max, 0, later()).unwrap();
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].0, first);
         assert!(verify_accounts(w.root, &B256::ZERO, &one, &proof));
         // The limit: the first account at or past it ends the range.
         let limit = w.accounts[10].0;
         let (to_limit, proof) =
-            account_range(&w.nodes, &B256::ZERO, &limit, 1 << 20, later()).unwrap();
+            account_range(&w.nodes, None, &B256::ZERO, &limit, 1 << 20, later()).unwrap();
         assert_eq!(to_limit.len(), 11);
         assert!(verify_accounts(w.root, &B256::ZERO, &to_limit, &proof));
         // From between two keys.
         let mut origin = w.accounts[50].0;
         origin[31] = origin[31].wrapping_add(1);
-        let (from, proof) = account_range(&w.nodes, &origin, &max, 3000, later()).unwrap();
+        let (from, proof) = account_range(&w.nodes, None, &origin, &max, 3000, later()).unwrap();
         assert_eq!(from[0].0, w.accounts[51].0);
         assert!(verify_accounts(w.root, &origin, &from, &proof));
         // Past the last key: nothing, with the proof that nothing is there.
         let last = w.accounts.last().unwrap().0;
         let mut beyond = last;
         beyond[31] = beyond[31].wrapping_add(1);
-        let (none, proof) = account_range(&w.nodes, &max, &B256::ZERO, 4000, later()).unwrap();
+        let (none, proof) =
+            account_range(&w.nodes, None, &max, &B256::ZERO, 4000, later()).unwrap();
         assert!(none.is_empty() && !proof.is_empty());
         assert!(!verify_accounts(w.root, &max, &none, &proof));
         // A spent time budget still answers with a proven first account.
         let (rushed, proof) =
-            account_range(&w.nodes, &B256::ZERO, &max, 1 << 20, Instant::now()).unwrap();
+            account_range(&w.nodes, None, &B256::ZERO, &max, 1 << 20, Instant::now()).unwrap();
         assert_eq!(rushed.len(), 1);
         assert!(verify_accounts(w.root, &B256::ZERO, &rushed, &proof));
     }
@@ -1167,6 +1232,7 @@ mod tests {
         // Whole storage of two accounts, no proof.
         let (slots, proof) = storage_ranges(
             &w.nodes,
+            None,
             &[w.small_owner, w.storage_owner],
             &B256::ZERO,
             &max,
@@ -1186,11 +1252,12 @@ mod tests {
             .unwrap()
             .0;
         let (slots, _) =
-            storage_ranges(&w.nodes, &[plain], &B256::ZERO, &max, 500, later()).unwrap();
+            storage_ranges(&w.nodes, None, &[plain], &B256::ZERO, &max, 500, later()).unwrap();
         assert!(slots.is_empty());
         // Cut short by bytes: a proof, verified against the storage root.
         let (slots, proof) = storage_ranges(
             &w.nodes,
+            None,
             &[w.storage_owner, w.small_owner],
             &B256::ZERO,
             &max,
@@ -1213,6 +1280,7 @@ mod tests {
         let limit = w.slots[25].0;
         let (slots, proof) = storage_ranges(
             &w.nodes,
+            None,
             &[w.storage_owner],
             &origin,
             &limit,
@@ -1228,6 +1296,7 @@ mod tests {
         // An unknown account from a non-zero origin: nothing to prove against.
         let (slots, proof) = storage_ranges(
             &w.nodes,
+            None,
             &[B256::repeat_byte(0x42)],
             &origin,
             &max,
@@ -1236,6 +1305,87 @@ mod tests {
         )
         .unwrap();
         assert!(slots.is_empty() && proof.is_empty());
+    }
+
+    /// The world's tries in a store, as the head state.
+    fn stored(w: &World) -> (Store, StateAtBlock) {
+        let store = Store::in_memory();
+        let mut batch = moat_storage::WriteBatch::new();
+        for ((owner, path), rlp) in &w.nodes.nodes {
+            batch.set_trie_node(*owner, path.clone(), Some(rlp.clone()));
+        }
+        store.commit(batch).unwrap();
+        let head = StateAtBlock::head(store.clone());
+        (store, head)
+    }
+
+    #[test]
+    fn the_head_scan_gives_what_the_walk_gives() {
+        let w = world();
+        let (store, head) = stored(&w);
+        let max = B256::repeat_byte(0xff);
+        let mut origins = vec![B256::ZERO, max];
+        for (k, _) in w.accounts.iter().chain(&w.slots) {
+            origins.push(*k);
+            let mut up = *k;
+            up[31] = up[31].wrapping_add(1);
+            origins.push(up);
+            let mut down = *k;
+            down[31] = down[31].wrapping_sub(1);
+            origins.push(down);
+        }
+        for owner in [
+            ACCOUNTS,
+            w.storage_owner,
+            w.small_owner,
+            B256::repeat_byte(9),
+        ] {
+            for origin in &origins {
+                let collect = |scan: Option<&Store>| {
+                    let mut out = Vec::new();
+                    leaves_from(&head, scan, &owner, origin, |k, v| {
+                        out.push((k, v.to_vec()));
+                        true
+                    })
+                    .unwrap();
+                    out
+                };
+                assert_eq!(
+                    collect(Some(&store)),
+                    collect(None),
+                    "{owner} from {origin}"
+                );
+            }
+        }
+        for bytes in [0, 1000, 1 << 20] {
+            for origin in &origins[..40] {
+                let scanned =
+                    account_range(&head, Some(&store), origin, &max, bytes, later()).unwrap();
+                let walked = account_range(&head, None, origin, &max, bytes, later()).unwrap();
+                assert_eq!(scanned, walked);
+            }
+        }
+        let scanned = storage_ranges(
+            &head,
+            Some(&store),
+            &[w.storage_owner],
+            &B256::ZERO,
+            &max,
+            300,
+            later(),
+        )
+        .unwrap();
+        let walked = storage_ranges(
+            &head,
+            None,
+            &[w.storage_owner],
+            &B256::ZERO,
+            &max,
+            300,
+            later(),
+        )
+        .unwrap();
+        assert_eq!(scanned, walked);
     }
 
     #[test]
