@@ -82,10 +82,14 @@ impl Class {
     ];
 
     /// Whether a node may count the class against the peer that relays it as a fault of
-    /// the tx's bytes (moat: 5 reputation points each, 20 drop the peer): the tool sends
-    /// these over RPC even from remote senders, as no honest peer relays them.
+    /// the tx's bytes (moat: 5 reputation points each, 20 drop the peer; a sidecar that
+    /// fails its proofs drops it at once): the tool sends these over RPC even from remote
+    /// senders, as no honest peer relays them.
     pub fn peer_fault(self) -> bool {
-        matches!(self, Class::Oversized | Class::LowGas | Class::WrongChain)
+        matches!(
+            self,
+            Class::Oversized | Class::LowGas | Class::WrongChain | Class::BadBlob
+        )
     }
 
     /// Whether txs of the class have a hash no other stream tx has: a duplicate is its
