@@ -1312,8 +1312,9 @@ mod sender_rules {
 
         /// Whatever arrives, in whatever order, from a few senders into a small pool:
         /// an executable run is never broken (a tx of the run leaves only with every
-        /// later tx of its sender), a tx inside a sender's first gap is never refused
-        /// for the count, and the pool stays consistent.
+        /// later tx of its sender), txs leave a sender only from the top (so a gap-filler
+        /// that makes room displaces the farthest tx), a tx inside a sender's first gap is
+        /// never refused for the count, and the pool stays consistent.
         #[test]
         fn runs_are_never_broken_and_gap_fillers_always_get_in(
             ops in proptest::collection::vec((0usize..3, 0u64..24, 1u128..50), 1..120)
@@ -1347,6 +1348,17 @@ mod sender_rules {
                     pool.assert_consistent();
                     for (i, x) in senders.iter().enumerate() {
                         let after = nonces(&pool, &x.address());
+                        // Displacement and eviction take a sender's txs from the top: what
+                        // left (a replaced nonce aside) is above all that stayed.
+                        let top_kept = after.last().copied();
+                        for gone in before[i].difference(&after) {
+                            if !(i == who && *gone == nonce) {
+                                prop_assert!(
+                                    top_kept.is_none_or(|t| *gone > t),
+                                    "sender {i}: tx {gone} left below kept tx {top_kept:?}"
+                                );
+                            }
+                        }
                         let run_before = run_end(&before[i]);
                         for gone in before[i].difference(&after) {
                             if *gone < run_before {
