@@ -1,6 +1,7 @@
 //! Discovery between `moat` processes on loopback: A is a bootnode with no bootnodes of
-//! its own; B and C are given only A. B and C must find each other through A's discv4
-//! table and connect over RLPx, so each ends with two peers.
+//! its own; B and C are given only A. B and C must find each other through A's table
+//! and connect over RLPx, so each ends with two peers: once over discv4 (A given as an
+//! enode), once over discv5 alone (discv4 off, A given as its discv5 record).
 //!
 //! Every node listens on 127.0.0.1 and is given only loopback bootnodes, and the genesis
 //! file is the test chain's (built-in bootnodes exist only for `--network
@@ -10,7 +11,7 @@ mod common;
 
 use common::{free_port, rpc, testdata};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -30,6 +31,10 @@ impl Drop for Moat {
 
 impl Moat {
     fn start(dir: &Path, key: u8, bootnodes: Option<&str>) -> (Moat, String) {
+        Self::start_with(dir, key, bootnodes, &[])
+    }
+
+    fn start_with(dir: &Path, key: u8, bootnodes: Option<&str>, extra: &[&str]) -> (Moat, String) {
         std::fs::create_dir_all(dir).unwrap();
         let (http, auth, p2p) = (free_port(), free_port(), free_port());
         let log = dir.join("moat.log");
@@ -45,14 +50,20 @@ impl Moat {
             .args(["--port", &p2p.to_string(), "--p2p.addr", "127.0.0.1"])
             // discv5 on any free port: parallel tests must not meet on its default.
             .args(["--discovery.v5.port", "0"])
-            .args(["--nodekeyhex", &key_hex]);
+            .args(["--nodekeyhex", &key_hex])
+            .args(extra);
         if let Some(b) = bootnodes {
-            assert!(b.contains("@127.0.0.1:"), "loopback bootnodes only");
+            // An enode names its address; a record is one our own loopback node logged.
+            assert!(
+                b.contains("@127.0.0.1:") || b.starts_with("enr:"),
+                "loopback bootnodes only"
+            );
             cmd.args(["--bootnodes", b]);
         }
         let child = cmd
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
+            // The log goes to stdout.
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(dir.join("moat.err")).unwrap())
             .spawn()
             .expect("moat starts");
         let node = Moat { child, log, http };
@@ -66,6 +77,21 @@ impl Moat {
             alloy_primitives::hex::encode(&id[1..])
         );
         (node, enode)
+    }
+
+    /// The discv5 record the node logged, once it listens on loopback.
+    fn discv5_record(&self) -> String {
+        self.wait("discv5 to listen", || {
+            let log = std::fs::read_to_string(&self.log).ok()?;
+            let line = log.lines().find(|l| l.contains("discv5 listening"))?;
+            assert!(line.contains("127.0.0.1:"), "discv5 off loopback: {line}");
+            let at = line.find("enr:")?;
+            let record: String = line[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_'))
+                .collect();
+            (record.len() > 10).then_some(record)
+        })
     }
 
     fn peer_count(&self) -> Option<u64> {
@@ -118,6 +144,28 @@ fn nodes_given_one_bootnode_find_each_other() {
     // be the other, found through discovery.
     for (name, node) in [("B", &b), ("C", &c)] {
         node.wait(&format!("{name} to find its second peer"), || {
+            (node.peer_count()? >= 2).then_some(())
+        });
+    }
+    a.wait("A to hold both", || (a.peer_count()? >= 2).then_some(()));
+    drop((a, b, c));
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn nodes_given_one_discv5_record_find_each_other_without_discv4() {
+    let tmp = std::env::temp_dir().join(format!("moat-discovery-v5-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let v5_only = ["--discovery.v4=false"];
+    let (a, _) = Moat::start_with(&tmp.join("a"), 0x71, None, &v5_only);
+    let record = a.discv5_record();
+    let (b, _) = Moat::start_with(&tmp.join("b"), 0x72, Some(&record), &v5_only);
+    let (c, _) = Moat::start_with(&tmp.join("c"), 0x73, Some(&record), &v5_only);
+
+    // With discv4 off and A known only by its record, every connection here comes from
+    // discv5: B and C find A and each other in its table.
+    for (name, node) in [("B", &b), ("C", &c)] {
+        node.wait(&format!("{name} to find two peers over discv5"), || {
             (node.peer_count()? >= 2).then_some(())
         });
     }
