@@ -251,7 +251,7 @@ impl Chain {
         };
         if store.chain_meta()?.is_some() {
             let genesis = Genesis::stream_file(path, AllocEntries::Skip).map_err(config_err)?;
-            let root = match store.canonical_hash(0)? {
+            let root = match store.canonical_hash(genesis.number)? {
                 Some(hash) => {
                     let rlp = store.header_rlp(&hash)?.ok_or_else(|| {
                         ChainError::Corrupt(format!("genesis header {hash} missing"))
@@ -260,7 +260,12 @@ impl Chain {
                         .map_err(|e| ChainError::Corrupt(e.to_string()))?
                         .state_root
                 }
-                None => return Err(ChainError::Corrupt("no block 0 in the datadir".into())),
+                None => {
+                    return Err(ChainError::Corrupt(format!(
+                        "no genesis block (#{}) in the datadir",
+                        genesis.number
+                    )));
+                }
             };
             let header = genesis.header_with_state_root(root);
             return Self::open_at_genesis(store, &genesis, header);
