@@ -977,6 +977,9 @@ fn importer(
     shared: Arc<Shared>,
 ) {
     let mut waiting = Instant::now();
+    // The first batch after the queue ran dry (a sync starting) is made durable too: a
+    // node killed early in a sync keeps a foothold past where it started.
+    let mut after_idle = true;
     while let Some(batch) = batches.blocking_recv() {
         let idle = waiting.elapsed();
         let importing = Instant::now();
@@ -1012,12 +1015,14 @@ fn importer(
             // the download is behind) the batch is made durable at once rather than
             // left waiting for the next commit.
             let flushing = Instant::now();
-            if batches.is_empty()
+            let idle_next = batches.is_empty();
+            if (after_idle || idle_next)
                 && let Err(e) = chain.store().flush()
             {
                 tracing::warn!(error = %e, "sync: could not make imported blocks durable");
             }
             let flush = flushing.elapsed();
+            after_idle = idle_next;
             if let Ok((_, head)) = chain.head() {
                 shared.heads.send_replace(head);
             }
