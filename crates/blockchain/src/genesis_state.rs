@@ -70,7 +70,7 @@ fn write_storage_trie(
     if hashed.is_empty() {
         return Ok(moat_trie::EMPTY_ROOT);
     }
-    hashed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    hashed.sort_unstable_by_key(|e| e.0);
     let mut builder = SortedBuilder::new();
     for (key, value) in hashed {
         builder
@@ -190,7 +190,7 @@ impl<'s> GenesisStateWriter<'s> {
                     builder: &mut SortedBuilder,
                     batch: &mut WriteBatch|
          -> Result<(), StoreError> {
-            leaves.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            leaves.sort_unstable_by_key(|e| e.0);
             for (key, leaf) in leaves {
                 builder.push(&key, leaf).map_err(|_| {
                     StoreError::Corrupt(format!(

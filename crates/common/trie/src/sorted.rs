@@ -85,10 +85,7 @@ impl SortedBuilder {
         if let Some((key, value, lcp)) = self.pending.take() {
             self.place(&key, value, lcp, -1);
         }
-        let root = self
-            .root
-            .as_ref()
-            .map_or(crate::EMPTY_ROOT, |rlp| keccak256(rlp));
+        let root = self.root.as_ref().map_or(crate::EMPTY_ROOT, keccak256);
         (root, self.out)
     }
 
