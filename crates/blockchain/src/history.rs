@@ -128,20 +128,9 @@ impl StateAtBlock {
         use alloy_trie::EMPTY_ROOT_HASH;
         use moat_trie::Trie;
         let err = |e: moat_trie::TrieError| StoreError::Corrupt(e.to_string());
-        let mut order: Vec<Address> = Vec::new();
-        let mut by_address: HashMap<Address, Vec<&crate::vm::AccountChange>> = HashMap::new();
-        for change in changes {
-            by_address
-                .entry(change.address)
-                .or_insert_with(|| {
-                    order.push(change.address);
-                    Vec::new()
-                })
-                .push(change);
-        }
+        let grouped = crate::vm::group_by_address(changes);
         let mut accounts = Trie::new(self, ACCOUNT_TRIE);
-        for address in order {
-            let list = &by_address[&address];
+        for (address, list) in grouped {
             let owner = hashed_address(&address);
             let Some(last) = list.last() else { continue };
             let Some(info) = last.info else {

@@ -158,22 +158,9 @@ pub fn state_root_after(
 pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpdate, StoreError> {
     let source = StoreNodes(store);
     let mut update = StateUpdate::default();
-    // One entry per address, in the order of first appearance, its changes in order.
-    let mut order: Vec<Address> = Vec::new();
-    let mut by_address: std::collections::HashMap<Address, Vec<&AccountChange>> =
-        std::collections::HashMap::new();
-    for change in changes {
-        by_address
-            .entry(change.address)
-            .or_insert_with(|| {
-                order.push(change.address);
-                Vec::new()
-            })
-            .push(change);
-    }
+    let grouped = crate::vm::group_by_address(changes);
     let mut accounts = Trie::new(&source, ACCOUNT_TRIE);
-    for address in order {
-        let list = &by_address[&address];
+    for (address, list) in grouped {
         let owner = hashed_address(&address);
         let last = list.last().expect("grouped changes are not empty");
         let deleted = last.info.is_none();

@@ -110,6 +110,22 @@ pub struct AccountChange {
     pub storage: Vec<(B256, U256)>,
 }
 
+/// `changes` grouped by address: one entry per address in the order of its first change,
+/// with that address's changes in order (a block or a run of blocks may change one
+/// account several times; the last change holds its final state).
+pub(crate) fn group_by_address(changes: &[AccountChange]) -> Vec<(Address, Vec<&AccountChange>)> {
+    let mut index: std::collections::HashMap<Address, usize> = std::collections::HashMap::new();
+    let mut grouped: Vec<(Address, Vec<&AccountChange>)> = Vec::new();
+    for change in changes {
+        let i = *index.entry(change.address).or_insert_with(|| {
+            grouped.push((change.address, Vec::new()));
+            grouped.len() - 1
+        });
+        grouped[i].1.push(change);
+    }
+    grouped
+}
+
 /// Why a block could not be executed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VmError {

@@ -343,24 +343,13 @@ impl TrieOverlay<'_> {
         };
         use moat_trie::Trie;
         let err = |e: moat_trie::TrieError| VmError::State(e.to_string());
-        let mut order: Vec<Address> = Vec::new();
-        let mut by_address: HashMap<Address, Vec<&AccountChange>> = HashMap::new();
-        for change in changes {
-            by_address
-                .entry(change.address)
-                .or_insert_with(|| {
-                    order.push(change.address);
-                    Vec::new()
-                })
-                .push(change);
-        }
+        let grouped = super::group_by_address(changes);
         let mut writes: Vec<(B256, moat_trie::TrieWrite)> = Vec::new();
         let mut wiped_now: Vec<B256> = Vec::new();
         let mut records: Vec<(Address, Option<moat_storage::Account>)> = Vec::new();
         let root = {
             let mut accounts = Trie::new(&*self, ACCOUNT_TRIE);
-            for address in order {
-                let list = &by_address[&address];
+            for (address, list) in grouped {
                 let owner = hashed_address(&address);
                 let Some(last) = list.last() else { continue };
                 let Some(info) = last.info else {
