@@ -112,7 +112,7 @@ pub async fn produce_block(
     let attrs = PayloadAttributes {
         timestamp: now.max(head.timestamp + 1),
         prev_randao: keccak256(head.hash()),
-        suggested_fee_recipient: Address::ZERO,
+        suggested_fee_recipient: rpc.coinbase.unwrap_or(Address::ZERO),
         withdrawals: Some(Vec::new()),
         parent_beacon_block_root: Some(B256::ZERO),
     };

@@ -294,6 +294,10 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         crate::discovery::start_discovery(&args, &datadir, &chain, network.as_ref()).await?;
     let mut ctx = RpcContext::new(chain.clone(), pool.clone());
     ctx.gas_cap = args.rpc_gascap;
+    if args.dev {
+        // geth's dev mode makes the dev account the etherbase.
+        ctx.coinbase = dev::dev_signers().first().map(|s| s.address());
+    }
     if let Some(net) = &network {
         ctx = ctx.with_admin(Arc::new(crate::p2p_admin::Admin(net.clone())));
     }

@@ -32,6 +32,19 @@ fn dev_node_mines_a_transaction_sent_over_http() {
     ]);
     let chain_id = wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
     assert_eq!(chain_id["result"], "0x539");
+    // geth's rpc_modules: the namespaces --http.api serves, and rpc itself.
+    let modules = rpc(port, "rpc_modules", "[]").unwrap();
+    assert_eq!(
+        modules["result"],
+        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0"}),
+        "{modules}"
+    );
+    // The dev account is the etherbase.
+    let coinbase = rpc(port, "eth_coinbase", "[]").unwrap();
+    assert_eq!(
+        coinbase["result"], "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+        "{coinbase}"
+    );
 
     let sent = rpc(port, "eth_sendRawTransaction", &format!(r#"["{RAW}"]"#)).unwrap();
     assert_eq!(sent["result"], HASH, "{sent}");

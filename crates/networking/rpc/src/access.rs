@@ -66,9 +66,11 @@ impl Namespaces {
         }
     }
 
-    /// Whether `method`'s namespace (the part before `_`) is served.
+    /// Whether `method`'s namespace (the part before `_`) is served; `rpc` (`rpc_modules`)
+    /// always is, as in geth.
     pub fn allows(&self, method: &str) -> bool {
-        self.any || self.names.contains(namespace_of(method))
+        let ns = namespace_of(method);
+        self.any || ns == "rpc" || self.names.contains(ns)
     }
 
     /// Names given that none of `methods` is in (geth logs these and goes on).
@@ -536,6 +538,15 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rpc_namespace_is_always_served() {
+        let n = Namespaces::default();
+        assert!(n.allows("rpc_modules"));
+        assert!(n.allows("eth_chainId"));
+        assert!(!n.allows("admin_peers"));
+        assert!(Namespaces::new(&["admin"]).allows("rpc_modules"));
+    }
 
     #[test]
     fn hosts_follow_geths_vhost_rules() {

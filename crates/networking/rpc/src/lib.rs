@@ -201,6 +201,9 @@ pub struct RpcContext {
     /// Largest answer a handler that builds big ones (`eth_getLogs`) goes on building;
     /// set from the server's response cap.
     pub max_response_size: usize,
+    /// The fee recipient of the blocks this node builds (`eth_coinbase`; geth's
+    /// etherbase); on the dev node the first dev account.
+    pub coinbase: Option<alloy_primitives::Address>,
 }
 
 impl RpcContext {
@@ -215,6 +218,7 @@ impl RpcContext {
             gas_cap: DEFAULT_GAS_CAP,
             filters: Arc::default(),
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE as usize,
+            coinbase: None,
         }
     }
 
@@ -335,6 +339,12 @@ pub fn module(
         Ok(Value::String(c.chain.config().chain_id.to_string()))
     })?;
     cheap(&mut m, "net_listening", |_, _| Ok(Value::Bool(true)))?;
+    cheap(&mut m, "eth_coinbase", |c, _| match c.coinbase {
+        Some(a) => Ok(serde_json::json!(a)),
+        None => Err(params::server_error(
+            "etherbase must be explicitly specified",
+        )),
+    })?;
     blocking(&mut m, "eth_syncing", sync::syncing)?;
     cheap(&mut m, "net_peerCount", admin::peer_count)?;
     cheap(&mut m, "admin_addPeer", admin::add_peer)?;
@@ -398,6 +408,20 @@ pub fn module(
             subscribe::eth_subscribe(params, pending, ctx)
         },
     )?;
+    // geth's `rpc_modules`: the namespaces the transport serves, each "1.0" (`rpc` itself
+    // is always served).
+    let mut spaces: std::collections::BTreeSet<&'static str> =
+        m.method_names().map(access::namespace_of).collect();
+    spaces.insert("rpc");
+    m.register_method("rpc_modules", move |_, _, ext| {
+        count("rpc_modules");
+        let allowed = ext.get::<access::Allowed>();
+        let served = spaces
+            .iter()
+            .filter(|ns| allowed.is_none_or(|a| a.0.allows(&format!("{ns}_"))))
+            .map(|ns| (ns.to_string(), Value::String("1.0".into())));
+        RpcResult::Ok(Value::Object(served.collect()))
+    })?;
     Ok(m)
 }
 

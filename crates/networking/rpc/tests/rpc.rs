@@ -349,6 +349,23 @@ async fn http_methods_and_pool_submission() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_modules_and_coinbase_answer_as_geth() {
+    // Every namespace served: each is listed, with `rpc` itself.
+    let n = node().await;
+    let addr = n.handle.http_addr().unwrap();
+    let modules = result(addr, "rpc_modules", json!([])).await;
+    for ns in ["eth", "net", "web3", "txpool", "admin", "debug", "rpc"] {
+        assert_eq!(modules[ns], "1.0", "{ns} in {modules}");
+    }
+    // No etherbase set: geth's error.
+    assert_eq!(
+        error(addr, "eth_coinbase", json!([])).await,
+        (-32000, "etherbase must be explicitly specified".to_string())
+    );
+    n.handle.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_get_errors() {
     let n = node().await;
     let addr = n.handle.http_addr().unwrap();
