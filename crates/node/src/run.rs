@@ -297,6 +297,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     if args.dev {
         // geth's dev mode makes the dev account the etherbase.
         ctx.coinbase = dev::dev_signers().first().map(|s| s.address());
+        ctx.dev_keys = Arc::new(dev::dev_signers());
     }
     if let Some(net) = &network {
         ctx = ctx.with_admin(Arc::new(crate::p2p_admin::Admin(net.clone())));

@@ -39,6 +39,36 @@ fn dev_node_mines_a_transaction_sent_over_http() {
         serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0"}),
         "{modules}"
     );
+    // The dev accounts, and EIP-191 signatures with their keys.
+    let accounts = rpc(port, "eth_accounts", "[]").unwrap();
+    assert_eq!(
+        accounts["result"].as_array().map(Vec::len),
+        Some(5),
+        "{accounts}"
+    );
+    assert_eq!(
+        accounts["result"][0],
+        "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+    );
+    let signed = rpc(
+        port,
+        "eth_sign",
+        r#"["0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","0x68656c6c6f20776f726c64"]"#,
+    )
+    .unwrap();
+    let sig = signed["result"].as_str().unwrap_or_default();
+    assert_eq!(sig.len(), 2 + 130, "{signed}");
+    assert!(sig.ends_with("1b") || sig.ends_with("1c"), "{signed}");
+    let stranger = rpc(
+        port,
+        "eth_sign",
+        r#"["0x0000000000000000000000000000000000000001","0x00"]"#,
+    )
+    .unwrap();
+    assert_eq!(
+        stranger["error"]["message"], "unknown account",
+        "{stranger}"
+    );
     // The dev account is the etherbase.
     let coinbase = rpc(port, "eth_coinbase", "[]").unwrap();
     assert_eq!(

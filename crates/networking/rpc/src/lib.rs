@@ -35,6 +35,7 @@
 //! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
 
 pub mod access;
+mod accounts;
 mod admin;
 mod blocks;
 mod call;
@@ -204,6 +205,9 @@ pub struct RpcContext {
     /// The fee recipient of the blocks this node builds (`eth_coinbase`; geth's
     /// etherbase); on the dev node the first dev account.
     pub coinbase: Option<alloy_primitives::Address>,
+    /// The keys `eth_accounts`, `eth_sign` and `eth_sendTransaction` use: the dev
+    /// accounts on the dev node, none elsewhere.
+    pub dev_keys: Arc<Vec<moat_crypto::secp::Signer>>,
 }
 
 impl RpcContext {
@@ -219,6 +223,7 @@ impl RpcContext {
             filters: Arc::default(),
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE as usize,
             coinbase: None,
+            dev_keys: Arc::default(),
         }
     }
 
@@ -338,6 +343,8 @@ pub fn module(
     cheap(&mut m, "net_version", |c, _| {
         Ok(Value::String(c.chain.config().chain_id.to_string()))
     })?;
+    cheap(&mut m, "eth_accounts", accounts::accounts)?;
+    cheap(&mut m, "eth_sign", accounts::sign)?;
     cheap(&mut m, "net_listening", |_, _| Ok(Value::Bool(true)))?;
     cheap(&mut m, "eth_coinbase", |c, _| match c.coinbase {
         Some(a) => Ok(serde_json::json!(a)),

@@ -362,6 +362,18 @@ async fn rpc_modules_and_coinbase_answer_as_geth() {
         error(addr, "eth_coinbase", json!([])).await,
         (-32000, "etherbase must be explicitly specified".to_string())
     );
+    // No keys held off the dev node: no accounts, and signing is geth's "unknown account".
+    assert_eq!(result(addr, "eth_accounts", json!([])).await, json!([]));
+    assert_eq!(
+        error(
+            addr,
+            "eth_sign",
+            json!([format!("{:#x}", n.rich.address()), "0x00"])
+        )
+        .await,
+        (-32000, "unknown account".to_string())
+    );
+    assert_eq!(error(addr, "eth_sign", json!(["0x12"])).await.0, -32602);
     n.handle.stop();
 }
 
