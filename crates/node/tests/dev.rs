@@ -154,4 +154,34 @@ fn dev_node_mines_a_transaction_sent_over_http() {
         body.contains("moat_pool_rejections_total{reason=\"already_known\"} 1"),
         "{body}"
     );
+
+    // eth_sendTransaction: the node fills nonce, gas and fees, signs with the dev key.
+    let sent = rpc(
+        port,
+        "eth_sendTransaction",
+        r#"[{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","value":"0x7"}]"#,
+    )
+    .unwrap();
+    let hash = sent["result"].as_str().unwrap_or_default().to_string();
+    assert_eq!(hash.len(), 66, "{sent}");
+    let receipt = wait_for("the sent transaction's receipt", || {
+        let r = rpc(port, "eth_getTransactionReceipt", &format!(r#"["{hash}"]"#))?;
+        (!r["result"].is_null()).then_some(r["result"].clone())
+    });
+    assert_eq!(receipt["status"], "0x1");
+    assert_eq!(receipt["gasUsed"], "0x5208");
+    let tx = rpc(port, "eth_getTransactionByHash", &format!(r#"["{hash}"]"#)).unwrap();
+    assert_eq!(tx["result"]["nonce"], "0x1", "{tx}");
+    assert_eq!(tx["result"]["chainId"], "0x539", "{tx}");
+    // A sender whose key the node does not hold.
+    let stranger = rpc(
+        port,
+        "eth_sendTransaction",
+        r#"[{"from":"0x0000000000000000000000000000000000000001","to":"0x0000000000000000000000000000000000000002"}]"#,
+    )
+    .unwrap();
+    assert_eq!(
+        stranger["error"]["message"], "unknown account",
+        "{stranger}"
+    );
 }

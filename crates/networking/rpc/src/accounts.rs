@@ -54,6 +54,137 @@ pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     Ok(json!(Bytes::from(out)))
 }
 
+/// A field of a transaction object, `None` when absent or null.
+fn field<T: serde::de::DeserializeOwned>(
+    o: &serde_json::Map<String, Value>,
+    name: &str,
+) -> RpcResult<Option<T>> {
+    match o.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| invalid_params(format!("invalid {name}: {e}"))),
+    }
+}
+
+/// A fee field as u128.
+fn fee(o: &serde_json::Map<String, Value>, name: &str) -> RpcResult<Option<u128>> {
+    field::<alloy_primitives::U256>(o, name)?
+        .map(|v| u128::try_from(v).map_err(|_| invalid_params(format!("{name} too large"))))
+        .transpose()
+}
+
+/// `eth_sendTransaction(tx)`: fills what the sender left out as geth does (the pending
+/// nonce, an estimated gas limit, the suggested tip and a fee cap of tip + 2 × base fee,
+/// the chain id), signs with the held key of `from`, and submits it to the pool as local.
+/// A `gasPrice` makes a legacy transaction, as in geth.
+pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    use moat_common::transaction::{Eip1559Tx, LegacyTx, SignedTransaction, Transaction};
+    let [tx] = positional::<1>(&params)?;
+    let Some(Value::Object(o)) = tx else {
+        return Err(invalid_params("missing value for required argument 0"));
+    };
+    let from: Address = field(&o, "from")?.unwrap_or_default();
+    let key = key_of(ctx, &from)?;
+    let chain_id = ctx.chain.config().chain_id;
+    if let Some(id) = field::<alloy_primitives::U256>(&o, "chainId")?
+        && id != alloy_primitives::U256::from(chain_id)
+    {
+        return Err(server_error(format!(
+            "chainId does not match node's (have={id}, want={chain_id})"
+        )));
+    }
+    let data: Option<Bytes> = field(&o, "data")?;
+    let input: Option<Bytes> = field(&o, "input")?;
+    let input = match (input, data) {
+        (Some(i), Some(d)) if i != d => {
+            return Err(server_error(
+                "both \"data\" and \"input\" are set and not equal. Please use \"input\" to pass transaction call data",
+            ));
+        }
+        (Some(i), _) | (None, Some(i)) => i,
+        (None, None) => Bytes::new(),
+    };
+    let to: Option<Address> = field(&o, "to")?;
+    if to.is_none() && input.is_empty() {
+        return Err(server_error("contract creation without any data provided"));
+    }
+    let value: alloy_primitives::U256 = field(&o, "value")?.unwrap_or_default();
+    let nonce = match field::<alloy_primitives::U64>(&o, "nonce")? {
+        Some(n) => n.to::<u64>(),
+        None => ctx.pool.pending_nonce(&from),
+    };
+    let gas_limit = match field::<alloy_primitives::U64>(&o, "gas")? {
+        Some(g) => g.to::<u64>(),
+        None => {
+            let c = ctx.clone();
+            let call = serde_json::json!([Value::Object(o.clone())]).to_string();
+            let est = tokio::task::spawn_blocking(move || {
+                crate::call::estimate_gas(&c, Params::new(Some(&call)))
+            })
+            .await
+            .map_err(crate::params::internal)??;
+            let est: alloy_primitives::U64 =
+                serde_json::from_value(est).map_err(crate::params::internal)?;
+            est.to::<u64>()
+        }
+    };
+    let kind = to.map_or(
+        alloy_primitives::TxKind::Create,
+        alloy_primitives::TxKind::Call,
+    );
+    let tx = match fee(&o, "gasPrice")? {
+        Some(gas_price) => Transaction::Legacy(LegacyTx {
+            chain_id: Some(chain_id),
+            nonce,
+            gas_price,
+            gas_limit,
+            to: kind,
+            value,
+            input,
+        }),
+        None => {
+            let tip = match fee(&o, "maxPriorityFeePerGas")? {
+                Some(t) => t,
+                None => ctx.suggested_tip()?,
+            };
+            let cap = match fee(&o, "maxFeePerGas")? {
+                Some(c) => c,
+                None => {
+                    let base = ctx.head_header()?.base_fee_per_gas.unwrap_or(0);
+                    tip.saturating_add(u128::from(base).saturating_mul(2))
+                }
+            };
+            if cap < tip {
+                return Err(server_error(format!(
+                    "maxFeePerGas ({cap}) < maxPriorityFeePerGas ({tip})"
+                )));
+            }
+            Transaction::Eip1559(Eip1559Tx {
+                chain_id,
+                nonce,
+                max_priority_fee_per_gas: tip,
+                max_fee_per_gas: cap,
+                gas_limit,
+                to: kind,
+                value,
+                input,
+                access_list: Vec::new(),
+            })
+        }
+    };
+    let signed = SignedTransaction::sign(tx, &key);
+    let raw = Bytes::from(signed.encoded_2718());
+    match ctx
+        .pool
+        .submit_local(moat_blockchain::mempool::TxInput::Raw(raw))
+        .await
+    {
+        Ok(added) => Ok(json!(added.hash)),
+        Err(rejection) => Err(server_error(rejection.to_string())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

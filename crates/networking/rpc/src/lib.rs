@@ -402,6 +402,10 @@ pub fn module(
     cheap(&mut m, "txpool_content", |c, _| Ok(txpool::content(c)))?;
     cheap(&mut m, "txpool_contentFrom", txpool::content_from)?;
     cheap(&mut m, "txpool_inspect", |c, _| Ok(txpool::inspect(c)))?;
+    m.register_async_method("eth_sendTransaction", |params, ctx, _| async move {
+        count("eth_sendTransaction");
+        accounts::send_transaction(&ctx, params).await
+    })?;
     m.register_async_method("eth_sendRawTransaction", |params, ctx, _| async move {
         count("eth_sendRawTransaction");
         eth::send_raw_transaction(&ctx, params).await

@@ -374,6 +374,15 @@ async fn rpc_modules_and_coinbase_answer_as_geth() {
         (-32000, "unknown account".to_string())
     );
     assert_eq!(error(addr, "eth_sign", json!(["0x12"])).await.0, -32602);
+    assert_eq!(
+        error(
+            addr,
+            "eth_sendTransaction",
+            json!([{"from": format!("{:#x}", n.rich.address()), "to": format!("{:#x}", n.poor.address())}])
+        )
+        .await,
+        (-32000, "unknown account".to_string())
+    );
     n.handle.stop();
 }
 
