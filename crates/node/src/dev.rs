@@ -145,30 +145,54 @@ pub async fn produce_block(
 }
 
 /// Produces blocks forever: every `period`, or, with a zero period, whenever a
-/// transaction becomes pending.
+/// transaction becomes pending; and at once for each `evm_mine` request.
 pub async fn run_producer(
     chain: Chain,
     pool: Pool,
     rpc: RpcContext,
     period: Duration,
     miner: MinerConfig,
+    mut requests: tokio::sync::mpsc::Receiver<moat_rpc::MineRequest>,
 ) {
     let mut pending = pool.subscribe_pending();
+    let mut requests_open = true;
     loop {
-        if period.is_zero() {
-            if pending.recv().await.is_err() {
-                continue;
+        let timer = async {
+            if period.is_zero() {
+                if pending.recv().await.is_err() {
+                    return false;
+                }
+                // Let a burst of transactions land in one block.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                while pending.try_recv().is_ok() {}
+            } else {
+                tokio::time::sleep(period).await;
             }
-            // Let a burst of transactions land in one block.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            while pending.try_recv().is_ok() {}
-        } else {
-            tokio::time::sleep(period).await;
-        }
-        match produce_block(&chain, &pool, &rpc, &miner).await {
+            true
+        };
+        let asked = tokio::select! {
+            r = requests.recv(), if requests_open => match r {
+                Some(reply) => Some(reply),
+                None => {
+                    requests_open = false;
+                    continue;
+                }
+            },
+            go = timer => {
+                if !go {
+                    continue;
+                }
+                None
+            }
+        };
+        let result = produce_block(&chain, &pool, &rpc, &miner).await;
+        match &result {
             Ok(Some((number, txs))) => tracing::info!(number, txs, "sealed block"),
             Ok(None) => {}
             Err(e) => tracing::error!(error = %e, "block production failed"),
+        }
+        if let Some(reply) = asked {
+            let _ = reply.send(result.map(|r| r.map(|(number, _)| number)));
         }
     }
 }

@@ -99,8 +99,8 @@ impl RpcArgs {
     pub fn rpc_config(&self, dev: bool, budget: &Budget, base: RpcConfig) -> RpcConfig {
         RpcConfig {
             serve_http: self.http_enabled(dev),
-            http_api: Namespaces::new(&self.http_api),
-            ws_api: Namespaces::new(&self.ws_api),
+            http_api: dev_api(dev, Namespaces::new(&self.http_api)),
+            ws_api: dev_api(dev, Namespaces::new(&self.ws_api)),
             vhosts: VirtualHosts::new(&self.http_vhosts),
             ws_origins: AllowedOrigins::new(&self.ws_origins),
             cors: CorsDomains::new(&self.http_corsdomain),
@@ -121,6 +121,11 @@ impl RpcArgs {
             ..base
         }
     }
+}
+
+/// The dev node also serves `evm_` (`evm_mine`), as anvil and hardhat do.
+fn dev_api(dev: bool, api: Namespaces) -> Namespaces {
+    if dev { api.with("evm") } else { api }
 }
 
 #[cfg(test)]
@@ -171,6 +176,7 @@ mod tests {
         assert!(c.serve_http);
         assert!(c.http_api.allows("admin_peers"));
         assert!(!c.ws_api.allows("admin_peers"));
+        assert!(!c.http_api.allows("evm_mine"));
         assert!(c.vhosts.allows(Some("anything.example")));
         assert_eq!(c.timeouts.read, Duration::from_secs(5));
         assert_eq!(c.connections, budget.rpc);
@@ -187,6 +193,7 @@ mod tests {
         assert!(c.http_api.allows("eth_call"));
         assert!(!c.http_api.allows("admin_nodeInfo"));
         assert!(!c.http_api.allows("txpool_content"));
+        assert!(c.http_api.allows("evm_mine"));
         assert!(!c.vhosts.allows(Some("evil.example")));
         assert!(c.vhosts.allows(Some("localhost:8545")));
         assert!(!c.ws_origins.allows(Some("http://evil.example")));

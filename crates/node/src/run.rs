@@ -294,10 +294,14 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         crate::discovery::start_discovery(&args, &datadir, &chain, network.as_ref()).await?;
     let mut ctx = RpcContext::new(chain.clone(), pool.clone());
     ctx.gas_cap = args.rpc_gascap;
+    let mut mine_requests = None;
     if args.dev {
         // geth's dev mode makes the dev account the etherbase.
         ctx.coinbase = dev::dev_signers().first().map(|s| s.address());
         ctx.dev_keys = Arc::new(dev::dev_signers());
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        ctx.mine = Some(tx);
+        mine_requests = Some(rx);
     }
     if let Some(net) = &network {
         ctx = ctx.with_admin(Arc::new(crate::p2p_admin::Admin(net.clone())));
@@ -387,6 +391,10 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
             ctx.clone(),
             period,
             miner,
+            // Set above in dev mode; a closed queue otherwise.
+            mine_requests
+                .take()
+                .unwrap_or_else(|| tokio::sync::mpsc::channel(1).1),
         ));
     }
 

@@ -32,11 +32,11 @@ fn dev_node_mines_a_transaction_sent_over_http() {
     ]);
     let chain_id = wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
     assert_eq!(chain_id["result"], "0x539");
-    // geth's rpc_modules: the namespaces --http.api serves, and rpc itself.
+    // geth's rpc_modules: the namespaces --http.api serves, rpc itself, and evm on dev.
     let modules = rpc(port, "rpc_modules", "[]").unwrap();
     assert_eq!(
         modules["result"],
-        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0"}),
+        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0","evm":"1.0"}),
         "{modules}"
     );
     // The dev accounts, and EIP-191 signatures with their keys.
@@ -184,4 +184,21 @@ fn dev_node_mines_a_transaction_sent_over_http() {
         stranger["error"]["message"], "unknown account",
         "{stranger}"
     );
+
+    // evm_mine seals a block at once, even an empty one.
+    let before = rpc(port, "eth_blockNumber", "[]").unwrap();
+    let mined = rpc(port, "evm_mine", "[]").unwrap();
+    assert_eq!(mined["result"], "0x0", "{mined}");
+    let after = rpc(port, "eth_blockNumber", "[]").unwrap();
+    let n = |v: &serde_json::Value| {
+        u64::from_str_radix(
+            v["result"]
+                .as_str()
+                .unwrap_or("0x0")
+                .trim_start_matches("0x"),
+            16,
+        )
+        .unwrap_or(0)
+    };
+    assert_eq!(n(&after), n(&before) + 1, "{before} {after}");
 }

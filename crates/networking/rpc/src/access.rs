@@ -83,6 +83,12 @@ impl Namespaces {
             .collect()
     }
 
+    /// These and `name`.
+    pub fn with(mut self, name: &str) -> Self {
+        self.names.insert(name.to_ascii_lowercase());
+        self
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &str> {
         self.names.iter().map(String::as_str)
     }

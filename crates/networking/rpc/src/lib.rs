@@ -208,7 +208,13 @@ pub struct RpcContext {
     /// The keys `eth_accounts`, `eth_sign` and `eth_sendTransaction` use: the dev
     /// accounts on the dev node, none elsewhere.
     pub dev_keys: Arc<Vec<moat_crypto::secp::Signer>>,
+    /// The dev block producer's queue (`evm_mine`); `None` off the dev node.
+    pub mine: Option<tokio::sync::mpsc::Sender<MineRequest>>,
 }
+
+/// A request to seal a block now; answered with the new block's number (`None` when
+/// nothing was imported) or why it failed.
+pub type MineRequest = tokio::sync::oneshot::Sender<Result<Option<u64>, String>>;
 
 impl RpcContext {
     pub fn new(chain: Chain, pool: Pool) -> Self {
@@ -224,6 +230,7 @@ impl RpcContext {
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE as usize,
             coinbase: None,
             dev_keys: Arc::default(),
+            mine: None,
         }
     }
 
@@ -405,6 +412,10 @@ pub fn module(
     m.register_async_method("eth_sendTransaction", |params, ctx, _| async move {
         count("eth_sendTransaction");
         accounts::send_transaction(&ctx, params).await
+    })?;
+    m.register_async_method("evm_mine", |_, ctx, _| async move {
+        count("evm_mine");
+        accounts::evm_mine(&ctx).await
     })?;
     m.register_async_method("eth_sendRawTransaction", |params, ctx, _| async move {
         count("eth_sendRawTransaction");

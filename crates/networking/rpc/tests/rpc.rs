@@ -374,6 +374,8 @@ async fn rpc_modules_and_coinbase_answer_as_geth() {
         (-32000, "unknown account".to_string())
     );
     assert_eq!(error(addr, "eth_sign", json!(["0x12"])).await.0, -32602);
+    // evm_mine exists only on the dev node.
+    assert_eq!(error(addr, "evm_mine", json!([])).await.0, -32601);
     assert_eq!(
         error(
             addr,
