@@ -13,8 +13,8 @@
 use crate::enr::{Enr, EnrFields};
 use crate::{ForkId, NodeRecord};
 use alloy_primitives::B256;
-use enr::{CombinedKey, NodeId as V5NodeId};
 use discv5::{ConfigBuilder, Event, ListenConfig};
+use enr::{CombinedKey, NodeId as V5NodeId};
 use secp256k1::SecretKey;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

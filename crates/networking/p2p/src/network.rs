@@ -866,8 +866,7 @@ impl Network {
                     // Served off the runtime (disk reads, up to the time budget); the
                     // peer's next message waits for this answer, as geth's handler does.
                     let (chain, snap) = (self.inner.chain.clone(), self.inner.snap.clone());
-                    let answer =
-                        tokio::task::spawn_blocking(move || snap.answer(&chain, &m)).await;
+                    let answer = tokio::task::spawn_blocking(move || snap.answer(&chain, &m)).await;
                     if let Ok(Some(answer)) = answer {
                         peer.send(framing.snap(&answer));
                     }
