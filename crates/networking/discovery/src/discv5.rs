@@ -293,10 +293,35 @@ impl Discv5 {
         }
     }
 
+    /// Asks every node of a small table for its neighbours at distances 248–256 (all but
+    /// 1/512 of them), and hands what they name to the dialer. A random lookup asks only
+    /// for the few distances around a random target, so a handful of nodes can miss each
+    /// other for many rounds; this finds them in one.
+    async fn ask_table(&self) {
+        let us = self.inner.local_enr().node_id();
+        for enr in self.inner.table_entries_enr() {
+            let distances: Vec<u64> = (248..=256).rev().collect();
+            match self.inner.find_node_designated_peer(enr, distances).await {
+                Ok(found) => {
+                    for enr in found.into_iter().filter(|e| e.node_id() != us) {
+                        if let Some(node) = from_v5(&enr).and_then(NodeRecord::from_enr) {
+                            let _ = self.found.send(node);
+                        }
+                        let _ = self.inner.add_enr(enr);
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "discv5 neighbours request failed"),
+            }
+        }
+    }
+
     async fn lookup_loop(self) {
         loop {
             // With an empty table there is nobody to ask (the crate warns if asked).
             if self.table_len() > 0 {
+                if self.table_len() < SMALL_TABLE {
+                    self.ask_table().await;
+                }
                 self.lookup_random().await;
             }
             let wait = if self.table_len() < SMALL_TABLE {
