@@ -131,37 +131,15 @@ fn walk<S: NodeSource + ?Sized>(
     }
 }
 
-/// The value of `key` in trie `owner`, if it holds one.
+/// The value of `key` in trie `owner`, if it holds one: the leaf on its path, if that
+/// leaf's key is `key`.
 pub fn get<S: NodeSource + ?Sized>(
     source: &S,
     owner: &B256,
     key: &B256,
 ) -> Result<Option<Vec<u8>>, TrieError> {
-    let key = nibbles(key);
-    let mut path = Vec::with_capacity(KEY_NIBBLES);
-    while let Some(rlp) = source.node(owner, &path)? {
-        let node = decode_node(&rlp).ok_or_else(|| corrupt(owner, &path, "undecodable node"))?;
-        let rest = &key[path.len()..];
-        match node {
-            Node::Leaf { key: k, value } => return Ok((k == rest).then_some(value)),
-            Node::Extension { key: k, .. } => {
-                if !rest.starts_with(&k) {
-                    return Ok(None);
-                }
-                path.extend_from_slice(&k);
-            }
-            Node::Branch { children } => {
-                let Some(&n) = rest.first() else {
-                    return Ok(None);
-                };
-                if children[n as usize] == Child::Empty {
-                    return Ok(None);
-                }
-                path.push(n);
-            }
-        }
-    }
-    Ok(None)
+    Ok(leaf_on_path(source, owner, key)?
+        .and_then(|(found, value)| (found == *key).then_some(value)))
 }
 
 /// The key nibbles and value of a leaf node's RLP; `None` for any other node.
