@@ -203,13 +203,13 @@ impl PoolInner {
                     Err(Rejection::AccountLimit { slots: queued })
                 }
             }
-            // No gap yet: the next nonce extends the run, a later one opens a queue. Past
-            // its slots, with pending half full, a sender's run may still grow within its
-            // whole allowance (slots + queue): the extension is worth more than a queued tx
-            // would be, and refusing it while taking later nonces would leave a gap of the
-            // pool's own making.
+            // No gap yet: the next nonce extends the run, a later one opens a queue. A
+            // run grows within the sender's whole allowance (slots + queue), and past it
+            // while pending is under half full: the extension is worth more than a queued
+            // tx would be, and refusing it while taking later nonces would leave a gap of
+            // the pool's own making.
             _ if nonce == run_end => {
-                if exec < slots || self.pending_has_room(cfg) || exec < slots + queue {
+                if exec < slots + queue || self.pending_has_room(cfg) {
                     Ok(None)
                 } else {
                     Err(Rejection::AccountLimit { slots: exec })
