@@ -46,6 +46,8 @@ pub struct WriteBatch {
     trie_nodes: Vec<(B256, Vec<u8>, Option<Vec<u8>>)>,
     clear_state: bool,
     head: Option<(u64, B256)>,
+    /// Snap sync's writes (see `crate::snap`), applied last but for the head.
+    pub(crate) snap: Vec<Op>,
 }
 
 impl WriteBatch {
@@ -73,6 +75,7 @@ impl WriteBatch {
             && self.trie_nodes.is_empty()
             && !self.clear_state
             && self.head.is_none()
+            && self.snap.is_empty()
     }
 
     /// Marks the datadir as belonging to `meta`'s chain; set it on the genesis commit.
@@ -324,6 +327,7 @@ impl WriteBatch {
             ops.push(put_or_delete(Table::Undo, block_hash.as_slice(), record));
         }
 
+        ops.extend(self.snap);
         if let Some((number, hash)) = self.head {
             ops.push(put(
                 Table::Meta,

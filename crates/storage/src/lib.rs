@@ -39,6 +39,7 @@ mod batch;
 mod codec;
 mod error;
 mod node_cache;
+mod snap;
 
 #[cfg(test)]
 mod tests;

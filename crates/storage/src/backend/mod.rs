@@ -45,10 +45,14 @@ pub(crate) enum Table {
     /// trie owner (zero: accounts; keccak(address): its storage) ‖ packed nibble path ‖
     /// path length → the node's RLP
     TrieNodes,
+    /// snap sync: hashed address → account, the state downloaded at the pivot
+    SnapAccounts,
+    /// snap sync: hashed address ‖ hashed slot → non-zero value
+    SnapStorage,
 }
 
 impl Table {
-    pub(crate) const ALL: [Table; 14] = [
+    pub(crate) const ALL: [Table; 16] = [
         Table::Meta,
         Table::Headers,
         Table::HeaderNumbers,
@@ -63,6 +67,8 @@ impl Table {
         Table::Journal,
         Table::Undo,
         Table::TrieNodes,
+        Table::SnapAccounts,
+        Table::SnapStorage,
     ];
 
     pub(crate) const COUNT: usize = Self::ALL.len();
@@ -88,6 +94,8 @@ impl Table {
             Table::Journal => "journal",
             Table::Undo => "undo",
             Table::TrieNodes => "trie_nodes",
+            Table::SnapAccounts => "snap_accounts",
+            Table::SnapStorage => "snap_storage",
         }
     }
 }
