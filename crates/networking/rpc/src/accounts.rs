@@ -46,12 +46,38 @@ pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     )
     .map_err(|e| invalid_params(format!("invalid argument 1: {e}")))?;
     let key = key_of(ctx, &address)?;
-    let sig = key.sign(&personal_digest(&data));
+    Ok(json!(signature_bytes(&key, &personal_digest(&data))))
+}
+
+/// r ‖ s ‖ v of `digest` signed by `key`, v 27 or 28 (geth's format).
+fn signature_bytes(key: &Signer, digest: &alloy_primitives::B256) -> Bytes {
+    let sig = key.sign(digest);
     let mut out = Vec::with_capacity(65);
     out.extend_from_slice(&sig.r.to_be_bytes::<32>());
     out.extend_from_slice(&sig.s.to_be_bytes::<32>());
     out.push(27 + u8::from(sig.y_parity));
-    Ok(json!(Bytes::from(out)))
+    Bytes::from(out)
+}
+
+/// `eth_signTypedData_v4(address, typedData)`: the EIP-712 signature (r ‖ s ‖ v, v 27 or
+/// 28) of the typed data, given as a JSON object or as a string holding one (MetaMask's
+/// form, which ethers and viem send).
+pub fn sign_typed_data_v4(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [address, typed] = positional::<2>(&params)?;
+    let address: Address = serde_json::from_value(
+        address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
+    )
+    .map_err(|e| invalid_params(format!("invalid argument 0: {e}")))?;
+    let typed = match typed {
+        Some(Value::String(s)) => serde_json::from_str(&s)
+            .map_err(|e| invalid_params(format!("invalid argument 1: {e}")))?,
+        Some(v @ Value::Object(_)) => v,
+        _ => return Err(invalid_params("missing value for required argument 1")),
+    };
+    let key = key_of(ctx, &address)?;
+    let digest = crate::typed_data::signing_hash(&typed)
+        .map_err(|e| invalid_params(format!("invalid argument 1: {e}")))?;
+    Ok(json!(signature_bytes(&key, &digest)))
 }
 
 /// A field of a transaction object, `None` when absent or null.
