@@ -30,6 +30,9 @@ use moat_storage::{ChainMeta, Store, StoreError, TxLocation, WriteBatch};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
+mod dev;
+pub use dev::StateEdit;
+
 /// Why a block was not imported. Validation failures name the field, the value the
 /// rules expect and the value found.
 #[derive(Debug, thiserror::Error)]
@@ -811,6 +814,24 @@ impl Chain {
             );
         }
 
+        self.commit_executed(block, &executed.receipts, executed.changes, update)?;
+        Ok(ImportOutcome::Imported {
+            number,
+            hash,
+            gas_used: executed.gas_used,
+        })
+    }
+
+    /// Stores an executed `block` as the new head in one write: header, body, receipts,
+    /// indices, its undo record, the trie nodes and the flat state of `changes`.
+    fn commit_executed(
+        &self,
+        block: &Block,
+        receipts: &[Receipt],
+        changes: Vec<vm::AccountChange>,
+        update: crate::state_root::StateUpdate,
+    ) -> Result<(), ChainError> {
+        let (number, hash, h) = (block.header.number, block.hash, &block.header);
         let mut batch = WriteBatch::new();
         batch.put_undo(hash, update.undo.encode());
         update.write_trie(&mut batch);
@@ -822,7 +843,7 @@ impl Chain {
         batch
             .put_header(hash, number, h.encoded())
             .put_body(hash, block.encode_body())
-            .put_receipts(hash, receipt::encode_receipts(&executed.receipts))
+            .put_receipts(hash, receipt::encode_receipts(receipts))
             .set_canonical(number, hash)
             .set_head(number, hash);
         for (index, tx) in block.transactions.iter().enumerate() {
@@ -838,7 +859,7 @@ impl Chain {
         for (address, account) in update.accounts {
             batch.set_account(address, account);
         }
-        for change in executed.changes {
+        for change in changes {
             if change.storage_wiped {
                 batch.wipe_storage(change.address);
             }
@@ -852,10 +873,6 @@ impl Chain {
         // Durable within a second: one sync a second rather than one a block. A crash
         // reopens at an earlier head whose state matches it, and the blocks come again.
         self.store.commit_relaxed(batch)?;
-        Ok(ImportOutcome::Imported {
-            number,
-            hash,
-            gas_used: executed.gas_used,
-        })
+        Ok(())
     }
 }
