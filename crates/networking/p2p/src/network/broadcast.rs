@@ -1,0 +1,132 @@
+//! Broadcast: the pool's new pending transactions gossiped whole to ⌈√peers⌉ peers and
+//! by hash to the rest, and the pending pool announced to a new peer.
+
+use crate::eth::{Announcement, EthMessage};
+use alloy_primitives::{B256, Bytes};
+use moat_blockchain::mempool::TxOrigin;
+use std::sync::Arc;
+
+use super::{MAX_BROADCAST_TX_SIZE, Network, Peer};
+
+/// Most hashes in one announcement message we send.
+const MAX_ANNOUNCE: usize = 4096;
+/// A `Transactions` message we send stops growing past this many bytes.
+const MAX_TXS_MESSAGE: usize = 100 * 1024;
+
+impl Network {
+    pub(super) fn announce_pool_to(&self, peer: &Arc<Peer>) {
+        let pool = &self.inner.pool;
+        let mut ann = Announcement::default();
+        let mut known = peer.known.lock();
+        for hash in pool.hashes() {
+            let Some(tx) = pool.get(&hash) else { continue };
+            // Pending non-blob txs, as geth does; blob txs travel by fresh announcements.
+            if tx.is_blob()
+                || pool.subpool_of(&hash) != Some(moat_blockchain::mempool::SubPool::Pending)
+            {
+                continue;
+            }
+            known.insert(hash);
+            ann.push(tx.tx.tx_type() as u8, tx.size() as u32, hash);
+            if ann.len() >= MAX_ANNOUNCE {
+                peer.send(peer.framing.eth(&EthMessage::NewPooledTransactionHashes(
+                    std::mem::take(&mut ann),
+                )));
+            }
+        }
+        if !ann.is_empty() {
+            peer.send(
+                peer.framing
+                    .eth(&EthMessage::NewPooledTransactionHashes(ann)),
+            );
+        }
+    }
+
+    /// Gossips new pending transactions: whole to ⌈√peers⌉ peers (small non-blob ones),
+    /// by hash to the rest. A peer is never sent a hash it has or was sent.
+    pub(super) async fn broadcast_loop(self) {
+        let mut events = self.inner.pool.subscribe_pending();
+        loop {
+            let first = match events.recv().await {
+                Ok(h) => h,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    metrics::counter!("moat_p2p_broadcast_lagged_total").increment(n);
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let mut batch = vec![first];
+            while batch.len() < 4096 {
+                match events.try_recv() {
+                    Ok(h) => batch.push(h),
+                    Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                }
+            }
+            self.broadcast(&batch);
+        }
+    }
+
+    pub(super) fn broadcast(&self, hashes: &[B256]) {
+        let peers: Vec<Arc<Peer>> = self.inner.peers.read().values().cloned().collect();
+        if peers.is_empty() {
+            return;
+        }
+        let full_count = (peers.len() as f64).sqrt().ceil() as usize;
+        let mut full: Vec<Vec<Bytes>> = vec![Vec::new(); peers.len()];
+        let mut anns: Vec<Announcement> = vec![Announcement::default(); peers.len()];
+        for hash in hashes {
+            let Some(tx) = self.inner.pool.get(hash) else {
+                continue;
+            };
+            let whole = !tx.is_blob() && tx.size() <= MAX_BROADCAST_TX_SIZE;
+            let mut sent_full = 0;
+            let env = whole.then(|| Bytes::from(tx.tx.encoded_2718()));
+            for (i, p) in peers.iter().enumerate() {
+                if TxOrigin::Peer(p.info.id) == tx.origin || !p.known.lock().insert(*hash) {
+                    continue;
+                }
+                match &env {
+                    Some(e) if sent_full < full_count => {
+                        full[i].push(e.clone());
+                        sent_full += 1;
+                    }
+                    _ => anns[i].push(tx.tx.tx_type() as u8, tx.size() as u32, *hash),
+                }
+            }
+        }
+        for (i, p) in peers.iter().enumerate() {
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            for e in full[i].drain(..) {
+                if bytes + e.len() > MAX_TXS_MESSAGE && !batch.is_empty() {
+                    self.send_or_count(p, EthMessage::Transactions(std::mem::take(&mut batch)));
+                    bytes = 0;
+                }
+                bytes += e.len();
+                batch.push(e);
+            }
+            if !batch.is_empty() {
+                self.send_or_count(p, EthMessage::Transactions(batch));
+            }
+            let ann = std::mem::take(&mut anns[i]);
+            for chunk in 0..ann.len().div_ceil(MAX_ANNOUNCE) {
+                let r = chunk * MAX_ANNOUNCE..((chunk + 1) * MAX_ANNOUNCE).min(ann.len());
+                self.send_or_count(
+                    p,
+                    EthMessage::NewPooledTransactionHashes(Announcement {
+                        types: ann.types[r.clone()].to_vec(),
+                        sizes: ann.sizes[r.clone()].to_vec(),
+                        hashes: ann.hashes[r].to_vec(),
+                    }),
+                );
+            }
+        }
+    }
+
+    pub(super) fn send_or_count(&self, p: &Peer, msg: EthMessage) {
+        if !p.send(p.framing.eth(&msg)) {
+            metrics::counter!("moat_p2p_broadcasts_dropped_total").increment(1);
+        }
+    }
+}

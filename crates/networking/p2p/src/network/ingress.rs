@@ -1,0 +1,372 @@
+//! Transaction ingress and fetch: `Transactions` messages, announcements to the fetcher
+//! and its `GetPooledTransactions` requests, `PooledTransactions` replies checked against
+//! what was asked, and each peer's admission worker, which admits in chunks charged to
+//! the peer's CPU budget and applies the pool's verdicts to the peer.
+
+use crate::eth::{Announcement, EthMessage};
+use crate::fetcher::{Delivered, DeliveryError, FetchRequest, Meta};
+use crate::p2p::DisconnectReason;
+use alloy_primitives::{B256, Bytes};
+use moat_blockchain::mempool::{CpuMeter, PeerCost, TxInput, TxOrigin, Verdict};
+use moat_common::TxType;
+use moat_common::transaction::{BlobRules, PooledTransaction};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+use super::{Network, Peer, short};
+
+/// Transactions of one message admitted, measured and charged as one unit: the peer's
+/// CPU budget is asked before each.
+const ADMISSION_CHUNK: usize = 256;
+/// Cost of one transaction that the bytes alone prove invalid.
+const INVALID_TX_PENALTY: i64 = 5;
+
+/// One message's transactions on their way into the pool.
+pub(super) struct AdmissionJob {
+    pub(super) txs: Vec<(Option<B256>, TxInput)>,
+    /// Fetched (a `PooledTransactions` reply): the fetcher learns the outcome.
+    pub(super) fetched: bool,
+}
+
+impl Network {
+    /// A `Transactions` message: whole transactions a peer gossips to us.
+    pub(super) async fn on_transactions(&self, peer: &Arc<Peer>, txs: Vec<Bytes>) {
+        if !self.inner.synced.load(Ordering::Acquire) {
+            return;
+        }
+        if txs
+            .iter()
+            .any(|t| t.first() == Some(&(TxType::Eip4844 as u8)))
+        {
+            self.fault(peer, "blob tx broadcast", "full blob tx in Transactions");
+            return;
+        }
+        let admitted = txs
+            .into_iter()
+            .map(|env| {
+                let hash = PooledTransaction::hash_of_envelope(&env);
+                (hash, env)
+            })
+            .collect::<Vec<_>>();
+        // Two copies of one tx in a message is a fault (as in geth): no honest
+        // peer sends them, and each copy would cost a trip through the pool.
+        let mut distinct = std::collections::HashSet::with_capacity(admitted.len());
+        if let Some(dup) = admitted
+            .iter()
+            .filter_map(|(h, _)| *h)
+            .find(|h| !distinct.insert(*h))
+        {
+            self.fault(
+                peer,
+                "duplicate tx",
+                &format!("transaction {dup} twice in one Transactions message"),
+            );
+            return;
+        }
+        {
+            let mut known = peer.known.lock();
+            for (h, _) in &admitted {
+                if let Some(h) = h {
+                    known.insert(*h);
+                }
+            }
+        }
+        self.spawn_admission(
+            peer,
+            admitted
+                .into_iter()
+                .map(|(h, e)| (h, TxInput::Raw(e)))
+                .collect(),
+            false,
+        )
+        .await;
+    }
+
+    /// A `NewPooledTransactionHashes` message: hashes for the fetcher.
+    pub(super) async fn on_hashes(&self, peer: &Arc<Peer>, a: Announcement) {
+        if !self.inner.synced.load(Ordering::Acquire) {
+            return;
+        }
+        // Announcements cost lookups in the pool and the fetcher: measured and
+        // charged like admission, and a peer in debt waits here, in its reader.
+        if !self.await_budget(peer).await {
+            return;
+        }
+        let meter = CpuMeter::start();
+        self.on_announcement(peer, a);
+        self.inner.pool.charge(TxOrigin::Peer(peer.info.id), meter);
+    }
+
+    pub(super) fn on_announcement(&self, peer: &Arc<Peer>, a: Announcement) {
+        let pool = &self.inner.pool;
+        let mut entries = Vec::with_capacity(a.len());
+        {
+            let mut known = peer.known.lock();
+            for ((hash, ty), size) in a.hashes.iter().zip(&a.types).zip(&a.sizes) {
+                known.insert(*hash);
+                if !pool.is_known_or_importing(hash) {
+                    entries.push((
+                        *hash,
+                        Meta {
+                            ty: *ty,
+                            size: *size,
+                        },
+                    ));
+                }
+            }
+        }
+        let requests = {
+            let mut f = self.inner.fetcher.lock();
+            let dropped = f.announce(peer.info.id, entries);
+            if dropped > 0 {
+                metrics::counter!("moat_p2p_announcements_dropped_total").increment(dropped as u64);
+            }
+            f.schedule(Instant::now())
+        };
+        self.send_requests(requests);
+    }
+
+    pub(super) fn send_requests(&self, requests: Vec<FetchRequest>) {
+        let peers = self.inner.peers.read();
+        for r in requests {
+            if let Some(p) = peers.get(&r.peer) {
+                metrics::counter!("moat_p2p_fetch_requests_total").increment(1);
+                p.send(p.framing.eth(&EthMessage::GetPooledTransactions {
+                    request_id: r.request_id,
+                    hashes: r.hashes,
+                }));
+            }
+        }
+    }
+
+    /// `validate_requested` and `validate_cheap` on a `PooledTransactions` reply, then
+    /// admission.
+    pub(super) async fn on_pooled(&self, peer: &Arc<Peer>, request_id: u64, txs: Vec<Bytes>) {
+        let mut delivered = Vec::with_capacity(txs.len());
+        let mut inputs = Vec::with_capacity(txs.len());
+        for env in txs {
+            let Some(hash) = PooledTransaction::hash_of_envelope(&env) else {
+                self.fault(
+                    peer,
+                    "malformed message",
+                    "undecodable tx in PooledTransactions",
+                );
+                self.inner
+                    .fetcher
+                    .lock()
+                    .deliver(peer.info.id, request_id, &[])
+                    .ok();
+                return;
+            };
+            let ty = match env.first() {
+                Some(b) if *b >= 0xc0 => 0,
+                Some(b) => *b,
+                None => 0,
+            };
+            delivered.push(Delivered {
+                hash,
+                ty,
+                size: env.len(),
+            });
+            inputs.push((hash, env));
+        }
+        let verdict = self
+            .inner
+            .fetcher
+            .lock()
+            .deliver(peer.info.id, request_id, &delivered);
+        match verdict {
+            Ok(_) => {}
+            Err(DeliveryError::Unsolicited(id)) => {
+                // An answer after its timeout, or to nothing: ignored, not trusted.
+                tracing::debug!(peer = %short(&peer.info.id), id, "unsolicited PooledTransactions");
+                metrics::counter!("moat_p2p_unsolicited_replies_total").increment(1);
+                self.reschedule();
+                return;
+            }
+            Err(e) => {
+                self.fault(peer, "delivery mismatch", &e.to_string());
+                self.reschedule();
+                return;
+            }
+        }
+        // Blob sidecars get their structural checks here, before the pool's dedup and
+        // KZG: a malformed or mismatched sidecar costs the peer its connection.
+        let rules = self.blob_rules();
+        let mut admit = Vec::with_capacity(inputs.len());
+        {
+            let mut known = peer.known.lock();
+            for (hash, env) in inputs {
+                known.insert(hash);
+                if env.first() != Some(&(TxType::Eip4844 as u8)) {
+                    admit.push((Some(hash), TxInput::Raw(env)));
+                    continue;
+                }
+                let checked = PooledTransaction::decode_2718(&env)
+                    .map_err(|e| e.to_string())
+                    .and_then(|tx| match rules {
+                        None => Ok(tx),
+                        Some(r) => match tx.validate_cheap(&r) {
+                            Ok(()) => Ok(tx),
+                            Err(e) if e.is_peer_fault() => Err(e.to_string()),
+                            Err(_) => Ok(tx), // wrong version for the fork: the pool says so
+                        },
+                    });
+                match checked {
+                    Ok(tx) => admit.push((Some(hash), TxInput::Decoded(Box::new(tx)))),
+                    Err(why) => {
+                        drop(known);
+                        self.inner.fetcher.lock().peer_fault(peer.info.id, &hash);
+                        self.fault(peer, "bad sidecar", &format!("blob tx {hash}: {why}"));
+                        self.reschedule();
+                        return;
+                    }
+                }
+            }
+        }
+        self.spawn_admission(peer, admit, true).await;
+    }
+
+    pub(super) fn blob_rules(&self) -> Option<BlobRules> {
+        let chain = &self.inner.chain;
+        let Ok(head) = chain.head_header() else {
+            return None;
+        };
+        let mut cached = self.inner.blob_rules.lock();
+        if cached.0 != head.hash() {
+            *cached = (
+                head.hash(),
+                BlobRules::at(chain.config(), head.number + 1, head.timestamp + 1),
+            );
+        }
+        cached.1
+    }
+
+    pub(super) fn reschedule(&self) {
+        let requests = self.inner.fetcher.lock().schedule(Instant::now());
+        self.send_requests(requests);
+    }
+
+    /// Queues a message's transactions for this peer's admission worker; waits only
+    /// when the peer already has a full queue, so a flooding peer is slowed, not the node.
+    pub(super) async fn spawn_admission(
+        &self,
+        peer: &Arc<Peer>,
+        txs: Vec<(Option<B256>, TxInput)>,
+        fetched: bool,
+    ) {
+        let _ = peer.admissions.send(AdmissionJob { txs, fetched }).await;
+    }
+
+    /// Admits one peer's transactions in the order they came and applies the
+    /// consequences of what the pool says. Each chunk of a message is measured in CPU
+    /// and charged to the peer; before each, the peer's budget is asked, and a peer in
+    /// debt waits: its queue fills and its reader stops reading.
+    pub(super) async fn admission_worker(
+        self,
+        peer: Arc<Peer>,
+        mut jobs: mpsc::Receiver<AdmissionJob>,
+    ) {
+        let origin = TxOrigin::Peer(peer.info.id);
+        let pool = &self.inner.pool;
+        while let Some(job) = jobs.recv().await {
+            let fetched = job.fetched;
+            let mut txs = job.txs.into_iter().peekable();
+            while txs.peek().is_some() {
+                if !self.await_budget(&peer).await {
+                    return;
+                }
+                let chunk: Vec<_> = txs.by_ref().take(ADMISSION_CHUNK).collect();
+                let mut meter = CpuMeter::start();
+                // Senders of a large chunk are recovered on all cores first; the in-order
+                // admissions below then find them cached.
+                let raw: Vec<Bytes> = chunk
+                    .iter()
+                    .filter_map(|(_, input)| match input {
+                        TxInput::Raw(b) => Some(b.clone()),
+                        TxInput::Decoded(_) => None,
+                    })
+                    .collect();
+                pool.warm_senders(&raw, &mut meter).await;
+                for (hash, input) in chunk {
+                    let result = pool.add_metered(input, origin, &mut meter).await;
+                    let cost = match &result {
+                        Ok(_) => PeerCost::None,
+                        Err(r) => r.peer_cost(),
+                    };
+                    if fetched && let Some(h) = hash {
+                        let mut f = self.inner.fetcher.lock();
+                        if cost == PeerCost::Fault {
+                            f.peer_fault(peer.info.id, &h);
+                        } else {
+                            f.settled(&h);
+                        }
+                    }
+                    match (cost, &result) {
+                        (PeerCost::Fault, Err(r)) => {
+                            pool.charge(origin, meter);
+                            let hash = hash.unwrap_or_default();
+                            self.fault(&peer, r.reason(), &format!("transaction {hash}: {r}"));
+                            if fetched {
+                                self.reschedule();
+                            }
+                            return;
+                        }
+                        (PeerCost::Penalty, Err(r)) => {
+                            self.penalize(&peer, INVALID_TX_PENALTY, r.reason())
+                        }
+                        _ => {}
+                    }
+                }
+                pool.charge(origin, meter);
+            }
+            if fetched {
+                self.reschedule();
+            }
+        }
+    }
+
+    /// Waits while the peer's admission budget says so; `false` when it says to drop
+    /// the peer (its CPU bought almost no transactions), which is then done.
+    pub(super) async fn await_budget(&self, peer: &Peer) -> bool {
+        loop {
+            let verdict = self
+                .inner
+                .pool
+                .budgets()
+                .verdict(&peer.info.id, Instant::now());
+            match verdict {
+                Verdict::Go => return true,
+                Verdict::Wait(d) => tokio::time::sleep(d).await,
+                Verdict::Disconnect(why) => {
+                    tracing::info!(peer = %short(&peer.info.id), addr = %peer.info.addr, why = why.as_str(), "dropping peer: its admission CPU buys almost no transactions");
+                    metrics::counter!("moat_p2p_peer_faults_total", "kind" => "useless_cpu")
+                        .increment(1);
+                    self.inner.fetcher.lock().remove_peer(peer.info.id);
+                    peer.disconnect(DisconnectReason::UselessPeer);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Re-asks timed-out requests of other announcers every half second.
+    pub(super) async fn fetch_timer(self) {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            let now = Instant::now();
+            let requests = {
+                let mut f = self.inner.fetcher.lock();
+                let late = f.expire(now);
+                if !late.is_empty() {
+                    metrics::counter!("moat_p2p_fetch_timeouts_total").increment(late.len() as u64);
+                }
+                f.schedule(now)
+            };
+            self.send_requests(requests);
+        }
+    }
+}

@@ -1,0 +1,697 @@
+//! The network service: listens and dials, runs one task per peer, and ties peers to the
+//! pool (admission of their transactions, gossip of ours) and to the chain (serving).
+//!
+//! ```text
+//!  TCP ─▶ RLPx ─▶ Hello/Status ─▶ peer task ─┬─ Ping ─▶ Pong
+//!                                           ├─ Get* ─▶ serve (store) ─▶ reply
+//!                                           ├─ BlockHeaders / BlockBodies ─▶ the chain
+//!                                           │    request of that id (get_headers, get_bodies)
+//!                                           ├─ Transactions ─▶ blob? fault : pool
+//!                                           ├─ announcement ─▶ fetcher ─▶ GetPooledTransactions
+//!                                           └─ PooledTransactions ─▶ validate_requested,
+//!                                                validate_cheap ─▶ pool ─▶ consequences
+//!  pool's new pending txs ─▶ broadcaster ─▶ full txs to √peers, hashes to the rest
+//! ```
+//!
+//! Peer consequences follow ../shared/DESIGN.md §2: a malformed or mismatched sidecar, a
+//! blob tx without one, a delivery that contradicts its announcement, a full blob tx in
+//! `Transactions` or a malformed message is a fault → Disconnect (subprotocol error).
+//! Other invalid transactions cost reputation; below the threshold the peer is dropped.
+//! What each pool rejection costs is the pool's table ([`Rejection::peer_cost`]).
+//!
+//! Admission CPU: a peer's transactions are admitted in chunks, each measured with the
+//! thread CPU clock and charged to the peer's budget in the pool
+//! (`moat_blockchain::mempool::budget`); before each chunk the network asks the budget
+//! and obeys: go on, wait (its reader then stops reading), or drop a peer whose CPU buys
+//! almost no admitted transactions.
+//!
+//! The service and its peer table live here (listening, dialling, static peers, the
+//! handshake); the rest is split by job:
+//! - `peer`: the peer task (reader, writer, dispatch, faults);
+//! - `ingress`: transactions in, announcements, fetches and admission;
+//! - `broadcast`: gossip of our pending transactions;
+//! - `chain`: headers and bodies requests for the syncer.
+//!
+//! [`Rejection::peer_cost`]: moat_blockchain::mempool::Rejection::peer_cost
+
+mod broadcast;
+mod chain;
+mod ingress;
+mod peer;
+
+use peer::Peer;
+
+use crate::Enode;
+use crate::eth::{EthMessage, Status};
+use crate::fetcher::{Fetcher, FetcherConfig};
+use crate::gate::{GateConfig, HandshakeGate};
+use crate::p2p::DisconnectReason;
+use crate::requests::{self};
+use crate::rlpx::{PeerId, RlpxStream};
+use crate::session::{self, LocalIdentity, Session, check_status};
+use alloy_primitives::B256;
+use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::{PeerBudget, Pool};
+use moat_common::config::ForkFilter;
+use moat_common::transaction::BlobRules;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Transactions above this size are only announced, never sent whole (geth's rule).
+pub const MAX_BROADCAST_TX_SIZE: usize = 4096;
+/// Static peers at most (`--bootnodes` and `admin_addPeer` together).
+pub const MAX_STATIC_PEERS: usize = 1024;
+/// Static peers dialled at once by the redial loop.
+const STATIC_DIALS_AT_ONCE: usize = 16;
+/// Head blocks between two BlockRangeUpdate messages.
+const RANGE_UPDATE_EVERY: u64 = 32;
+
+/// How the network is set up.
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    pub secret_key: secp256k1::SecretKey,
+    /// Where to listen; `None` for no inbound connections.
+    pub listen: Option<SocketAddr>,
+    /// Most peers in all; inbound ones may take all but a third of the slots.
+    pub max_peers: usize,
+    /// Peers dialled at start and kept connected (at most [`MAX_STATIC_PEERS`]).
+    pub static_peers: Vec<Enode>,
+    /// How inbound handshake slots are shared out (see [`crate::gate`]).
+    pub handshakes: GateConfig,
+    pub client_id: String,
+    pub network_id: u64,
+    pub fetcher: FetcherConfig,
+    /// How long a peer has to answer a headers or bodies request.
+    pub request_timeout: Duration,
+}
+
+impl NetworkConfig {
+    pub fn new(secret_key: secp256k1::SecretKey, network_id: u64) -> Self {
+        Self {
+            secret_key,
+            listen: Some(SocketAddr::from(([0, 0, 0, 0], 30303))),
+            max_peers: 50,
+            static_peers: Vec::new(),
+            handshakes: GateConfig::default(),
+            client_id: format!("moat/v{}", env!("CARGO_PKG_VERSION")),
+            network_id,
+            fetcher: FetcherConfig::default(),
+            request_timeout: requests::REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// What `admin_peers` shows of one peer.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub id: PeerId,
+    pub addr: SocketAddr,
+    pub client_id: String,
+    pub eth_version: u32,
+    pub inbound: bool,
+    pub reputation: i64,
+    pub head: B256,
+    /// Its admission CPU account: spent, admitted, rejected, budget state.
+    pub budget: Option<PeerBudget>,
+}
+
+/// An outbound slot held by a dial in progress; freed on drop.
+struct DialSlot(Arc<AtomicUsize>);
+
+impl Drop for DialSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct Inner {
+    cfg: NetworkConfig,
+    local: LocalIdentity,
+    chain: Chain,
+    pool: Pool,
+    synced: Arc<AtomicBool>,
+    filter: ForkFilter,
+    genesis_timestamp: u64,
+    peers: RwLock<Map<PeerId, Arc<Peer>>>,
+    fetcher: Mutex<Fetcher>,
+    static_peers: Mutex<StaticPeers>,
+    listen_addr: Mutex<Option<SocketAddr>>,
+    gate: HandshakeGate,
+    blob_rules: Mutex<(B256, Option<BlobRules>)>,
+    /// Head number of the last BlockRangeUpdate (or of the head at start).
+    range_sent: AtomicU64,
+    /// Dials of discovered nodes between their start and the end of the RLPx
+    /// handshake: they hold outbound slots.
+    dialing: Arc<AtomicUsize>,
+    /// Request ids of chain requests (their own space: answers come as other messages
+    /// than the fetcher's).
+    next_request: AtomicU64,
+    /// Answers snap/1 requests.
+    snap: crate::snap::SnapServer,
+}
+
+/// The devp2p network. Cloning shares it.
+#[derive(Clone)]
+pub struct Network {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network")
+            .field("id", &self.inner.local.id)
+            .field("peers", &self.inner.peers.read().len())
+            .finish()
+    }
+}
+
+/// Why the network could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("chain: {0}")]
+    Chain(String),
+}
+
+impl Network {
+    /// Starts listening and dialling. `synced` gates peers' transactions: they are taken
+    /// only once it is set (engine forkchoiceUpdated to a known head, or dev mode).
+    pub async fn start(
+        cfg: NetworkConfig,
+        chain: Chain,
+        pool: Pool,
+        synced: Arc<AtomicBool>,
+    ) -> Result<Network, NetworkError> {
+        let genesis = chain
+            .header_by_number(0)
+            .map_err(|e| NetworkError::Chain(e.to_string()))?
+            .ok_or_else(|| NetworkError::Chain("no genesis header".into()))?;
+        let filter = chain
+            .config()
+            .fork_filter(chain.genesis_hash(), genesis.timestamp);
+        let start_head = chain.head().map(|(n, _)| n).unwrap_or(0);
+        let listener = match cfg.listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| NetworkError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let local = LocalIdentity::new(
+            cfg.secret_key,
+            &cfg.client_id,
+            listen_addr.map_or(0, |a| a.port()),
+        )
+        .with_snap();
+        let gate_cfg = cfg.handshakes;
+        let inner = Arc::new(Inner {
+            fetcher: Mutex::new(Fetcher::new(cfg.fetcher)),
+            static_peers: Mutex::new(StaticPeers::default()),
+            cfg,
+            local,
+            chain,
+            pool,
+            synced,
+            filter,
+            genesis_timestamp: genesis.timestamp,
+            peers: RwLock::new(Map::default()),
+            listen_addr: Mutex::new(listen_addr),
+            gate: HandshakeGate::new(gate_cfg),
+            blob_rules: Mutex::new((B256::ZERO, None)),
+            range_sent: AtomicU64::new(start_head),
+            dialing: Arc::new(AtomicUsize::new(0)),
+            next_request: AtomicU64::new(1),
+            snap: crate::snap::SnapServer::default(),
+        });
+        let net = Network { inner };
+        for enode in net.inner.cfg.static_peers.clone() {
+            if let Err(e) = net.keep_static(enode) {
+                tracing::warn!(error = %e, "static peer not kept");
+            }
+        }
+        if let Some(listener) = listener {
+            tokio::spawn(net.clone().accept_loop(listener));
+        }
+        tokio::spawn(net.clone().broadcast_loop());
+        tokio::spawn(net.clone().fetch_timer());
+        tokio::spawn(net.clone().static_dialer());
+        Ok(net)
+    }
+
+    pub fn local_id(&self) -> PeerId {
+        self.inner.local.id
+    }
+
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        *self.inner.listen_addr.lock()
+    }
+
+    /// Our enode URL; an unspecified listen address shows as 127.0.0.1.
+    pub fn enode(&self) -> String {
+        let addr = self
+            .listen_addr()
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let ip = if addr.ip().is_unspecified() {
+            std::net::IpAddr::from([127, 0, 0, 1])
+        } else {
+            addr.ip()
+        };
+        Enode {
+            id: self.local_id(),
+            addr: SocketAddr::new(ip, addr.port()),
+        }
+        .to_string()
+    }
+
+    pub fn network_id(&self) -> u64 {
+        self.inner.cfg.network_id
+    }
+
+    pub fn genesis_hash(&self) -> B256 {
+        self.inner.chain.genesis_hash()
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.inner.cfg.client_id
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.inner.peers.read().len()
+    }
+
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        self.inner
+            .peers
+            .read()
+            .values()
+            .map(|p| PeerInfo {
+                reputation: p.reputation.load(Ordering::Relaxed),
+                budget: self.inner.pool.budgets().peer(&p.info.id, Instant::now()),
+                ..p.info.clone()
+            })
+            .collect()
+    }
+
+    /// Adds a static peer and dials it now (`admin_addPeer`); refused once there are
+    /// [`MAX_STATIC_PEERS`].
+    pub fn add_peer(&self, enode: Enode) -> Result<(), StaticPeersFull> {
+        if self.keep_static(enode.clone())? {
+            self.dial_static(enode);
+        }
+        Ok(())
+    }
+
+    /// Static peers kept now.
+    pub fn static_peer_count(&self) -> usize {
+        self.inner.static_peers.lock().peers.len()
+    }
+
+    /// Adds `enode` to the static peers (replacing an entry of the same id); whether it
+    /// needs a dial now (it is not connected, and no dial of it is in flight).
+    fn keep_static(&self, enode: Enode) -> Result<bool, StaticPeersFull> {
+        let mut list = self.inner.static_peers.lock();
+        if !list.peers.contains_key(&enode.id) && list.peers.len() >= MAX_STATIC_PEERS {
+            return Err(StaticPeersFull(MAX_STATIC_PEERS));
+        }
+        if let Some(old) = list.peers.insert(enode.id, enode.clone()) {
+            self.inner.gate.set_static(old.addr.ip(), false);
+        }
+        self.inner.gate.set_static(enode.addr.ip(), true);
+        Ok(!list.dialing.contains(&enode.id) && !self.is_connected(&enode.id))
+    }
+
+    /// Dials a static peer unless a dial of it is in flight.
+    fn dial_static(&self, enode: Enode) {
+        if !self.inner.static_peers.lock().dialing.insert(enode.id) {
+            return;
+        }
+        let net = self.clone();
+        tokio::spawn(async move {
+            let id = enode.id;
+            net.clone().dial(enode, None).await;
+            net.inner.static_peers.lock().dialing.remove(&id);
+        });
+    }
+
+    /// Outbound connections that may start now: the dialled share of `max_peers` (a
+    /// third, at least one: geth's dial ratio) less outbound peers and dials in
+    /// progress, and never more than the free slots.
+    pub fn free_outbound_slots(&self) -> usize {
+        let max = self.inner.cfg.max_peers;
+        let max_out = (max - max_inbound(max)).max(1);
+        let peers = self.inner.peers.read();
+        let outbound = peers.values().filter(|p| !p.info.inbound).count();
+        let dialing = self.inner.dialing.load(Ordering::Relaxed);
+        max_out
+            .saturating_sub(outbound + dialing)
+            .min(max.saturating_sub(peers.len() + dialing))
+    }
+
+    pub fn is_connected(&self, id: &PeerId) -> bool {
+        self.inner.peers.read().contains_key(id)
+    }
+
+    /// Dials a node once, without keeping it as a static peer (nodes found by
+    /// discovery). The dial holds an outbound slot until its RLPx handshake ends.
+    pub fn dial_once(&self, enode: Enode) {
+        self.inner.dialing.fetch_add(1, Ordering::Relaxed);
+        let slot = DialSlot(self.inner.dialing.clone());
+        metrics::counter!("moat_p2p_discovered_dials_total").increment(1);
+        tokio::spawn(self.clone().dial(enode, Some(slot)));
+    }
+
+    /// Disconnects a peer and forgets it as static.
+    pub fn remove_peer(&self, id: &PeerId) -> bool {
+        {
+            let mut list = self.inner.static_peers.lock();
+            if let Some(old) = list.peers.remove(id) {
+                self.inner.gate.set_static(old.addr.ip(), false);
+            }
+            list.shrink();
+        }
+        match self.inner.peers.read().get(id) {
+            Some(p) => {
+                p.disconnect(DisconnectReason::Requested);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Tells eth/69+ peers the new served range after a head change: when the head has
+    /// moved 32 blocks since the last update, or gone back (geth's rhythm; peers need
+    /// no more).
+    pub fn on_new_head(&self) {
+        let Ok((number, hash)) = self.inner.chain.head() else {
+            return;
+        };
+        let last = self.inner.range_sent.load(Ordering::Relaxed);
+        if number < last.saturating_add(RANGE_UPDATE_EVERY) && number >= last {
+            return;
+        }
+        self.inner.range_sent.store(number, Ordering::Relaxed);
+        let msg = EthMessage::BlockRangeUpdate {
+            earliest: 0,
+            latest: number,
+            latest_hash: hash,
+        };
+        for p in self.inner.peers.read().values() {
+            if p.framing.version >= crate::eth::ETH69 {
+                p.send(p.framing.eth(&msg));
+            }
+        }
+    }
+
+    fn our_status(&self, version: u32) -> (Status, u64, u64) {
+        let chain = &self.inner.chain;
+        let (number, hash, timestamp) = match chain.head_header() {
+            Ok(h) => (h.number, h.hash(), h.timestamp),
+            Err(_) => (0, chain.genesis_hash(), self.inner.genesis_timestamp),
+        };
+        let fork_id = chain.config().fork_id(
+            chain.genesis_hash(),
+            self.inner.genesis_timestamp,
+            number,
+            timestamp,
+        );
+        let status = Status {
+            version,
+            network_id: self.inner.cfg.network_id,
+            genesis: chain.genesis_hash(),
+            fork_id,
+            total_difficulty: chain.config().terminal_total_difficulty.unwrap_or_default(),
+            head: hash,
+            earliest: 0,
+            latest: number,
+        };
+        (status, number, timestamp)
+    }
+
+    async fn accept_loop(self, listener: TcpListener) {
+        static REFUSED_LOG: Throttle = Throttle::new(Duration::from_secs(10));
+        let mut backoff = ACCEPT_BACKOFF_MIN;
+        loop {
+            let (stream, addr) = match listener.accept().await {
+                Ok(c) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    c
+                }
+                Err(e) => {
+                    // Out of descriptors (or buffers): the connection stays queued; wait,
+                    // longer each time, instead of spinning on the same error.
+                    tracing::debug!(error = %e, "accept failed");
+                    metrics::counter!("moat_p2p_accept_errors_total").increment(1);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    continue;
+                }
+            };
+            // A subnet whose peer was just dropped for useless admission CPU waits out
+            // the window before it costs another handshake.
+            if self.inner.pool.budgets().refuses(addr.ip(), Instant::now()) {
+                metrics::counter!("moat_p2p_handshakes_refused_total", "reason" => "useless_subnet")
+                    .increment(1);
+                continue;
+            }
+            let permit = match self.inner.gate.admit(addr.ip()) {
+                Ok(p) => p,
+                Err(why) => {
+                    metrics::counter!("moat_p2p_handshakes_refused_total", "reason" => why.as_str())
+                        .increment(1);
+                    if let Some(held) = REFUSED_LOG.allow() {
+                        tracing::debug!(%addr, reason = why.as_str(), held_back = held, pending = self.inner.gate.pending(), "inbound connection refused: handshake slots taken");
+                    }
+                    continue;
+                }
+            };
+            let net = self.clone();
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let timeout = permit.timeout;
+                // The whole handshake, RLPx to Status, within the gate's time.
+                let session = tokio::time::timeout(timeout, async {
+                    let rlpx = RlpxStream::accept(stream, &net.inner.local.key)
+                        .await
+                        .map_err(|e| format!("rlpx: {e}"))?;
+                    net.session(rlpx, addr, true).await.ok_or_else(String::new)
+                })
+                .await;
+                // The slot is free as soon as the handshake is over.
+                drop(permit);
+                match session {
+                    Ok(Ok(session)) => net.run_peer(session, addr, true).await,
+                    Ok(Err(e)) => {
+                        if !e.is_empty() {
+                            tracing::debug!(%addr, error = %e, "inbound handshake failed");
+                            metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                        }
+                    }
+                    Err(_) => {
+                        tracing::debug!(%addr, ?timeout, "inbound handshake timed out");
+                        metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                    }
+                }
+            });
+        }
+    }
+
+    async fn dial(self, enode: Enode, slot: Option<DialSlot>) {
+        if enode.id == self.inner.local.id || self.inner.peers.read().contains_key(&enode.id) {
+            return;
+        }
+        let stream =
+            match tokio::time::timeout(session::HANDSHAKE_TIMEOUT, TcpStream::connect(enode.addr))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = %enode, error = %e, "dial failed");
+                    dial_failed("connect");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %enode, "dial timed out");
+                    dial_failed("timeout");
+                    return;
+                }
+            };
+        let _ = stream.set_nodelay(true);
+        let rlpx = match tokio::time::timeout(
+            session::HANDSHAKE_TIMEOUT,
+            RlpxStream::connect(stream, &self.inner.local.key, enode.id),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r,
+            _ => {
+                tracing::debug!(peer = %enode, "outbound rlpx handshake failed");
+                dial_failed("rlpx");
+                return;
+            }
+        };
+        drop(slot);
+        self.establish(rlpx, enode.addr, false).await;
+    }
+
+    /// Redials static peers that are not connected, every 10 s, a few at a time and
+    /// never twice at once.
+    async fn static_dialer(self) {
+        loop {
+            let due: Vec<Enode> = {
+                let list = self.inner.static_peers.lock();
+                list.peers
+                    .values()
+                    .filter(|e| !list.dialing.contains(&e.id) && !self.is_connected(&e.id))
+                    .cloned()
+                    .collect()
+            };
+            for chunk in due.chunks(STATIC_DIALS_AT_ONCE) {
+                for enode in chunk {
+                    self.dial_static(enode.clone());
+                }
+                // Let this round's dials get under way before the next.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+    }
+
+    async fn establish(self, rlpx: RlpxStream<TcpStream>, addr: SocketAddr, inbound: bool) {
+        if let Some(session) = self.session(rlpx, addr, inbound).await {
+            self.run_peer(session, addr, inbound).await;
+        }
+    }
+
+    /// Hello and Status over an RLPx connection; `None` (logged) when they fail.
+    async fn session(
+        &self,
+        rlpx: RlpxStream<TcpStream>,
+        addr: SocketAddr,
+        inbound: bool,
+    ) -> Option<Session<TcpStream>> {
+        let (base, number, timestamp) = self.our_status(crate::eth::ETH70);
+        let filter = &self.inner.filter;
+        let result = session::handshake(
+            rlpx,
+            &self.inner.local,
+            |version| Status { version, ..base },
+            |ours, theirs| check_status(ours, theirs, filter, number, timestamp),
+        )
+        .await;
+        match result {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::debug!(%addr, inbound, error = %e, "eth handshake failed");
+                metrics::counter!("moat_p2p_handshake_failures_total").increment(1);
+                if !inbound {
+                    dial_failed("handshake");
+                }
+                None
+            }
+        }
+    }
+
+    pub fn status_for(&self, version: u32) -> Status {
+        self.our_status(version).0
+    }
+}
+
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Static peers: a map by node id (one entry per peer, found in O(1)) and the dials in
+/// flight.
+#[derive(Debug, Default)]
+struct StaticPeers {
+    peers: Map<PeerId, Enode>,
+    dialing: HashSet<PeerId, foldhash::fast::RandomState>,
+}
+
+impl StaticPeers {
+    /// Gives memory back once most of the entries are gone.
+    fn shrink(&mut self) {
+        if self.peers.capacity() > 64 && self.peers.len() < self.peers.capacity() / 4 {
+            self.peers.shrink_to_fit();
+        }
+        if self.dialing.capacity() > 64 && self.dialing.len() < self.dialing.capacity() / 4 {
+            self.dialing.shrink_to_fit();
+        }
+    }
+}
+
+/// `admin_addPeer` past [`MAX_STATIC_PEERS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("too many static peers (at most {0})")]
+pub struct StaticPeersFull(pub usize);
+
+/// A log line at most once per period; the ones held back are counted into the next.
+struct Throttle {
+    period: Duration,
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl Throttle {
+    const fn new(period: Duration) -> Self {
+        Self {
+            period,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    fn allow(&self) -> Option<u64> {
+        let mut s = self.state.lock();
+        let now = Instant::now();
+        match s.0 {
+            Some(last) if now.duration_since(last) < self.period => {
+                s.1 += 1;
+                None
+            }
+            _ => {
+                s.0 = Some(now);
+                Some(std::mem::take(&mut s.1))
+            }
+        }
+    }
+}
+
+/// Inbound peers may take all slots but a third, kept for the peers this node dials
+/// (geth's dial ratio): a crowd of inbound connections cannot lock out static peers.
+fn max_inbound(max_peers: usize) -> usize {
+    max_peers - max_peers / 3
+}
+
+fn short(id: &PeerId) -> String {
+    hex::encode(&id[..8])
+}
+
+/// Counts a failed outbound connection by where it failed: `connect` (TCP refused or
+/// unreachable), `timeout` (TCP connect), `rlpx` (encryption handshake), `handshake`
+/// (hello or eth status refused: other network, fork, genesis, too many peers).
+fn dial_failed(reason: &'static str) {
+    metrics::counter!("moat_p2p_dial_failures_total", "reason" => reason).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_third_of_the_slots_is_kept_for_dialled_peers() {
+        assert_eq!(max_inbound(50), 34);
+        assert_eq!(max_inbound(3), 2);
+        assert_eq!(max_inbound(1), 1);
+    }
+}

@@ -1,0 +1,413 @@
+//! The peer task: a connected peer's record ([`Peer`]), its entry in the peer table, its
+//! writer (queued frames, pings, the closing Disconnect) and its reader, which decodes each
+//! message and dispatches it: chain requests are served here, answers go to
+//! [`super::chain`], transactions and announcements to [`super::ingress`]. Faults and
+//! reputation penalties are applied here too.
+
+use crate::eth::EthMessage;
+use crate::p2p::DisconnectReason;
+use crate::requests::MAX_IN_FLIGHT;
+use crate::serve;
+use crate::session::{self, Incoming, Session};
+use alloy_primitives::{B256, Bytes};
+use parking_lot::Mutex;
+use std::collections::{HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use super::chain::{Pending, ReplyKind};
+use super::ingress::AdmissionJob;
+use super::{Map, Network, PeerInfo, max_inbound, short};
+
+/// `Transactions` / `PooledTransactions` messages from one peer waiting for admission;
+/// past it the peer's reads wait (backpressure on its TCP stream).
+const ADMISSION_QUEUE: usize = 8;
+/// Hashes a peer is remembered to know.
+const KNOWN_TXS: usize = 32_768;
+/// A `PooledTransactions` answer stops growing past this many bytes.
+const MAX_POOLED_ANSWER: usize = 2 * 1024 * 1024;
+/// Most hashes served from one `GetPooledTransactions`.
+const MAX_POOLED_SERVE: usize = 256;
+/// Frames queued to a peer before broadcasts to it are dropped.
+const PEER_QUEUE: usize = 1024;
+const PING_INTERVAL: Duration = Duration::from_secs(15);
+/// A peer silent this long (pings included) is dropped.
+const READ_TIMEOUT: Duration = Duration::from_secs(45);
+/// A peer whose reputation (starting at 0) reaches this is dropped.
+const REPUTATION_FLOOR: i64 = -100;
+
+#[derive(Debug, Default)]
+pub(super) struct KnownTxs {
+    pub(super) set: HashSet<B256, foldhash::fast::RandomState>,
+    pub(super) order: VecDeque<B256>,
+}
+
+impl KnownTxs {
+    pub(super) fn insert(&mut self, hash: B256) -> bool {
+        if !self.set.insert(hash) {
+            return false;
+        }
+        self.order.push_back(hash);
+        if self.order.len() > KNOWN_TXS
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        true
+    }
+
+    #[cfg(test)]
+    pub(super) fn contains(&self, hash: &B256) -> bool {
+        self.set.contains(hash)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ChainStatus {
+    pub(super) head: B256,
+    pub(super) range: Option<(u64, u64)>,
+}
+
+/// A connected peer as the rest of the node sees it.
+pub(super) struct Peer {
+    pub(super) info: PeerInfo,
+    pub(super) framing: session::Framing,
+    pub(super) out: mpsc::Sender<Vec<u8>>,
+    pub(super) close: watch::Sender<Option<DisconnectReason>>,
+    pub(super) known: Mutex<KnownTxs>,
+    pub(super) reputation: AtomicI64,
+    /// Batches of this peer's txs, admitted in arrival order by one worker: a sender's
+    /// nonces sent in order stay in order.
+    pub(super) admissions: mpsc::Sender<AdmissionJob>,
+    /// Our chain requests awaiting its answer, by request id.
+    pub(super) pending: Mutex<Map<u64, Pending>>,
+    /// One permit per chain request in flight (at most [`MAX_IN_FLIGHT`]).
+    pub(super) request_slots: Arc<Semaphore>,
+    pub(super) chain_status: Mutex<ChainStatus>,
+}
+
+impl Peer {
+    pub(super) fn send(&self, frame: Vec<u8>) -> bool {
+        self.out.try_send(frame).is_ok()
+    }
+
+    pub(super) fn disconnect(&self, reason: DisconnectReason) {
+        self.close.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+impl Network {
+    /// Registers the peer, then reads from it until it leaves or is dropped.
+    pub(super) async fn run_peer(
+        self,
+        session: Session<TcpStream>,
+        addr: SocketAddr,
+        inbound: bool,
+    ) {
+        let Session {
+            mut reader,
+            mut writer,
+            framing,
+            hello,
+            status,
+            remote_id,
+        } = session;
+        let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(PEER_QUEUE);
+        let (close_tx, mut close_rx) = watch::channel(None);
+        let (admit_tx, admit_rx) = mpsc::channel::<AdmissionJob>(ADMISSION_QUEUE);
+        let peer = Arc::new(Peer {
+            info: PeerInfo {
+                id: remote_id,
+                addr,
+                client_id: hello.client_id.clone(),
+                eth_version: framing.version,
+                inbound,
+                reputation: 0,
+                head: status.head,
+                budget: None,
+            },
+            framing,
+            out: out_tx,
+            close: close_tx,
+            known: Mutex::new(KnownTxs::default()),
+            reputation: AtomicI64::new(0),
+            admissions: admit_tx,
+            pending: Mutex::new(Map::default()),
+            request_slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            chain_status: Mutex::new(ChainStatus {
+                head: status.head,
+                range: (framing.version >= crate::eth::ETH69)
+                    .then_some((status.earliest, status.latest)),
+            }),
+        });
+        // Admission to the peer table.
+        let refused = {
+            let mut peers = self.inner.peers.write();
+            if remote_id == self.inner.local.id {
+                Some(DisconnectReason::ConnectedToSelf)
+            } else if peers.contains_key(&remote_id) {
+                Some(DisconnectReason::AlreadyConnected)
+            } else if peers.len() >= self.inner.cfg.max_peers
+                || (inbound
+                    && peers.values().filter(|p| p.info.inbound).count()
+                        >= max_inbound(self.inner.cfg.max_peers))
+            {
+                Some(DisconnectReason::TooManyPeers)
+            } else {
+                peers.insert(remote_id, peer.clone());
+                None
+            }
+        };
+        if let Some(reason) = refused {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                writer.send(&framing.disconnect(reason)),
+            )
+            .await;
+            tracing::debug!(peer = %short(&remote_id), %addr, %reason, "peer refused");
+            return;
+        }
+        // Its admission budget: fresh, or its subnet's if a peer from there left lately.
+        self.inner
+            .pool
+            .budgets()
+            .attach_peer(remote_id, addr.ip(), Instant::now());
+        metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
+        tracing::info!(peer = %short(&remote_id), %addr, inbound, client = %hello.client_id, eth = framing.version, "peer connected");
+
+        // Writer: queued frames, pings, and the closing Disconnect.
+        let mut writer_close = close_rx.clone();
+        let writer_task = tokio::spawn(async move {
+            let mut ping = tokio::time::interval(PING_INTERVAL);
+            ping.tick().await;
+            loop {
+                tokio::select! {
+                    frame = out_rx.recv() => match frame {
+                        Some(f) => if writer.send(&f).await.is_err() { break },
+                        None => break,
+                    },
+                    _ = ping.tick() => if writer.send(&framing.ping()).await.is_err() { break },
+                    _ = writer_close.changed() => {
+                        let reason = (*writer_close.borrow()).unwrap_or(DisconnectReason::Requested);
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            writer.send(&framing.disconnect(reason)),
+                        ).await;
+                        break;
+                    }
+                }
+            }
+        });
+
+        let admission_task = tokio::spawn(self.clone().admission_worker(peer.clone(), admit_rx));
+        // A new peer hears of the pending transactions it may want.
+        self.announce_pool_to(&peer);
+
+        let end = loop {
+            let payload = tokio::select! {
+                r = tokio::time::timeout(READ_TIMEOUT, reader.recv()) => match r {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(e)) => break format!("read: {e}"),
+                    Err(_) => {
+                        peer.disconnect(DisconnectReason::Timeout);
+                        break "read timeout".to_string();
+                    }
+                },
+                _ = close_rx.changed() => {
+                    break format!("dropped: {}", close_rx.borrow().unwrap_or(DisconnectReason::Requested));
+                }
+            };
+            let msg = match framing.decode(&payload) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.fault(&peer, "malformed message", &e.to_string());
+                    continue;
+                }
+            };
+            match msg {
+                Incoming::Ping => {
+                    peer.send(framing.pong());
+                }
+                Incoming::Pong => {}
+                Incoming::Disconnect(r) => {
+                    break format!(
+                        "peer disconnected: {}",
+                        r.map_or("unknown reason", |r| r.as_str())
+                    );
+                }
+                Incoming::Eth(m) => {
+                    metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
+                    self.handle(&peer, m).await;
+                }
+                Incoming::Snap(m) => {
+                    metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
+                    // Served off the runtime (disk reads, up to the time budget); the
+                    // peer's next message waits for this answer, as geth's handler does.
+                    let (chain, snap) = (self.inner.chain.clone(), self.inner.snap.clone());
+                    let answer = tokio::task::spawn_blocking(move || snap.answer(&chain, &m)).await;
+                    if let Ok(Some(answer)) = answer {
+                        peer.send(framing.snap(&answer));
+                    }
+                }
+            }
+        };
+        self.inner.peers.write().remove(&remote_id);
+        self.inner
+            .pool
+            .budgets()
+            .detach_peer(&remote_id, Instant::now());
+        // Callers waiting for its answers learn now that none will come.
+        peer.pending.lock().clear();
+        admission_task.abort();
+        self.inner.fetcher.lock().remove_peer(remote_id);
+        metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
+        // Let the writer send a pending Disconnect, then stop it.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            peer.disconnect(DisconnectReason::Requested);
+            let _ = writer_task.await;
+        })
+        .await;
+        // A peer that left in good standing is let in first next time.
+        if peer.reputation.load(Ordering::Relaxed) >= 0 {
+            self.inner.gate.remember(addr.ip());
+        }
+        tracing::info!(peer = %short(&remote_id), %addr, why = %end, "peer disconnected");
+        metrics::counter!("moat_p2p_disconnects_total").increment(1);
+    }
+
+    /// A protocol fault: disconnect with subprotocol error. `kind` is a fixed label (the
+    /// metric's), `detail` what exactly happened (the log's).
+    pub(super) fn fault(&self, peer: &Peer, kind: &'static str, detail: &str) {
+        tracing::info!(peer = %short(&peer.info.id), addr = %peer.info.addr, kind, detail, "dropping peer for a protocol fault");
+        metrics::counter!("moat_p2p_peer_faults_total", "kind" => kind).increment(1);
+        // Nothing more is asked of it: its other announcements go to other peers.
+        self.inner.fetcher.lock().remove_peer(peer.info.id);
+        peer.disconnect(DisconnectReason::SubprotocolError);
+    }
+
+    pub(super) fn penalize(&self, peer: &Peer, points: i64, why: &str) {
+        let score = peer.reputation.fetch_sub(points, Ordering::Relaxed) - points;
+        if score <= REPUTATION_FLOOR {
+            tracing::info!(peer = %short(&peer.info.id), score, why, "dropping peer: reputation too low");
+            metrics::counter!("moat_p2p_peer_faults_total", "kind" => "reputation").increment(1);
+            peer.disconnect(DisconnectReason::UselessPeer);
+        }
+    }
+
+    pub(super) async fn handle(&self, peer: &Arc<Peer>, msg: EthMessage) {
+        let store = self.inner.chain.store();
+        match msg {
+            EthMessage::Status(_) => self.fault(peer, "second status", ""),
+            EthMessage::NewBlockHashes | EthMessage::NewBlock => {}
+            EthMessage::GetBlockHeaders {
+                request_id,
+                origin,
+                amount,
+                skip,
+                reverse,
+            } => {
+                let headers = serve::headers(store, origin, amount, skip, reverse);
+                peer.send(peer.framing.eth(&EthMessage::BlockHeaders {
+                    request_id,
+                    headers,
+                }));
+            }
+            EthMessage::GetBlockBodies { request_id, hashes } => {
+                let bodies = serve::bodies(store, &hashes);
+                peer.send(
+                    peer.framing
+                        .eth(&EthMessage::BlockBodies { request_id, bodies }),
+                );
+            }
+            EthMessage::GetReceipts {
+                request_id,
+                first_index,
+                hashes,
+            } => {
+                let (blocks, incomplete) =
+                    serve::receipts(store, peer.framing.version, first_index, &hashes);
+                peer.send(peer.framing.eth(&EthMessage::Receipts {
+                    request_id,
+                    incomplete,
+                    blocks,
+                }));
+            }
+            EthMessage::BlockHeaders {
+                request_id,
+                headers,
+            } => self.on_reply(peer, ReplyKind::Headers, request_id, headers),
+            EthMessage::BlockBodies { request_id, bodies } => {
+                self.on_reply(peer, ReplyKind::Bodies, request_id, bodies)
+            }
+            EthMessage::Receipts { .. } => {
+                // We ask for none; a stray answer is ignored.
+            }
+            EthMessage::BlockRangeUpdate {
+                earliest,
+                latest,
+                latest_hash,
+            } => {
+                if earliest > latest {
+                    self.fault(peer, "invalid block range", "earliest > latest");
+                } else {
+                    *peer.chain_status.lock() = ChainStatus {
+                        head: latest_hash,
+                        range: Some((earliest, latest)),
+                    };
+                }
+            }
+            EthMessage::GetPooledTransactions { request_id, hashes } => {
+                let mut txs = Vec::new();
+                let mut bytes = 0;
+                for h in hashes.iter().take(MAX_POOLED_SERVE) {
+                    if bytes >= MAX_POOLED_ANSWER {
+                        break;
+                    }
+                    if let Some(tx) = self.inner.pool.get(h) {
+                        let env = tx.tx.encoded_2718();
+                        bytes += env.len();
+                        txs.push(Bytes::from(env));
+                        peer.known.lock().insert(*h);
+                    }
+                }
+                peer.send(
+                    peer.framing
+                        .eth(&EthMessage::PooledTransactions { request_id, txs }),
+                );
+            }
+            EthMessage::Transactions(txs) => self.on_transactions(peer, txs).await,
+            EthMessage::NewPooledTransactionHashes(a) => self.on_hashes(peer, a).await,
+            EthMessage::PooledTransactions { request_id, txs } => {
+                self.on_pooled(peer, request_id, txs).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn known_txs_are_bounded() {
+        let mut k = KnownTxs::default();
+        for i in 0..(KNOWN_TXS + 10) as u64 {
+            k.insert(B256::from(alloy_primitives::U256::from(i)));
+        }
+        assert_eq!(k.set.len(), KNOWN_TXS);
+        assert!(!k.contains(&B256::ZERO));
+        assert!(k.contains(&B256::from(alloy_primitives::U256::from(KNOWN_TXS as u64))));
+        assert!(!k.insert(B256::from(alloy_primitives::U256::from(KNOWN_TXS as u64))));
+    }
+}
