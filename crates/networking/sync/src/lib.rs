@@ -42,6 +42,7 @@
 //! executing every block from the local head; the walked headers are held in memory
 //! (about 1 KiB each), which suits catching up days, not years.
 
+pub mod snap;
 mod source;
 mod syncer;
 

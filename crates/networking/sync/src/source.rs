@@ -3,6 +3,7 @@
 
 use moat_common::block::Block;
 use moat_p2p::rlpx::PeerId;
+use moat_p2p::snap::SnapMessage;
 use moat_p2p::{HeadersRequest, Network, RequestError, SealedHeader, SyncPeer};
 use std::future::Future;
 
@@ -25,6 +26,24 @@ pub trait BlockSource: Send + Sync + 'static {
         peer: PeerId,
         headers: Vec<SealedHeader>,
     ) -> impl Future<Output = Result<Vec<Block>, RequestError>> + Send;
+
+    /// The peers that speak snap/1 (none unless the source serves snap requests).
+    fn snap_peers(&self) -> Vec<PeerId> {
+        Vec::new()
+    }
+
+    /// Sends a snap/1 request (its request id is filled in) and waits for the answer,
+    /// which is of the kind asked but not yet checked against any root.
+    fn snap_request(
+        &self,
+        _peer: PeerId,
+        _msg: SnapMessage,
+    ) -> impl Future<Output = Result<SnapMessage, RequestError>> + Send {
+        async { Err(RequestError::NotConnected) }
+    }
+
+    /// A snap answer that failed its proof: the peer is dropped.
+    fn report_snap_fault(&self, _peer: &PeerId, _why: &str) {}
 }
 
 impl BlockSource for Network {

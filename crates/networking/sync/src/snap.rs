@@ -1,0 +1,1087 @@
+//! Snap sync: the state at a pivot block downloaded as proven ranges, the tries built
+//! from it, and the pivot made the head, so that full sync only executes the last
+//! stretch.
+//!
+//! ```text
+//!  pivot      target − 64 (the target itself on a shorter chain): its header walked
+//!             back from the target by hash, its body fetched
+//!  accounts   the hash space in CHUNKS chunks, one GetAccountRange in flight per peer;
+//!             each answer checked against its boundary proof and the pivot's state
+//!             root, then written (snap_accounts) with the chunk's new start: one commit
+//!  storage    accounts with a storage root, in hash order, up to 128 per
+//!             GetStorageRanges; every complete trie checked whole against its root,
+//!             a partial last one against its proof and continued alone in chunks;
+//!             written (snap_storage) with the cursor below which all is done
+//!  codes      GetByteCodes for the code hashes not yet held, each checked by its hash
+//!  tries      per account, its storage trie over its slots (SortedBuilder), checked
+//!             against its storage root; then the account trie, checked against the
+//!             pivot's state root; the flat by-address state of genesis is dropped
+//!  head       the pivot's header, body, canonical entry and the head: one commit that
+//!             also removes the progress record
+//! ```
+//!
+//! The progress record ([`Progress`], in the store's meta table) is written in the same
+//! commit as every range it covers, so a node killed at any point resumes at the stage
+//! and boundaries it had reached, never before. A peer whose proof does not verify is
+//! dropped (reported to the source as a fault); one that answers empty for the pivot's
+//! root (it no longer serves that state) is rested, and when every peer does so for a
+//! while the pivot is stale: the sync gives up on it with [`SnapError::Stale`] and the
+//! caller picks a new pivot; the downloaded ranges are then kept only as far as they
+//! verify against the new root (see `resume_against`): ranges are re-downloaded, not
+//! healed node by node (GetTrieNodes healing is not implemented).
+
+use crate::source::BlockSource;
+use alloy_primitives::{B256, Bytes, KECCAK256_EMPTY, U256, keccak256};
+use moat_blockchain::chain::Chain;
+use moat_blockchain::state_root::account_leaf;
+use moat_common::block::Block;
+use moat_common::rlp;
+use moat_p2p::rlpx::PeerId;
+use moat_p2p::snap::{SnapMessage, full_account};
+use moat_p2p::{HeadersRequest, RequestError, SealedHeader};
+use moat_storage::{Account, StoreError, WriteBatch};
+use moat_trie::range::verify_range_proof;
+use moat_trie::{EMPTY_ROOT, SortedBuilder};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+/// How far behind the target the pivot sits.
+pub const PIVOT_DISTANCE: u64 = 64;
+/// Chunks the account hash space is split into.
+const CHUNKS: usize = 16;
+/// Accounts per storage request.
+const STORAGE_BATCH: usize = 128;
+/// Code hashes per bytecode request.
+const CODE_BATCH: usize = 256;
+/// Trie nodes per commit while the tries are built.
+const NODES_PER_COMMIT: usize = 50_000;
+/// How long a peer that answered empty (or failed) is not asked again.
+const REST: Duration = Duration::from_secs(2);
+/// Empty answers in a row from all peers after which the pivot counts as stale.
+const STALE_AFTER: u32 = 32;
+/// Version byte of the progress record.
+const RECORD_VERSION: u8 = 1;
+
+/// How the snap stage works.
+#[derive(Debug, Clone)]
+pub struct SnapConfig {
+    /// The byte budget of each request (`responseBytes`).
+    pub response_bytes: u64,
+    /// Between two progress lines.
+    pub progress_every: Duration,
+}
+
+impl Default for SnapConfig {
+    fn default() -> Self {
+        Self {
+            response_bytes: 512 * 1024,
+            progress_every: Duration::from_secs(8),
+        }
+    }
+}
+
+/// Why the snap stage stopped short.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("no peer serves the pivot's state any more")]
+    Stale,
+    #[error("no snap peer")]
+    NoPeers,
+    #[error("pivot: {0}")]
+    Pivot(String),
+    #[error("built trie does not match: {0}")]
+    Mismatch(String),
+}
+
+/// The stage a snap sync is at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Accounts,
+    Storage,
+    Codes,
+    Tries,
+}
+
+impl Stage {
+    fn byte(self) -> u8 {
+        match self {
+            Stage::Accounts => 0,
+            Stage::Storage => 1,
+            Stage::Codes => 2,
+            Stage::Tries => 3,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            0 => Some(Stage::Accounts),
+            1 => Some(Stage::Storage),
+            2 => Some(Stage::Codes),
+            3 => Some(Stage::Tries),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Accounts => "accounts",
+            Stage::Storage => "storage",
+            Stage::Codes => "codes",
+            Stage::Tries => "tries",
+        }
+    }
+}
+
+/// One chunk of the account hash space: `next` is where its download goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub next: B256,
+    pub limit: B256,
+    pub done: bool,
+}
+
+/// What the store keeps of a snap sync under way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub pivot_number: u64,
+    pub pivot_hash: B256,
+    pub state_root: B256,
+    pub stage: Stage,
+    pub chunks: Vec<Chunk>,
+    /// Every account whose hash is below this has all its storage.
+    pub storage_cursor: B256,
+    pub accounts: u64,
+    pub slots: u64,
+    pub codes: u64,
+    pub bytes: u64,
+}
+
+fn b256_after(h: &B256) -> Option<B256> {
+    let v = U256::from_be_bytes(h.0);
+    v.checked_add(U256::from(1))
+        .map(|n| B256::from(n.to_be_bytes()))
+}
+
+impl Progress {
+    fn new(pivot: &SealedHeader) -> Self {
+        let step = U256::MAX / U256::from(CHUNKS);
+        let chunks = (0..CHUNKS)
+            .map(|i| {
+                let start = step * U256::from(i);
+                let limit = if i + 1 == CHUNKS {
+                    U256::MAX
+                } else {
+                    step * U256::from(i + 1) - U256::from(1)
+                };
+                Chunk {
+                    next: B256::from(start.to_be_bytes()),
+                    limit: B256::from(limit.to_be_bytes()),
+                    done: false,
+                }
+            })
+            .collect();
+        Self {
+            pivot_number: pivot.number(),
+            pivot_hash: pivot.hash,
+            state_root: pivot.header.state_root,
+            stage: Stage::Accounts,
+            chunks,
+            storage_cursor: B256::ZERO,
+            accounts: 0,
+            slots: 0,
+            codes: 0,
+            bytes: 0,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![RECORD_VERSION];
+        out.extend_from_slice(&self.pivot_number.to_be_bytes());
+        out.extend_from_slice(self.pivot_hash.as_slice());
+        out.extend_from_slice(self.state_root.as_slice());
+        out.push(self.stage.byte());
+        out.push(self.chunks.len() as u8);
+        for c in &self.chunks {
+            out.extend_from_slice(c.next.as_slice());
+            out.extend_from_slice(c.limit.as_slice());
+            out.push(c.done as u8);
+        }
+        out.extend_from_slice(self.storage_cursor.as_slice());
+        for n in [self.accounts, self.slots, self.codes, self.bytes] {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        out
+    }
+
+    /// `None` for a record this version does not read (the sync then starts over).
+    pub fn decode(mut b: &[u8]) -> Option<Self> {
+        fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+            let (head, rest) = b.split_at_checked(n)?;
+            *b = rest;
+            Some(head)
+        }
+        let u64_of = |s: &[u8]| u64::from_be_bytes(s.try_into().unwrap_or_default());
+        if take(&mut b, 1)? != [RECORD_VERSION] {
+            return None;
+        }
+        let pivot_number = u64_of(take(&mut b, 8)?);
+        let pivot_hash = B256::from_slice(take(&mut b, 32)?);
+        let state_root = B256::from_slice(take(&mut b, 32)?);
+        let stage = Stage::from_byte(take(&mut b, 1)?[0])?;
+        let n = take(&mut b, 1)?[0] as usize;
+        let mut chunks = Vec::with_capacity(n);
+        for _ in 0..n {
+            chunks.push(Chunk {
+                next: B256::from_slice(take(&mut b, 32)?),
+                limit: B256::from_slice(take(&mut b, 32)?),
+                done: take(&mut b, 1)?[0] != 0,
+            });
+        }
+        let storage_cursor = B256::from_slice(take(&mut b, 32)?);
+        let mut n = [0u64; 4];
+        for v in &mut n {
+            *v = u64_of(take(&mut b, 8)?);
+        }
+        b.is_empty().then_some(Self {
+            pivot_number,
+            pivot_hash,
+            state_root,
+            stage,
+            chunks,
+            storage_cursor,
+            accounts: n[0],
+            slots: n[1],
+            codes: n[2],
+            bytes: n[3],
+        })
+    }
+}
+
+/// What `eth_syncing` and the progress lines show of a snap sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapFigures {
+    pub pivot: u64,
+    pub stage: Stage,
+    pub accounts: u64,
+    pub slots: u64,
+    pub codes: u64,
+    pub bytes: u64,
+    /// Whether this sync took up a record left by an earlier run.
+    pub resumed: bool,
+}
+
+/// The figures of the snap sync running now, shared with the handle.
+pub type SnapStatus = Arc<Mutex<Option<SnapFigures>>>;
+
+/// One request and what it was for.
+enum Work {
+    Accounts {
+        chunk: usize,
+        origin: B256,
+        limit: B256,
+    },
+    /// Accounts (hash, storage root) by index into the storage list; `origin` is where
+    /// the first one's slots start (non-zero for a large trie continued).
+    Storage {
+        first: usize,
+        accounts: Vec<(B256, B256)>,
+        origin: B256,
+    },
+    Codes {
+        hashes: Vec<B256>,
+    },
+}
+
+struct Answer {
+    peer: PeerId,
+    work: Work,
+    result: Result<SnapMessage, RequestError>,
+}
+
+/// Runs the snap stage towards `target` (a block hash the consensus client gave); on
+/// success the pivot is the chain's head and its state is complete.
+pub async fn run<S: BlockSource>(
+    chain: &Chain,
+    source: &Arc<S>,
+    target: B256,
+    cfg: &SnapConfig,
+    status: &SnapStatus,
+) -> Result<(), SnapError> {
+    let store = chain.store().clone();
+    let mut resumed = false;
+    let mut progress = match store.snap_progress()?.and_then(|r| Progress::decode(&r)) {
+        Some(p) => {
+            resumed = true;
+            tracing::info!(
+                pivot = p.pivot_number,
+                stage = p.stage.name(),
+                accounts = p.accounts,
+                slots = p.slots,
+                "snap sync resumed"
+            );
+            p
+        }
+        None => {
+            let pivot = pick_pivot(source, target).await?;
+            let p = Progress::new(&pivot);
+            let mut batch = WriteBatch::new();
+            batch.clear_snap_state().set_snap_progress(Some(p.encode()));
+            store.commit(batch)?;
+            tracing::info!(pivot = p.pivot_number, root = %p.state_root, "snap sync started");
+            p
+        }
+    };
+    let mut run = Run {
+        chain,
+        source,
+        cfg,
+        status,
+        peers: Peers::default(),
+        started: Instant::now(),
+        last_line: Instant::now(),
+        resumed,
+    };
+    run.publish(&progress);
+    if progress.stage == Stage::Accounts {
+        run.accounts(&mut progress).await?;
+        progress.stage = Stage::Storage;
+        run.save(&progress, WriteBatch::new())?;
+    }
+    if progress.stage == Stage::Storage {
+        run.storage(&mut progress).await?;
+        progress.stage = Stage::Codes;
+        run.save(&progress, WriteBatch::new())?;
+    }
+    if progress.stage == Stage::Codes {
+        run.codes(&mut progress).await?;
+        progress.stage = Stage::Tries;
+        run.save(&progress, WriteBatch::new())?;
+    }
+    run.publish(&progress);
+    let pivot = fetch_pivot_block(source, &progress).await?;
+    let store2 = store.clone();
+    let p2 = progress.clone();
+    tokio::task::spawn_blocking(move || build_tries(&store2, &p2, &pivot))
+        .await
+        .map_err(|e| SnapError::Pivot(e.to_string()))??;
+    *status.lock() = None;
+    tracing::info!(
+        pivot = progress.pivot_number,
+        accounts = progress.accounts,
+        slots = progress.slots,
+        codes = progress.codes,
+        mib = progress.bytes >> 20,
+        secs = format!("{:.1}", run.started.elapsed().as_secs_f64()),
+        "snap sync complete: the pivot is the head"
+    );
+    Ok(())
+}
+
+/// The pivot's header: `PIVOT_DISTANCE` back from the target, walked by hash.
+async fn pick_pivot<S: BlockSource>(
+    source: &Arc<S>,
+    target: B256,
+) -> Result<SealedHeader, SnapError> {
+    for _ in 0..30 {
+        for peer in source.peers() {
+            let req = HeadersRequest::back_from(target, PIVOT_DISTANCE + 1);
+            match source.headers(peer.id, req).await {
+                Ok(headers) if !headers.is_empty() => {
+                    // Ancestors of the target chained by hash (checked by the source); the
+                    // last is the pivot, or the oldest the peer gave on a short chain.
+                    let pivot = headers.last().cloned().ok_or(SnapError::NoPeers)?;
+                    if pivot.number() == 0 {
+                        return Err(SnapError::Pivot("the target's chain is genesis".into()));
+                    }
+                    let want = headers[0].number().saturating_sub(PIVOT_DISTANCE).max(1);
+                    if pivot.number() == want {
+                        return Ok(pivot);
+                    }
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(SnapError::NoPeers)
+}
+
+/// The pivot block: its header again by hash, and its body.
+async fn fetch_pivot_block<S: BlockSource>(
+    source: &Arc<S>,
+    progress: &Progress,
+) -> Result<Block, SnapError> {
+    for _ in 0..30 {
+        for peer in source.peers() {
+            let Ok(headers) = source
+                .headers(peer.id, HeadersRequest::back_from(progress.pivot_hash, 1))
+                .await
+            else {
+                continue;
+            };
+            let Some(h) = headers.into_iter().next() else {
+                continue;
+            };
+            if h.hash != progress.pivot_hash {
+                continue;
+            }
+            if let Ok(mut blocks) = source.bodies(peer.id, vec![h]).await
+                && let Some(b) = blocks.pop()
+            {
+                return Ok(b);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(SnapError::NoPeers)
+}
+
+/// Which peers may be asked, and which are resting.
+#[derive(Default)]
+struct Peers {
+    busy: HashSet<PeerId>,
+    resting: HashMap<PeerId, Instant>,
+    /// Empty answers since the last useful one.
+    empty_streak: u32,
+}
+
+struct Run<'a, S> {
+    chain: &'a Chain,
+    source: &'a Arc<S>,
+    cfg: &'a SnapConfig,
+    status: &'a SnapStatus,
+    peers: Peers,
+    started: Instant,
+    last_line: Instant,
+    resumed: bool,
+}
+
+impl<S: BlockSource> Run<'_, S> {
+    fn publish(&self, p: &Progress) {
+        *self.status.lock() = Some(SnapFigures {
+            pivot: p.pivot_number,
+            stage: p.stage,
+            accounts: p.accounts,
+            slots: p.slots,
+            codes: p.codes,
+            bytes: p.bytes,
+            resumed: self.resumed,
+        });
+    }
+
+    /// Commits `batch` with the record.
+    fn save(&self, p: &Progress, mut batch: WriteBatch) -> Result<(), SnapError> {
+        batch.set_snap_progress(Some(p.encode()));
+        self.chain.store().commit_relaxed(batch)?;
+        self.publish(p);
+        Ok(())
+    }
+
+    fn line(&mut self, p: &Progress, left: f64) {
+        if self.last_line.elapsed() < self.cfg.progress_every {
+            return;
+        }
+        self.last_line = Instant::now();
+        let secs = self.started.elapsed().as_secs_f64();
+        // `left` is the share of the stage still to do.
+        let eta = if left < 1.0 && left > 0.0 {
+            format!("{:.0}s", secs * left / (1.0 - left))
+        } else {
+            "unknown".into()
+        };
+        tracing::info!(
+            stage = p.stage.name(),
+            pivot = p.pivot_number,
+            accounts = p.accounts,
+            slots = p.slots,
+            codes = p.codes,
+            mib = p.bytes >> 20,
+            eta,
+            "snap sync"
+        );
+    }
+
+    /// A peer free to ask now, if any.
+    fn idle_peer(&mut self) -> Option<PeerId> {
+        let now = Instant::now();
+        self.peers.resting.retain(|_, until| *until > now);
+        self.source
+            .snap_peers()
+            .into_iter()
+            .find(|p| !self.peers.busy.contains(p) && !self.peers.resting.contains_key(p))
+    }
+
+    fn spawn(&mut self, set: &mut JoinSet<Answer>, peer: PeerId, work: Work, root: B256) {
+        let bytes = self.cfg.response_bytes;
+        let msg = match &work {
+            Work::Accounts { origin, limit, .. } => SnapMessage::GetAccountRange {
+                request_id: 0,
+                root,
+                origin: *origin,
+                limit: *limit,
+                bytes,
+            },
+            Work::Storage {
+                accounts, origin, ..
+            } => SnapMessage::GetStorageRanges {
+                request_id: 0,
+                root,
+                accounts: accounts.iter().map(|a| a.0).collect(),
+                origin: *origin,
+                limit: B256::repeat_byte(0xff),
+                bytes,
+            },
+            Work::Codes { hashes } => SnapMessage::GetByteCodes {
+                request_id: 0,
+                hashes: hashes.clone(),
+                bytes,
+            },
+        };
+        self.peers.busy.insert(peer);
+        let source = self.source.clone();
+        set.spawn(async move {
+            let result = source.snap_request(peer, msg).await;
+            Answer { peer, work, result }
+        });
+    }
+
+    /// Waits for the next answer, or a moment when nothing is in flight.
+    async fn next(&mut self, set: &mut JoinSet<Answer>) -> Option<Answer> {
+        if set.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return None;
+        }
+        let a = set.join_next().await?.ok()?;
+        self.peers.busy.remove(&a.peer);
+        Some(a)
+    }
+
+    fn rest(&mut self, peer: PeerId) {
+        self.peers.resting.insert(peer, Instant::now() + REST);
+    }
+
+    /// An empty answer for the pivot's root: the peer is rested; too many in a row and
+    /// the pivot is stale.
+    fn empty(&mut self, peer: PeerId) -> Result<(), SnapError> {
+        self.rest(peer);
+        self.peers.empty_streak += 1;
+        if self.peers.empty_streak >= STALE_AFTER {
+            return Err(SnapError::Stale);
+        }
+        Ok(())
+    }
+
+    fn fault(&mut self, peer: PeerId, why: &str) {
+        tracing::warn!(peer = %short(&peer), why, "snap: bad answer, peer dropped");
+        self.source.report_snap_fault(&peer, why);
+        self.rest(peer);
+    }
+
+    async fn accounts(&mut self, p: &mut Progress) -> Result<(), SnapError> {
+        let mut set = JoinSet::new();
+        let mut in_flight: HashSet<usize> = HashSet::new();
+        let mut waited = Instant::now();
+        while p.chunks.iter().any(|c| !c.done) {
+            while let Some(i) =
+                (0..p.chunks.len()).find(|&i| !p.chunks[i].done && !in_flight.contains(&i))
+            {
+                let Some(peer) = self.idle_peer() else { break };
+                let c = p.chunks[i];
+                in_flight.insert(i);
+                let work = Work::Accounts {
+                    chunk: i,
+                    origin: c.next,
+                    limit: c.limit,
+                };
+                self.spawn(&mut set, peer, work, p.state_root);
+            }
+            let Some(a) = self.next(&mut set).await else {
+                if waited.elapsed() > Duration::from_secs(60) {
+                    return Err(SnapError::NoPeers);
+                }
+                continue;
+            };
+            waited = Instant::now();
+            let Work::Accounts { chunk, .. } = a.work else {
+                continue;
+            };
+            in_flight.remove(&chunk);
+            let (accounts, proof) = match a.result {
+                Ok(SnapMessage::AccountRange {
+                    accounts, proof, ..
+                }) => (accounts, proof),
+                Ok(_) => {
+                    self.fault(a.peer, "not an account range");
+                    continue;
+                }
+                Err(_) => {
+                    self.rest(a.peer);
+                    continue;
+                }
+            };
+            if accounts.is_empty() && proof.is_empty() {
+                self.empty(a.peer)?;
+                continue;
+            }
+            let c = p.chunks[chunk];
+            match check_accounts(p.state_root, &c.next, &accounts, &proof) {
+                Err(why) => self.fault(a.peer, &why),
+                Ok((decoded, more)) => {
+                    self.peers.empty_streak = 0;
+                    let mut batch = WriteBatch::new();
+                    let mut size = 0u64;
+                    for (hash, account) in &decoded {
+                        batch.put_snap_account(*hash, account);
+                    }
+                    for (_, slim) in &accounts {
+                        size += 32 + slim.len() as u64;
+                    }
+                    let last = decoded.last().map(|d| d.0);
+                    let chunk_ref = &mut p.chunks[chunk];
+                    match last.and_then(|l| (more && l < c.limit).then(|| b256_after(&l))) {
+                        Some(Some(next)) => chunk_ref.next = next,
+                        _ => chunk_ref.done = true,
+                    }
+                    // Accounts past the chunk's limit are its neighbour's too: counted once.
+                    p.accounts += decoded.iter().filter(|d| d.0 <= c.limit).count() as u64;
+                    p.bytes += size;
+                    self.save(p, batch)?;
+                    let left = chunks_left(p);
+                    self.line(p, left);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn storage(&mut self, p: &mut Progress) -> Result<(), SnapError> {
+        // (hash, storage root) of every account from the cursor on with storage.
+        let mut list: Vec<(B256, B256)> = Vec::new();
+        self.chain
+            .store()
+            .snap_accounts_from(&p.storage_cursor, |hash, a| {
+                if a.storage_root != EMPTY_ROOT {
+                    list.push((hash, a.storage_root));
+                }
+                true
+            })?;
+        let total = list.len().max(1);
+        let mut done = vec![false; list.len()];
+        let mut lowest_open = 0usize;
+        let mut queue: std::collections::VecDeque<Work> = list
+            .chunks(STORAGE_BATCH)
+            .enumerate()
+            .map(|(i, c)| Work::Storage {
+                first: i * STORAGE_BATCH,
+                accounts: c.to_vec(),
+                origin: B256::ZERO,
+            })
+            .collect();
+        let mut set = JoinSet::new();
+        let mut waited = Instant::now();
+        while !queue.is_empty() || !set.is_empty() {
+            while !queue.is_empty() {
+                let Some(peer) = self.idle_peer() else { break };
+                let Some(w) = queue.pop_front() else { break };
+                self.spawn(&mut set, peer, w, p.state_root);
+            }
+            let Some(a) = self.next(&mut set).await else {
+                if waited.elapsed() > Duration::from_secs(60) {
+                    return Err(SnapError::NoPeers);
+                }
+                continue;
+            };
+            waited = Instant::now();
+            let Work::Storage {
+                first,
+                accounts,
+                origin,
+            } = a.work
+            else {
+                continue;
+            };
+            let (slots, proof) = match a.result {
+                Ok(SnapMessage::StorageRanges { slots, proof, .. }) => (slots, proof),
+                Ok(_) => {
+                    self.fault(a.peer, "not a storage range");
+                    queue.push_back(Work::Storage {
+                        first,
+                        accounts,
+                        origin,
+                    });
+                    continue;
+                }
+                Err(_) => {
+                    self.rest(a.peer);
+                    queue.push_back(Work::Storage {
+                        first,
+                        accounts,
+                        origin,
+                    });
+                    continue;
+                }
+            };
+            if slots.is_empty() {
+                self.empty(a.peer)?;
+                queue.push_back(Work::Storage {
+                    first,
+                    accounts,
+                    origin,
+                });
+                continue;
+            }
+            let checked = check_storage(&accounts, origin, &slots, &proof);
+            let (decoded, more) = match checked {
+                Ok(r) => r,
+                Err(why) => {
+                    self.fault(a.peer, &why);
+                    queue.push_back(Work::Storage {
+                        first,
+                        accounts,
+                        origin,
+                    });
+                    continue;
+                }
+            };
+            self.peers.empty_streak = 0;
+            let mut batch = WriteBatch::new();
+            let answered = decoded.len();
+            for (i, account_slots) in decoded.iter().enumerate() {
+                let owner = accounts[i].0;
+                for (slot, value) in account_slots {
+                    batch.put_snap_slot(owner, *slot, *value);
+                    p.bytes += 64;
+                }
+                p.slots += account_slots.len() as u64;
+                let partial = i + 1 == answered && more;
+                if !partial {
+                    done[first + i] = true;
+                }
+            }
+            if more {
+                // The last answered account's trie goes on from after its last slot.
+                let i = answered - 1;
+                let next = decoded[i]
+                    .last()
+                    .and_then(|(s, _)| b256_after(s))
+                    .unwrap_or(origin);
+                queue.push_front(Work::Storage {
+                    first: first + i,
+                    accounts: vec![accounts[i]],
+                    origin: next,
+                });
+            }
+            // Accounts the answer did not reach are asked again.
+            if answered < accounts.len() {
+                queue.push_back(Work::Storage {
+                    first: first + answered,
+                    accounts: accounts[answered..].to_vec(),
+                    origin: B256::ZERO,
+                });
+            }
+            while lowest_open < done.len() && done[lowest_open] {
+                lowest_open += 1;
+            }
+            p.storage_cursor = list
+                .get(lowest_open)
+                .map_or(B256::repeat_byte(0xff), |a| a.0);
+            self.save(p, batch)?;
+            let left = (done.len() - lowest_open) as f64 / total as f64;
+            self.line(p, left);
+        }
+        Ok(())
+    }
+
+    async fn codes(&mut self, p: &mut Progress) -> Result<(), SnapError> {
+        let store = self.chain.store().clone();
+        let mut wanted: Vec<B256> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut err = None;
+        store.snap_accounts_from(&B256::ZERO, |_, a| {
+            if a.code_hash != KECCAK256_EMPTY && seen.insert(a.code_hash) {
+                match store.code(&a.code_hash) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => wanted.push(a.code_hash),
+                    Err(e) => {
+                        err = Some(e);
+                        return false;
+                    }
+                }
+            }
+            true
+        })?;
+        if let Some(e) = err {
+            return Err(e.into());
+        }
+        let total = wanted.len().max(1);
+        let mut left = wanted.len();
+        let mut queue: std::collections::VecDeque<Work> = wanted
+            .chunks(CODE_BATCH)
+            .map(|c| Work::Codes { hashes: c.to_vec() })
+            .collect();
+        let mut set = JoinSet::new();
+        let mut waited = Instant::now();
+        while !queue.is_empty() || !set.is_empty() {
+            while !queue.is_empty() {
+                let Some(peer) = self.idle_peer() else { break };
+                let Some(w) = queue.pop_front() else { break };
+                self.spawn(&mut set, peer, w, p.state_root);
+            }
+            let Some(a) = self.next(&mut set).await else {
+                if waited.elapsed() > Duration::from_secs(60) {
+                    return Err(SnapError::NoPeers);
+                }
+                continue;
+            };
+            waited = Instant::now();
+            let Work::Codes { hashes } = a.work else {
+                continue;
+            };
+            let codes = match a.result {
+                Ok(SnapMessage::ByteCodes { codes, .. }) => codes,
+                Ok(_) => {
+                    self.fault(a.peer, "not bytecodes");
+                    queue.push_back(Work::Codes { hashes });
+                    continue;
+                }
+                Err(_) => {
+                    self.rest(a.peer);
+                    queue.push_back(Work::Codes { hashes });
+                    continue;
+                }
+            };
+            if codes.is_empty() {
+                self.empty(a.peer)?;
+                queue.push_back(Work::Codes { hashes });
+                continue;
+            }
+            let mut missing: HashSet<B256> = hashes.iter().copied().collect();
+            let mut batch = WriteBatch::new();
+            let mut bad = false;
+            for code in codes {
+                let h = keccak256(&code);
+                if !missing.remove(&h) {
+                    bad = true;
+                    break;
+                }
+                p.bytes += code.len() as u64;
+                p.codes += 1;
+                batch.put_code(h, code);
+            }
+            if bad {
+                self.fault(a.peer, "a code nobody asked for");
+                queue.push_back(Work::Codes { hashes });
+                continue;
+            }
+            self.peers.empty_streak = 0;
+            left -= hashes.len() - missing.len();
+            if !missing.is_empty() {
+                queue.push_back(Work::Codes {
+                    hashes: hashes.into_iter().filter(|h| missing.contains(h)).collect(),
+                });
+            }
+            self.save(p, batch)?;
+            self.line(p, left as f64 / total as f64);
+        }
+        Ok(())
+    }
+}
+
+fn chunks_left(p: &Progress) -> f64 {
+    let mut left = U256::ZERO;
+    for c in p.chunks.iter().filter(|c| !c.done) {
+        left += U256::from_be_bytes(c.limit.0) - U256::from_be_bytes(c.next.0);
+    }
+    let shift = |v: U256| (v >> 192usize).to::<u64>() as f64;
+    shift(left) / shift(U256::MAX).max(1.0)
+}
+
+fn short(id: &PeerId) -> String {
+    let s = id.to_string();
+    s.chars().take(10).collect()
+}
+
+/// An account range checked against the state root: the accounts decoded, and whether
+/// the trie holds more after the last.
+#[allow(clippy::type_complexity)]
+fn check_accounts(
+    root: B256,
+    origin: &B256,
+    accounts: &[(B256, Bytes)],
+    proof: &[Bytes],
+) -> Result<(Vec<(B256, Account)>, bool), String> {
+    let mut keys = Vec::with_capacity(accounts.len());
+    let mut values = Vec::with_capacity(accounts.len());
+    let mut decoded = Vec::with_capacity(accounts.len());
+    for (hash, slim) in accounts {
+        let full = full_account(slim).map_err(|e| format!("account {hash}: {e}"))?;
+        decoded.push((
+            *hash,
+            decode_account(&full).map_err(|e| format!("account {hash}: {e}"))?,
+        ));
+        keys.push(*hash);
+        values.push(full);
+    }
+    let more =
+        verify_range_proof(root, origin, &keys, &values, proof).map_err(|e| e.to_string())?;
+    Ok((decoded, more))
+}
+
+fn decode_account(full: &[u8]) -> Result<Account, rlp::RlpError> {
+    let mut buf = full;
+    let mut f = rlp::list(&mut buf, "account")?;
+    let a = Account {
+        nonce: f.u64("nonce")?,
+        balance: f.u256("balance")?,
+        storage_root: f.b256("storage root")?,
+        code_hash: f.b256("code hash")?,
+    };
+    f.finish()?;
+    Ok(a)
+}
+
+/// Slots per account checked against their storage roots: every account but a last
+/// partial one whole (no proof), that one against the proof from `origin`.
+#[allow(clippy::type_complexity)]
+fn check_storage(
+    accounts: &[(B256, B256)],
+    origin: B256,
+    slots: &[Vec<(B256, Bytes)>],
+    proof: &[Bytes],
+) -> Result<(Vec<Vec<(B256, U256)>>, bool), String> {
+    if slots.len() > accounts.len() {
+        return Err(format!(
+            "slots of {} accounts for {} asked",
+            slots.len(),
+            accounts.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(slots.len());
+    let mut more = false;
+    for (i, account_slots) in slots.iter().enumerate() {
+        let (hash, root) = accounts[i];
+        let keys: Vec<B256> = account_slots.iter().map(|s| s.0).collect();
+        let values: Vec<&[u8]> = account_slots.iter().map(|s| s.1.as_ref()).collect();
+        let last = i + 1 == slots.len();
+        let (from, p): (B256, &[Bytes]) = if last {
+            (if i == 0 { origin } else { B256::ZERO }, proof)
+        } else {
+            (B256::ZERO, &[])
+        };
+        let m = verify_range_proof(root, &from, &keys, &values, p)
+            .map_err(|e| format!("storage of {hash}: {e}"))?;
+        if last {
+            more = m;
+        }
+        let mut decoded = Vec::with_capacity(account_slots.len());
+        for (slot, raw) in account_slots {
+            let mut buf = raw.as_ref();
+            let v = rlp::string(&mut buf, "slot value")
+                .map_err(|e| format!("slot {slot} of {hash}: {e}"))?;
+            if v.len() > 32 || !buf.is_empty() {
+                return Err(format!("slot {slot} of {hash}: not a 32-byte value"));
+            }
+            decoded.push((*slot, U256::from_be_slice(v)));
+        }
+        out.push(decoded);
+    }
+    Ok((out, more))
+}
+
+/// Builds every storage trie and the account trie from the downloaded ranges, checks
+/// their roots, and writes the pivot as the head; the last commit removes the record.
+fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Result<(), SnapError> {
+    let started = Instant::now();
+    // The store's trie must be exactly the pivot's: genesis' nodes and its by-address
+    // state go first (a resumed build starts this stage over the same way).
+    let mut batch = WriteBatch::new();
+    batch.clear_state();
+    let mut in_batch = 0usize;
+    let mut accounts: Vec<(B256, Account)> = Vec::new();
+    let mut storage_tries = 0u64;
+    let mut failed = None;
+    store.snap_accounts_from(&B256::ZERO, |h, a| {
+        accounts.push((h, a));
+        true
+    })?;
+    for (hash, account) in &accounts {
+        if account.storage_root == EMPTY_ROOT {
+            continue;
+        }
+        let mut builder = SortedBuilder::new();
+        let mut err = None;
+        store.snap_slots_of(hash, |slot, value| {
+            if err.is_none()
+                && let Err(e) = builder.push(&slot, alloy_rlp::encode(value))
+            {
+                err = Some(e.to_string());
+            }
+        })?;
+        if let Some(e) = err {
+            return Err(SnapError::Mismatch(e));
+        }
+        let (root, nodes) = builder.finish();
+        if root != account.storage_root {
+            failed = Some(format!(
+                "storage trie of {hash}: {root}, expected {}",
+                account.storage_root
+            ));
+            break;
+        }
+        storage_tries += 1;
+        in_batch += nodes.len();
+        for (path, rlp) in nodes {
+            batch.set_trie_node(*hash, path, Some(rlp));
+        }
+        if in_batch >= NODES_PER_COMMIT {
+            store.commit_relaxed(std::mem::take(&mut batch))?;
+            in_batch = 0;
+        }
+    }
+    if let Some(f) = failed {
+        return Err(SnapError::Mismatch(f));
+    }
+    let mut builder = SortedBuilder::new();
+    for (hash, account) in &accounts {
+        builder
+            .push(hash, account_leaf(account))
+            .map_err(|e| SnapError::Mismatch(e.to_string()))?;
+        if builder.pending_nodes() >= NODES_PER_COMMIT {
+            for (path, rlp) in builder.take_nodes() {
+                batch.set_trie_node(B256::ZERO, path, Some(rlp));
+            }
+            store.commit_relaxed(std::mem::take(&mut batch))?;
+        }
+    }
+    let (root, nodes) = builder.finish();
+    if root != p.state_root {
+        return Err(SnapError::Mismatch(format!(
+            "account trie {root}, expected {}",
+            p.state_root
+        )));
+    }
+    for (path, rlp) in nodes {
+        batch.set_trie_node(B256::ZERO, path, Some(rlp));
+    }
+    let header = &pivot.header;
+    let hash = p.pivot_hash;
+    batch
+        .put_header(hash, header.number, header.encoded())
+        .put_body(hash, pivot.encode_body())
+        .set_canonical(header.number, hash)
+        .set_head(header.number, hash)
+        .set_snap_progress(None);
+    store.commit(batch)?;
+    tracing::info!(
+        storage_tries,
+        accounts = accounts.len(),
+        secs = format!("{:.1}", started.elapsed().as_secs_f64()),
+        "snap sync: tries built, root matches the pivot's"
+    );
+    Ok(())
+}
