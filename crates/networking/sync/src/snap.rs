@@ -72,6 +72,8 @@ pub struct SnapConfig {
     pub response_bytes: u64,
     /// Between two progress lines.
     pub progress_every: Duration,
+    /// How long without a useful answer before the stage gives up ([`SnapError::NoPeers`]).
+    pub give_up_after: Duration,
 }
 
 impl Default for SnapConfig {
@@ -79,6 +81,7 @@ impl Default for SnapConfig {
         Self {
             response_bytes: 512 * 1024,
             progress_every: Duration::from_secs(8),
+            give_up_after: Duration::from_secs(60),
         }
     }
 }
@@ -601,12 +604,14 @@ impl<S: BlockSource> Run<'_, S> {
                 self.spawn(&mut set, peer, work, p.state_root);
             }
             let Some(a) = self.next(&mut set).await else {
-                if waited.elapsed() > Duration::from_secs(60) {
+                if waited.elapsed() > self.cfg.give_up_after {
                     return Err(SnapError::NoPeers);
                 }
                 continue;
             };
-            waited = Instant::now();
+            if waited.elapsed() > self.cfg.give_up_after {
+                return Err(SnapError::NoPeers);
+            }
             let Work::Accounts { chunk, .. } = a.work else {
                 continue;
             };
@@ -633,6 +638,7 @@ impl<S: BlockSource> Run<'_, S> {
                 Err(why) => self.fault(a.peer, &why),
                 Ok((decoded, more)) => {
                     self.peers.empty_streak = 0;
+                    waited = Instant::now();
                     let mut batch = WriteBatch::new();
                     let mut size = 0u64;
                     for (hash, account) in &decoded {
@@ -691,12 +697,14 @@ impl<S: BlockSource> Run<'_, S> {
                 self.spawn(&mut set, peer, w, p.state_root);
             }
             let Some(a) = self.next(&mut set).await else {
-                if waited.elapsed() > Duration::from_secs(60) {
+                if waited.elapsed() > self.cfg.give_up_after {
                     return Err(SnapError::NoPeers);
                 }
                 continue;
             };
-            waited = Instant::now();
+            if waited.elapsed() > self.cfg.give_up_after {
+                return Err(SnapError::NoPeers);
+            }
             let Work::Storage {
                 first,
                 accounts,
@@ -749,6 +757,7 @@ impl<S: BlockSource> Run<'_, S> {
                 }
             };
             self.peers.empty_streak = 0;
+            waited = Instant::now();
             let mut batch = WriteBatch::new();
             let answered = decoded.len();
             for (i, account_slots) in decoded.iter().enumerate() {
@@ -833,12 +842,14 @@ impl<S: BlockSource> Run<'_, S> {
                 self.spawn(&mut set, peer, w, p.state_root);
             }
             let Some(a) = self.next(&mut set).await else {
-                if waited.elapsed() > Duration::from_secs(60) {
+                if waited.elapsed() > self.cfg.give_up_after {
                     return Err(SnapError::NoPeers);
                 }
                 continue;
             };
-            waited = Instant::now();
+            if waited.elapsed() > self.cfg.give_up_after {
+                return Err(SnapError::NoPeers);
+            }
             let Work::Codes { hashes } = a.work else {
                 continue;
             };
@@ -879,6 +890,7 @@ impl<S: BlockSource> Run<'_, S> {
                 continue;
             }
             self.peers.empty_streak = 0;
+            waited = Instant::now();
             left -= hashes.len() - missing.len();
             if !missing.is_empty() {
                 queue.push_back(Work::Codes {

@@ -1,0 +1,336 @@
+//! The snap stage against a served chain in process: the client's requests are answered
+//! by moat's own snap/1 server over a generated chain (accounts, contracts with storage
+//! and code), so what is tested is the client: verification, the writes, the trie build,
+//! the pivot as head, resume from the progress record, and peers that lie.
+
+use alloy_primitives::{B256, Bytes, keccak256};
+use moat_blockchain::chain::Chain;
+use moat_blockchain::state_root::stored_state_root;
+use moat_chaingen::{Generator, Params};
+use moat_common::block::Block;
+use moat_p2p::eth::HashOrNumber;
+use moat_p2p::rlpx::PeerId;
+use moat_p2p::snap::{SnapMessage, SnapServer};
+use moat_p2p::{HeadersRequest, RequestError, SealedHeader, SyncPeer};
+use moat_storage::Store;
+use moat_sync::BlockSource;
+use moat_sync::snap::{self, PIVOT_DISTANCE, Progress, SnapConfig, SnapError, SnapStatus, Stage};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// How a test peer misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Honest,
+    /// Changes a byte of the first account of every account range.
+    Lies,
+    /// Answers every snap request empty (as for a root it does not serve).
+    Empty,
+}
+
+/// Peers answering from one served chain: `modes[i]` is peer i's behaviour.
+struct Served {
+    chain: Chain,
+    server: SnapServer,
+    modes: Vec<Mode>,
+    /// Snap requests answered before every further one fails (none: no limit).
+    budget: Option<AtomicUsize>,
+    faults: Mutex<Vec<PeerId>>,
+}
+
+fn peer_id(i: usize) -> PeerId {
+    PeerId::from([i as u8 + 1; 64])
+}
+
+impl Served {
+    fn new(chain: Chain, modes: Vec<Mode>, budget: Option<usize>) -> Arc<Self> {
+        Arc::new(Self {
+            chain,
+            server: SnapServer::default(),
+            modes,
+            budget: budget.map(AtomicUsize::new),
+            faults: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn mode(&self, peer: &PeerId) -> Mode {
+        (0..self.modes.len())
+            .find(|&i| peer_id(i) == *peer)
+            .map_or(Mode::Empty, |i| self.modes[i])
+    }
+
+    fn sealed(&self, hash: &B256) -> Option<SealedHeader> {
+        let raw = self.chain.store().header_rlp(hash).ok()??;
+        SealedHeader::decode(raw.into()).ok()
+    }
+}
+
+impl BlockSource for Served {
+    fn peers(&self) -> Vec<SyncPeer> {
+        let head = self.chain.head().unwrap().1;
+        (0..self.modes.len())
+            .map(|i| SyncPeer {
+                id: peer_id(i),
+                eth_version: 68,
+                head,
+                range: None,
+                in_flight: 0,
+                reputation: 0,
+            })
+            .collect()
+    }
+
+    async fn headers(
+        &self,
+        _peer: PeerId,
+        req: HeadersRequest,
+    ) -> Result<Vec<SealedHeader>, RequestError> {
+        let HashOrNumber::Hash(mut hash) = req.origin else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        while (out.len() as u64) < req.amount {
+            let Some(h) = self.sealed(&hash) else { break };
+            hash = h.header.parent_hash;
+            let genesis = h.number() == 0;
+            out.push(h);
+            if genesis || !req.reverse {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn bodies(
+        &self,
+        _peer: PeerId,
+        headers: Vec<SealedHeader>,
+    ) -> Result<Vec<Block>, RequestError> {
+        Ok(headers
+            .iter()
+            .filter_map(|h| self.chain.block(&h.hash).ok().flatten())
+            .collect())
+    }
+
+    fn snap_peers(&self) -> Vec<PeerId> {
+        (0..self.modes.len()).map(peer_id).collect()
+    }
+
+    async fn snap_request(
+        &self,
+        peer: PeerId,
+        msg: SnapMessage,
+    ) -> Result<SnapMessage, RequestError> {
+        if let Some(b) = &self.budget
+            && b.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_err()
+        {
+            return Err(RequestError::Disconnected);
+        }
+        let answer = if self.mode(&peer) == Mode::Empty {
+            moat_p2p::snap::empty_answer(&msg)
+        } else {
+            self.server.answer(&self.chain, &msg)
+        };
+        let mut answer = answer.ok_or(RequestError::Timeout)?;
+        if self.mode(&peer) == Mode::Lies
+            && let SnapMessage::AccountRange { accounts, .. } = &mut answer
+            && let Some((_, slim)) = accounts.first_mut()
+        {
+            let mut v = slim.to_vec();
+            let last = v.len() - 1;
+            v[last] ^= 1;
+            *slim = Bytes::from(v);
+        }
+        Ok(answer)
+    }
+
+    fn report_snap_fault(&self, peer: &PeerId, _why: &str) {
+        self.faults.lock().push(*peer);
+    }
+}
+
+/// A generated chain (accounts, contracts with storage and code): its generator, built
+/// once for every test.
+fn served_chain() -> &'static Chain {
+    static CHAIN: OnceLock<Chain> = OnceLock::new();
+    CHAIN.get_or_init(|| {
+        let mut g = Generator::new(Params {
+            senders: 3_000,
+            txs_per_block: 40,
+            deploy_percent: 25,
+            call_percent: 35,
+            fresh_percent: 60,
+            ..Params::default()
+        })
+        .unwrap();
+        for _ in 0..PIVOT_DISTANCE + 6 {
+            g.next_block().unwrap();
+        }
+        g.chain().clone()
+    })
+}
+
+/// A fresh node's chain on the same genesis.
+fn fresh() -> Chain {
+    let served = served_chain();
+    // The generator's genesis is rebuilt from the same parameters.
+    let g = Generator::new(Params {
+        senders: 3_000,
+        ..Params::default()
+    })
+    .unwrap();
+    let chain = Chain::init(Store::in_memory(), g.genesis()).unwrap();
+    assert_eq!(chain.genesis_hash(), served.genesis_hash());
+    chain
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn cfg() -> SnapConfig {
+    SnapConfig {
+        // Small answers: many requests, every chunk paged.
+        response_bytes: 16 * 1024,
+        give_up_after: std::time::Duration::from_secs(3),
+        ..SnapConfig::default()
+    }
+}
+
+/// The pivot the client must take: 64 below the served head.
+fn pivot() -> (u64, B256) {
+    let served = served_chain();
+    let (head, _) = served.head().unwrap();
+    let n = head - PIVOT_DISTANCE;
+    (n, served.store().canonical_hash(n).unwrap().unwrap())
+}
+
+/// The client's state equals the server's state at the pivot, read through the store.
+fn assert_state_at_pivot(client: &Chain) {
+    let (n, hash) = pivot();
+    assert_eq!(client.head().unwrap(), (n, hash));
+    let header = client.header(&hash).unwrap().unwrap();
+    assert_eq!(
+        stored_state_root(client.store()).unwrap(),
+        header.state_root
+    );
+    assert!(
+        client.block(&hash).unwrap().is_some(),
+        "the pivot's body is stored"
+    );
+    assert!(
+        client.store().snap_progress().unwrap().is_none(),
+        "record removed"
+    );
+    // Every contract's code by hash.
+    let mut codes = 0;
+    client
+        .store()
+        .snap_accounts_from(&B256::ZERO, |_, a| {
+            if a.code_hash != alloy_primitives::KECCAK256_EMPTY {
+                let code = client.store().code(&a.code_hash).unwrap().unwrap();
+                assert_eq!(keccak256(&code), a.code_hash);
+                codes += 1;
+            }
+            true
+        })
+        .unwrap();
+    assert!(codes > 10, "{codes} contracts");
+}
+
+#[test]
+fn a_fresh_node_downloads_the_pivot_state_and_takes_the_pivot_as_head() {
+    let served = served_chain();
+    let client = fresh();
+    let source = Served::new(served.clone(), vec![Mode::Honest; 3], None);
+    let status = SnapStatus::default();
+    let target = served.head().unwrap().1;
+    runtime()
+        .block_on(snap::run(&client, &source, target, &cfg(), &status))
+        .unwrap();
+    assert_state_at_pivot(&client);
+    assert!(status.lock().is_none(), "figures cleared when done");
+    assert!(source.faults.lock().is_empty());
+}
+
+#[test]
+fn a_peer_with_bad_proofs_is_reported_and_the_others_finish_the_sync() {
+    let served = served_chain();
+    let client = fresh();
+    let source = Served::new(
+        served.clone(),
+        vec![Mode::Lies, Mode::Honest, Mode::Empty],
+        None,
+    );
+    let target = served.head().unwrap().1;
+    runtime()
+        .block_on(snap::run(
+            &client,
+            &source,
+            target,
+            &cfg(),
+            &SnapStatus::default(),
+        ))
+        .unwrap();
+    assert_state_at_pivot(&client);
+    let faults = source.faults.lock();
+    assert!(!faults.is_empty());
+    assert!(
+        faults.iter().all(|p| *p == peer_id(0)),
+        "only the liar is reported"
+    );
+}
+
+#[test]
+fn a_sync_cut_short_resumes_from_its_record() {
+    let served = served_chain();
+    let client = fresh();
+    let target = served.head().unwrap().1;
+    // The peers go away after 10 answers: the stage fails without peers.
+    let cut = Served::new(served.clone(), vec![Mode::Honest; 2], Some(10));
+    let rt = runtime();
+    let cfg = cfg();
+    let err = rt.block_on(async {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(120),
+            snap::run(&client, &cut, target, &cfg, &SnapStatus::default()),
+        )
+        .await
+    });
+    assert!(matches!(err, Ok(Err(SnapError::NoPeers))), "{err:?}");
+    let record = client.store().snap_progress().unwrap().unwrap();
+    let before = Progress::decode(&record).unwrap();
+    assert_eq!(before.stage, Stage::Accounts);
+    assert!(before.accounts > 0);
+    assert_eq!(before.pivot_hash, pivot().1);
+
+    let source = Served::new(served.clone(), vec![Mode::Honest; 2], None);
+    let status = SnapStatus::default();
+    let watch = status.clone();
+    let seen = rt.block_on(async {
+        let mut seen = false;
+        let run = snap::run(&client, &source, target, &cfg, &status);
+        tokio::pin!(run);
+        // The first figures published say the sync took up the record.
+        loop {
+            tokio::select! {
+                r = &mut run => { r.unwrap(); break seen; }
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {
+                    if let Some(f) = *watch.lock() {
+                        assert!(f.resumed);
+                        assert!(f.accounts >= before.accounts);
+                        seen = true;
+                    }
+                }
+            }
+        }
+    });
+    assert!(seen, "no figures published while resuming");
+    assert_state_at_pivot(&client);
+}
