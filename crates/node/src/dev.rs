@@ -3,12 +3,13 @@
 
 use crate::system_contracts as sys;
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
-use moat_blockchain::chain::{Chain, ImportOutcome};
-use moat_blockchain::mempool::{HeadUpdate, Pool};
+use moat_blockchain::chain::{Chain, ImportOutcome, StateEdit};
+use moat_blockchain::mempool::{HeadUpdate, Pool, TxInput};
 use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
+use moat_common::transaction::PooledTransaction;
 use moat_crypto::secp::Signer;
-use moat_rpc::RpcContext;
+use moat_rpc::{DevRequest, RpcContext};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -98,24 +99,62 @@ pub fn dev_genesis(osaka: bool) -> Genesis {
     }
 }
 
-/// Seals one block from the pool on the head and makes it the new head.
-pub async fn produce_block(
-    chain: &Chain,
-    pool: &Pool,
+/// The dev clock: the shift `evm_increaseTime` asked for, and the next block's time if
+/// `evm_setNextBlockTimestamp` set one.
+#[derive(Debug, Default)]
+struct DevClock {
+    shift: u64,
+    next: Option<u64>,
+}
+
+impl DevClock {
+    /// The next block's timestamp on `head`: the one set, else now plus the shift; always
+    /// later than the head's.
+    fn next_timestamp(&mut self, head: &moat_common::block::Header) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.next
+            .take()
+            .unwrap_or_else(|| now.saturating_add(self.shift))
+            .max(head.timestamp + 1)
+    }
+}
+
+/// What `evm_snapshot` remembers: the head and the pool's transactions.
+#[derive(Debug)]
+struct Snapshot {
+    id: u64,
+    number: u64,
+    hash: B256,
+    pool: Vec<PooledTransaction>,
+}
+
+/// The attributes of the dev block built on `head` at `timestamp`.
+fn dev_attrs(
     rpc: &RpcContext,
-    miner: &MinerConfig,
-) -> Result<Option<(u64, usize)>, String> {
-    let head = chain.head_header().map_err(|e| e.to_string())?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let attrs = PayloadAttributes {
-        timestamp: now.max(head.timestamp + 1),
+    head: &moat_common::block::Header,
+    timestamp: u64,
+) -> PayloadAttributes {
+    PayloadAttributes {
+        timestamp,
         prev_randao: keccak256(head.hash()),
         suggested_fee_recipient: rpc.coinbase.unwrap_or(Address::ZERO),
         withdrawals: Some(Vec::new()),
         parent_beacon_block_root: Some(B256::ZERO),
-    };
+    }
+}
+
+/// Seals one block from the pool on the head and makes it the new head.
+async fn produce_block(
+    chain: &Chain,
+    pool: &Pool,
+    rpc: &RpcContext,
+    miner: &MinerConfig,
+    clock: &mut DevClock,
+) -> Result<Option<(u64, usize)>, String> {
+    let head = chain.head_header().map_err(|e| e.to_string())?;
+    let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head));
     let (c, p, m) = (chain.clone(), pool.clone(), miner.clone());
     let parent = head.hash();
     let built = tokio::task::spawn_blocking(move || c.build_payload_with(&p, parent, &attrs, &m))
@@ -144,18 +183,116 @@ pub async fn produce_block(
     }
 }
 
+/// Seals a block carrying `edits` (see [`Chain::seal_state_edits`]) and tells the pool.
+async fn seal_edits(
+    chain: &Chain,
+    pool: &Pool,
+    rpc: &RpcContext,
+    miner: &MinerConfig,
+    clock: &mut DevClock,
+    edits: Vec<StateEdit>,
+) -> Result<(), String> {
+    let head = chain.head_header().map_err(|e| e.to_string())?;
+    let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head));
+    let touched = edits.iter().map(edit_address).collect();
+    let (c, m) = (chain.clone(), miner.clone());
+    let block = tokio::task::spawn_blocking(move || c.seal_state_edits(&attrs, &m, &edits))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    tracing::info!(number = block.header.number, "sealed a state edit");
+    pool.on_head_change(HeadUpdate {
+        head: moat_rpc::head_info(chain.config(), &block.header),
+        touched,
+        ..Default::default()
+    })
+    .await;
+    rpc.notify_new_head(&block.header);
+    Ok(())
+}
+
+fn edit_address(edit: &StateEdit) -> Address {
+    match edit {
+        StateEdit::Balance(a, _)
+        | StateEdit::Nonce(a, _)
+        | StateEdit::Code(a, _)
+        | StateEdit::Storage(a, _, _) => *a,
+    }
+}
+
+/// The pool's transactions, oldest nonce first per sender.
+fn pool_transactions(pool: &Pool) -> Vec<PooledTransaction> {
+    pool.content()
+        .into_iter()
+        .flat_map(|(_, txs)| txs.into_iter().map(|(tx, _)| tx.tx.clone()))
+        .collect()
+}
+
+/// `evm_revert`: the head goes back to the snapshot's block (the undo records take the
+/// later blocks' state back), and the pool holds again what it held then.
+async fn revert(
+    chain: &Chain,
+    pool: &Pool,
+    rpc: &RpcContext,
+    snapshots: &mut Vec<Snapshot>,
+    id: u64,
+) -> Result<bool, String> {
+    let Some(at) = snapshots.iter().position(|s| s.id == id) else {
+        return Ok(false);
+    };
+    // This snapshot and every later one are used up, as in anvil.
+    let taken: Vec<Snapshot> = snapshots.drain(at..).collect();
+    let snap = &taken[0];
+    let err = |e: moat_blockchain::chain::ChainError| e.to_string();
+    if chain
+        .header_by_number(snap.number)
+        .map_err(err)?
+        .map(|h| h.hash())
+        != Some(snap.hash)
+    {
+        return Ok(false);
+    }
+    let (c, number) = (chain.clone(), snap.number);
+    tokio::task::spawn_blocking(move || c.rewind_to(number))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(err)?;
+    let head = chain.head_header().map_err(err)?;
+    for (_, txs) in pool.content() {
+        if let Some((first, _)) = txs.first() {
+            pool.remove_with_descendants(&first.hash());
+        }
+    }
+    pool.on_head_change(HeadUpdate {
+        head: moat_rpc::head_info(chain.config(), &head),
+        ..Default::default()
+    })
+    .await;
+    for tx in snap.pool.iter().cloned() {
+        // A transaction the snapshot's state no longer takes is left out.
+        let _ = pool.submit_local(TxInput::Decoded(Box::new(tx))).await;
+    }
+    rpc.notify_new_head(&head);
+    Ok(true)
+}
+
 /// Produces blocks forever: every `period`, or, with a zero period, whenever a
-/// transaction becomes pending; and at once for each `evm_mine` request.
+/// transaction becomes pending; and at once for each `evm_mine` request. The dev
+/// methods' other requests (state edits, snapshots, the clock) are served here too, one
+/// at a time between blocks.
 pub async fn run_producer(
     chain: Chain,
     pool: Pool,
     rpc: RpcContext,
     period: Duration,
     miner: MinerConfig,
-    mut requests: tokio::sync::mpsc::Receiver<moat_rpc::MineRequest>,
+    mut requests: tokio::sync::mpsc::Receiver<DevRequest>,
 ) {
     let mut pending = pool.subscribe_pending();
     let mut requests_open = true;
+    let mut clock = DevClock::default();
+    let mut snapshots: Vec<Snapshot> = Vec::new();
+    let mut next_id = 0u64;
     loop {
         let timer = async {
             if period.is_zero() {
@@ -172,7 +309,7 @@ pub async fn run_producer(
         };
         let asked = tokio::select! {
             r = requests.recv(), if requests_open => match r {
-                Some(reply) => Some(reply),
+                Some(request) => Some(request),
                 None => {
                     requests_open = false;
                     continue;
@@ -185,13 +322,62 @@ pub async fn run_producer(
                 None
             }
         };
-        let result = produce_block(&chain, &pool, &rpc, &miner).await;
+        let reply = match asked {
+            None => None,
+            Some(DevRequest::Mine(reply)) => Some(reply),
+            Some(DevRequest::Edit(edits, reply)) => {
+                let r = seal_edits(&chain, &pool, &rpc, &miner, &mut clock, edits).await;
+                let _ = reply.send(r);
+                continue;
+            }
+            Some(DevRequest::Snapshot(reply)) => {
+                let r = chain.head_header().map_err(|e| e.to_string()).map(|head| {
+                    let id = next_id;
+                    next_id += 1;
+                    snapshots.push(Snapshot {
+                        id,
+                        number: head.number,
+                        hash: head.hash(),
+                        pool: pool_transactions(&pool),
+                    });
+                    id
+                });
+                let _ = reply.send(r);
+                continue;
+            }
+            Some(DevRequest::Revert(id, reply)) => {
+                let r = revert(&chain, &pool, &rpc, &mut snapshots, id).await;
+                let _ = reply.send(r);
+                continue;
+            }
+            Some(DevRequest::IncreaseTime(secs, reply)) => {
+                clock.shift = clock.shift.saturating_add(secs);
+                let _ = reply.send(Ok(clock.shift));
+                continue;
+            }
+            Some(DevRequest::SetNextTimestamp(ts, reply)) => {
+                let r = match chain.head_header() {
+                    Ok(head) if ts <= head.timestamp => Err(format!(
+                        "timestamp {ts} is not later than the head's ({})",
+                        head.timestamp
+                    )),
+                    Ok(_) => {
+                        clock.next = Some(ts);
+                        Ok(())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                let _ = reply.send(r);
+                continue;
+            }
+        };
+        let result = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
         match &result {
             Ok(Some((number, txs))) => tracing::info!(number, txs, "sealed block"),
             Ok(None) => {}
             Err(e) => tracing::error!(error = %e, "block production failed"),
         }
-        if let Some(reply) = asked {
+        if let Some(reply) = reply {
             let _ = reply.send(result.map(|r| r.map(|(number, _)| number)));
         }
     }

@@ -123,9 +123,14 @@ impl RpcArgs {
     }
 }
 
-/// The dev node also serves `evm_` (`evm_mine`), as anvil and hardhat do.
+/// The dev node also serves `evm_` (`evm_mine`, `evm_snapshot`, ...) and `anvil_`
+/// (`anvil_setBalance`, ...), as anvil and hardhat do.
 fn dev_api(dev: bool, api: Namespaces) -> Namespaces {
-    if dev { api.with("evm") } else { api }
+    if dev {
+        api.with("evm").with("anvil")
+    } else {
+        api
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +182,7 @@ mod tests {
         assert!(c.http_api.allows("admin_peers"));
         assert!(!c.ws_api.allows("admin_peers"));
         assert!(!c.http_api.allows("evm_mine"));
+        assert!(!c.http_api.allows("anvil_setBalance"));
         assert!(c.vhosts.allows(Some("anything.example")));
         assert_eq!(c.timeouts.read, Duration::from_secs(5));
         assert_eq!(c.connections, budget.rpc);
@@ -194,6 +200,7 @@ mod tests {
         assert!(!c.http_api.allows("admin_nodeInfo"));
         assert!(!c.http_api.allows("txpool_content"));
         assert!(c.http_api.allows("evm_mine"));
+        assert!(c.http_api.allows("anvil_setBalance"));
         assert!(!c.vhosts.allows(Some("evil.example")));
         assert!(c.vhosts.allows(Some("localhost:8545")));
         assert!(!c.ws_origins.allows(Some("http://evil.example")));

@@ -36,7 +36,7 @@ fn dev_node_mines_a_transaction_sent_over_http() {
     let modules = rpc(port, "rpc_modules", "[]").unwrap();
     assert_eq!(
         modules["result"],
-        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0","evm":"1.0"}),
+        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0","evm":"1.0","anvil":"1.0"}),
         "{modules}"
     );
     // The dev accounts, and EIP-191 signatures with their keys.
@@ -201,4 +201,207 @@ fn dev_node_mines_a_transaction_sent_over_http() {
         .unwrap_or(0)
     };
     assert_eq!(n(&after), n(&before) + 1, "{before} {after}");
+}
+
+/// A quantity field of a reply as u64.
+fn quantity(v: &serde_json::Value) -> u64 {
+    u64::from_str_radix(v.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16).unwrap_or(0)
+}
+
+/// The dev methods of anvil: state edits, snapshots and the clock. Each edit is a block,
+/// and the state it leaves is the head's state root: a restart on the same datadir
+/// checks the stored state against the head and opens it.
+#[test]
+fn dev_node_edits_state_snapshots_and_moves_its_clock() {
+    let dir = std::env::temp_dir().join(format!("moat-dev-edits-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = free_port();
+    let args = |port: u16| {
+        vec![
+            "--dev".to_string(),
+            "--dev.period".into(),
+            "0".into(),
+            "--datadir".into(),
+            dir.display().to_string(),
+            "--http.port".into(),
+            port.to_string(),
+            "--authrpc.port".into(),
+            free_port().to_string(),
+        ]
+    };
+    let a = args(port);
+    let node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
+    let modules = rpc(port, "rpc_modules", "[]").unwrap();
+    assert_eq!(modules["result"]["anvil"], "1.0", "{modules}");
+    let call = |method: &str, params: &str| {
+        let r = rpc(port, method, params).unwrap();
+        assert!(r["error"].is_null(), "{method} {params}: {r}");
+        r["result"].clone()
+    };
+    let who = "0x00000000000000000000000000000000000000aa";
+    let block0 = quantity(&call("eth_blockNumber", "[]"));
+
+    // anvil_setBalance, setNonce, setCode, setStorageAt: each a block with the edit.
+    assert!(call("anvil_setBalance", &format!(r#"["{who}","0x1234"]"#)).is_null());
+    assert_eq!(
+        call("eth_getBalance", &format!(r#"["{who}","latest"]"#)),
+        "0x1234"
+    );
+    assert_eq!(quantity(&call("eth_blockNumber", "[]")), block0 + 1);
+    // The block before the edit still shows the old balance.
+    assert_eq!(
+        call("eth_getBalance", &format!(r#"["{who}","{block0:#x}"]"#)),
+        "0x0"
+    );
+    assert!(call("anvil_setNonce", &format!(r#"["{who}","0x5"]"#)).is_null());
+    assert_eq!(
+        call("eth_getTransactionCount", &format!(r#"["{who}","latest"]"#)),
+        "0x5"
+    );
+    assert!(
+        call(
+            "anvil_setCode",
+            &format!(r#"["{who}","0x600160005260206000f3"]"#)
+        )
+        .is_null()
+    );
+    assert_eq!(
+        call("eth_getCode", &format!(r#"["{who}","latest"]"#)),
+        "0x600160005260206000f3"
+    );
+    // The code runs: it returns the word 1.
+    assert_eq!(
+        call("eth_call", &format!(r#"[{{"to":"{who}"}},"latest"]"#)),
+        format!("0x{}01", "00".repeat(31))
+    );
+    let word = format!("0x{}2a", "00".repeat(31));
+    assert_eq!(
+        call(
+            "anvil_setStorageAt",
+            &format!(r#"["{who}","0x3","{word}"]"#)
+        ),
+        true
+    );
+    assert_eq!(
+        call("eth_getStorageAt", &format!(r#"["{who}","0x3","latest"]"#)),
+        word
+    );
+    // The balance edit kept the nonce and code, and the code edit the balance.
+    assert_eq!(
+        call("eth_getBalance", &format!(r#"["{who}","latest"]"#)),
+        "0x1234"
+    );
+
+    // evm_snapshot / evm_revert: a transfer and an edit after the snapshot are undone.
+    let snap = call("evm_snapshot", "[]");
+    let at_snapshot = quantity(&call("eth_blockNumber", "[]"));
+    let hash = call(
+        "eth_sendTransaction",
+        &format!(
+            r#"[{{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"{who}","value":"0x10"}}]"#
+        ),
+    );
+    wait_for("the transfer's receipt", || {
+        let r = rpc(port, "eth_getTransactionReceipt", &format!(r#"[{hash}]"#))?;
+        (!r["result"].is_null()).then_some(())
+    });
+    assert_eq!(
+        call("eth_getBalance", &format!(r#"["{who}","latest"]"#)),
+        "0x1244"
+    );
+    assert!(call("anvil_setBalance", &format!(r#"["{who}","0x1"]"#)).is_null());
+    let later = call("evm_snapshot", "[]");
+    assert_ne!(later, snap);
+    assert_eq!(call("evm_revert", &format!("[{snap}]")), true);
+    assert_eq!(quantity(&call("eth_blockNumber", "[]")), at_snapshot);
+    assert_eq!(
+        call("eth_getBalance", &format!(r#"["{who}","latest"]"#)),
+        "0x1234"
+    );
+    assert!(call("eth_getTransactionReceipt", &format!("[{hash}]")).is_null());
+    assert_eq!(
+        call(
+            "eth_getTransactionCount",
+            r#"["0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","latest"]"#
+        ),
+        "0x0"
+    );
+    // A revert uses up its snapshot and the later ones.
+    assert_eq!(call("evm_revert", &format!("[{snap}]")), false);
+    assert_eq!(call("evm_revert", &format!("[{later}]")), false);
+    // The sender's nonce is the snapshot's again: a new transfer gets nonce 0.
+    let again = call(
+        "eth_sendTransaction",
+        r#"[{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x00000000000000000000000000000000000000bb","value":"0x1"}]"#,
+    );
+    let tx = call("eth_getTransactionByHash", &format!("[{again}]"));
+    assert_eq!(tx["nonce"], "0x0", "{tx}");
+    wait_for("the second transfer's receipt", || {
+        let r = rpc(port, "eth_getTransactionReceipt", &format!(r#"[{again}]"#))?;
+        (!r["result"].is_null()).then_some(())
+    });
+
+    // evm_increaseTime shifts the next blocks; evm_setNextBlockTimestamp sets one.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(call("evm_increaseTime", "[3600]"), 3600);
+    assert_eq!(call("evm_increaseTime", r#"["0xe10"]"#), 7200);
+    call("evm_mine", "[]");
+    let head = call("eth_getBlockByNumber", r#"["latest",false]"#);
+    let ts = quantity(&head["timestamp"]);
+    assert!(ts >= now + 7200 && ts < now + 7200 + 60, "{ts} {now}");
+    let next = ts + 1_000;
+    assert!(call("evm_setNextBlockTimestamp", &format!("[{next}]")).is_null());
+    call("evm_mine", "[]");
+    let head = call("eth_getBlockByNumber", r#"["latest",false]"#);
+    assert_eq!(quantity(&head["timestamp"]), next);
+    // A time not after the head's is refused.
+    let r = rpc(port, "evm_setNextBlockTimestamp", &format!("[{next}]")).unwrap();
+    assert!(r["error"]["message"].is_string(), "{r}");
+
+    // Bad input is a typed error.
+    let r = rpc(port, "anvil_setBalance", r#"["0x12","0x1"]"#).unwrap();
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = rpc(
+        port,
+        "anvil_setBalance",
+        r#"["0x00000000000000000000000000000000000000aa","zz"]"#,
+    )
+    .unwrap();
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    // The state survives a restart: the stored state is the head's (checked on open).
+    // SIGTERM is a graceful stop, so the last block is durable too.
+    let head_number = call("eth_blockNumber", "[]");
+    let mut node = node;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &node.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for("the node to stop", || node.0.try_wait().ok().flatten());
+    drop(node);
+    let port = free_port();
+    let a = args(port);
+    let _node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for("the restarted RPC server", || {
+        rpc(port, "eth_chainId", "[]")
+    });
+    assert_eq!(
+        rpc(port, "eth_blockNumber", "[]").unwrap()["result"],
+        head_number
+    );
+    assert_eq!(
+        rpc(
+            port,
+            "eth_getStorageAt",
+            &format!(r#"["{who}","0x3","latest"]"#)
+        )
+        .unwrap()["result"],
+        word
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

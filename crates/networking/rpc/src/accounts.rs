@@ -211,27 +211,6 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
     }
 }
 
-/// `evm_mine` (anvil's and hardhat's): seals a block now on the dev node and answers
-/// "0x0"; off the dev node it does not exist.
-pub async fn evm_mine(ctx: &RpcContext) -> RpcResult<Value> {
-    let Some(mine) = &ctx.mine else {
-        return Err(jsonrpsee::types::ErrorObjectOwned::owned(
-            jsonrpsee::types::error::METHOD_NOT_FOUND_CODE,
-            "the method evm_mine does not exist/is not available",
-            None::<()>,
-        ));
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    mine.send(tx)
-        .await
-        .map_err(|_| server_error("the block producer has stopped"))?;
-    match rx.await {
-        Ok(Ok(_)) => Ok(json!("0x0")),
-        Ok(Err(e)) => Err(server_error(e)),
-        Err(_) => Err(server_error("the block producer has stopped")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

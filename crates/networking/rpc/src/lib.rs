@@ -40,6 +40,7 @@ mod admin;
 mod blocks;
 mod call;
 mod debug;
+mod dev_methods;
 pub mod engine;
 mod eth;
 mod eth_config;
@@ -60,6 +61,7 @@ mod txpool;
 mod typed_data;
 
 pub use access::{AllowedOrigins, CorsDomains, Namespaces, VirtualHosts};
+pub use dev_methods::{DevRequest, Reply as DevReply};
 pub use admin::{AddPeerError, PeerAdmin};
 pub use engine::{
     EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
@@ -209,13 +211,10 @@ pub struct RpcContext {
     /// The keys `eth_accounts`, `eth_sign` and `eth_sendTransaction` use: the dev
     /// accounts on the dev node, none elsewhere.
     pub dev_keys: Arc<Vec<moat_crypto::secp::Signer>>,
-    /// The dev block producer's queue (`evm_mine`); `None` off the dev node.
-    pub mine: Option<tokio::sync::mpsc::Sender<MineRequest>>,
+    /// The dev block producer's queue (`evm_mine`, `evm_snapshot`, `anvil_setBalance`
+    /// and the other dev methods); `None` off the dev node.
+    pub mine: Option<tokio::sync::mpsc::Sender<DevRequest>>,
 }
-
-/// A request to seal a block now; answered with the new block's number (`None` when
-/// nothing was imported) or why it failed.
-pub type MineRequest = tokio::sync::oneshot::Sender<Result<Option<u64>, String>>;
 
 impl RpcContext {
     pub fn new(chain: Chain, pool: Pool) -> Self {
@@ -417,8 +416,35 @@ pub fn module(
     })?;
     m.register_async_method("evm_mine", |_, ctx, _| async move {
         count("evm_mine");
-        accounts::evm_mine(&ctx).await
+        dev_methods::evm_mine(&ctx).await
     })?;
+    m.register_async_method("evm_snapshot", |_, ctx, _| async move {
+        count("evm_snapshot");
+        dev_methods::evm_snapshot(&ctx).await
+    })?;
+    m.register_async_method("evm_revert", |params, ctx, _| async move {
+        count("evm_revert");
+        dev_methods::evm_revert(&ctx, params).await
+    })?;
+    m.register_async_method("evm_increaseTime", |params, ctx, _| async move {
+        count("evm_increaseTime");
+        dev_methods::evm_increase_time(&ctx, params).await
+    })?;
+    m.register_async_method("evm_setNextBlockTimestamp", |params, ctx, _| async move {
+        count("evm_setNextBlockTimestamp");
+        dev_methods::evm_set_next_block_timestamp(&ctx, params).await
+    })?;
+    for name in [
+        "anvil_setBalance",
+        "anvil_setCode",
+        "anvil_setStorageAt",
+        "anvil_setNonce",
+    ] {
+        m.register_async_method(name, move |params, ctx, _| async move {
+            count(name);
+            dev_methods::anvil_set(&ctx, name, params).await
+        })?;
+    }
     m.register_async_method("eth_sendRawTransaction", |params, ctx, _| async move {
         count("eth_sendRawTransaction");
         eth::send_raw_transaction(&ctx, params).await

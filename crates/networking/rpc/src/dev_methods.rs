@@ -1,0 +1,206 @@
+//! The dev node's test-chain methods, under anvil's and hardhat's names: `evm_mine`,
+//! `evm_snapshot` / `evm_revert`, `evm_increaseTime`, `evm_setNextBlockTimestamp`,
+//! `anvil_setBalance`, `anvil_setCode`, `anvil_setStorageAt` and `anvil_setNonce`.
+//!
+//! Each is a [`DevRequest`] to the dev block producer, which owns the chain's head on a
+//! dev node: a request waits its turn behind the block being sealed, so a state edit or
+//! a revert never races a block. Off the dev node there is no producer and every one of
+//! these methods is "method not found" (the `evm` and `anvil` namespaces are not served
+//! there either).
+
+use crate::RpcContext;
+use crate::eth::positional;
+use crate::params::{RpcResult, invalid_params, parse_u64_lenient, server_error};
+use alloy_primitives::{Address, B256, Bytes, U256};
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use moat_blockchain::chain::StateEdit;
+use serde_json::{Value, json};
+
+/// The producer's answer to one request.
+pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T, String>>;
+
+/// What the dev methods ask of the dev block producer.
+#[derive(Debug)]
+pub enum DevRequest {
+    /// Seal a block now; answered with its number (`None`: nothing was imported).
+    Mine(Reply<Option<u64>>),
+    /// Seal a block whose post-state has these edits.
+    Edit(Vec<StateEdit>, Reply<()>),
+    /// Remember the head (and the pool); answered with the snapshot's id.
+    Snapshot(Reply<u64>),
+    /// Go back to a snapshot, dropping it and every later one; `false` for an unknown id.
+    Revert(u64, Reply<bool>),
+    /// Move the dev clock forward by this many seconds; answered with the total shift.
+    IncreaseTime(u64, Reply<u64>),
+    /// The next block's timestamp (it must be later than the head's).
+    SetNextTimestamp(u64, Reply<()>),
+}
+
+/// anvil's error for a method the node does not serve.
+fn not_found(method: &str) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned(
+        jsonrpsee::types::error::METHOD_NOT_FOUND_CODE,
+        format!("the method {method} does not exist/is not available"),
+        None::<()>,
+    )
+}
+
+/// Sends a request made by `make` to the producer and waits for its answer.
+async fn ask<T>(
+    ctx: &RpcContext,
+    method: &str,
+    make: impl FnOnce(Reply<T>) -> DevRequest,
+) -> RpcResult<T> {
+    let Some(producer) = &ctx.mine else {
+        return Err(not_found(method));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let stopped = || server_error("the block producer has stopped");
+    producer.send(make(tx)).await.map_err(|_| stopped())?;
+    rx.await.map_err(|_| stopped())?.map_err(server_error)
+}
+
+/// Argument `i` parsed as `T`.
+fn arg<T: serde::de::DeserializeOwned>(v: Option<Value>, i: usize) -> RpcResult<T> {
+    let v = v.ok_or_else(|| invalid_params(format!("missing value for required argument {i}")))?;
+    serde_json::from_value(v).map_err(|e| invalid_params(format!("invalid argument {i}: {e}")))
+}
+
+/// A U256 given as a hex quantity, a decimal string or a JSON number.
+fn u256_arg(v: Option<Value>, i: usize) -> RpcResult<U256> {
+    let bad = || invalid_params(format!("invalid argument {i}: expected a quantity"));
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(U256::from).ok_or_else(bad),
+        Some(Value::String(s)) => match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            Some(hex) => U256::from_str_radix(hex, 16).map_err(|_| bad()),
+            None => U256::from_str_radix(&s, 10).map_err(|_| bad()),
+        },
+        Some(_) => Err(bad()),
+        None => Err(invalid_params(format!(
+            "missing value for required argument {i}"
+        ))),
+    }
+}
+
+/// A storage slot: a 32-byte word or a quantity (anvil takes both).
+fn slot_arg(v: Option<Value>, i: usize) -> RpcResult<B256> {
+    match &v {
+        Some(Value::String(s)) if s.len() == 66 => arg(v, i),
+        _ => u256_arg(v, i).map(B256::from),
+    }
+}
+
+/// `evm_mine`: seals a block now and answers "0x0".
+pub async fn evm_mine(ctx: &RpcContext) -> RpcResult<Value> {
+    ask(ctx, "evm_mine", DevRequest::Mine).await?;
+    Ok(json!("0x0"))
+}
+
+/// `evm_snapshot`: the id of a snapshot of the head, its state and the pool.
+pub async fn evm_snapshot(ctx: &RpcContext) -> RpcResult<Value> {
+    let id = ask(ctx, "evm_snapshot", DevRequest::Snapshot).await?;
+    Ok(crate::json::q(id))
+}
+
+/// `evm_revert(id)`: back to the snapshot (chain, state, pool); `false` for an unknown
+/// or already used id.
+pub async fn evm_revert(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [id] = positional::<1>(&params)?;
+    let id = u256_arg(id, 0)?;
+    let Ok(id) = u64::try_from(id) else {
+        return Ok(json!(false));
+    };
+    let reverted = ask(ctx, "evm_revert", |r| DevRequest::Revert(id, r)).await?;
+    Ok(json!(reverted))
+}
+
+/// `evm_increaseTime(seconds)`: the next blocks' timestamps move forward; answers the
+/// total shift in seconds.
+pub async fn evm_increase_time(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [secs] = positional::<1>(&params)?;
+    let secs = parse_u64_lenient(
+        &secs.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
+    )?;
+    let total = ask(ctx, "evm_increaseTime", |r| {
+        DevRequest::IncreaseTime(secs, r)
+    })
+    .await?;
+    Ok(json!(total))
+}
+
+/// `evm_setNextBlockTimestamp(timestamp)`: the next block's timestamp.
+pub async fn evm_set_next_block_timestamp(
+    ctx: &RpcContext,
+    params: Params<'_>,
+) -> RpcResult<Value> {
+    let [ts] = positional::<1>(&params)?;
+    let ts = parse_u64_lenient(
+        &ts.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
+    )?;
+    ask(ctx, "evm_setNextBlockTimestamp", |r| {
+        DevRequest::SetNextTimestamp(ts, r)
+    })
+    .await?;
+    Ok(Value::Null)
+}
+
+/// The anvil state setters: each seals one block carrying the edit.
+pub async fn anvil_set(ctx: &RpcContext, method: &str, params: Params<'_>) -> RpcResult<Value> {
+    let edit = match method {
+        "anvil_setBalance" => {
+            let [a, v] = positional::<2>(&params)?;
+            StateEdit::Balance(arg::<Address>(a, 0)?, u256_arg(v, 1)?)
+        }
+        "anvil_setNonce" => {
+            let [a, v] = positional::<2>(&params)?;
+            let nonce = u64::try_from(u256_arg(v, 1)?)
+                .map_err(|_| invalid_params("invalid argument 1: nonce too large"))?;
+            StateEdit::Nonce(arg::<Address>(a, 0)?, nonce)
+        }
+        "anvil_setCode" => {
+            let [a, c] = positional::<2>(&params)?;
+            StateEdit::Code(arg::<Address>(a, 0)?, arg::<Bytes>(c, 1)?)
+        }
+        "anvil_setStorageAt" => {
+            let [a, slot, value] = positional::<3>(&params)?;
+            let value = slot_arg(value, 2)?;
+            StateEdit::Storage(
+                arg::<Address>(a, 0)?,
+                slot_arg(slot, 1)?,
+                U256::from_be_bytes(value.0),
+            )
+        }
+        other => return Err(not_found(other)),
+    };
+    ask(ctx, method, |r| DevRequest::Edit(vec![edit], r)).await?;
+    // anvil answers true for setStorageAt and null for the others.
+    Ok(if method == "anvil_setStorageAt" {
+        json!(true)
+    } else {
+        Value::Null
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_are_taken_in_every_form_anvil_takes() {
+        assert_eq!(u256_arg(Some(json!("0x10")), 0).unwrap(), U256::from(16));
+        assert_eq!(u256_arg(Some(json!("16")), 0).unwrap(), U256::from(16));
+        assert_eq!(u256_arg(Some(json!(16)), 0).unwrap(), U256::from(16));
+        assert!(u256_arg(Some(json!(-1)), 0).is_err());
+        assert!(u256_arg(Some(json!("0xzz")), 0).is_err());
+        assert!(u256_arg(None, 0).is_err());
+        let word = format!("0x{}01", "00".repeat(31));
+        assert_eq!(
+            slot_arg(Some(json!(word)), 0).unwrap(),
+            B256::with_last_byte(1)
+        );
+        assert_eq!(
+            slot_arg(Some(json!("0x1")), 0).unwrap(),
+            B256::with_last_byte(1)
+        );
+    }
+}
