@@ -61,8 +61,8 @@ mod txpool;
 mod typed_data;
 
 pub use access::{AllowedOrigins, CorsDomains, Namespaces, VirtualHosts};
-pub use dev_methods::{DevRequest, Reply as DevReply};
 pub use admin::{AddPeerError, PeerAdmin};
+pub use dev_methods::{DevRequest, Reply as DevReply};
 pub use engine::{
     EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
 };
