@@ -103,6 +103,10 @@ pub type OwnedTrieNode = (B256, Vec<u8>, Vec<u8>);
 pub struct Store {
     backend: Arc<Backend>,
     nodes: Arc<NodeCache>,
+    /// Whether the state holds accounts a snap sync downloaded under hashed keys (see
+    /// [`snap`]): reads by address then look there too, and writes by address retire
+    /// them.
+    snap_state: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for Store {
@@ -157,7 +161,9 @@ impl Store {
         let store = Store {
             backend: Arc::new(Backend::Redb(backend)),
             nodes: Arc::new(NodeCache::new(node_cache_bytes as u64)),
+            snap_state: Default::default(),
         };
+        store.detect_snap_state()?;
         if let (Some(expected), Some(found)) = (meta, store.chain_meta()?)
             && expected != found
         {
@@ -175,6 +181,7 @@ impl Store {
         Store {
             backend: Arc::new(Backend::Memory(MemoryBackend::new())),
             nodes: Arc::new(NodeCache::new(IN_MEMORY_NODE_CACHE_BYTES)),
+            snap_state: Default::default(),
         }
     }
 
@@ -221,20 +228,29 @@ impl Store {
     }
 
     pub fn account(&self, address: &Address) -> Result<Option<Account>, StoreError> {
-        self.backend
-            .get_with(Table::Accounts, address.as_slice(), decode_account)
+        let flat = self
+            .backend
+            .get_with(Table::Accounts, address.as_slice(), decode_account)?;
+        if flat.is_none() && self.has_snap_state() {
+            return self.snap_account(&alloy_primitives::keccak256(address));
+        }
+        Ok(flat)
     }
 
     /// Value of a storage slot; zero when it was never written or was cleared.
     pub fn storage(&self, address: &Address, slot: &B256) -> Result<U256, StoreError> {
-        Ok(self
-            .backend
-            .get_with(
-                Table::Storage,
-                &storage_key(address, slot),
-                decode_slot_value,
-            )?
-            .unwrap_or_default())
+        let flat = self.backend.get_with(
+            Table::Storage,
+            &storage_key(address, slot),
+            decode_slot_value,
+        )?;
+        match flat {
+            None if self.has_snap_state() => self.snap_slot(
+                &alloy_primitives::keccak256(address),
+                &alloy_primitives::keccak256(slot),
+            ),
+            flat => Ok(flat.unwrap_or_default()),
+        }
     }
 
     /// Every non-zero slot of an account, sorted by slot: what rebuilding its storage
@@ -388,7 +404,8 @@ impl Store {
     }
 
     /// Applies `ops` in the backend, then brings the trie-node cache up to date.
-    fn apply(&self, ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
+    fn apply(&self, mut ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
+        self.retire_snap_entries(&mut ops);
         let changes = NodeChanges::of(&ops);
         let applied = if relaxed {
             self.backend.apply_with(ops, true)

@@ -19,7 +19,7 @@ use crate::codec::{
     decode_account, decode_b256, decode_slot_value, encode_account, encode_slot_value,
 };
 use crate::{Account, Store, StoreError, WriteBatch};
-use alloy_primitives::{B256, U256};
+use alloy_primitives::{B256, U256, keccak256};
 
 /// Meta key of the snap sync progress record.
 const META_SNAP_PROGRESS: &[u8] = b"snap_progress";
@@ -153,5 +153,161 @@ impl Store {
                 visit(slot, decode_slot_value(value)?);
                 Ok(())
             })
+    }
+}
+
+impl Store {
+    /// Whether downloaded (hashed-key) state is present.
+    pub fn has_snap_state(&self) -> bool {
+        self.snap_state.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sets the snap-state flag from the table (at open).
+    pub(crate) fn detect_snap_state(&self) -> Result<(), StoreError> {
+        let mut any = false;
+        self.snap_accounts_from(&B256::ZERO, |_, _| {
+            any = true;
+            false
+        })?;
+        if any {
+            self.snap_state
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// With downloaded state present, every write by address also retires the entry the
+    /// download left under the hashed key (the by-address one is the state from then
+    /// on): an account or slot changed, deleted or wiped after a snap sync is never read
+    /// back from the download.
+    pub(crate) fn retire_snap_entries(&self, ops: &mut Vec<Op>) {
+        let writes_snap = ops.iter().any(|op| {
+            matches!(
+                op,
+                Op::Put {
+                    table: Table::SnapAccounts,
+                    ..
+                }
+            )
+        });
+        if writes_snap {
+            self.snap_state
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        if !self.has_snap_state() {
+            return;
+        }
+        let mut extra = Vec::new();
+        for op in ops.iter() {
+            match op {
+                Op::Put {
+                    table: Table::Accounts,
+                    key,
+                    ..
+                }
+                | Op::Delete {
+                    table: Table::Accounts,
+                    key,
+                } if key.len() == 20 => extra.push(Op::Delete {
+                    table: Table::SnapAccounts,
+                    key: keccak256(key).to_vec(),
+                }),
+                Op::Put {
+                    table: Table::Storage,
+                    key,
+                    ..
+                }
+                | Op::Delete {
+                    table: Table::Storage,
+                    key,
+                } if key.len() == 52 => extra.push(Op::Delete {
+                    table: Table::SnapStorage,
+                    key: slot_key(&keccak256(&key[..20]), &keccak256(&key[20..])).to_vec(),
+                }),
+                // One account's storage wiped (a whole-table clear is not mirrored: the
+                // trie build clears the by-address state while it reads the download).
+                Op::DeleteRange {
+                    table: Table::Storage,
+                    start,
+                    end: Some(_),
+                } if start.len() == 52 => {
+                    let owner = keccak256(&start[..20]);
+                    extra.push(Op::DeleteRange {
+                        table: Table::SnapStorage,
+                        start: slot_key(&owner, &B256::ZERO).to_vec(),
+                        end: Some(slot_key(&owner, &B256::repeat_byte(0xff)).to_vec()),
+                    });
+                }
+                _ => {}
+            }
+        }
+        ops.extend(extra);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_primitives::Address;
+
+    fn account(nonce: u64) -> Account {
+        Account {
+            nonce,
+            balance: U256::from(nonce * 10),
+            code_hash: B256::repeat_byte(1),
+            storage_root: B256::repeat_byte(2),
+        }
+    }
+
+    #[test]
+    fn reads_by_address_find_the_download_until_a_write_by_address_retires_it() {
+        let store = Store::in_memory();
+        let (a, b) = (Address::repeat_byte(0xaa), Address::repeat_byte(0xbb));
+        let slot = B256::repeat_byte(7);
+        assert_eq!(store.account(&a).unwrap(), None);
+        let mut batch = WriteBatch::new();
+        batch
+            .put_snap_account(keccak256(a), &account(1))
+            .put_snap_account(keccak256(b), &account(2))
+            .put_snap_slot(keccak256(a), keccak256(slot), U256::from(5))
+            .put_snap_slot(keccak256(b), keccak256(slot), U256::from(6));
+        store.commit(batch).unwrap();
+        assert!(store.has_snap_state());
+        assert_eq!(store.account(&a).unwrap(), Some(account(1)));
+        assert_eq!(store.storage(&a, &slot).unwrap(), U256::from(5));
+
+        // a deleted, b's slot cleared: neither is read back from the download.
+        let mut batch = WriteBatch::new();
+        batch
+            .set_account(a, None)
+            .set_storage(b, slot, U256::ZERO)
+            .set_account(b, Some(account(3)));
+        store.commit(batch).unwrap();
+        assert_eq!(store.account(&a).unwrap(), None);
+        assert_eq!(store.storage(&a, &slot).unwrap(), U256::ZERO);
+        assert_eq!(store.account(&b).unwrap(), Some(account(3)));
+        assert_eq!(store.storage(&b, &slot).unwrap(), U256::ZERO);
+        assert_eq!(store.snap_account(&keccak256(b)).unwrap(), None);
+    }
+
+    #[test]
+    fn a_store_reopened_knows_it_holds_downloaded_state() {
+        let dir = std::env::temp_dir().join(format!("moat-snap-store-{}", std::process::id()));
+        let a = Address::repeat_byte(0xcc);
+        {
+            let store = Store::open(&dir, None).unwrap();
+            assert!(!store.has_snap_state());
+            let mut batch = WriteBatch::new();
+            batch
+                .put_snap_account(keccak256(a), &account(4))
+                .set_snap_progress(Some(vec![1, 2, 3]));
+            store.commit(batch).unwrap();
+        }
+        let store = Store::open(&dir, None).unwrap();
+        assert!(store.has_snap_state());
+        assert_eq!(store.account(&a).unwrap(), Some(account(4)));
+        assert_eq!(store.snap_progress().unwrap(), Some(vec![1, 2, 3]));
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

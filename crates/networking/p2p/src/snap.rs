@@ -165,6 +165,56 @@ impl SnapMessage {
         }
     }
 
+    /// The request id of an answer (`AccountRange`, `StorageRanges`, `ByteCodes`,
+    /// `TrieNodes`); `None` for a request.
+    pub fn answer_id(&self) -> Option<u64> {
+        match self {
+            SnapMessage::AccountRange { request_id, .. }
+            | SnapMessage::StorageRanges { request_id, .. }
+            | SnapMessage::ByteCodes { request_id, .. }
+            | SnapMessage::TrieNodes { request_id, .. } => Some(*request_id),
+            SnapMessage::GetAccountRange { .. }
+            | SnapMessage::GetStorageRanges { .. }
+            | SnapMessage::GetByteCodes { .. }
+            | SnapMessage::GetTrieNodes { .. } => None,
+        }
+    }
+
+    /// The same message under request id `id`.
+    pub fn with_request_id(mut self, id: u64) -> Self {
+        match &mut self {
+            SnapMessage::GetAccountRange { request_id, .. }
+            | SnapMessage::AccountRange { request_id, .. }
+            | SnapMessage::GetStorageRanges { request_id, .. }
+            | SnapMessage::StorageRanges { request_id, .. }
+            | SnapMessage::GetByteCodes { request_id, .. }
+            | SnapMessage::ByteCodes { request_id, .. }
+            | SnapMessage::GetTrieNodes { request_id, .. }
+            | SnapMessage::TrieNodes { request_id, .. } => *request_id = id,
+        }
+        self
+    }
+
+    /// Whether `answer` is the kind of message that answers this request.
+    pub fn answered_by(&self, answer: &SnapMessage) -> bool {
+        matches!(
+            (self, answer),
+            (
+                SnapMessage::GetAccountRange { .. },
+                SnapMessage::AccountRange { .. }
+            ) | (
+                SnapMessage::GetStorageRanges { .. },
+                SnapMessage::StorageRanges { .. }
+            ) | (
+                SnapMessage::GetByteCodes { .. },
+                SnapMessage::ByteCodes { .. }
+            ) | (
+                SnapMessage::GetTrieNodes { .. },
+                SnapMessage::TrieNodes { .. }
+            )
+        )
+    }
+
     /// Name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {

@@ -66,4 +66,20 @@ impl BlockSource for Network {
     ) -> Result<Vec<Block>, RequestError> {
         self.get_bodies(&peer, &headers).await
     }
+
+    fn snap_peers(&self) -> Vec<PeerId> {
+        Network::snap_peers(self)
+    }
+
+    async fn snap_request(
+        &self,
+        peer: PeerId,
+        msg: SnapMessage,
+    ) -> Result<SnapMessage, RequestError> {
+        Network::snap_request(self, &peer, msg).await
+    }
+
+    fn report_snap_fault(&self, peer: &PeerId, why: &str) {
+        Network::report_snap_fault(self, peer, why)
+    }
 }

@@ -1,6 +1,7 @@
 //! The full-sync state machine: one task that walks headers back from the target,
 //! downloads bodies from several peers at once, and feeds an importer thread.
 
+use crate::snap::{self, SnapConfig, SnapError, SnapFigures, SnapStatus};
 use crate::source::BlockSource;
 use alloy_primitives::B256;
 use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
@@ -10,6 +11,7 @@ use moat_common::block::Block;
 use moat_p2p::requests::MAX_IN_FLIGHT;
 use moat_p2p::rlpx::PeerId;
 use moat_p2p::{HeadersRequest, RequestError, SealedHeader, SyncPeer};
+use moat_storage::WriteBatch;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -61,6 +63,12 @@ pub struct SyncConfig {
     /// set, a thread of its own recovers the senders of each batch before the importer
     /// takes it, so the importer finds them there instead of running ECDSA itself.
     pub senders: Option<SenderCache>,
+    /// Snap sync: a node at genesis (or with a snap sync under way) first downloads the
+    /// state at a pivot 64 blocks below the target ([`crate::snap`]), then full-syncs
+    /// from there. Off: every block is executed from the local head.
+    pub snap: bool,
+    /// How the snap stage works.
+    pub snap_cfg: SnapConfig,
 }
 
 impl Default for SyncConfig {
@@ -73,6 +81,8 @@ impl Default for SyncConfig {
             progress_every: Duration::from_secs(8),
             retry_after: Duration::from_secs(1),
             senders: None,
+            snap: false,
+            snap_cfg: SnapConfig::default(),
         }
     }
 }
@@ -86,6 +96,8 @@ pub struct SyncProgress {
     pub current_block: u64,
     /// The target's number (the head until the target's header is known).
     pub highest_block: u64,
+    /// While the snap stage runs: its figures.
+    pub snap: Option<SnapFigures>,
 }
 
 #[derive(Debug)]
@@ -99,6 +111,8 @@ struct Shared {
     /// Targets whose chain holds an invalid block, and the bad blocks themselves:
     /// asked again, they are ignored.
     bad: Mutex<Map<B256, InvalidChain>>,
+    /// The snap stage's figures while it runs.
+    snap: SnapStatus,
 }
 
 /// The running syncer, as the node and the engine API hold it. Cloning shares it.
@@ -144,6 +158,7 @@ impl SyncHandle {
             starting_block: start.min(current),
             current_block: current,
             highest_block: highest.max(current),
+            snap: *self.shared.snap.lock(),
         })
     }
 
@@ -170,6 +185,7 @@ pub fn spawn<S: BlockSource>(
         heads: watch::channel(head).0,
         synced,
         bad: Mutex::new(Map::default()),
+        snap: SnapStatus::default(),
     });
     let (import_tx, mut import_rx) = mpsc::channel(IMPORT_QUEUE);
     let (events_tx, events) = mpsc::unbounded_channel();
@@ -468,6 +484,12 @@ impl<S: BlockSource> Syncer<S> {
             }
         }
         self.shared.synced.store(false, Ordering::Release);
+        if self.cfg.snap && self.wants_snap()? {
+            self.snap_stage(target).await?;
+            if targets.borrow().is_some_and(|t| t != target) {
+                return Err(Stop::Replaced);
+            }
+        }
         self.walk_back(target, targets).await?;
         self.fill(target, targets).await
     }
@@ -523,6 +545,51 @@ impl<S: BlockSource> Syncer<S> {
     }
 
     /// Forgets downloaded headers and blocks, and what the importer has queued.
+    /// Whether the state comes by snap: the node holds no block past genesis, or an
+    /// earlier run left a snap sync under way.
+    fn wants_snap(&self) -> Result<bool, Stop> {
+        let store = self.chain.store();
+        if store.snap_progress().map_err(retry)?.is_some() {
+            return Ok(true);
+        }
+        Ok(self.chain.head().map_err(retry)?.0 == 0)
+    }
+
+    /// Runs the snap stage towards `target`: on success the pivot is the head and full
+    /// sync goes on from there.
+    async fn snap_stage(&mut self, target: B256) -> Result<(), Stop> {
+        let result = snap::run(
+            &self.chain,
+            &self.source,
+            target,
+            &self.cfg.snap_cfg,
+            &self.shared.snap,
+        )
+        .await;
+        *self.shared.snap.lock() = None;
+        match result {
+            Ok(()) => {
+                if let Ok((n, _)) = self.chain.head() {
+                    *self.shared.progress.lock() = Some((n, n));
+                }
+                let head = self.chain.head().map(|(_, h)| h).unwrap_or_default();
+                self.shared.heads.send_replace(head);
+                Ok(())
+            }
+            // The record stays: the next attempt resumes.
+            Err(e @ (SnapError::NoPeers | SnapError::Store(_))) => Err(retry(e)),
+            // The pivot's state cannot be had (no peer serves it any more, or what was
+            // built does not match): the next attempt picks a new pivot and downloads
+            // again.
+            Err(e @ (SnapError::Stale | SnapError::Pivot(_) | SnapError::Mismatch(_))) => {
+                let mut batch = WriteBatch::new();
+                batch.set_snap_progress(None);
+                self.chain.store().commit(batch).map_err(retry)?;
+                Err(retry(e))
+            }
+        }
+    }
+
     fn reset(&mut self) {
         self.skeleton.clear();
         self.ready.clear();

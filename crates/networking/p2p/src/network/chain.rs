@@ -23,12 +23,20 @@ const TIMEOUT_PENALTY: i64 = 10;
 pub(super) enum ReplyKind {
     Headers,
     Bodies,
+    /// A snap/1 answer (see `snap_request`).
+    Snap,
+}
+
+/// What a pending request is answered with.
+pub(super) enum Reply {
+    Items(Vec<Bytes>),
+    Snap(crate::snap::SnapMessage),
 }
 
 /// A chain request waiting for its answer.
 pub(super) struct Pending {
     pub(super) kind: ReplyKind,
-    pub(super) reply: oneshot::Sender<Vec<Bytes>>,
+    pub(super) reply: oneshot::Sender<Reply>,
 }
 
 /// Removes a pending request when its caller stops waiting.
@@ -157,7 +165,8 @@ impl Network {
             return Err(RequestError::Busy);
         }
         match tokio::time::timeout(self.inner.cfg.request_timeout, rx).await {
-            Ok(Ok(answer)) => Ok((p, answer)),
+            Ok(Ok(Reply::Items(answer))) => Ok((p, answer)),
+            Ok(Ok(Reply::Snap(_))) => Err(RequestError::BadAnswer("a snap answer".into())),
             Ok(Err(_)) => Err(RequestError::Disconnected),
             Err(_) => {
                 metrics::counter!("moat_p2p_chain_request_timeouts_total").increment(1);
@@ -174,7 +183,7 @@ impl Network {
         peer: &Arc<Peer>,
         kind: ReplyKind,
         request_id: u64,
-        items: Vec<Bytes>,
+        items: Reply,
     ) {
         let pending = peer.pending.lock().remove(&request_id);
         match pending {

@@ -38,6 +38,7 @@ mod broadcast;
 mod chain;
 mod ingress;
 mod peer;
+mod snap_requests;
 
 use peer::Peer;
 

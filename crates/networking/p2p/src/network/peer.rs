@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use super::chain::{Pending, ReplyKind};
+use super::chain::{Pending, Reply, ReplyKind};
 use super::ingress::AdmissionJob;
 use super::{Map, Network, PeerInfo, max_inbound, short};
 
@@ -252,6 +252,11 @@ impl Network {
                 }
                 Incoming::Snap(m) => {
                     metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
+                    // An answer to our own request (snap sync) goes to the request.
+                    if let Some(request_id) = m.answer_id() {
+                        self.on_reply(&peer, ReplyKind::Snap, request_id, Reply::Snap(m));
+                        continue;
+                    }
                     // Served off the runtime (disk reads, up to the time budget); the
                     // peer's next message waits for this answer, as geth's handler does.
                     let (chain, snap) = (self.inner.chain.clone(), self.inner.snap.clone());
@@ -346,9 +351,9 @@ impl Network {
             EthMessage::BlockHeaders {
                 request_id,
                 headers,
-            } => self.on_reply(peer, ReplyKind::Headers, request_id, headers),
+            } => self.on_reply(peer, ReplyKind::Headers, request_id, Reply::Items(headers)),
             EthMessage::BlockBodies { request_id, bodies } => {
-                self.on_reply(peer, ReplyKind::Bodies, request_id, bodies)
+                self.on_reply(peer, ReplyKind::Bodies, request_id, Reply::Items(bodies))
             }
             EthMessage::Receipts { .. } => {
                 // We ask for none; a stray answer is ignored.
