@@ -123,11 +123,11 @@ impl RpcArgs {
     }
 }
 
-/// The dev node also serves `evm_` (`evm_mine`, `evm_snapshot`, ...) and `anvil_`
-/// (`anvil_setBalance`, ...), as anvil and hardhat do.
+/// The dev node also serves `evm_` (`evm_mine`, `evm_snapshot`, ...), `anvil_`
+/// (`anvil_setBalance`, ...) and `personal_sign`, as anvil and hardhat do.
 fn dev_api(dev: bool, api: Namespaces) -> Namespaces {
     if dev {
-        api.with("evm").with("anvil")
+        api.with("evm").with("anvil").with("personal")
     } else {
         api
     }
@@ -183,6 +183,7 @@ mod tests {
         assert!(!c.ws_api.allows("admin_peers"));
         assert!(!c.http_api.allows("evm_mine"));
         assert!(!c.http_api.allows("anvil_setBalance"));
+        assert!(!c.http_api.allows("personal_sign"));
         assert!(c.vhosts.allows(Some("anything.example")));
         assert_eq!(c.timeouts.read, Duration::from_secs(5));
         assert_eq!(c.connections, budget.rpc);

@@ -36,7 +36,7 @@ fn dev_node_mines_a_transaction_sent_over_http() {
     let modules = rpc(port, "rpc_modules", "[]").unwrap();
     assert_eq!(
         modules["result"],
-        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0","evm":"1.0","anvil":"1.0"}),
+        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0","evm":"1.0","anvil":"1.0","personal":"1.0"}),
         "{modules}"
     );
     // The dev accounts, and EIP-191 signatures with their keys.

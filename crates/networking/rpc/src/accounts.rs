@@ -49,6 +49,14 @@ pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     Ok(json!(signature_bytes(&key, &personal_digest(&data))))
 }
 
+/// `personal_sign(data, address)`: `eth_sign` with its arguments the other way round, as
+/// MetaMask, anvil and ethers' `JsonRpcSigner.signMessage` have it.
+pub fn personal_sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [data, address] = positional::<2>(&params)?;
+    let swapped = json!([address, data]).to_string();
+    sign(ctx, Params::new(Some(&swapped)))
+}
+
 /// r ‖ s ‖ v of `digest` signed by `key`, v 27 or 28 (geth's format).
 fn signature_bytes(key: &Signer, digest: &alloy_primitives::B256) -> Bytes {
     let sig = key.sign(digest);

@@ -353,6 +353,7 @@ pub fn module(
     cheap(&mut m, "eth_accounts", accounts::accounts)?;
     cheap(&mut m, "eth_sign", accounts::sign)?;
     cheap(&mut m, "eth_signTypedData_v4", accounts::sign_typed_data_v4)?;
+    cheap(&mut m, "personal_sign", accounts::personal_sign)?;
     cheap(&mut m, "net_listening", |_, _| Ok(Value::Bool(true)))?;
     cheap(&mut m, "eth_coinbase", |c, _| match c.coinbase {
         Some(a) => Ok(serde_json::json!(a)),
