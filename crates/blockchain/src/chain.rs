@@ -135,8 +135,8 @@ pub fn requests_hash(requests: &[Bytes]) -> B256 {
     B256::from_slice(&outer.finalize())
 }
 
-/// Accounts per commit when a genesis state is written.
-const GENESIS_CHUNK: usize = 50_000;
+/// Entries (accounts, slots, trie nodes) per commit when a genesis state is written.
+const GENESIS_CHUNK: usize = 100_000;
 
 /// A datadir written before the state tries were stored has flat state only: its tries
 /// are built once from it, checked against the head's state root, and committed.
