@@ -362,6 +362,48 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
     let r = rpc(port, "evm_setNextBlockTimestamp", &format!("[{next}]")).unwrap();
     assert!(r["error"]["message"].is_string(), "{r}");
 
+    // anvil_impersonateAccount: eth_sendTransaction from an address whose key no one
+    // holds is mined as sent from it.
+    let whale = "0x00000000000000000000000000000000000000cc";
+    let send_from_whale = format!(
+        r#"[{{"from":"{whale}","to":"0x00000000000000000000000000000000000000dd","value":"0x5"}}]"#
+    );
+    let refused = rpc(port, "eth_sendTransaction", &send_from_whale).unwrap();
+    assert_eq!(refused["error"]["message"], "unknown account", "{refused}");
+    call(
+        "anvil_setBalance",
+        &format!(r#"["{whale}","0xde0b6b3a7640000"]"#),
+    );
+    assert!(call("anvil_impersonateAccount", &format!(r#"["{whale}"]"#)).is_null());
+    let hash = call("eth_sendTransaction", &send_from_whale);
+    let receipt = wait_for("the impersonated transfer's receipt", || {
+        let r = rpc(port, "eth_getTransactionReceipt", &format!("[{hash}]"))?;
+        (!r["result"].is_null()).then_some(r["result"].clone())
+    });
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    assert_eq!(receipt["from"], whale, "{receipt}");
+    assert_eq!(
+        call("eth_getTransactionByHash", &format!("[{hash}]"))["from"],
+        whale
+    );
+    assert_eq!(
+        call(
+            "eth_getBalance",
+            r#"["0x00000000000000000000000000000000000000dd","latest"]"#
+        ),
+        "0x5"
+    );
+    assert_eq!(
+        call(
+            "eth_getTransactionCount",
+            &format!(r#"["{whale}","latest"]"#)
+        ),
+        "0x1"
+    );
+    assert!(call("anvil_stopImpersonatingAccount", &format!(r#"["{whale}"]"#)).is_null());
+    let refused = rpc(port, "eth_sendTransaction", &send_from_whale).unwrap();
+    assert_eq!(refused["error"]["message"], "unknown account", "{refused}");
+
     // Bad input is a typed error.
     let r = rpc(port, "anvil_setBalance", r#"["0x12","0x1"]"#).unwrap();
     assert_eq!(r["error"]["code"], -32602, "{r}");

@@ -119,7 +119,13 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
         return Err(invalid_params("missing value for required argument 0"));
     };
     let from: Address = field(&o, "from")?.unwrap_or_default();
-    let key = key_of(ctx, &from)?;
+    // A held key signs; an address the dev node impersonates gets a placeholder
+    // signature and its sender is told to the pool directly.
+    let key = match key_of(ctx, &from) {
+        Ok(key) => Some(key),
+        Err(_) if ctx.mine.is_some() && ctx.impersonated.lock().contains(&from) => None,
+        Err(e) => return Err(e),
+    };
     let chain_id = ctx.chain.config().chain_id;
     if let Some(id) = field::<alloy_primitives::U256>(&o, "chainId")?
         && id != alloy_primitives::U256::from(chain_id)
@@ -207,7 +213,16 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
             })
         }
     };
-    let signed = SignedTransaction::sign(tx, &key);
+    let signed = match &key {
+        Some(key) => SignedTransaction::sign(tx, key),
+        None => {
+            let signed = SignedTransaction::new(tx, impersonated_signature(&from));
+            // The sender cache is where the pool, block import and the RPC's `from`
+            // look first: the impersonated address is the sender while the node runs.
+            ctx.pool.sender_cache().insert(signed.hash(), from);
+            signed
+        }
+    };
     let raw = Bytes::from(signed.encoded_2718());
     match ctx
         .pool
@@ -219,9 +234,78 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
     }
 }
 
+/// The placeholder signature of a transaction from an impersonated address (anvil's
+/// way): r is the address (with bit 160 set, so never zero) and s is 1. It differs per
+/// sender, so two senders' otherwise equal transactions have different hashes; and it
+/// does not recover to the address, so a node that was not told the sender (any node
+/// but the dev node that made it) attributes the transaction to someone else or
+/// refuses it.
+pub fn impersonated_signature(from: &Address) -> moat_common::transaction::Signature {
+    moat_common::transaction::Signature {
+        y_parity: false,
+        r: alloy_primitives::U256::from_be_slice(from.as_slice())
+            | (alloy_primitives::U256::from(1) << 160),
+        s: alloy_primitives::U256::from(1),
+    }
+}
+
+/// `anvil_impersonateAccount(address)` and `anvil_stopImpersonatingAccount(address)`:
+/// `eth_sendTransaction` from the address is signed with a placeholder (dev node only).
+pub fn impersonate(ctx: &RpcContext, params: Params<'_>, on: bool) -> RpcResult<Value> {
+    if ctx.mine.is_none() {
+        let method = if on {
+            "anvil_impersonateAccount"
+        } else {
+            "anvil_stopImpersonatingAccount"
+        };
+        return Err(jsonrpsee::types::ErrorObjectOwned::owned(
+            jsonrpsee::types::error::METHOD_NOT_FOUND_CODE,
+            format!("the method {method} does not exist/is not available"),
+            None::<()>,
+        ));
+    }
+    let [address] = positional::<1>(&params)?;
+    let address: Address = serde_json::from_value(
+        address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
+    )
+    .map_err(|e| invalid_params(format!("invalid argument 0: {e}")))?;
+    let mut set = ctx.impersonated.lock();
+    if on {
+        set.insert(address);
+    } else {
+        set.remove(&address);
+    }
+    Ok(Value::Null)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_impersonated_signature_does_not_recover_to_the_address() {
+        use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+        let from: Address = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+            .parse()
+            .unwrap();
+        let tx = Transaction::Eip1559(Eip1559Tx {
+            chain_id: 1337,
+            nonce: 0,
+            max_priority_fee_per_gas: 1,
+            max_fee_per_gas: 2_000_000_000,
+            gas_limit: 21_000,
+            to: alloy_primitives::TxKind::Call(Address::ZERO),
+            value: alloy_primitives::U256::from(1),
+            input: Bytes::new(),
+            access_list: Vec::new(),
+        });
+        let signed = SignedTransaction::new(tx.clone(), impersonated_signature(&from));
+        assert_ne!(signed.recover_sender().ok(), Some(from));
+        // Another sender, the same fields: another hash.
+        let other = SignedTransaction::new(tx, impersonated_signature(&Address::ZERO));
+        assert_ne!(signed.hash(), other.hash());
+        assert!(!impersonated_signature(&Address::ZERO).r.is_zero());
+    }
 
     #[test]
     fn personal_digest_matches_eip191() {

@@ -61,6 +61,7 @@ mod txpool;
 mod typed_data;
 
 pub use access::{AllowedOrigins, CorsDomains, Namespaces, VirtualHosts};
+pub use accounts::impersonated_signature;
 pub use admin::{AddPeerError, PeerAdmin};
 pub use dev_methods::{DevRequest, Reply as DevReply};
 pub use engine::{
@@ -214,6 +215,9 @@ pub struct RpcContext {
     /// The dev block producer's queue (`evm_mine`, `evm_snapshot`, `anvil_setBalance`
     /// and the other dev methods); `None` off the dev node.
     pub mine: Option<tokio::sync::mpsc::Sender<DevRequest>>,
+    /// Addresses `eth_sendTransaction` sends from without a key (`anvil_impersonateAccount`;
+    /// only ever filled on the dev node).
+    pub impersonated: Arc<parking_lot::Mutex<std::collections::HashSet<alloy_primitives::Address>>>,
 }
 
 impl RpcContext {
@@ -231,6 +235,7 @@ impl RpcContext {
             coinbase: None,
             dev_keys: Arc::default(),
             mine: None,
+            impersonated: Arc::default(),
         }
     }
 
@@ -434,6 +439,12 @@ pub fn module(
     m.register_async_method("evm_setNextBlockTimestamp", |params, ctx, _| async move {
         count("evm_setNextBlockTimestamp");
         dev_methods::evm_set_next_block_timestamp(&ctx, params).await
+    })?;
+    cheap(&mut m, "anvil_impersonateAccount", |c, p| {
+        accounts::impersonate(c, p, true)
+    })?;
+    cheap(&mut m, "anvil_stopImpersonatingAccount", |c, p| {
+        accounts::impersonate(c, p, false)
     })?;
     for name in [
         "anvil_setBalance",

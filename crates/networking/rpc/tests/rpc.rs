@@ -376,6 +376,54 @@ async fn rpc_modules_and_coinbase_answer_as_geth() {
     assert_eq!(error(addr, "eth_sign", json!(["0x12"])).await.0, -32602);
     // evm_mine exists only on the dev node.
     assert_eq!(error(addr, "evm_mine", json!([])).await.0, -32601);
+    // So do the other dev methods, even with every namespace served.
+    let rich = n.rich.address();
+    let rich_hex = format!("{rich:#x}");
+    for (method, params) in [
+        ("evm_snapshot", json!([])),
+        ("evm_revert", json!(["0x0"])),
+        ("evm_increaseTime", json!([60])),
+        ("evm_setNextBlockTimestamp", json!([4_000_000_000u64])),
+        ("anvil_setBalance", json!([rich_hex, "0x1"])),
+        ("anvil_setNonce", json!([rich_hex, "0x1"])),
+        ("anvil_setCode", json!([rich_hex, "0x00"])),
+        ("anvil_setStorageAt", json!([rich_hex, "0x0", "0x0"])),
+        ("anvil_impersonateAccount", json!([rich_hex])),
+        ("anvil_stopImpersonatingAccount", json!([rich_hex])),
+    ] {
+        assert_eq!(error(addr, method, params).await.0, -32601, "{method}");
+    }
+    // Signing needs a held key: none here.
+    for (method, params) in [
+        ("personal_sign", json!(["0x00", rich_hex])),
+        (
+            "eth_signTypedData_v4",
+            json!([rich_hex, {"types": {}, "primaryType": "EIP712Domain", "domain": {}}]),
+        ),
+    ] {
+        assert_eq!(
+            error(addr, method, params).await,
+            (-32000, "unknown account".to_string()),
+            "{method}"
+        );
+    }
+    // A transaction with the placeholder signature the dev node gives an impersonated
+    // sender is not taken as sent from that sender here: its signature recovers to some
+    // other (unfunded) address, or to none.
+    let placeholder = SignedTransaction::new(
+        signed_1559(&n.rich, 1, 1, TxKind::Call(Address::repeat_byte(0x42)), 1).into_tx(),
+        moat_rpc::impersonated_signature(&rich),
+    );
+    let raw = format!(
+        "0x{}",
+        alloy_primitives::hex::encode(placeholder.encoded_2718())
+    );
+    let (code, message) = error(addr, "eth_sendRawTransaction", json!([raw])).await;
+    assert_eq!(code, -32000, "{message}");
+    assert!(
+        message.starts_with("insufficient funds") || message.contains("sender"),
+        "{message}"
+    );
     assert_eq!(
         error(
             addr,
