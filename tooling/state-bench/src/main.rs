@@ -28,12 +28,17 @@
 //! moat-state-bench engine --engine 127.0.0.1:8551 --rpc 127.0.0.1:8545 --jwtsecret jwt.hex
 //! ```
 //!
+//! - `hash-root --genesis FILE` computes the state root of a genesis file's allocation
+//!   with alloy-trie's `HashBuilder` (not moat-trie) and the genesis hash it gives: an
+//!   independent check of the root `moat init` writes.
+//!
 //! Plain tables by default, one JSON line with `--json`. Exit status 0 on success, 1 when
 //! the run could not start or failed, 2 when the node answered a payload with anything
 //! but VALID.
 
 mod engine;
 mod genesis;
+mod hashroot;
 mod root;
 #[cfg(test)]
 mod tests;
@@ -65,6 +70,8 @@ enum Command {
     Root(root::RootArgs),
     /// Time newPayload of empty blocks over any node's engine API.
     Engine(engine::EngineArgs),
+    /// The state root of a genesis allocation through alloy-trie, not moat-trie.
+    HashRoot(hashroot::HashRootArgs),
 }
 
 /// How the synthetic accounts are laid out; `genesis` writes it and `root` relies on it.
@@ -135,6 +142,7 @@ fn main() -> ExitCode {
         Command::Genesis(a) => genesis::run(&a),
         Command::Root(a) => root::run(&a),
         Command::Engine(a) => engine::run(&a),
+        Command::HashRoot(a) => hashroot::run(&a),
     };
     match result {
         Ok(code) => code,

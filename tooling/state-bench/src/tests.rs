@@ -96,3 +96,35 @@ fn root_runs_on_a_datadir_initialised_from_it() {
     assert_eq!(outcome, Ok(ExitCode::SUCCESS));
     assert!(too_many.unwrap_err().contains("contracts"));
 }
+
+/// alloy-trie's root over a synthetic genesis gives the genesis hash moat's own trie
+/// gives; a key given twice is refused.
+#[test]
+fn hash_root_agrees_with_moats_genesis() {
+    let (out, genesis) = genesis(300);
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let mut leaves = Vec::new();
+    let mut add = |address, account| {
+        leaves.push((
+            alloy_primitives::keccak256(address),
+            crate::hashroot::account_leaf(&account),
+        ));
+        Ok(())
+    };
+    let streamed =
+        Genesis::stream_file(&out, moat_common::config::AllocEntries::Parse(&mut add)).unwrap();
+    std::fs::remove_file(out).ok();
+    assert_eq!(leaves.len(), 300 + 27);
+    let root = crate::hashroot::root_of(leaves.clone()).unwrap();
+    assert_eq!(
+        streamed.header_with_state_root(root).hash(),
+        chain.genesis_hash()
+    );
+    let mut twice = leaves;
+    twice.push(twice[5].clone());
+    assert!(
+        crate::hashroot::root_of(twice)
+            .unwrap_err()
+            .contains("twice")
+    );
+}
