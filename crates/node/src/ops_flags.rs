@@ -28,7 +28,8 @@ pub const NEW_PAYLOAD_BUCKETS: &[f64] = &[
 pub enum SyncMode {
     /// Download and execute every block.
     Full,
-    /// Download the state at a recent block (not built: moat refuses to start).
+    /// Download the state at a block 64 below the consensus client's head, then
+    /// execute from there (a datadir past genesis syncs in full either way).
     Snap,
 }
 
@@ -54,9 +55,10 @@ pub struct OpsArgs {
     /// The Hoodi test network (as --network hoodi).
     #[arg(long, help_heading = "ETHEREUM", conflicts_with_all = ["network"])]
     pub hoodi: bool,
-    /// How to catch up with the network: `full` executes every block; `snap` is not
-    /// built, and the node refuses to start with it.
-    #[arg(long, value_enum, default_value_t = SyncMode::Full, help_heading = "ETHEREUM")]
+    /// How to catch up with the network: `snap` (the default) downloads the state at a
+    /// recent block when the datadir holds nothing past genesis; `full` executes every
+    /// block.
+    #[arg(long, value_enum, default_value_t = SyncMode::Snap, help_heading = "ETHEREUM")]
     pub syncmode: SyncMode,
     /// Log format: `terminal` or `json` (one object a line).
     #[arg(long = "log.format", value_enum, default_value_t = LogFormat::Terminal, help_heading = "LOGGING AND DEBUGGING")]
@@ -81,11 +83,14 @@ impl OpsArgs {
         if let Some(name) = self.named_network() {
             *network = Some(name.to_string());
         }
+        Ok(())
+    }
+
+    /// Whether a fresh datadir syncs its state by snap.
+    pub fn snap_sync(&self) -> bool {
         match self.syncmode {
-            SyncMode::Full => Ok(()),
-            SyncMode::Snap => Err("--syncmode snap: snap sync is not built in moat; \
-                 use --syncmode full (every block executed, from peers)"
-                .into()),
+            SyncMode::Snap => true,
+            SyncMode::Full => false,
         }
     }
 }
@@ -336,14 +341,15 @@ mod tests {
         let cli = parse(&["--hoodi", "--log.format", "json", "--verbosity", "4"]).unwrap();
         assert_eq!(cli.node.ops.log_format, LogFormat::Json);
         assert_eq!(cli.node.ops.named_network(), Some("hoodi"));
-        // Snap parses (geth's scripts name it) and is refused with a reason at start.
+        // Snap is the default, as geth's.
         let cli = parse(&["--syncmode=snap"]).unwrap();
-        let err = cli.node.ops.apply(&mut None).unwrap_err();
-        assert!(err.contains("snap sync is not built"), "{err}");
+        assert!(cli.node.ops.snap_sync());
+        assert!(parse(&[]).unwrap().node.ops.snap_sync());
+        assert!(!parse(&["--syncmode", "full"]).unwrap().node.ops.snap_sync());
     }
 
     #[test]
-    fn snap_sync_is_refused_and_shortcuts_name_the_network() {
+    fn sync_modes_are_accepted_and_shortcuts_name_the_network() {
         let ops = |mainnet, syncmode| OpsArgs {
             mainnet,
             sepolia: false,
@@ -354,7 +360,6 @@ mod tests {
         let mut network = None;
         ops(true, SyncMode::Full).apply(&mut network).unwrap();
         assert_eq!(network.as_deref(), Some("mainnet"));
-        let err = ops(false, SyncMode::Snap).apply(&mut network).unwrap_err();
-        assert!(err.contains("snap sync is not built"), "{err}");
+        ops(false, SyncMode::Snap).apply(&mut network).unwrap();
     }
 }

@@ -310,7 +310,10 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     // them (full sync).
     let sync = network
         .as_ref()
-        .map(|net| crate::sync::start(&chain, net, synced.clone(), ctx.clone()));
+        .map(|net| {
+            let snap = args.ops.snap_sync();
+            crate::sync::start(&chain, net, synced.clone(), ctx.clone(), snap)
+        });
     if let Some(sync) = &sync {
         ctx = ctx.with_sync(sync.clone());
     }

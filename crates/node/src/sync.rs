@@ -6,6 +6,7 @@ use alloy_primitives::B256;
 use moat_blockchain::chain::Chain;
 use moat_p2p::Network;
 use moat_rpc::{RpcContext, SyncService, SyncStatus};
+use moat_sync::snap::SnapConfig;
 use moat_sync::{SyncConfig, SyncHandle};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -27,13 +28,36 @@ impl SyncService for Sync {
             starting_block: p.starting_block,
             current_block: p.current_block,
             highest_block: p.highest_block,
+            synced_accounts: p.snap.map_or(0, |s| s.accounts),
+            synced_storage: p.snap.map_or(0, |s| s.slots),
+            synced_bytecodes: p.snap.map_or(0, |s| s.codes),
         })
     }
 }
 
+/// The snap stage's settings; `MOAT_SNAP_RESPONSE_BYTES` sets the byte budget of each
+/// request (tests use small answers to make a download long enough to interrupt).
+fn snap_config() -> SnapConfig {
+    let mut cfg = SnapConfig::default();
+    if let Some(bytes) = std::env::var("MOAT_SNAP_RESPONSE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.response_bytes = bytes;
+    }
+    cfg
+}
+
 /// Starts the syncer over the network's peers; `synced` is the node's "at the head"
-/// flag, which it clears while behind and sets once at the target.
-pub fn start(chain: &Chain, net: &Network, synced: Arc<AtomicBool>, rpc: RpcContext) -> Arc<Sync> {
+/// flag, which it clears while behind and sets once at the target. With `snap`, a
+/// datadir at genesis downloads the state at a pivot first (`--syncmode snap`).
+pub fn start(
+    chain: &Chain,
+    net: &Network,
+    synced: Arc<AtomicBool>,
+    rpc: RpcContext,
+    snap: bool,
+) -> Arc<Sync> {
     let handle = moat_sync::spawn(
         chain.clone(),
         Arc::new(net.clone()),
@@ -42,6 +66,8 @@ pub fn start(chain: &Chain, net: &Network, synced: Arc<AtomicBool>, rpc: RpcCont
             // The chain reads senders from the pool's cache (see run.rs): the syncer
             // recovers them into it ahead of the importer.
             senders: Some(rpc.pool.sender_cache().clone()),
+            snap,
+            snap_cfg: snap_config(),
             ..SyncConfig::default()
         },
     );

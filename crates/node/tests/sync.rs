@@ -51,6 +51,8 @@ impl Moat {
             .arg(&secret_file)
             .args(["--port", &p2p.to_string(), "--p2p.addr", "127.0.0.1"])
             .args(["--nodekeyhex", &key_hex, "--nodiscover"])
+            // Full sync: every block executed (snap, the default, is tests/snap_sync.rs).
+            .args(["--syncmode", "full"])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

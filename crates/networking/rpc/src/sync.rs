@@ -16,6 +16,11 @@ pub struct SyncStatus {
     pub starting_block: u64,
     pub current_block: u64,
     pub highest_block: u64,
+    /// What a snap sync downloaded (geth's `syncedAccounts`, `syncedStorage`,
+    /// `syncedBytecodes`; zero when the state was not downloaded).
+    pub synced_accounts: u64,
+    pub synced_storage: u64,
+    pub synced_bytecodes: u64,
 }
 
 /// What the RPC and engine servers ask of the node's syncer.
@@ -43,5 +48,8 @@ pub fn syncing(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
         "startingBlock": q(s.starting_block),
         "currentBlock": q(s.current_block),
         "highestBlock": q(s.highest_block),
+        "syncedAccounts": q(s.synced_accounts),
+        "syncedStorage": q(s.synced_storage),
+        "syncedBytecodes": q(s.synced_bytecodes),
     }))
 }

@@ -74,6 +74,8 @@ pub struct SnapConfig {
     pub progress_every: Duration,
     /// How long without a useful answer before the stage gives up ([`SnapError::NoPeers`]).
     pub give_up_after: Duration,
+    /// How long to wait for a first peer that speaks snap/1.
+    pub snap_peer_wait: Duration,
 }
 
 impl Default for SnapConfig {
@@ -82,6 +84,7 @@ impl Default for SnapConfig {
             response_bytes: 512 * 1024,
             progress_every: Duration::from_secs(8),
             give_up_after: Duration::from_secs(60),
+            snap_peer_wait: Duration::from_secs(10),
         }
     }
 }
@@ -269,6 +272,8 @@ impl Progress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapFigures {
     pub pivot: u64,
+    /// The target's number (the pivot's after a resume, until the target is walked).
+    pub highest: u64,
     pub stage: Stage,
     pub accounts: u64,
     pub slots: u64,
@@ -316,10 +321,21 @@ pub async fn run<S: BlockSource>(
     status: &SnapStatus,
 ) -> Result<(), SnapError> {
     let store = chain.store().clone();
+    // Peers offering snap/1 come with the first connections; without any the caller
+    // falls back to full sync.
+    let wait_until = Instant::now() + cfg.snap_peer_wait;
+    while source.snap_peers().is_empty() {
+        if Instant::now() > wait_until {
+            return Err(SnapError::NoPeers);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     let mut resumed = false;
+    let highest;
     let mut progress = match store.snap_progress()?.and_then(|r| Progress::decode(&r)) {
         Some(p) => {
             resumed = true;
+            highest = p.pivot_number;
             tracing::info!(
                 pivot = p.pivot_number,
                 stage = p.stage.name(),
@@ -330,7 +346,8 @@ pub async fn run<S: BlockSource>(
             p
         }
         None => {
-            let pivot = pick_pivot(source, target).await?;
+            let (pivot, top) = pick_pivot(source, target).await?;
+            highest = top;
             let p = Progress::new(&pivot);
             let mut batch = WriteBatch::new();
             batch.clear_snap_state().set_snap_progress(Some(p.encode()));
@@ -348,6 +365,7 @@ pub async fn run<S: BlockSource>(
         started: Instant::now(),
         last_line: Instant::now(),
         resumed,
+        highest,
     };
     run.publish(&progress);
     if progress.stage == Stage::Accounts {
@@ -389,21 +407,26 @@ pub async fn run<S: BlockSource>(
 async fn pick_pivot<S: BlockSource>(
     source: &Arc<S>,
     target: B256,
-) -> Result<SealedHeader, SnapError> {
+) -> Result<(SealedHeader, u64), SnapError> {
     for _ in 0..30 {
         for peer in source.peers() {
             let req = HeadersRequest::back_from(target, PIVOT_DISTANCE + 1);
             match source.headers(peer.id, req).await {
                 Ok(headers) if !headers.is_empty() => {
-                    // Ancestors of the target chained by hash (checked by the source); the
-                    // last is the pivot, or the oldest the peer gave on a short chain.
-                    let pivot = headers.last().cloned().ok_or(SnapError::NoPeers)?;
-                    if pivot.number() == 0 {
-                        return Err(SnapError::Pivot("the target's chain is genesis".into()));
+                    // Ancestors of the target chained by hash (checked by the source): the
+                    // pivot is PIVOT_DISTANCE below the target, or the target itself on a
+                    // chain no longer than that.
+                    let top = headers[0].number();
+                    if top == 0 {
+                        return Err(SnapError::Pivot("the target is genesis".into()));
                     }
-                    let want = headers[0].number().saturating_sub(PIVOT_DISTANCE).max(1);
-                    if pivot.number() == want {
-                        return Ok(pivot);
+                    let want = if top > PIVOT_DISTANCE {
+                        top - PIVOT_DISTANCE
+                    } else {
+                        top
+                    };
+                    if let Some(pivot) = headers.into_iter().find(|h| h.number() == want) {
+                        return Ok((pivot, top));
                     }
                 }
                 _ => {}
@@ -462,12 +485,14 @@ struct Run<'a, S> {
     started: Instant,
     last_line: Instant,
     resumed: bool,
+    highest: u64,
 }
 
 impl<S: BlockSource> Run<'_, S> {
     fn publish(&self, p: &Progress) {
         *self.status.lock() = Some(SnapFigures {
             pivot: p.pivot_number,
+            highest: self.highest,
             stage: p.stage,
             accounts: p.accounts,
             slots: p.slots,

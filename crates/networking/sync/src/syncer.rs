@@ -152,13 +152,14 @@ impl SyncHandle {
     pub fn progress(&self) -> Option<SyncProgress> {
         let (start, highest) = (*self.shared.progress.lock())?;
         let current = self.shared.chain.head().map_or(start, |(n, _)| n);
+        let snap = *self.shared.snap.lock();
         Some(SyncProgress {
             // A reorg onto the target's branch takes the head below where the sync
             // started for a moment; the start is reported no higher than the head.
             starting_block: start.min(current),
             current_block: current,
-            highest_block: highest.max(current),
-            snap: *self.shared.snap.lock(),
+            highest_block: highest.max(current).max(snap.map_or(0, |s| s.highest)),
+            snap,
         })
     }
 
@@ -223,6 +224,7 @@ pub fn spawn<S: BlockSource>(
         epoch,
         sent_upto: 0,
         stats: Stats::new(),
+        snap_off: false,
     };
     tokio::spawn(syncer.run());
     SyncHandle { shared }
@@ -405,6 +407,8 @@ struct Syncer<S> {
     /// The highest block number handed to the importer (in this epoch).
     sent_upto: u64,
     stats: Stats,
+    /// Snap sync given up this run (no peer serves snap/1): full sync only.
+    snap_off: bool,
 }
 
 impl<S: BlockSource> Syncer<S> {
@@ -552,7 +556,7 @@ impl<S: BlockSource> Syncer<S> {
         if store.snap_progress().map_err(retry)?.is_some() {
             return Ok(true);
         }
-        Ok(self.chain.head().map_err(retry)?.0 == 0)
+        Ok(!self.snap_off && self.chain.head().map_err(retry)?.0 == 0)
     }
 
     /// Runs the snap stage towards `target`: on success the pivot is the head and full
@@ -575,6 +579,26 @@ impl<S: BlockSource> Syncer<S> {
                 let head = self.chain.head().map(|(_, h)| h).unwrap_or_default();
                 self.shared.heads.send_replace(head);
                 Ok(())
+            }
+            // No peer speaks snap/1 at all: before the tries are built (the genesis
+            // state is still whole) the download is dropped and full sync takes over.
+            Err(SnapError::NoPeers)
+                if self.source.snap_peers().is_empty() && !self.source.peers().is_empty() =>
+            {
+                let store = self.chain.store();
+                let record = store.snap_progress().map_err(retry)?;
+                let building = record
+                    .and_then(|r| snap::Progress::decode(&r))
+                    .is_some_and(|p| p.stage == snap::Stage::Tries);
+                if building {
+                    return Err(retry("no snap peer to finish the snap sync"));
+                }
+                let mut batch = WriteBatch::new();
+                batch.clear_snap_state().set_snap_progress(None);
+                store.commit(batch).map_err(retry)?;
+                self.snap_off = true;
+                tracing::warn!("no peer serves snap/1: full sync from the local head instead");
+                Err(retry("snap sync given up for full sync"))
             }
             // The record stays: the next attempt resumes.
             Err(e @ (SnapError::NoPeers | SnapError::Store(_))) => Err(retry(e)),
