@@ -28,6 +28,13 @@ pub struct CallRequest {
     pub access_list: AccessListEntries,
     /// The nonce the call says it has (calls do not check it).
     pub nonce: Option<u64>,
+    /// EIP-4844 versioned hashes: the call is a blob transaction (BLOBHASH sees them).
+    pub blob_hashes: Vec<alloy_primitives::B256>,
+    /// The blob fee cap; without one (or zero) the call sees a zero blob base fee, as in
+    /// geth.
+    pub max_fee_per_blob_gas: Option<u128>,
+    /// EIP-7702 authorizations: the call is a set-code transaction.
+    pub authorization_list: Vec<moat_common::Authorization>,
 }
 
 /// How a call ended.
@@ -74,10 +81,14 @@ pub(super) fn call_tx(config: &ChainConfig, req: &CallRequest, gas: u64) -> TxEn
             .collect(),
     );
     let ty = match (dynamic, req.access_list.is_empty()) {
+        _ if !req.authorization_list.is_empty() => 4,
+        _ if !req.blob_hashes.is_empty() => 3,
         (true, _) => 2,
         (false, false) => 1,
         (false, true) => 0,
     };
+    // Types 3 and 4 are fee-market transactions: a tip, zero if not given.
+    let dynamic = dynamic || ty >= 3;
     TxEnv {
         tx_type: ty,
         nonce: req.nonce.unwrap_or_default(),
@@ -94,6 +105,13 @@ pub(super) fn call_tx(config: &ChainConfig, req: &CallRequest, gas: u64) -> TxEn
         value: req.value.unwrap_or_default(),
         data: req.input.clone(),
         chain_id: Some(config.chain_id),
+        blob_hashes: req.blob_hashes.clone(),
+        max_fee_per_blob_gas: req.max_fee_per_blob_gas.unwrap_or_default(),
+        authorization_list: req
+            .authorization_list
+            .iter()
+            .map(super::env::recovered_authorization)
+            .collect(),
         ..Default::default()
     }
 }
@@ -105,7 +123,14 @@ pub(super) fn setup_for(
 ) -> Result<env::BlockSetup, VmError> {
     let fork = crate::premerge::block_fork(config, header);
     let priced = req.gas_price.is_some() || req.max_fee_per_gas.is_some();
-    Ok(env::BlockSetup::new(config, header, fork)?.for_call(!priced))
+    let mut setup = env::BlockSetup::new(config, header, fork)?.for_call(!priced);
+    // As geth: a blob call with no blob fee cap sees a zero blob base fee.
+    if req.max_fee_per_blob_gas.unwrap_or_default() == 0
+        && let Some(blob) = &mut setup.block_env_mut().blob_excess_gas_and_price
+    {
+        blob.blob_gasprice = 0;
+    }
+    Ok(setup)
 }
 
 fn outcome(result: ExecutionResult) -> CallOutcome {

@@ -77,8 +77,24 @@ pub(crate) fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
             .collect::<RpcResult<Vec<_>>>()?,
         Some(_) => return Err(invalid_params("accessList: expected an array")),
     };
+    let blob_hashes = match o.get("blobVersionedHashes").filter(|v| !v.is_null()) {
+        None => Vec::new(),
+        Some(v) => serde_json::from_value::<Vec<B256>>(v.clone())
+            .map_err(|e| invalid_params(format!("blobVersionedHashes: {e}")))?,
+    };
+    let authorization_list = match o.get("authorizationList").filter(|v| !v.is_null()) {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(crate::simulate::parse_authorization)
+            .collect::<RpcResult<_>>()?,
+        Some(_) => return Err(invalid_params("authorizationList: expected an array")),
+    };
     Ok(CallRequest {
         access_list,
+        blob_hashes,
+        max_fee_per_blob_gas: quantity(&o, "maxFeePerBlobGas")?,
+        authorization_list,
         nonce: quantity(&o, "nonce")?,
         from: address("from")?,
         to: address("to")?,

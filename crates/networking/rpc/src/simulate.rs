@@ -218,7 +218,7 @@ pub fn parse_state_overrides(v: Option<&Value>) -> RpcResult<BTreeMap<Address, S
 }
 
 /// One EIP-7702 tuple: `chainId`, `address`, `nonce`, `yParity`, `r`, `s`.
-fn parse_authorization(v: &Value) -> RpcResult<moat_common::Authorization> {
+pub(crate) fn parse_authorization(v: &Value) -> RpcResult<moat_common::Authorization> {
     let Value::Object(o) = v else {
         return Err(invalid_params("authorizationList: expected objects"));
     };
