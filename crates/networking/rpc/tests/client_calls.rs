@@ -259,3 +259,27 @@ async fn block_ommer_and_header_lookups_answer() {
         assert!(header.get("transactions").is_none(), "{method}: {header}");
     }
 }
+
+/// web3.py and viem subscribe to "syncing" (and "logs", whose delivery
+/// read_methods.rs's logs_subscriptions_deliver_each_new_heads_logs checks): both are
+/// taken. A node that is not syncing sends nothing until a sync starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn syncing_and_logs_subscriptions_are_taken() {
+    let m = module();
+    for params in [json!(["syncing"]), json!(["logs", { "address": FROM }])] {
+        let request =
+            json!({ "jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": params });
+        let (answer, _rx) = m.raw_json_request(&request.to_string(), 16).await.unwrap();
+        let answer: Value = serde_json::from_str(answer.get()).unwrap();
+        // A subscription id (the server's are hex strings; the bare method table's numbers).
+        assert!(
+            answer["error"].is_null() && !answer["result"].is_null(),
+            "{params}: {answer}"
+        );
+    }
+    let request =
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["nope"] });
+    let (answer, _) = m.raw_json_request(&request.to_string(), 16).await.unwrap();
+    let answer: Value = serde_json::from_str(answer.get()).unwrap();
+    assert!(answer["error"].is_object(), "{answer}");
+}
