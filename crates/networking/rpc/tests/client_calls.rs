@@ -283,3 +283,24 @@ async fn syncing_and_logs_subscriptions_are_taken() {
     let answer: Value = serde_json::from_str(answer.get()).unwrap();
     assert!(answer["error"].is_object(), "{answer}");
 }
+
+/// An access list is paid for in eth_call too (2,400 an address): 21,000 gas is enough
+/// for a plain transfer and too little with a list. (eth_estimateGas counting it, 25,300
+/// for an address and a key, is read_methods.rs's
+/// estimates_and_access_lists_count_the_access_list.)
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_pay_for_the_access_list() {
+    let m = module();
+    let to = Address::repeat_byte(0x99);
+    let plain = json!({ "from": FROM, "to": to, "gas": "0x5208" });
+    let out = call(&m, "eth_call", json!([plain, "latest"])).await;
+    assert_eq!(out["result"], json!("0x"), "{out}");
+    let mut listed = plain.clone();
+    listed["accessList"] = json!([{ "address": to, "storageKeys": [] }]);
+    let out = call(&m, "eth_call", json!([listed, "latest"])).await;
+    let message = out["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("23400"), "{out}");
+    listed["gas"] = json!(format!("{:#x}", 21_000 + 2_400));
+    let out = call(&m, "eth_call", json!([listed, "latest"])).await;
+    assert_eq!(out["result"], json!("0x"), "{out}");
+}
