@@ -385,6 +385,11 @@ pub async fn run<S: BlockSource>(
     }
     run.publish(&progress);
     let pivot = fetch_pivot_block(source, &progress).await?;
+    // Building the tries replaces the state: only while the chain is still at genesis
+    // (the engine API may have imported blocks on genesis' state meanwhile).
+    if chain.head().map_err(|e| SnapError::Pivot(e.to_string()))?.0 != 0 {
+        return Err(SnapError::Pivot("the chain moved past genesis".into()));
+    }
     let store2 = store.clone();
     let p2 = progress.clone();
     tokio::task::spawn_blocking(move || build_tries(&store2, &p2, &pivot))

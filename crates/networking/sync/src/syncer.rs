@@ -553,10 +553,19 @@ impl<S: BlockSource> Syncer<S> {
     /// earlier run left a snap sync under way.
     fn wants_snap(&self) -> Result<bool, Stop> {
         let store = self.chain.store();
+        let at_genesis = self.chain.head().map_err(retry)?.0 == 0;
         if store.snap_progress().map_err(retry)?.is_some() {
-            return Ok(true);
+            if at_genesis {
+                return Ok(true);
+            }
+            // The chain moved past genesis by other means (the engine API imported
+            // blocks on genesis' state): the download is of no use any more.
+            let mut batch = WriteBatch::new();
+            batch.clear_snap_state().set_snap_progress(None);
+            store.commit(batch).map_err(retry)?;
+            return Ok(false);
         }
-        Ok(!self.snap_off && self.chain.head().map_err(retry)?.0 == 0)
+        Ok(!self.snap_off && at_genesis)
     }
 
     /// Runs the snap stage towards `target`: on success the pivot is the head and full
@@ -607,7 +616,7 @@ impl<S: BlockSource> Syncer<S> {
             // again.
             Err(e @ (SnapError::Stale | SnapError::Pivot(_) | SnapError::Mismatch(_))) => {
                 let mut batch = WriteBatch::new();
-                batch.set_snap_progress(None);
+                batch.clear_snap_state().set_snap_progress(None);
                 self.chain.store().commit(batch).map_err(retry)?;
                 Err(retry(e))
             }
