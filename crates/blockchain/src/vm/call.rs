@@ -112,7 +112,6 @@ pub(super) fn call_tx(config: &ChainConfig, req: &CallRequest, gas: u64) -> TxEn
             .iter()
             .map(super::env::recovered_authorization)
             .collect(),
-        ..Default::default()
     }
 }
 

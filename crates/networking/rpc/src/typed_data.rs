@@ -229,7 +229,7 @@ fn width(rest: &str) -> Option<usize> {
         return Some(256);
     }
     let bits: usize = rest.parse().ok()?;
-    (bits > 0 && bits <= 256 && bits % 8 == 0).then_some(bits)
+    (bits > 0 && bits <= 256 && bits.is_multiple_of(8)).then_some(bits)
 }
 
 fn encode_atomic(ty: &str, value: &Value) -> Result<B256, TypedDataError> {
