@@ -38,9 +38,21 @@
 //! [`SyncHandle::progress`] gives `eth_syncing` its starting, current and highest block;
 //! a line with blocks/s, Mgas/s and an ETA is logged every 8 seconds while it runs.
 //!
-//! Not here (yet): snap sync (state ranges and healing) — the state is always built by
-//! executing every block from the local head; the walked headers are held in memory
-//! (about 1 KiB each), which suits catching up days, not years.
+//! **Snap sync** ([`snap`], with [`SyncConfig::snap`]: the node's default
+//! `--syncmode snap`) runs first when the node holds nothing past genesis (or an earlier
+//! run left a snap download under way): the state at a pivot 64 blocks below the target
+//! comes as account ranges, storage ranges and bytecodes from the peers that speak
+//! snap/1, each range verified against its proof before it is written (with the progress
+//! record, in one commit); the tries are built from the download and checked against the
+//! pivot's state root; the pivot becomes the head in one commit; then the full sync above
+//! runs from the pivot to the target. No snap/1 peer within 10 s: full sync from genesis.
+//!
+//! Not here (yet): healing with GetTrieNodes. A pivot that goes stale (no peer serves its
+//! root any more: more than 128 blocks old) is dropped with its download and a new pivot
+//! is downloaded from scratch; the download is held to one root, so it needs no healing
+//! while it is fast enough to finish within those 128 blocks (~25 minutes on mainnet).
+//! The walked headers are held in memory (about 1 KiB each), which suits catching up
+//! days, not years.
 
 pub mod snap;
 mod source;
