@@ -67,9 +67,11 @@ function compile() {
 }
 
 async function main() {
+  // No request cache: a read right after a transaction is mined must see it.
   const provider = new ethers.JsonRpcProvider(HTTP, undefined, {
     pollingInterval: 250,
     staticNetwork: true,
+    cacheTimeout: -1,
   });
   const network = await provider.getNetwork();
   check("chain id is the dev chain's", network.chainId === 1337n, `${network.chainId}`);
@@ -205,7 +207,32 @@ async function main() {
     check("eth_call's revert reason reaches error.reason", e.reason === "zero bump", `${e.reason}`);
   }
 
-  // 9. The dev methods as test suites call them through the provider.
+  // An impersonated address sends through the node without a key.
+  const whale = "0x00000000000000000000000000000000000000cc";
+  await provider.send("anvil_setBalance", [whale, ethers.toQuantity(ethers.parseEther("2"))]);
+  await provider.send("anvil_impersonateAccount", [whale]);
+  const whaleSigner = new ethers.JsonRpcSigner(provider, whale);
+  const fromWhale = await whaleSigner.sendTransaction({ to: other.address, value: 3n });
+  const whaleReceipt = await within(30000, "impersonated receipt", fromWhale.wait());
+  check("an impersonated sender's transaction is mined as sent from it",
+    whaleReceipt.status === 1 && whaleReceipt.from.toLowerCase() === whale);
+  await provider.send("anvil_stopImpersonatingAccount", [whale]);
+
+  // The clock: the next block is an hour later.
+  const latestTime = async () => (await provider.getBlock("latest")).timestamp;
+  // Dev blocks sealed in quick succession run ahead of the wall clock (each is a second
+  // after its parent); the shift applies to the wall clock.
+  const now = Math.floor(Date.now() / 1000);
+  const earlier = await latestTime();
+  await provider.send("evm_increaseTime", [3600]);
+  await provider.send("evm_mine", []);
+  const later = await latestTime();
+  check("evm_increaseTime moves the next block an hour on",
+    later >= now + 3600 && later > earlier, `${now} ${earlier} ${later}`);
+
+  // 9. The dev methods as test suites call them through the provider. (Last: after a
+  // revert the head's number is below what ethers' block poller has seen, so it reports
+  // no new block until the chain passes that number again, with anvil as with moat.)
   const snap = await provider.send("evm_snapshot", []);
   await provider.send("anvil_setBalance", [other.address, "0x2a"]);
   check("anvil_setBalance sets the balance", (await provider.getBalance(other.address)) === 42n);

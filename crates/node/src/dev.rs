@@ -276,6 +276,14 @@ async fn revert(
     Ok(true)
 }
 
+fn log_block(result: &Result<Option<(u64, usize)>, String>) {
+    match result {
+        Ok(Some((number, txs))) => tracing::info!(number, txs, "sealed block"),
+        Ok(None) => {}
+        Err(e) => tracing::error!(error = %e, "block production failed"),
+    }
+}
+
 /// Produces blocks forever: every `period`, or, with a zero period, whenever a
 /// transaction becomes pending; and at once for each `evm_mine` request. The dev
 /// methods' other requests (state edits, snapshots, the clock) are served here too, one
@@ -325,6 +333,17 @@ pub async fn run_producer(
         let reply = match asked {
             None => None,
             Some(DevRequest::Mine(reply)) => Some(reply),
+            Some(DevRequest::Automine(reply)) => {
+                // With period 0 the submitted tx goes into a block now (unless a block
+                // already took it), and its pending notice is spent.
+                if period.is_zero() && pool.status().pending.txs > 0 {
+                    let result = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
+                    log_block(&result);
+                    while pending.try_recv().is_ok() {}
+                }
+                let _ = reply.send(Ok(()));
+                continue;
+            }
             Some(DevRequest::Edit(edits, reply)) => {
                 let r = seal_edits(&chain, &pool, &rpc, &miner, &mut clock, edits).await;
                 let _ = reply.send(r);
@@ -372,11 +391,7 @@ pub async fn run_producer(
             }
         };
         let result = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
-        match &result {
-            Ok(Some((number, txs))) => tracing::info!(number, txs, "sealed block"),
-            Ok(None) => {}
-            Err(e) => tracing::error!(error = %e, "block production failed"),
-        }
+        log_block(&result);
         if let Some(reply) = reply {
             let _ = reply.send(result.map(|r| r.map(|(number, _)| number)));
         }

@@ -229,7 +229,10 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
         .submit_local(moat_blockchain::mempool::TxInput::Raw(raw))
         .await
     {
-        Ok(added) => Ok(json!(added.hash)),
+        Ok(added) => {
+            crate::dev_methods::automine(ctx).await;
+            Ok(json!(added.hash))
+        }
         Err(rejection) => Err(server_error(rejection.to_string())),
     }
 }

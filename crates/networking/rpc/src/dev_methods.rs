@@ -34,6 +34,10 @@ pub enum DevRequest {
     IncreaseTime(u64, Reply<u64>),
     /// The next block's timestamp (it must be later than the head's).
     SetNextTimestamp(u64, Reply<()>),
+    /// A transaction was just submitted over RPC: with `--dev.period 0` the producer seals
+    /// it now and answers once it is in a block (anvil's automine: the receipt exists
+    /// when the hash is returned); otherwise it answers at once.
+    Automine(Reply<()>),
 }
 
 /// anvil's error for a method the node does not serve.
@@ -87,6 +91,14 @@ fn slot_arg(v: Option<Value>, i: usize) -> RpcResult<B256> {
     match &v {
         Some(Value::String(s)) if s.len() == 66 => arg(v, i),
         _ => u256_arg(v, i).map(B256::from),
+    }
+}
+
+/// On the dev node, waits for [`DevRequest::Automine`] after a submission; elsewhere
+/// returns at once. A failed block is the producer's to log: the hash stands.
+pub(crate) async fn automine(ctx: &RpcContext) {
+    if ctx.mine.is_some() {
+        let _ = ask(ctx, "eth_sendTransaction", DevRequest::Automine).await;
     }
 }
 

@@ -373,7 +373,11 @@ pub async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcRe
     let bytes: Bytes = serde_json::from_value(raw)
         .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?;
     match ctx.pool.submit_local(TxInput::Raw(bytes)).await {
-        Ok(added) => Ok(serde_json::json!(added.hash)),
+        Ok(added) => {
+            // The dev node with --dev.period 0 answers once the tx is in a block.
+            crate::dev_methods::automine(ctx).await;
+            Ok(serde_json::json!(added.hash))
+        }
         Err(rejection) => Err(server_error(rejection.to_string())),
     }
 }
