@@ -129,6 +129,7 @@ pub struct StateUpdate {
     pub undo: Undo,
     /// Tries dropped before the writes (storage of wiped or deleted accounts).
     pub wiped_tries: Vec<B256>,
+    /// The trie nodes to write (`old` is left empty: the undo record holds it).
     pub trie_writes: Vec<(B256, TrieWrite)>,
 }
 
@@ -223,12 +224,11 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
         }
         let new_storage_root = if storage_changed {
             let commit = storage.commit().map_err(trie_err)?;
-            for w in commit.writes {
+            for mut w in commit.writes {
+                // The old node goes to the undo record (moved, not copied).
+                let old = w.old.take();
                 if !wiped {
-                    update
-                        .undo
-                        .trie
-                        .push((owner, w.path.clone(), w.old.clone()));
+                    update.undo.trie.push((owner, w.path.clone(), old));
                 }
                 update.trie_writes.push((owner, w));
             }
@@ -264,11 +264,9 @@ pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpd
         update.accounts.push((address, Some(account)));
     }
     let commit = accounts.commit().map_err(trie_err)?;
-    for w in commit.writes {
-        update
-            .undo
-            .trie
-            .push((ACCOUNT_TRIE, w.path.clone(), w.old.clone()));
+    for mut w in commit.writes {
+        let old = w.old.take();
+        update.undo.trie.push((ACCOUNT_TRIE, w.path.clone(), old));
         update.trie_writes.push((ACCOUNT_TRIE, w));
     }
     update.root = commit.root;

@@ -672,12 +672,13 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         }
     }
 
-    /// Resolves the dirty children of the node at `path`, encodes it and keeps the
-    /// encoding in `encoded`; returns its reference (`None`: the node was removed).
+    /// Resolves the dirty children of the node at `path`, encodes it and appends the
+    /// encoding to `encoded` (children before their parent; the node leaves the overlay);
+    /// returns its reference (`None`: the node was removed).
     fn hash_at(
         &mut self,
         path: &[u8],
-        encoded: &mut HashMap<Vec<u8>, Vec<u8>>,
+        encoded: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Option<NodeRef>, TrieError> {
         let Some(node) = self.nodes.remove(path) else {
             return Err(self.corrupt(path, "a changed node is not in the overlay"));
@@ -714,42 +715,60 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         }
         let rlp = encode_node(&node);
         let r = NodeRef::to_node(&rlp);
-        encoded.insert(path.to_vec(), rlp);
-        self.nodes.insert(path.to_vec(), Some(node));
+        encoded.push((path.to_vec(), rlp));
         Ok(Some(r))
     }
 
     /// The new root, the writes that make the store hold the updated trie, and the
-    /// nodes they overwrite.
+    /// nodes they overwrite: the written nodes children first (the order the commit
+    /// hashes them in), then the removed ones by path.
     pub fn commit(mut self) -> Result<TrieCommit, TrieError> {
-        let mut encoded = HashMap::default();
+        let mut encoded = Vec::with_capacity(self.touched.len());
         let root = if self.touched.contains(&Vec::new()) {
             match self.hash_at(&[], &mut encoded)? {
-                Some(_) => encoded.get(&[][..]).map(keccak256),
+                // The root is hashed last.
+                Some(_) => encoded.last().map(|(_, rlp)| keccak256(rlp)),
                 None => None,
             }
         } else {
             self.read_source(&[])?.map(keccak256)
         };
         let root = root.unwrap_or(EMPTY_ROOT);
-        let mut paths: Vec<Vec<u8>> = self.touched.drain().collect();
-        paths.sort_unstable();
-        let mut writes = Vec::with_capacity(paths.len());
-        for path in paths {
-            let node = match self.nodes.get(&path) {
-                Some(Some(_)) => Some(
-                    encoded
-                        .remove(&path)
-                        .ok_or_else(|| self.corrupt(&path, "a changed node is unreachable"))?,
-                ),
-                _ => None,
-            };
+        let mut writes = Vec::with_capacity(self.touched.len());
+        for (path, rlp) in encoded {
             self.load_original(&path)?;
             let old = self.original.remove(&path).flatten();
-            if node == old {
+            if old.as_deref() == Some(rlp.as_slice()) {
                 continue;
             }
-            writes.push(TrieWrite { path, node, old });
+            writes.push(TrieWrite {
+                path,
+                node: Some(rlp),
+                old,
+            });
+        }
+        // What is left of the touched paths in the overlay: removed nodes (hashed
+        // nodes left it); a changed node still there was not reachable from the root.
+        let mut removed = Vec::new();
+        for path in std::mem::take(&mut self.touched) {
+            match self.nodes.get(&path) {
+                Some(None) => removed.push(path),
+                Some(Some(_)) => {
+                    return Err(self.corrupt(&path, "a changed node is unreachable"));
+                }
+                None => {}
+            }
+        }
+        removed.sort_unstable();
+        for path in removed {
+            self.load_original(&path)?;
+            if let Some(old) = self.original.remove(&path).flatten() {
+                writes.push(TrieWrite {
+                    path,
+                    node: None,
+                    old: Some(old),
+                });
+            }
         }
         Ok(TrieCommit { root, writes })
     }
