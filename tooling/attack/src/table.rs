@@ -930,9 +930,19 @@ async fn run(args: Args) -> Result<bool, String> {
     let base_peer = window(&honest.peer_done, r0, r1).len() as f64 / secs(r0, r1);
     let base_rpc = window(&honest.rpc_done, r0, r1).len() as f64 / secs(r0, r1);
     let base_cpu = (c1 - c0) / secs(r0, r1);
+    // The reference latencies: what the machine gives honest traffic with no attack.
+    let (mut bpl, mut brl) = (
+        window(&honest.peer_done, r0, r1),
+        window(&honest.rpc_done, r0, r1),
+    );
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "\n{}: honest alone: peer {base_peer:.0} tx/s, RPC {base_rpc:.0} tx/s, node CPU {:.0} %{}\n",
+        "\n{}: honest alone: peer {base_peer:.0} tx/s (p50 / p99 {:.2} / {:.2} ms), RPC {base_rpc:.0} tx/s ({:.2} / {:.2} ms), node CPU {:.0} %{}\n",
         args.label,
+        ms(percentile(&mut bpl, 0.5)),
+        ms(percentile(&mut bpl, 0.99)),
+        ms(percentile(&mut brl, 0.5)),
+        ms(percentile(&mut brl, 0.99)),
         base_cpu * 100.0,
         describe_head_changes(hc0, hc1),
     );
@@ -1018,7 +1028,6 @@ async fn run(args: Args) -> Result<bool, String> {
         let (pp50, pp99) = (percentile(&mut pl, 0.5), percentile(&mut pl, 0.99));
         let (rp50, rp99) = (percentile(&mut rl, 0.5), percentile(&mut rl, 0.99));
         let frac = |r: f64, b: f64| if b > 0.0 { r / b } else { 1.0 };
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let thr_ok = (base_peer == 0.0 || frac(peer_rate, base_peer) >= 0.5)
             && frac(rpc_rate, base_rpc) >= 0.5;
         let p99_ok = (base_peer == 0.0 || pp99 <= Duration::from_millis(2))

@@ -1,6 +1,8 @@
 //! Admission CPU budgets over real RLPx: a peer flooding transactions that buy nothing is
 //! slowed and then dropped, with most of its flood never admitted, while an honest peer
-//! connected beside it keeps being served and shows in `peers()` with its account.
+//! connected beside it keeps being served and shows in `peers()` with its account; a peer
+//! sending one transaction again and again has it admitted once, and pays for reading
+//! the rest until it is dropped.
 
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use moat_blockchain::chain::Chain;
@@ -168,4 +170,78 @@ async fn a_flooding_peer_is_slowed_and_dropped_while_an_honest_one_is_served() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(net.peers().iter().all(|p| p.id != attacker_id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_repeating_one_tx_has_it_admitted_once_and_is_dropped_for_the_reading() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let chain_id = genesis.config.chain_id;
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let state = InMemoryState::new(HeadInfo {
+        number: 0,
+        timestamp: genesis.timestamp,
+        base_fee: 1_000_000_000,
+        blob_base_fee: 1,
+        gas_limit: 30_000_000,
+    });
+    let mut cfg = PoolConfig::new(chain.config().clone());
+    cfg.budget.peer_rate_us = 20_000;
+    cfg.budget.peer_burst_us = 10_000;
+    cfg.budget.useless_min_cpu_us = 30_000;
+    let pool = Pool::new(cfg, Arc::new(state));
+    let key = secp256k1::SecretKey::from_byte_array([0x32; 32]).unwrap();
+    let mut net_cfg = NetworkConfig::new(key, chain_id);
+    net_cfg.listen = Some(([127, 0, 0, 1], 0).into());
+    let net = Network::start(
+        net_cfg,
+        chain,
+        pool.clone(),
+        Arc::new(AtomicBool::new(true)),
+    )
+    .await
+    .unwrap();
+    let enode = Enode {
+        id: net.local_id(),
+        addr: net.listen_addr().unwrap(),
+    };
+    let mut attacker = Client::connect(
+        &enode,
+        secp256k1::SecretKey::from_byte_array([0x43; 32]).unwrap(),
+        &[70],
+        net.status_for(70),
+    )
+    .await
+    .unwrap();
+    // One transfer from a key that owns nothing (a state-dependent failure, which the
+    // pool's recent-failure set does not hold), one copy a message.
+    let tx = transfer(chain_id, &Signer::from_seed(0x0e_9ea7), 0);
+    let mut sent = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sent < 200_000 && Instant::now() < deadline {
+        let msg = EthMessage::Transactions(vec![tx.clone()]);
+        match tokio::time::timeout(Duration::from_secs(5), attacker.send(&msg)).await {
+            Ok(Ok(())) => sent += 1,
+            _ => break,
+        }
+    }
+    let mut reason = None;
+    while Instant::now() < deadline + Duration::from_secs(10) {
+        match attacker.recv(Duration::from_secs(1)).await {
+            Ok(Some(Incoming::Disconnect(r))) => {
+                reason = r;
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    assert_eq!(
+        reason,
+        Some(DisconnectReason::UselessPeer),
+        "after {sent} copies"
+    );
+    assert!(sent > 10, "only {sent} copies were taken before the drop");
+    // The pool saw the tx once: every later copy was turned away by the peer's own
+    // record of what it sent.
+    assert_eq!(pool.metrics().rejections("insufficient_funds"), 1);
 }

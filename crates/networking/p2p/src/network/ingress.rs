@@ -65,23 +65,33 @@ impl Network {
             );
             return;
         }
-        {
+        // A hash this peer sent before (or was sent, or announced) is not admitted
+        // again: no honest peer sends a tx twice to one peer, and a repeat would cost a
+        // trip through the pool each time. It costs the peer its reader's CPU, counted
+        // as a rejection (see `ReaderCpu`).
+        let mut repeats = 0;
+        let admitted: Vec<_> = {
             let mut known = peer.known.lock();
-            for (h, _) in &admitted {
-                if let Some(h) = h {
-                    known.insert(*h);
-                }
-            }
-        }
-        self.spawn_admission(
-            peer,
             admitted
                 .into_iter()
+                .filter(|(h, _)| match h {
+                    Some(h) if !known.insert(*h) => {
+                        repeats += 1;
+                        false
+                    }
+                    _ => true,
+                })
                 .map(|(h, e)| (h, TxInput::Raw(e)))
-                .collect(),
-            false,
-        )
-        .await;
+                .collect()
+        };
+        if repeats > 0 {
+            peer.repeats.fetch_add(repeats, Ordering::Relaxed);
+            metrics::counter!("moat_p2p_repeated_txs_total").increment(repeats);
+        }
+        if admitted.is_empty() {
+            return;
+        }
+        self.spawn_admission(peer, admitted, false).await;
     }
 
     /// A `NewPooledTransactionHashes` message: hashes for the fetcher.
@@ -272,6 +282,8 @@ impl Network {
         let origin = TxOrigin::Peer(peer.info.id);
         let pool = &self.inner.pool;
         while let Some(job) = jobs.recv().await {
+            // One message's transactions, then the other tasks' turn (see run_peer).
+            tokio::task::yield_now().await;
             let fetched = job.fetched;
             let mut txs = job.txs.into_iter().peekable();
             while txs.peek().is_some() {

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -22,6 +22,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use super::chain::{Pending, Reply, ReplyKind};
 use super::ingress::AdmissionJob;
 use super::{Map, Network, PeerInfo, max_inbound, short};
+use moat_blockchain::mempool::Spent;
+use moat_blockchain::mempool::budget::thread_cpu_ns;
 
 /// `Transactions` / `PooledTransactions` messages from one peer waiting for admission;
 /// past it the peer's reads wait (backpressure on its TCP stream).
@@ -80,6 +82,9 @@ pub(super) struct Peer {
     pub(super) close: watch::Sender<Option<DisconnectReason>>,
     pub(super) known: Mutex<KnownTxs>,
     pub(super) reputation: AtomicI64,
+    /// Transactions it sent in `Transactions` again since its reader's last charge:
+    /// skipped without admission, and counted against it as rejected.
+    pub(super) repeats: AtomicU64,
     /// Batches of this peer's txs, admitted in arrival order by one worker: a sender's
     /// nonces sent in order stay in order.
     pub(super) admissions: mpsc::Sender<AdmissionJob>,
@@ -104,6 +109,49 @@ impl Peer {
                 false
             }
         });
+    }
+}
+
+/// What a peer's reader spent since its last charge.
+#[derive(Debug, Default)]
+pub(super) struct ReaderCpu {
+    ns: u64,
+}
+
+impl ReaderCpu {
+    /// Charged once it reaches this (one ledger lock per ~50 µs of reading, not per
+    /// message).
+    const CHARGE_EVERY_NS: u64 = 50_000;
+
+    fn due(&self) -> bool {
+        self.ns >= Self::CHARGE_EVERY_NS
+    }
+}
+
+/// A future whose polls' thread CPU is added to a counter: the work done inside each
+/// poll is this future's, whichever thread runs it, and time spent parked is not.
+struct Metered<'a, F> {
+    inner: F,
+    ns: &'a mut u64,
+}
+
+impl<'a, F> Metered<'a, F> {
+    fn new(inner: F, ns: &'a mut u64) -> Self {
+        Self { inner, ns }
+    }
+}
+
+impl<F: Future + Unpin> Future for Metered<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let started = thread_cpu_ns();
+        let r = std::pin::Pin::new(&mut self.inner).poll(cx);
+        *self.ns += thread_cpu_ns().saturating_sub(started);
+        r
     }
 }
 
@@ -142,6 +190,7 @@ impl Network {
             close: close_tx,
             known: Mutex::new(KnownTxs::default()),
             reputation: AtomicI64::new(0),
+            repeats: AtomicU64::new(0),
             admissions: admit_tx,
             pending: Mutex::new(Map::default()),
             request_slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
@@ -214,9 +263,21 @@ impl Network {
         // A new peer hears of the pending transactions it may want.
         self.announce_pool_to(&peer);
 
+        // The reader's own CPU for the transaction messages a peer sends unasked
+        // (`Transactions`, announcements: frame decryption and MAC, decompression,
+        // decoding) is admission work for the peer too: measured per poll and charged to
+        // its budget in small sums. Replies to our requests (`PooledTransactions`, whose
+        // size our requests bound; an honest blob tx's sidecar costs milliseconds to
+        // read, which must not count as waste), chain data, snap and pings are not.
+        let mut reader_cpu = ReaderCpu::default();
         let end = loop {
+            if reader_cpu.due() && !self.charge_reader(&peer, &mut reader_cpu).await {
+                break "dropped: its admission CPU buys almost no transactions".to_string();
+            }
+            let mut message_ns = 0;
+            let recv = std::pin::pin!(reader.recv());
             let payload = tokio::select! {
-                r = tokio::time::timeout(READ_TIMEOUT, reader.recv()) => match r {
+                r = tokio::time::timeout(READ_TIMEOUT, Metered::new(recv, &mut message_ns)) => match r {
                     Ok(Ok(p)) => p,
                     Ok(Err(e)) => break format!("read: {e}"),
                     Err(_) => {
@@ -228,13 +289,22 @@ impl Network {
                     break format!("dropped: {}", close_rx.borrow().unwrap_or(DisconnectReason::Requested));
                 }
             };
-            let msg = match framing.decode(&payload) {
+            let started = thread_cpu_ns();
+            let decoded = framing.decode(&payload);
+            message_ns += thread_cpu_ns().saturating_sub(started);
+            let msg = match decoded {
                 Ok(m) => m,
                 Err(e) => {
                     self.fault(&peer, "malformed message", &e.to_string());
                     continue;
                 }
             };
+            if let Incoming::Eth(
+                EthMessage::Transactions(_) | EthMessage::NewPooledTransactionHashes(_),
+            ) = &msg
+            {
+                reader_cpu.ns += message_ns;
+            }
             match msg {
                 Incoming::Ping => {
                     peer.send(framing.pong());
@@ -249,6 +319,10 @@ impl Network {
                 Incoming::Eth(m) => {
                     metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
                     self.handle(&peer, m).await;
+                    // One message, then the other tasks' turn: a peer whose messages
+                    // are buffered would otherwise run a whole scheduling slice of them
+                    // (128 here) while honest peers' and RPC's tasks wait behind it.
+                    tokio::task::yield_now().await;
                 }
                 Incoming::Snap(m) => {
                     metrics::counter!("moat_p2p_messages_total", "msg" => m.name()).increment(1);
@@ -289,6 +363,22 @@ impl Network {
         }
         tracing::info!(peer = %short(&remote_id), %addr, why = %end, "peer disconnected");
         metrics::counter!("moat_p2p_disconnects_total").increment(1);
+    }
+
+    /// Charges what the reader spent since the last charge to the peer's budget, then
+    /// waits while the budget says so; `false` when the peer is to be dropped.
+    pub(super) async fn charge_reader(&self, peer: &Peer, cpu: &mut ReaderCpu) -> bool {
+        let spent = Spent {
+            cpu_us: cpu.ns / 1_000,
+            rejected: peer.repeats.swap(0, Ordering::Relaxed),
+            ..Spent::default()
+        };
+        cpu.ns %= 1_000;
+        self.inner
+            .pool
+            .budgets()
+            .charge_peer(&peer.info.id, spent, Instant::now());
+        self.await_budget(peer).await
     }
 
     /// A protocol fault: disconnect with subprotocol error. `kind` is a fixed label (the
