@@ -124,10 +124,14 @@ impl RpcArgs {
 }
 
 /// The dev node also serves `evm_` (`evm_mine`, `evm_snapshot`, ...), `anvil_`
-/// (`anvil_setBalance`, ...) and `personal_sign`, as anvil and hardhat do.
+/// (`anvil_setBalance`, ...), their `hardhat_` names and `personal_sign`, as anvil and
+/// hardhat do.
 fn dev_api(dev: bool, api: Namespaces) -> Namespaces {
     if dev {
-        api.with("evm").with("anvil").with("personal")
+        api.with("evm")
+            .with("anvil")
+            .with("hardhat")
+            .with("personal")
     } else {
         api
     }

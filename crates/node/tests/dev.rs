@@ -36,7 +36,7 @@ fn dev_node_mines_a_transaction_sent_over_http() {
     let modules = rpc(port, "rpc_modules", "[]").unwrap();
     assert_eq!(
         modules["result"],
-        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0","evm":"1.0","anvil":"1.0","personal":"1.0"}),
+        serde_json::json!({"eth":"1.0","net":"1.0","web3":"1.0","txpool":"1.0","rpc":"1.0","evm":"1.0","anvil":"1.0","hardhat":"1.0","personal":"1.0"}),
         "{modules}"
     );
     // The dev accounts, and EIP-191 signatures with their keys.
@@ -361,6 +361,24 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
     call("evm_mine", "[]");
     let head = call("eth_getBlockByNumber", r#"["latest",false]"#);
     assert_eq!(quantity(&head["timestamp"]), next);
+    // evm_mine with a timestamp; anvil_mine with a count and an interval.
+    let at = next + 500;
+    call("evm_mine", &format!(r#"[{{"timestamp":{at}}}]"#));
+    let head = call("eth_getBlockByNumber", r#"["latest",false]"#);
+    assert_eq!(quantity(&head["timestamp"]), at);
+    let before = quantity(&head["number"]);
+    assert!(call("anvil_mine", r#"["0x3","0xa"]"#).is_null());
+    let head = call("eth_getBlockByNumber", r#"["latest",false]"#);
+    assert_eq!(quantity(&head["number"]), before + 3);
+    assert_eq!(quantity(&head["timestamp"]), at + 30);
+    let r = rpc(port, "anvil_mine", r#"["0xffffffff"]"#).unwrap();
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let next = at + 30;
+    // hardhat's names for the setters.
+    assert_eq!(
+        call("hardhat_setBalance", &format!(r#"["{who}","0x1234"]"#)),
+        true
+    );
     // A time not after the head's is refused.
     let r = rpc(port, "evm_setNextBlockTimestamp", &format!("[{next}]")).unwrap();
     assert!(r["error"]["message"].is_string(), "{r}");

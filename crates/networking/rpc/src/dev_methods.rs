@@ -1,6 +1,7 @@
 //! The dev node's test-chain methods, under anvil's and hardhat's names: `evm_mine`,
-//! `evm_snapshot` / `evm_revert`, `evm_increaseTime`, `evm_setNextBlockTimestamp`,
-//! `anvil_setBalance`, `anvil_setCode`, `anvil_setStorageAt` and `anvil_setNonce`.
+//! `anvil_mine`, `evm_snapshot` / `evm_revert`, `evm_increaseTime`,
+//! `evm_setNextBlockTimestamp`, `anvil_setBalance`, `anvil_setCode`, `anvil_setStorageAt`
+//! and `anvil_setNonce` (the last four and `mine` also as `hardhat_…`).
 //!
 //! Each is a [`DevRequest`] to the dev block producer, which owns the chain's head on a
 //! dev node: a request waits its turn behind the block being sealed, so a state edit or
@@ -102,10 +103,77 @@ pub(crate) async fn automine(ctx: &RpcContext) {
     }
 }
 
-/// `evm_mine`: seals a block now and answers "0x0".
-pub async fn evm_mine(ctx: &RpcContext) -> RpcResult<Value> {
-    ask(ctx, "evm_mine", DevRequest::Mine).await?;
+/// Most blocks one `evm_mine` / `anvil_mine` call seals.
+pub const MAX_MINE: u64 = 10_000;
+
+/// Seals `blocks` blocks, the first at `first` if given, each `interval` seconds after
+/// its parent if given.
+async fn mine(
+    ctx: &RpcContext,
+    method: &str,
+    blocks: u64,
+    first: Option<u64>,
+    interval: Option<u64>,
+) -> RpcResult<()> {
+    if ctx.mine.is_none() {
+        return Err(not_found(method));
+    }
+    if blocks > MAX_MINE {
+        return Err(invalid_params(format!(
+            "at most {MAX_MINE} blocks in one call"
+        )));
+    }
+    for i in 0..blocks {
+        let at = match (i, first, interval) {
+            (0, Some(t), _) => Some(t),
+            (_, _, Some(secs)) => Some(ctx.head_header()?.timestamp.saturating_add(secs)),
+            _ => None,
+        };
+        if let Some(t) = at {
+            ask(ctx, method, |r| DevRequest::SetNextTimestamp(t, r)).await?;
+        }
+        ask(ctx, method, DevRequest::Mine).await?;
+    }
+    Ok(())
+}
+
+/// `evm_mine([timestamp | {timestamp, blocks}])`: seals a block now (or `blocks`, the
+/// first at `timestamp`) and answers "0x0".
+pub async fn evm_mine(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    let [opts] = positional::<1>(&params)?;
+    let (timestamp, blocks) = match opts {
+        None | Some(Value::Null) => (None, 1),
+        Some(Value::Object(o)) => {
+            let get = |name: &str| {
+                o.get(name)
+                    .filter(|v| !v.is_null())
+                    .map(parse_u64_lenient)
+                    .transpose()
+            };
+            (get("timestamp")?, get("blocks")?.unwrap_or(1))
+        }
+        Some(v) => (Some(parse_u64_lenient(&v)?), 1),
+    };
+    mine(ctx, "evm_mine", blocks, timestamp, None).await?;
     Ok(json!("0x0"))
+}
+
+/// `anvil_mine([blocks], [interval])` (and `hardhat_mine`): seals `blocks` blocks (one
+/// by default), `interval` seconds apart if given.
+pub async fn anvil_mine(ctx: &RpcContext, method: &str, params: Params<'_>) -> RpcResult<Value> {
+    let [blocks, interval] = positional::<2>(&params)?;
+    let blocks = match blocks.filter(|v| !v.is_null()) {
+        None => 1,
+        b => u64::try_from(u256_arg(b, 0)?).map_err(|_| invalid_params("too many blocks"))?,
+    };
+    let interval = match interval.filter(|v| !v.is_null()) {
+        None => None,
+        i => {
+            Some(u64::try_from(u256_arg(i, 1)?).map_err(|_| invalid_params("interval too large"))?)
+        }
+    };
+    mine(ctx, method, blocks, None, interval).await?;
+    Ok(Value::Null)
 }
 
 /// `evm_snapshot`: the id of a snapshot of the head, its state and the pool.
@@ -156,9 +224,11 @@ pub async fn evm_set_next_block_timestamp(
     Ok(Value::Null)
 }
 
-/// The anvil state setters: each seals one block carrying the edit.
+/// The anvil state setters (and their `hardhat_` names): each seals one block carrying
+/// the edit.
 pub async fn anvil_set(ctx: &RpcContext, method: &str, params: Params<'_>) -> RpcResult<Value> {
-    let edit = match method {
+    let name = method.replacen("hardhat_", "anvil_", 1);
+    let edit = match name.as_str() {
         "anvil_setBalance" => {
             let [a, v] = positional::<2>(&params)?;
             StateEdit::Balance(arg::<Address>(a, 0)?, u256_arg(v, 1)?)
@@ -185,12 +255,14 @@ pub async fn anvil_set(ctx: &RpcContext, method: &str, params: Params<'_>) -> Rp
         other => return Err(not_found(other)),
     };
     ask(ctx, method, |r| DevRequest::Edit(vec![edit], r)).await?;
-    // anvil answers true for setStorageAt and null for the others.
-    Ok(if method == "anvil_setStorageAt" {
-        json!(true)
-    } else {
-        Value::Null
-    })
+    // anvil answers true for setStorageAt and null for the others; hardhat true for all.
+    Ok(
+        if name == "anvil_setStorageAt" || method.starts_with("hardhat_") {
+            json!(true)
+        } else {
+            Value::Null
+        },
+    )
 }
 
 #[cfg(test)]

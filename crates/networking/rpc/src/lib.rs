@@ -420,10 +420,16 @@ pub fn module(
         count("eth_sendTransaction");
         accounts::send_transaction(&ctx, params).await
     })?;
-    m.register_async_method("evm_mine", |_, ctx, _| async move {
+    m.register_async_method("evm_mine", |params, ctx, _| async move {
         count("evm_mine");
-        dev_methods::evm_mine(&ctx).await
+        dev_methods::evm_mine(&ctx, params).await
     })?;
+    for name in ["anvil_mine", "hardhat_mine"] {
+        m.register_async_method(name, move |params, ctx, _| async move {
+            count(name);
+            dev_methods::anvil_mine(&ctx, name, params).await
+        })?;
+    }
     m.register_async_method("evm_snapshot", |_, ctx, _| async move {
         count("evm_snapshot");
         dev_methods::evm_snapshot(&ctx).await
@@ -446,11 +452,22 @@ pub fn module(
     cheap(&mut m, "anvil_stopImpersonatingAccount", |c, p| {
         accounts::impersonate(c, p, false)
     })?;
+    // hardhat's names answer true.
+    cheap(&mut m, "hardhat_impersonateAccount", |c, p| {
+        accounts::impersonate(c, p, true).map(|_| Value::Bool(true))
+    })?;
+    cheap(&mut m, "hardhat_stopImpersonatingAccount", |c, p| {
+        accounts::impersonate(c, p, false).map(|_| Value::Bool(true))
+    })?;
     for name in [
         "anvil_setBalance",
         "anvil_setCode",
         "anvil_setStorageAt",
         "anvil_setNonce",
+        "hardhat_setBalance",
+        "hardhat_setCode",
+        "hardhat_setStorageAt",
+        "hardhat_setNonce",
     ] {
         m.register_async_method(name, move |params, ctx, _| async move {
             count(name);

@@ -390,6 +390,10 @@ async fn rpc_modules_and_coinbase_answer_as_geth() {
         ("anvil_setStorageAt", json!([rich_hex, "0x0", "0x0"])),
         ("anvil_impersonateAccount", json!([rich_hex])),
         ("anvil_stopImpersonatingAccount", json!([rich_hex])),
+        ("anvil_mine", json!([])),
+        ("hardhat_mine", json!([])),
+        ("hardhat_setBalance", json!([rich_hex, "0x1"])),
+        ("hardhat_impersonateAccount", json!([rich_hex])),
     ] {
         assert_eq!(error(addr, method, params).await.0, -32601, "{method}");
     }
