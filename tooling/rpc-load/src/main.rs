@@ -4,20 +4,30 @@
 //! `--accounts` (the ethtest chain's `accounts.json`: address -> `{key}`), each sender's
 //! nonces starting at its pending nonce as the node reports it (`eth_getTransactionCount`
 //! with `"pending"`), so the tool can run twice against one node. Then sends them with
-//! `eth_sendRawTransaction` over `--connections` kept-alive HTTP/1.1 connections, one
-//! thread each. Sender `i` belongs to connection `i % C`; a connection sends its senders'
+//! `eth_sendRawTransaction` over `--connections` kept-alive HTTP/1.1 connections.
+//! Sender `i` belongs to connection `i % C`; a connection sends its senders'
 //! transactions in nonce order, one request at a time, each after the answer to the one
 //! before, so every sender's nonces arrive in order while the connections run side by
-//! side. Any node will do: moat, go-ethereum, others.
+//! side. With the defaults (16 senders, 16 connections) each connection carries one
+//! sender and the same number of transactions, so all 16 stay busy to the end. Any node
+//! will do: moat, go-ethereum, others.
+//!
+//! The client shares the machine with the node, so it is kept cheap and the same for
+//! every node: one thread drives all the connections (non-blocking sockets, one `poll`
+//! over them, then each ready socket is read or written), each request is encoded in full
+//! before the clock starts (HTTP head and JSON body, sent with one `write`), and an answer
+//! is looked at no further than its framing and whether it holds a `"result"` (an error
+//! is parsed in full for its message). Its own CPU over the run (user + system) is
+//! reported per transaction, and with `--node-pid` the node's beside it.
 //!
 //! Prints sent, accepted (answered with a hash), errors (counted by message, the first few
-//! shown), wall time, txs/s (accepted / wall) and the latency percentiles of the calls;
-//! `--json` prints the same figures as one JSON line. Loopback targets only; everything
-//! stops at `--timeout-secs`, counted from the start, and what was done by then is
-//! reported.
+//! shown), wall time, txs/s (accepted / wall), the latency percentiles of the calls and
+//! the CPU figures; `--json` prints the same as one JSON line. Loopback targets only;
+//! everything stops at `--timeout-secs`, counted from the start, and what was done by
+//! then is reported.
 //!
 //! ```text
-//! cargo run --release -p moat-rpc-load -- --rpc 127.0.0.1:8545 --txs 4000 --connections 16
+//! cargo run --release -p moat-rpc-load -- --rpc 127.0.0.1:8545 --node-pid "$(pidof moat)"
 //! ```
 //!
 //! Exit status 0 when every transaction was accepted, 2 when some were not, 1 when the
@@ -30,12 +40,12 @@ use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
@@ -57,7 +67,7 @@ struct Args {
     #[arg(long, default_value_t = 4_000)]
     txs: usize,
     /// Senders (the first accounts of the file); the txs are spread evenly over them.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 16)]
     senders: usize,
     /// Concurrent keep-alive connections; sender i goes to connection i % connections.
     #[arg(long, default_value_t = 16)]
@@ -65,6 +75,10 @@ struct Args {
     /// Stop after this long (from the start) and report what was done.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
+    /// The node's process id: its CPU over the run (user + system, from
+    /// `/proc/<pid>/stat`) is reported beside the client's own.
+    #[arg(long)]
+    node_pid: Option<u32>,
     /// Print the figures as one JSON line instead of a table.
     #[arg(long)]
     json: bool,
@@ -77,14 +91,8 @@ const RECIPIENT: Address = Address::repeat_byte(0x55);
 /// Bodies above this are refused (the answers here are a few hundred bytes).
 const MAX_BODY: usize = 16 << 20;
 
-/// A kept-alive HTTP/1.1 connection that posts JSON; reads `Content-Length`, chunked and
-/// read-to-close bodies.
-struct Client {
-    stream: BufReader<TcpStream>,
-    addr: SocketAddr,
-    /// The server asked to close after its last answer.
-    closed: bool,
-}
+/// Headers larger than this are refused.
+const MAX_HEAD: usize = 64 << 10;
 
 fn invalid(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
@@ -97,119 +105,185 @@ fn left(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
+/// The full bytes of an HTTP/1.1 POST of `body` to `host`.
+fn http_post(host: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One whole HTTP answer found at the start of a buffer.
+#[derive(Debug, PartialEq, Eq)]
+struct Parsed {
+    status: u16,
+    body: Vec<u8>,
+    /// Bytes of the buffer it spans.
+    consumed: usize,
+    /// The server closes the connection after it.
+    close: bool,
+}
+
+/// Parses the answer at the start of `buf` when it is all there (`Ok(None)`: read more).
+/// Its body is framed by `Content-Length`, chunked encoding, or, with neither, the end
+/// of the stream (`eof`: the server has closed). Parsed no further than the status and
+/// the framing headers.
+fn parse_answer(buf: &[u8], eof: bool) -> io::Result<Option<Parsed>> {
+    let Some(head_end) = find(buf, b"\r\n\r\n") else {
+        if buf.len() > MAX_HEAD {
+            return Err(invalid("answer headers too large"));
+        }
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&buf[..head_end])
+        .map_err(|_| invalid("answer headers are not text"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| invalid("bad status line"))?;
+    let mut length = None;
+    let mut chunked = false;
+    let mut close = status_line.starts_with("HTTP/1.0");
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            let n: usize = value.parse().map_err(|_| invalid("bad content-length"))?;
+            if n > MAX_BODY {
+                return Err(invalid("answer too large"));
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.to_ascii_lowercase().contains("chunked");
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = value.eq_ignore_ascii_case("close");
+        }
+    }
+    let mut at = head_end + 4;
+    if chunked {
+        let mut body = Vec::new();
+        loop {
+            let Some(eol) = find(&buf[at..], b"\r\n") else {
+                return Ok(None);
+            };
+            let line = std::str::from_utf8(&buf[at..at + eol]).map_err(|_| invalid("bad chunk"))?;
+            let size = line.trim().split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size, 16).map_err(|_| invalid("bad chunk size"))?;
+            at += eol + 2;
+            if size == 0 {
+                // Trailers, up to the blank line.
+                loop {
+                    let Some(eol) = find(&buf[at..], b"\r\n") else {
+                        return Ok(None);
+                    };
+                    at += eol + 2;
+                    if eol == 0 {
+                        return Ok(Some(Parsed {
+                            status,
+                            body,
+                            consumed: at,
+                            close,
+                        }));
+                    }
+                }
+            }
+            if body.len() + size > MAX_BODY {
+                return Err(invalid("answer too large"));
+            }
+            if buf.len() - at < size + 2 {
+                return Ok(None);
+            }
+            body.extend_from_slice(&buf[at..at + size]);
+            at += size + 2;
+        }
+    }
+    if let Some(n) = length {
+        if buf.len() - at < n {
+            return Ok(None);
+        }
+        return Ok(Some(Parsed {
+            status,
+            body: buf[at..at + n].to_vec(),
+            consumed: at + n,
+            close,
+        }));
+    }
+    // Neither: the body runs to the end of the stream.
+    if buf.len() - at > MAX_BODY {
+        return Err(invalid("answer too large"));
+    }
+    Ok(eof.then(|| Parsed {
+        status,
+        body: buf[at..].to_vec(),
+        consumed: buf.len(),
+        close: true,
+    }))
+}
+
+/// A blocking kept-alive HTTP/1.1 connection, for the calls before the timed part.
+struct Client {
+    stream: TcpStream,
+    host: String,
+    buf: Vec<u8>,
+    /// The server asked to close after its last answer.
+    closed: bool,
+}
+
 impl Client {
     fn connect(addr: SocketAddr, deadline: Instant) -> io::Result<Self> {
         let stream =
             TcpStream::connect_timeout(&addr, left(deadline).min(Duration::from_secs(10)))?;
         stream.set_nodelay(true)?;
         Ok(Self {
-            stream: BufReader::new(stream),
-            addr,
+            stream,
+            host: addr.to_string(),
+            buf: Vec::new(),
             closed: false,
         })
     }
 
-    fn read_line(&mut self) -> io::Result<String> {
-        let mut line = String::new();
-        if self.stream.read_line(&mut line)? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed by the server",
-            ));
-        }
-        Ok(line)
-    }
-
-    /// Posts `body`, returns the status and the answer's body. Reads and writes give up
-    /// at `deadline`.
+    /// Posts `body` (a JSON document), returns the status and the answer's body. Reads
+    /// and writes give up at `deadline`.
     fn post(&mut self, body: &str, deadline: Instant) -> io::Result<(u16, Vec<u8>)> {
-        self.exchange(body, deadline).map_err(|e| match e.kind() {
+        let timed_out = |e: io::Error| match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
                 io::ErrorKind::TimedOut,
                 "no answer before the deadline (--timeout-secs)",
             ),
             _ => e,
-        })
-    }
-
-    fn exchange(&mut self, body: &str, deadline: Instant) -> io::Result<(u16, Vec<u8>)> {
-        let tcp = self.stream.get_ref();
-        tcp.set_read_timeout(Some(left(deadline)))?;
-        tcp.set_write_timeout(Some(left(deadline)))?;
-        let request = format!(
-            "POST / HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        self.stream.get_mut().write_all(request.as_bytes())?;
-
-        let status_line = self.read_line()?;
-        let status: u16 = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| invalid("bad status line"))?;
-        let mut length = None;
-        let mut chunked = false;
-        let mut close = status_line.starts_with("HTTP/1.0");
-        loop {
-            let line = self.read_line()?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("content-length") {
-                let n: usize = value.parse().map_err(|_| invalid("bad content-length"))?;
-                if n > MAX_BODY {
-                    return Err(invalid("answer too large"));
-                }
-                length = Some(n);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = value.to_ascii_lowercase().contains("chunked");
-            } else if name.eq_ignore_ascii_case("connection") {
-                close = value.eq_ignore_ascii_case("close");
-            }
-        }
-        let body = if chunked {
-            self.read_chunked()?
-        } else if let Some(n) = length {
-            let mut body = vec![0u8; n];
-            self.stream.read_exact(&mut body)?;
-            body
-        } else {
-            close = true;
-            let mut body = Vec::new();
-            (&mut self.stream)
-                .take(MAX_BODY as u64)
-                .read_to_end(&mut body)?;
-            body
         };
-        self.closed = close;
-        Ok((status, body))
-    }
-
-    fn read_chunked(&mut self) -> io::Result<Vec<u8>> {
-        let mut body = Vec::new();
+        self.stream.set_read_timeout(Some(left(deadline)))?;
+        self.stream.set_write_timeout(Some(left(deadline)))?;
+        self.stream
+            .write_all(&http_post(&self.host, body))
+            .map_err(timed_out)?;
+        let mut eof = false;
         loop {
-            let line = self.read_line()?;
-            let size = line.trim().split(';').next().unwrap_or_default().trim();
-            let size = usize::from_str_radix(size, 16).map_err(|_| invalid("bad chunk size"))?;
-            if size == 0 {
-                while !self.read_line()?.trim_end().is_empty() {}
-                return Ok(body);
+            if let Some(p) = parse_answer(&self.buf, eof)? {
+                self.buf.drain(..p.consumed);
+                self.closed = p.close;
+                return Ok((p.status, p.body));
             }
-            if body.len() + size > MAX_BODY {
-                return Err(invalid("answer too large"));
+            if eof {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed by the server",
+                ));
             }
-            let start = body.len();
-            body.resize(start + size, 0);
-            self.stream.read_exact(&mut body[start..])?;
-            let mut crlf = [0u8; 2];
-            self.stream.read_exact(&mut crlf)?;
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).map_err(timed_out)?;
+            eof = n == 0;
+            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 }
@@ -231,6 +305,13 @@ fn answer(status: u16, body: &[u8]) -> Answer {
     let text = String::from_utf8_lossy(body);
     let text: String = text.chars().take(120).collect();
     Answer::Error(format!("http {status}: {}", text.trim()))
+}
+
+/// Whether an `eth_sendRawTransaction` answer is a success, looked at no further than
+/// needed: a 200 whose body has a `"result"` member and no `"error"` one. Anything else
+/// is parsed in full by [`answer`] for its message.
+fn accepted(status: u16, body: &[u8]) -> bool {
+    status == 200 && find(body, b"\"result\"").is_some() && find(body, b"\"error\"").is_none()
 }
 
 fn load_signers(path: &PathBuf) -> Result<Vec<Signer>, String> {
@@ -275,11 +356,11 @@ fn pending_nonce(client: &mut Client, address: Address, deadline: Instant) -> Re
     }
 }
 
-/// One pre-built `eth_sendRawTransaction` call.
+/// One pre-built `eth_sendRawTransaction` call: the whole HTTP request.
 struct Job {
     sender: usize,
     nonce: u64,
-    body: String,
+    request: Vec<u8>,
 }
 
 /// What one connection did.
@@ -297,53 +378,270 @@ struct Report {
     finished: Option<Instant>,
 }
 
-fn run_connection(
-    addr: SocketAddr,
+/// One connection of the timed part: its jobs, in order, and where it is with them.
+struct Lane {
     jobs: Vec<Job>,
-    barrier: Arc<Barrier>,
-    deadline: Instant,
-) -> Report {
-    let mut report = Report::default();
-    let mut client = Client::connect(addr, deadline);
-    barrier.wait();
-    let start = Instant::now();
-    for job in &jobs {
-        if Instant::now() >= deadline {
-            break;
-        }
-        let c = match &mut client {
-            Ok(c) => c,
-            Err(e) => {
-                report.transport.push(format!("connect: {e}"));
-                break;
-            }
+    /// The next job to send; the one in flight is `next - 1`.
+    next: usize,
+    stream: Option<TcpStream>,
+    /// Bytes of the request in flight written so far.
+    written: usize,
+    /// When the request in flight was sent.
+    in_flight: Option<Instant>,
+    buf: Vec<u8>,
+    report: Report,
+}
+
+impl Lane {
+    fn open(addr: SocketAddr, deadline: Instant) -> io::Result<TcpStream> {
+        let stream =
+            TcpStream::connect_timeout(&addr, left(deadline).min(Duration::from_secs(10)))?;
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    }
+
+    /// Writes what the socket takes of the request in flight.
+    fn write_some(&mut self) -> io::Result<()> {
+        let (Some(stream), Some(job)) = (&mut self.stream, self.jobs.get(self.next - 1)) else {
+            return Ok(());
         };
-        report.sent += 1;
-        let t = Instant::now();
-        match c.post(&job.body, deadline) {
-            Ok((status, body)) => {
-                report.latencies.push(t.elapsed());
-                match answer(status, &body) {
-                    Answer::Result(_) => report.accepted += 1,
-                    Answer::Error(e) => {
-                        report.errors.push((t - start, job.sender, job.nonce, e));
+        while self.written < job.request.len() {
+            match stream.write(&job.request[self.written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the next job, if any is left and there is time.
+    fn send_next(&mut self, addr: SocketAddr, deadline: Instant) {
+        while self.in_flight.is_none() && self.next < self.jobs.len() {
+            if Instant::now() >= deadline {
+                return;
+            }
+            if self.stream.is_none() {
+                match Lane::open(addr, deadline) {
+                    Ok(s) => self.stream = Some(s),
+                    Err(e) => {
+                        self.report.transport.push(format!("connect: {e}"));
+                        self.next = self.jobs.len();
+                        return;
                     }
                 }
-                if c.closed {
-                    client = Client::connect(addr, deadline);
-                }
             }
-            Err(e) => {
-                report.unanswered += 1;
-                if Instant::now() < deadline {
-                    report.transport.push(format!("request: {e}"));
-                    client = Client::connect(addr, deadline);
-                }
+            self.next += 1;
+            self.report.sent += 1;
+            self.written = 0;
+            self.buf.clear();
+            self.in_flight = Some(Instant::now());
+            if let Err(e) = self.write_some() {
+                self.fail(format!("request: {e}"));
             }
         }
     }
-    report.finished = Some(Instant::now());
-    report
+
+    /// The request in flight got no answer: counted, and the connection dropped (the
+    /// next job opens a new one).
+    fn fail(&mut self, message: String) {
+        self.report.unanswered += 1;
+        self.report.transport.push(message);
+        self.in_flight = None;
+        self.stream = None;
+    }
+
+    /// Reads what has arrived; a whole answer is recorded and ends the request in flight.
+    fn read_some(&mut self, start: Instant) {
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
+        let mut eof = false;
+        loop {
+            let len = self.buf.len();
+            self.buf.resize(len + 4096, 0);
+            match stream.read(&mut self.buf[len..]) {
+                Ok(n) => {
+                    self.buf.truncate(len + n);
+                    if n == 0 {
+                        eof = true;
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.buf.truncate(len);
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::Interrupted => {}
+                        _ => {
+                            self.fail(format!("request: {e}"));
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        let parsed = match parse_answer(&self.buf, eof) {
+            Ok(Some(p)) => p,
+            Ok(None) if eof => {
+                self.fail("request: connection closed by the server".into());
+                return;
+            }
+            Ok(None) => return,
+            Err(e) => {
+                self.fail(format!("request: {e}"));
+                return;
+            }
+        };
+        let now = Instant::now();
+        let sent_at = self.in_flight.take().unwrap_or(now);
+        self.report.latencies.push(now - sent_at);
+        self.report.finished = Some(now);
+        if accepted(parsed.status, &parsed.body) {
+            self.report.accepted += 1;
+        } else {
+            let job = &self.jobs[self.next - 1];
+            let message = match answer(parsed.status, &parsed.body) {
+                Answer::Error(e) => e,
+                Answer::Result(r) => format!("http {}: result {r}", parsed.status),
+            };
+            self.report
+                .errors
+                .push((sent_at - start, job.sender, job.nonce, message));
+        }
+        self.buf.drain(..parsed.consumed);
+        if parsed.close || eof {
+            self.stream = None;
+        }
+    }
+}
+
+/// Runs every lane to its end (or the deadline) on this one thread: one `poll` over all
+/// sockets, then each ready socket is written or read. Returns the lanes' reports and
+/// when the first request went out.
+fn run_lanes(addr: SocketAddr, queues: Vec<Vec<Job>>, deadline: Instant) -> (Vec<Report>, Instant) {
+    let mut lanes: Vec<Lane> = queues
+        .into_iter()
+        .map(|jobs| {
+            let mut lane = Lane {
+                jobs,
+                next: 0,
+                stream: None,
+                written: 0,
+                in_flight: None,
+                buf: Vec::with_capacity(4096),
+                report: Report::default(),
+            };
+            // Connected before the clock starts.
+            match Lane::open(addr, deadline) {
+                Ok(s) => lane.stream = Some(s),
+                Err(e) => {
+                    lane.report.transport.push(format!("connect: {e}"));
+                    lane.next = lane.jobs.len();
+                }
+            }
+            lane
+        })
+        .collect();
+    let start = Instant::now();
+    for lane in &mut lanes {
+        lane.send_next(addr, deadline);
+    }
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(lanes.len());
+    let mut which: Vec<usize> = Vec::with_capacity(lanes.len());
+    loop {
+        fds.clear();
+        which.clear();
+        for (i, lane) in lanes.iter().enumerate() {
+            if let (Some(stream), Some(_)) = (&lane.stream, lane.in_flight) {
+                let pending = lane.written < lane.jobs[lane.next - 1].request.len();
+                fds.push(libc::pollfd {
+                    fd: stream.as_raw_fd(),
+                    events: libc::POLLIN | if pending { libc::POLLOUT } else { 0 },
+                    revents: 0,
+                });
+                which.push(i);
+            }
+        }
+        if fds.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            for &i in &which {
+                lanes[i].report.unanswered += 1;
+            }
+            break;
+        }
+        let timeout_ms = left(deadline).as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            for &i in &which {
+                lanes[i].fail(format!("poll: {e}"));
+            }
+            break;
+        }
+        for (fd, &i) in fds.iter().zip(&which) {
+            let lane = &mut lanes[i];
+            if fd.revents & libc::POLLOUT != 0
+                && let Err(e) = lane.write_some()
+            {
+                lane.fail(format!("request: {e}"));
+            } else if fd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                lane.read_some(start);
+            }
+            // Answered, or failed: on with the next job (a failed connection is reopened).
+            if lane.in_flight.is_none() {
+                lane.send_next(addr, deadline);
+            }
+        }
+    }
+    (lanes.into_iter().map(|l| l.report).collect(), start)
+}
+
+/// CPU time of this process so far, every thread's, user and system.
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; the clock id is a constant.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// User + system CPU of process `pid` so far (fields 14 and 15 of `/proc/<pid>/stat`,
+/// in clock ticks: 10 ms resolution).
+fn node_cpu(pid: u32) -> Result<Duration, String> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from its end.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("{path}: unexpected format"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Field 3 (state) is fields[0], so field n is fields[n - 3].
+    let ticks = |n: usize| -> Result<u64, String> {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("{path}: no field {n}"))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    let total = ticks(14)? + ticks(15)?;
+    Ok(Duration::from_nanos(total * 1_000_000_000 / hz))
 }
 
 /// Nearest-rank percentile of sorted latencies, in milliseconds.
@@ -425,6 +723,7 @@ fn main() -> ExitCode {
         args.txs, args.senders
     );
     let mut per_sender: Vec<Vec<Job>> = Vec::with_capacity(signers.len());
+    let host = args.rpc.to_string();
     let mut id = 0u64;
     for (j, signer) in signers.iter().enumerate() {
         let count = args.txs / args.senders + usize::from(j < args.txs % args.senders);
@@ -454,7 +753,7 @@ fn main() -> ExitCode {
             jobs.push(Job {
                 sender: j,
                 nonce,
-                body: body.to_string(),
+                request: http_post(&host, &body.to_string()),
             });
         }
         per_sender.push(jobs);
@@ -485,27 +784,25 @@ fn main() -> ExitCode {
         .collect();
 
     eprintln!("sending over {connections} connections to {}…", args.rpc);
-    let barrier = Arc::new(Barrier::new(connections + 1));
-    let handles: Vec<_> = queues
-        .into_iter()
-        .map(|jobs| {
-            let barrier = barrier.clone();
-            let addr = args.rpc;
-            std::thread::spawn(move || run_connection(addr, jobs, barrier, deadline))
-        })
-        .collect();
-    barrier.wait();
-    let start = Instant::now();
-    let reports: Vec<Report> = handles
-        .into_iter()
-        .map(|h| h.join().expect("connection thread"))
-        .collect();
+    let node_before = args.node_pid.map(node_cpu);
+    let cpu_start = process_cpu();
+    let (reports, start) = run_lanes(args.rpc, queues, deadline);
     let end = reports
         .iter()
         .filter_map(|r| r.finished)
         .max()
         .unwrap_or(start);
     let wall = end.saturating_duration_since(start);
+    // The timed part ran on this thread alone: the process's CPU since is its.
+    let client_cpu = process_cpu().saturating_sub(cpu_start);
+    let node_cpu_used = match (node_before, args.node_pid.map(node_cpu)) {
+        (Some(Ok(a)), Some(Ok(b))) => Some(b.saturating_sub(a)),
+        (Some(Err(e)), _) | (_, Some(Err(e))) => {
+            eprintln!("warning: node CPU not read: {e}");
+            None
+        }
+        _ => None,
+    };
     let timed_out = Instant::now() >= deadline;
 
     let mut latencies: Vec<Duration> = Vec::with_capacity(args.txs);
@@ -522,6 +819,7 @@ fn main() -> ExitCode {
     }
     latencies.sort();
     errors.sort_by_key(|e| e.0);
+    let per_tx_us = |d: Duration| d.as_secs_f64() * 1e6 / sent.max(1) as f64;
     let mut by_message: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, _, _, message) in &errors {
         *by_message.entry(message).or_default() += 1;
@@ -552,6 +850,10 @@ fn main() -> ExitCode {
             "p90_ms": p90,
             "p99_ms": p99,
             "max_ms": max,
+            "client_cpu_s": client_cpu.as_secs_f64(),
+            "client_cpu_us_per_tx": per_tx_us(client_cpu),
+            "node_cpu_s": node_cpu_used.map(|d| d.as_secs_f64()),
+            "node_cpu_us_per_tx": node_cpu_used.map(per_tx_us),
             "errors_by_message": by_message,
         });
         println!("{line}");
@@ -579,6 +881,18 @@ fn main() -> ExitCode {
         println!(
             "latency:           p50 {p50:.2} ms, p90 {p90:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
         );
+        println!(
+            "client CPU:        {:.3} s ({:.1} µs/tx, user + system, the client process)",
+            client_cpu.as_secs_f64(),
+            per_tx_us(client_cpu)
+        );
+        if let Some(cpu) = node_cpu_used {
+            println!(
+                "node CPU:          {:.2} s ({:.0} µs/tx, user + system, from /proc/<pid>/stat)",
+                cpu.as_secs_f64(),
+                per_tx_us(cpu)
+            );
+        }
         for (message, n) in &by_message {
             println!("error ×{n:<6}      {message}");
         }
@@ -598,5 +912,67 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 42\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"0xab12\"}";
+
+    #[test]
+    fn a_content_length_answer_is_whole_only_with_all_its_bytes() {
+        for cut in 0..OK.len() {
+            assert_eq!(
+                parse_answer(&OK[..cut], false).unwrap(),
+                None,
+                "cut at {cut}"
+            );
+        }
+        // Two answers back to back: the first is taken, the second left.
+        let two = [OK, OK].concat();
+        let p = parse_answer(&two, false).unwrap().unwrap();
+        assert_eq!(p.status, 200);
+        assert_eq!(p.consumed, OK.len());
+        assert!(!p.close);
+        assert!(accepted(p.status, &p.body));
+    }
+
+    #[test]
+    fn chunked_and_read_to_close_answers_are_framed() {
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n";
+        assert_eq!(
+            parse_answer(&chunked[..chunked.len() - 1], false).unwrap(),
+            None
+        );
+        let p = parse_answer(chunked, false).unwrap().unwrap();
+        assert_eq!(p.body, b"{\"a\":1}");
+        assert_eq!(p.consumed, chunked.len());
+
+        let to_close = b"HTTP/1.0 200 OK\r\n\r\n{\"result\":1}";
+        assert_eq!(
+            parse_answer(to_close, false).unwrap(),
+            None,
+            "waits for the end"
+        );
+        let p = parse_answer(to_close, true).unwrap().unwrap();
+        assert!(p.close);
+        assert_eq!(p.body, b"{\"result\":1}");
+
+        let closing =
+            b"HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nContent-Length: 2\r\n\r\nno";
+        let p = parse_answer(closing, false).unwrap().unwrap();
+        assert_eq!((p.status, p.close), (429, true));
+        assert!(!accepted(p.status, &p.body));
+    }
+
+    #[test]
+    fn errors_are_not_counted_as_accepted_and_keep_their_message() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"nonce too low"}}"#;
+        assert!(!accepted(200, body));
+        assert!(matches!(answer(200, body), Answer::Error(m) if m == "nonce too low"));
+        assert!(parse_answer(b"HTTP/1.1 abc\r\n\r\n", false).is_err());
+        assert!(parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
     }
 }
