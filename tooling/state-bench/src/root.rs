@@ -282,7 +282,7 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
     let mut times = Vec::with_capacity(reps);
     let mut cpu = Vec::with_capacity(reps);
     let mut roots = HashSet::new();
-    let (mut trie_writes, mut undo_nodes) = (0, 0);
+    let (mut trie_writes, mut undo_nodes, mut trie_bytes) = (0, 0, 0);
     for r in 0..reps {
         let block = &blocks[r % blocks.len()];
         let c = thread_cpu();
@@ -294,6 +294,12 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
         }
         roots.insert(update.root);
         trie_writes = update.trie_writes.len();
+        // What the update hashed: the RLP of every node it wrote.
+        trie_bytes = update
+            .trie_writes
+            .iter()
+            .map(|(_, w)| w.node.as_ref().map_or(0, Vec::len))
+            .sum::<usize>();
         undo_nodes = update.undo.trie.len();
     }
     if !args.fresh && roots.len() != 1 {
@@ -323,6 +329,7 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
             "fresh": args.fresh,
             "reps": reps,
             "trie_writes": trie_writes,
+            "trie_write_bytes": trie_bytes,
             "undo_nodes": undo_nodes,
             "first_us": us(first),
             "p50_us": us(p50),
@@ -355,7 +362,7 @@ pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
             }
         );
         println!(
-            "trie writes:        {trie_writes} nodes ({undo_nodes} old nodes in the undo record)"
+            "trie writes:        {trie_writes} nodes, {trie_bytes} bytes ({undo_nodes} old nodes in the undo record)"
         );
         println!(
             "state_update:       first {:.0} µs, p50 {:.0} µs, p90 {:.0} µs, min {:.0} µs, max {:.0} µs ({reps} runs)",

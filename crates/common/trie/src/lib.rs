@@ -234,9 +234,31 @@ fn child_of(item: &[u8]) -> Option<Child> {
     }
 }
 
+/// The raw items (headers included) of a node's RLP list: 2 or 17 of them, read
+/// without allocating (a longer list is not a node).
+fn node_items(mut rlp: &[u8]) -> Option<([&[u8]; 17], usize)> {
+    let header = Header::decode(&mut rlp).ok()?;
+    if !header.list || header.payload_length != rlp.len() {
+        return None;
+    }
+    let mut items: [&[u8]; 17] = [&[]; 17];
+    let mut n = 0;
+    while !rlp.is_empty() {
+        let start = rlp;
+        let h = Header::decode(&mut rlp).ok()?;
+        if h.payload_length > rlp.len() {
+            return None;
+        }
+        rlp = &rlp[h.payload_length..];
+        *items.get_mut(n)? = &start[..start.len() - rlp.len()];
+        n += 1;
+    }
+    Some((items, n))
+}
+
 fn decode_node(rlp: &[u8]) -> Option<Node> {
-    let items = list_items(rlp)?;
-    match items.len() {
+    let (items, n) = node_items(rlp)?;
+    match n {
         2 => {
             let (key, leaf) = from_compact(string_payload(items[0])?)?;
             if leaf {
@@ -260,32 +282,84 @@ fn decode_node(rlp: &[u8]) -> Option<Node> {
     }
 }
 
-/// RLP of a node whose children are all resolved (no `Dirty`).
+/// A hex-prefix key, on the stack for keys of up to 64 nibbles (every key of a 32-byte
+/// hashed key's trie).
+enum CompactKey {
+    Inline([u8; 33], usize),
+    Heap(Vec<u8>),
+}
+
+impl CompactKey {
+    fn new(nibbles: &[u8], leaf: bool) -> CompactKey {
+        if nibbles.len() > 64 {
+            return CompactKey::Heap(compact(nibbles, leaf));
+        }
+        let flag = if leaf { 2u8 } else { 0 };
+        let mut out = [0u8; 33];
+        let rest = if nibbles.len() % 2 == 1 {
+            out[0] = ((flag | 1) << 4) | nibbles[0];
+            &nibbles[1..]
+        } else {
+            out[0] = flag << 4;
+            nibbles
+        };
+        for (slot, pair) in out[1..].iter_mut().zip(rest.chunks(2)) {
+            *slot = (pair[0] << 4) | pair[1];
+        }
+        CompactKey::Inline(out, 1 + rest.len() / 2)
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            CompactKey::Inline(bytes, len) => &bytes[..*len],
+            CompactKey::Heap(v) => v,
+        }
+    }
+}
+
+fn child_len(child: &Child) -> usize {
+    match child {
+        Child::Empty => 1,
+        Child::Stored(r) => r.len as usize,
+        Child::Dirty => unreachable!("children are resolved before a node is encoded"),
+    }
+}
+
+/// RLP of a node whose children are all resolved (no `Dirty`), in one allocation of
+/// its exact size.
 fn encode_node(node: &Node) -> Vec<u8> {
-    let mut payload = Vec::new();
-    match node {
+    let (key, payload_length) = match node {
         Node::Leaf { key, value } => {
-            compact(key, true).as_slice().encode(&mut payload);
-            value.as_slice().encode(&mut payload);
+            let key = CompactKey::new(key, true);
+            let len = key.as_slice().length() + value.as_slice().length();
+            (Some(key), len)
         }
         Node::Extension { key, child } => {
-            compact(key, false).as_slice().encode(&mut payload);
-            push_child(child, &mut payload);
+            let key = CompactKey::new(key, false);
+            let len = key.as_slice().length() + child_len(child);
+            (Some(key), len)
         }
+        Node::Branch { children } => (None, children.iter().map(child_len).sum::<usize>() + 1),
+    };
+    let header = Header {
+        list: true,
+        payload_length,
+    };
+    let mut out = Vec::with_capacity(header.length() + payload_length);
+    header.encode(&mut out);
+    if let Some(key) = &key {
+        key.as_slice().encode(&mut out);
+    }
+    match node {
+        Node::Leaf { value, .. } => value.as_slice().encode(&mut out),
+        Node::Extension { child, .. } => push_child(child, &mut out),
         Node::Branch { children } => {
             for child in children.iter() {
-                push_child(child, &mut payload);
+                push_child(child, &mut out);
             }
-            payload.push(alloy_rlp::EMPTY_STRING_CODE);
+            out.push(alloy_rlp::EMPTY_STRING_CODE);
         }
     }
-    let mut out = Vec::with_capacity(payload.len() + 3);
-    Header {
-        list: true,
-        payload_length: payload.len(),
-    }
-    .encode(&mut out);
-    out.extend_from_slice(&payload);
     out
 }
 
