@@ -30,6 +30,7 @@ use crate::state_root::{ACCOUNT_TRIE, account_leaf, slot_leaf};
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use moat_storage::{Account, Store, StoreError, WriteBatch};
 use moat_trie::SortedBuilder;
+use moat_trie::sorted::BuiltNode;
 use std::collections::HashSet;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -199,11 +200,7 @@ fn read_flat(c: &mut Cursor<'_>) -> Result<FlatEntry, StoreError> {
 
 /// A trie record: keccak(address), the account leaf, then the storage trie's nodes
 /// (count, then path and RLP each).
-fn trie_record(
-    owner: &B256,
-    leaf: &[u8],
-    nodes: &[(Vec<u8>, Vec<u8>)],
-) -> Result<Vec<u8>, StoreError> {
+fn trie_record(owner: &B256, leaf: &[u8], nodes: &[BuiltNode]) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::with_capacity(40 + leaf.len() + nodes.len() * 80);
     out.extend_from_slice(owner.as_slice());
     out.extend_from_slice(&len_u32(leaf.len())?);
@@ -264,7 +261,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 
 /// The storage trie of one account over its slots (zero values are absent): its root
 /// and its nodes.
-fn storage_trie(slots: &[(B256, U256)]) -> Result<(B256, Vec<(Vec<u8>, Vec<u8>)>), StoreError> {
+fn storage_trie(slots: &[(B256, U256)]) -> Result<(B256, Vec<BuiltNode>), StoreError> {
     let mut hashed: Vec<(B256, &U256)> = slots
         .iter()
         .filter(|(_, v)| !v.is_zero())

@@ -29,7 +29,7 @@ pub struct HashRootArgs {
 /// The root of `(hashed key, leaf)` pairs, in any order, through alloy-trie; a key
 /// given twice is refused.
 pub fn root_of(mut leaves: Vec<(B256, Vec<u8>)>) -> Result<B256, String> {
-    leaves.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    leaves.sort_unstable_by_key(|e| e.0);
     if let Some(w) = leaves.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(format!("an account is given twice (hashed {})", w[0].0));
     }
