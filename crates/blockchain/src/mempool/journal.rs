@@ -7,6 +7,12 @@
 //!   writes it in one `write`, makes it durable with one `fdatasync`, and only then
 //!   answers each append. Concurrent submissions share one sync: the batch is whatever
 //!   arrived while the previous sync was in flight.
+//! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
+//!   [`PREALLOCATE`] (written and synced once), and records overwrite those zeros in
+//!   place. A batch's `fdatasync` then changes no file size and writes the data block
+//!   alone; appending at the end would also make every sync write the inode (ext4 must
+//!   persist the new size). Reading stops at the first zero length: the zeros after the
+//!   last record are free space, not damage. A graceful close cuts them off.
 //! - **Rotation.** The file is rewritten from a snapshot (the pool's local transactions,
 //!   plus entries held back at the last reload): written beside, synced, renamed over the
 //!   journal, the directory synced. The snapshot is taken on the writer thread, between
@@ -22,6 +28,7 @@ use alloy_primitives::B256;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +43,8 @@ const MAX_RECORD: usize = 32 << 20;
 /// last rotation (and past [`MIN_ROTATE_SIZE`]).
 const GROWTH_FACTOR: u64 = 4;
 const MIN_ROTATE_SIZE: u64 = 64 << 20;
+/// The file is grown ahead of its records in zeroed steps of this size.
+pub const PREALLOCATE: u64 = 1 << 20;
 
 /// What the journal file held when it was opened.
 #[derive(Debug, Default)]
@@ -43,7 +52,8 @@ pub struct JournalContents {
     /// Network bytes of each record, oldest first (a replacement comes after what it
     /// replaced).
     pub entries: Vec<Vec<u8>>,
-    /// Bytes at the end that did not form whole, intact records (skipped and cut off).
+    /// Bytes at the end that did not form whole, intact records (skipped and cut off);
+    /// zeros after the last record are preallocated space, not counted.
     pub damaged_tail: u64,
 }
 
@@ -97,13 +107,18 @@ impl Journal {
         }
         let mut file = OpenOptions::new()
             .read(true)
-            .append(true)
+            .write(true)
             .create(true)
+            .truncate(false)
             .open(path)?;
         let mut raw = Vec::new();
         file.read_to_end(&mut raw)?;
         let (entries, good) = parse_records(&raw);
-        let damaged_tail = (raw.len() - good) as u64;
+        // Up to the last non-zero byte: the zeros after it are preallocated space.
+        let damaged_tail = raw[good..]
+            .iter()
+            .rposition(|&b| b != 0)
+            .map_or(0, |last| last as u64 + 1);
         if damaged_tail > 0 {
             tracing::warn!(
                 path = %path.display(),
@@ -111,6 +126,10 @@ impl Journal {
                 records = entries.len(),
                 "pool journal: damaged tail skipped (an interrupted write); the records before it are kept"
             );
+        }
+        if raw.len() > good {
+            // Cut to the last intact record (damage and free space alike): what is
+            // appended next is then read back, and nothing stale lies after it.
             file.set_len(good as u64)?;
             file.sync_all()?;
         }
@@ -120,6 +139,8 @@ impl Journal {
         let writer = Writer {
             path: path.to_path_buf(),
             file,
+            end: good as u64,
+            allocated: good as u64,
             size: Arc::clone(&size),
             rotated_size: Arc::clone(&rotated_size),
         };
@@ -183,9 +204,11 @@ impl Journal {
     /// docs) plus the held entries; returns the number of records written.
     pub async fn rotate(&self, snapshot: Snapshot) -> io::Result<usize> {
         let held = self.inner.held.lock().clone();
+        // Held entries first: at a reload the later of two entries with one sender and
+        // nonce wins, and the pool's (a replacement submitted since) is the newer.
         let snapshot: Snapshot = Box::new(move || {
-            let mut all = snapshot();
-            all.extend(held);
+            let mut all = held;
+            all.extend(snapshot());
             all
         });
         let (done, wait) = oneshot::channel();
@@ -200,7 +223,12 @@ impl Journal {
         *self.inner.held.lock() = entries;
     }
 
-    /// Entries held back at the last reload.
+    /// Keeps `entries` too (local txs the pool let go for room since the last reload).
+    pub fn hold_more(&self, entries: Vec<Vec<u8>>) {
+        self.inner.held.lock().extend(entries);
+    }
+
+    /// Entries held back at the last reload, and since then by [`Journal::hold_more`].
     pub fn held(&self) -> usize {
         self.inner.held.lock().len()
     }
@@ -255,6 +283,10 @@ fn parse_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize) {
 struct Writer {
     path: PathBuf,
     file: File,
+    /// Where the next record goes: the end of the last one.
+    end: u64,
+    /// The file's length: records up to `end`, zeros after.
+    allocated: u64,
     size: Arc<AtomicU64>,
     rotated_size: Arc<AtomicU64>,
 }
@@ -280,6 +312,15 @@ impl Writer {
             }
             self.flush(&mut records, &mut waiting);
         }
+        // Closed: the free space is cut off, the file ends with its last record.
+        if self.allocated > self.end
+            && let Err(e) = self
+                .file
+                .set_len(self.end)
+                .and_then(|()| self.file.sync_all())
+        {
+            tracing::warn!(error = %e, "pool journal: cannot trim its preallocated space");
+        }
     }
 
     /// One write and one sync for the whole batch, then every append is answered.
@@ -287,13 +328,11 @@ impl Writer {
         if waiting.is_empty() {
             return;
         }
-        let written = self
-            .file
-            .write_all(records)
-            .and_then(|()| self.file.sync_data());
+        let written = self.write_batch(records);
         match &written {
             Ok(()) => {
-                self.size.fetch_add(records.len() as u64, Ordering::Relaxed);
+                self.end += records.len() as u64;
+                self.size.store(self.end, Ordering::Relaxed);
                 metrics::counter!("moat_pool_journal_syncs_total").increment(1);
                 metrics::counter!("moat_pool_journal_records_total")
                     .increment(waiting.len() as u64);
@@ -307,6 +346,20 @@ impl Writer {
             });
         }
         records.clear();
+    }
+
+    /// Writes `records` at the end of the last record and makes them durable; grows the
+    /// zeroed space first when they do not fit in it (that sync then covers both).
+    fn write_batch(&mut self, records: &[u8]) -> io::Result<()> {
+        let need = self.end + records.len() as u64;
+        if need > self.allocated {
+            let grown = need.div_ceil(PREALLOCATE) * PREALLOCATE;
+            let zeros = vec![0u8; (grown - self.allocated) as usize];
+            self.file.write_all_at(&zeros, self.allocated)?;
+            self.allocated = grown;
+        }
+        self.file.write_all_at(records, self.end)?;
+        self.file.sync_data()
     }
 
     fn rotate(&mut self, snapshot: Snapshot) -> io::Result<usize> {
@@ -332,7 +385,9 @@ impl Writer {
         {
             d.sync_all()?;
         }
-        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        self.end = bytes.len() as u64;
+        self.allocated = self.end;
         self.size.store(bytes.len() as u64, Ordering::Relaxed);
         self.rotated_size
             .store(bytes.len() as u64, Ordering::Relaxed);
@@ -523,6 +578,54 @@ mod tests {
     }
 
     #[test]
+    fn the_file_is_grown_in_zeroed_steps_and_trimmed_at_close() {
+        let path = temp("prealloc");
+        let rt = rt();
+        let (j, _) = Journal::open(&path).unwrap();
+        rt.block_on(async {
+            for i in 1..=3u8 {
+                j.append(&[i; 100]).await.unwrap();
+            }
+        });
+        let records = 3 * (RECORD_HEADER + 100) as u64;
+        assert_eq!(j.size(), records);
+        // Open: the records, then zeros up to the step.
+        let raw = std::fs::read(&path).unwrap();
+        assert_eq!(raw.len() as u64, PREALLOCATE);
+        assert!(raw[records as usize..].iter().all(|&b| b == 0));
+        let (entries, good) = parse_records(&raw);
+        assert_eq!((entries.len(), good as u64), (3, records));
+        // Closed: the file ends with its last record.
+        j.close();
+        let (j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries.len(), 3);
+        j.close();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), records);
+    }
+
+    #[test]
+    fn a_torn_record_in_the_zeroed_space_is_damage_and_later_appends_read_back() {
+        let path = temp("torn-prealloc");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // Two records, a record torn after 30 bytes, then preallocated zeros.
+        let mut raw = [encode_record(&[1; 50]), encode_record(&[2; 50])].concat();
+        raw.extend_from_slice(&encode_record(&[3; 50])[..30]);
+        raw.resize(PREALLOCATE as usize, 0);
+        std::fs::write(&path, &raw).unwrap();
+        let rt = rt();
+        let (j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, vec![vec![1; 50], vec![2; 50]]);
+        assert_eq!(contents.damaged_tail, 30);
+        // A shorter record where the torn one was: nothing of the torn one is read after it.
+        rt.block_on(j.append(&[4; 5])).unwrap();
+        std::mem::forget(j); // as if killed: no trim
+        let (j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, vec![vec![1; 50], vec![2; 50], vec![4; 5]]);
+        assert_eq!(contents.damaged_tail, 0);
+        j.close();
+    }
+
+    #[test]
     fn concurrent_appends_share_syncs_and_all_land() {
         let path = temp("group");
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -571,9 +674,10 @@ mod tests {
         });
         j.close();
         let (_j, contents) = Journal::open(&path).unwrap();
+        // Held entries come first, so the pool's own (newer) entries win at a reload.
         assert_eq!(
             contents.entries,
-            vec![vec![2; 5], vec![4; 5], vec![9; 3], vec![5; 5]]
+            vec![vec![9; 3], vec![2; 5], vec![4; 5], vec![5; 5]]
         );
     }
 }
