@@ -368,10 +368,22 @@ pub fn get_transaction_receipt(ctx: &RpcContext, params: Params<'_>) -> RpcResul
 /// Admits a transaction as local; a rejection is reported with code -32000 and the
 /// pool's message, which uses geth's wording ("already known", "nonce too low", ...).
 pub async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
-    let [raw] = positional::<1>(&params)?;
-    let raw = raw.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
-    let bytes: Bytes = serde_json::from_value(raw)
-        .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?;
+    // The usual call, one 0x-prefixed hex string, is decoded straight from the request
+    // text; anything else takes the general path, which words the errors.
+    let fast = params
+        .parse::<(&str,)>()
+        .ok()
+        .and_then(|(hex,)| hex.strip_prefix("0x"))
+        .and_then(|digits| alloy_primitives::hex::decode(digits).ok());
+    let bytes = match fast {
+        Some(bytes) => Bytes::from(bytes),
+        None => {
+            let [raw] = positional::<1>(&params)?;
+            let raw = raw.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
+            serde_json::from_value(raw)
+                .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?
+        }
+    };
     match ctx.pool.submit_local(TxInput::Raw(bytes)).await {
         Ok(added) => {
             // The dev node with --dev.period 0 answers once the tx is in a block.

@@ -11,6 +11,12 @@
 //!                 the idle timeout, a write stalled past the write timeout ─▶ closed
 //! ```
 //!
+//! The watchdog is one timer per connection, never woken by the requests themselves: a
+//! request only moves the connection's clock (a mutex, no wakeup, no timer change). The
+//! timer is armed no later than the shortest timeout from now, and every deadline a later
+//! event sets lies at least that far past the event, so none can fall before the timer
+//! fires; when it fires, it re-reads the clock and closes the connection or re-arms.
+//!
 //! Timeouts follow go-ethereum's `rpc.HTTPTimeouts` (net/http's meanings): a request's
 //! headers must arrive within `read_header` of its first byte (of the connection's start
 //! for the first request), the whole request, body included, within `read` (the body
@@ -35,7 +41,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 use tower::Service;
 
 /// go-ethereum's `rpc.DefaultHTTPTimeouts`.
@@ -224,7 +229,6 @@ struct Clock {
 pub struct Conn {
     pub remote: SocketAddr,
     clock: Mutex<Clock>,
-    wake: Notify,
     _slot: ConnSlot,
     /// The WebSocket slot, once the connection is upgraded.
     ws_slot: Mutex<Option<ConnSlot>>,
@@ -248,7 +252,6 @@ impl Conn {
                 },
                 write_blocked: None,
             }),
-            wake: Notify::new(),
             _slot: slot,
             ws_slot: Mutex::new(None),
         }
@@ -265,19 +268,13 @@ impl Conn {
             c.phase = Phase::Headers {
                 since: Instant::now(),
             };
-            drop(c);
-            self.wake.notify_one();
         }
     }
 
     fn on_write(&self, blocked: bool) {
         let mut c = self.clock.lock();
         match (blocked, c.write_blocked) {
-            (true, None) => {
-                c.write_blocked = Some(Instant::now());
-                drop(c);
-                self.wake.notify_one();
-            }
+            (true, None) => c.write_blocked = Some(Instant::now()),
             (false, Some(_)) => c.write_blocked = None,
             _ => {}
         }
@@ -308,8 +305,6 @@ impl Conn {
                 }
             };
         }
-        drop(c);
-        self.wake.notify_one();
     }
 
     /// When the connection is due to be closed as things stand, and why.
@@ -326,7 +321,27 @@ impl Conn {
             (a, b) => a.or(b),
         }
     }
+
+    /// When the watchdog should look next: the deadline as things stand, but no later
+    /// than the shortest timeout from `now`. A deadline set by a later event (a request's
+    /// first byte, its end, a stalled write) lies at least that shortest timeout past the
+    /// event, so it cannot fall before this.
+    fn next_look(&self, t: &HttpTimeouts, now: Instant) -> Instant {
+        let horizon = t
+            .read_header
+            .min(t.idle)
+            .min(t.write)
+            .max(MIN_WATCHDOG_PERIOD);
+        let latest = now + horizon;
+        self.deadline(t)
+            .map_or(latest, |(at, _)| at.min(latest))
+            .max(now)
+    }
 }
+
+/// The watchdog wakes at most this often (timeouts shorter than this are enforced up to
+/// this late).
+const MIN_WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
 
 /// Ends a request's busy phase when dropped (also when the client goes away).
 struct RequestGuard(Arc<Conn>);
@@ -555,13 +570,10 @@ async fn serve_connection<S>(
     tokio::pin!(connection);
     let stopped = stop.shutdown();
     tokio::pin!(stopped);
+    let first = conn.next_look(&timeouts, Instant::now());
+    let watchdog = tokio::time::sleep_until(tokio::time::Instant::from_std(first));
+    tokio::pin!(watchdog);
     loop {
-        let deadline = conn.deadline(&timeouts);
-        let sleep_until = deadline.map_or_else(
-            // Busy: a state change wakes us.
-            || tokio::time::Instant::now() + timeouts.read_header.max(Duration::from_secs(1)),
-            |(at, _)| tokio::time::Instant::from_std(at),
-        );
         tokio::select! {
             r = &mut connection => {
                 if let Err(e) = r {
@@ -575,10 +587,10 @@ async fn serve_connection<S>(
                 let _ = tokio::time::timeout(timeouts.write, connection.as_mut()).await;
                 break;
             }
-            _ = conn.wake.notified() => {}
-            _ = tokio::time::sleep_until(sleep_until) => {
+            _ = &mut watchdog => {
+                let now = Instant::now();
                 if let Some((at, why)) = conn.deadline(&timeouts)
-                    && at <= Instant::now()
+                    && at <= now
                 {
                     metrics::counter!("moat_rpc_connections_timed_out_total", "server" => name, "phase" => why)
                         .increment(1);
@@ -587,6 +599,8 @@ async fn serve_connection<S>(
                     }
                     break;
                 }
+                let next = conn.next_look(&timeouts, now);
+                watchdog.as_mut().reset(tokio::time::Instant::from_std(next));
             }
         }
     }
@@ -666,5 +680,40 @@ mod tests {
         assert_eq!(conn.deadline(&timeouts).unwrap().1, "idle");
         conn.on_read();
         assert_eq!(conn.deadline(&timeouts).unwrap().1, "read_header");
+    }
+
+    #[test]
+    fn the_watchdog_looks_before_any_deadline_a_later_event_can_set() {
+        let t = ConnTable::new(ConnLimits {
+            total: 1,
+            per_ip: 1,
+        });
+        let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let conn = Conn::new(remote, t.try_open(remote.ip()).unwrap());
+        let timeouts = HttpTimeouts {
+            read: Duration::from_secs(30),
+            read_header: Duration::from_secs(20),
+            write: Duration::from_secs(30),
+            idle: Duration::from_secs(120),
+        };
+        // Reading headers: exactly their deadline.
+        let now = Instant::now();
+        let (due, _) = conn.deadline(&timeouts).unwrap();
+        assert_eq!(conn.next_look(&timeouts, now), due.max(now));
+        // Busy: no deadline, but a look within the shortest timeout.
+        conn.begin_request();
+        let now = Instant::now();
+        assert_eq!(conn.next_look(&timeouts, now), now + timeouts.read_header);
+        // Idle for 120 s, but the next request's headers may start at once and are due
+        // 20 s later: the look comes before that, not at the idle deadline.
+        conn.end_request();
+        let now = Instant::now();
+        let look = conn.next_look(&timeouts, now);
+        assert_eq!(look, now + timeouts.read_header);
+        conn.on_read();
+        assert!(conn.deadline(&timeouts).unwrap().0 >= look);
+        // A deadline already past is looked at now.
+        let later = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(conn.next_look(&timeouts, later), later);
     }
 }
