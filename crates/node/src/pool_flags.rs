@@ -43,6 +43,12 @@ pub struct PoolArgs {
     /// Queued transactions a local account may have (moat's).
     #[arg(long = "txpool.localqueue", default_value_t = 256)]
     pub local_queue: usize,
+    /// Percent of each subpool that local transactions may hold exempt from eviction;
+    /// past it they are evicted by price as remote ones are (moat's: geth 1.17 evicts
+    /// locals by price and resubmits them from its journal).
+    #[arg(long = "txpool.localshare", default_value_t = 50,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub local_share: u8,
     /// Bytes of blob transactions (sidecars included) the pool holds.
     #[arg(long = "blobpool.datacap", default_value_t = 10 * 1024 * 1024 * 1024 / 4)]
     pub blob_datacap: usize,
@@ -101,6 +107,7 @@ impl PoolArgs {
         cfg.no_locals = self.no_locals;
         cfg.local_account_slots = self.local_slots;
         cfg.local_account_queue = self.local_queue;
+        cfg.local_share = usize::from(self.local_share);
         cfg.blob.max_bytes = self.blob_datacap;
         cfg.blob_price_bump = self.blob_price_bump;
         let b = &mut cfg.budget;
@@ -176,6 +183,8 @@ mod tests {
             "--txpool.locals",
             "0x00000000000000000000000000000000000000aa,0x00000000000000000000000000000000000000bb",
             "--txpool.nolocals",
+            "--txpool.localshare",
+            "25",
             "--blobpool.datacap",
             "1000",
             "--blobpool.pricebump",
@@ -209,6 +218,7 @@ mod tests {
         assert_eq!(cfg.queued_lifetime, Duration::from_secs(5400));
         assert_eq!(cfg.locals.len(), 2);
         assert!(cfg.no_locals);
+        assert_eq!(cfg.local_share, 25);
         assert_eq!(cfg.blob.max_bytes, 1000);
         assert_eq!(cfg.blob_price_bump, 50);
         let b = &cfg.budget;
@@ -226,12 +236,17 @@ mod tests {
         // Budgets default to shares of this machine's cores.
         let chain = ChainConfig::all_forks_at_genesis(1, moat_common::config::Fork::Prague);
         assert_eq!(
-            defaults.pool.pool_config(chain).budget,
+            defaults.pool.pool_config(chain.clone()).budget,
             moat_blockchain::mempool::BudgetConfig::for_this_machine()
         );
         let miner = defaults.pool.miner_config(false).unwrap();
         assert_eq!(miner, MinerConfig::geth_defaults());
         assert_eq!(defaults.pool.miner_config(true).unwrap().min_tip, 1);
+        assert_eq!(
+            defaults.pool.pool_config(chain.clone()).local_share,
+            PoolConfig::new(chain).local_share
+        );
+        assert!(Cli::try_parse_from(["moat", "--txpool.localshare", "101"]).is_err());
         let long = Cli::parse_from(["moat", "--miner.extradata", &"x".repeat(33)]);
         assert!(long.pool.miner_config(false).is_err());
     }

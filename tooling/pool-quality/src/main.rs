@@ -77,6 +77,18 @@ struct Args {
     /// In process: the pool as `--txpool.nolocals` makes it (RPC txs get no exemption).
     #[arg(long)]
     nolocals: bool,
+    /// In process: the percent of each subpool local txs may hold exempt from eviction
+    /// (`--txpool.localshare`). [default: the pool's, 50]
+    #[arg(long)]
+    localshare: Option<usize>,
+    /// In process: the pending and base-fee subpools' limits (`--txpool.globalslots`).
+    /// [default: the pool's, 10000; a node's flag defaults to 5120]
+    #[arg(long)]
+    globalslots: Option<usize>,
+    /// In process: the queued subpool's limit (`--txpool.globalqueue`). [default: the
+    /// pool's, 10000; a node's flag defaults to 1024]
+    #[arg(long)]
+    globalqueue: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -153,6 +165,16 @@ fn run(args: Args) -> Result<(), String> {
         let out = match args.rpc {
             None => runtime.block_on(run_in_process(&genesis, &s, |cfg| {
                 cfg.no_locals = args.nolocals;
+                if let Some(share) = args.localshare {
+                    cfg.local_share = share;
+                }
+                if let Some(n) = args.globalslots {
+                    cfg.pending.max_txs = n;
+                    cfg.basefee.max_txs = n;
+                }
+                if let Some(n) = args.globalqueue {
+                    cfg.queued.max_txs = n;
+                }
             }))?,
             Some(rpc) => runtime.block_on(external(&args, &genesis, rpc, &s))?,
         };

@@ -32,6 +32,11 @@ pub struct PoolConfig {
     /// The same two for senders of local (RPC) txs: larger, and bounded.
     pub local_account_slots: usize,
     pub local_account_queue: usize,
+    /// Percent of each subpool's limits (count and bytes) that local senders' txs may
+    /// hold exempt from eviction. Past it, local senders are evicted as any other, worst
+    /// effective tip at the current base fee first, farthest nonce first; within it, a
+    /// full subpool evicts remote txs only. At most 100.
+    pub local_share: usize,
     /// Senders whose txs count as local from any origin (geth's `--txpool.locals`).
     pub locals: std::collections::HashSet<alloy_primitives::Address>,
     /// Local txs get no exemption (geth's `--txpool.nolocals`): the least tip, the
@@ -75,6 +80,7 @@ impl PoolConfig {
             max_account_queue: 64,
             local_account_slots: 1_024,
             local_account_queue: 256,
+            local_share: 50,
             locals: Default::default(),
             no_locals: false,
             max_delegated_slots: 1,
@@ -96,6 +102,17 @@ impl PoolConfig {
     /// Whether a tx of `sender` from `origin` gets the local exemptions.
     pub fn is_local(&self, origin: super::TxOrigin, sender: &alloy_primitives::Address) -> bool {
         !self.no_locals && (origin.is_local() || self.locals.contains(sender))
+    }
+
+    /// What local senders' txs may hold of `sub` exempt from eviction
+    /// ([`PoolConfig::local_share`] of its limits).
+    pub(crate) fn local_limit(&self, sub: super::SubPool) -> SubPoolLimit {
+        let limit = self.limit(sub);
+        let share = self.local_share.min(100);
+        SubPoolLimit::new(
+            limit.max_txs / 100 * share + limit.max_txs % 100 * share / 100,
+            limit.max_bytes / 100 * share + limit.max_bytes % 100 * share / 100,
+        )
     }
 
     pub(crate) fn limit(&self, sub: super::SubPool) -> SubPoolLimit {

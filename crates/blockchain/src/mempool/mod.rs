@@ -62,7 +62,8 @@ pub enum TxOrigin {
 }
 
 impl TxOrigin {
-    /// Local transactions skip the minimum tip and are never evicted for price.
+    /// Local transactions skip the minimum tip, and are not evicted for price while local
+    /// txs are within their share of the subpool (`PoolConfig::local_share`).
     pub fn is_local(&self) -> bool {
         matches!(self, TxOrigin::Local | TxOrigin::Journal)
     }
@@ -729,21 +730,36 @@ impl Pool {
 
     /// Inserts under the lock, then publishes events with the lock released.
     fn insert(&self, tx: Arc<PoolTx>, account: AccountState) -> AddResult {
-        let (result, evicted, pending) = {
+        let (result, evicted, pending, evicted_locals) = {
             let mut pool = self.shared.pool.lock();
             let (result, evicted) = pool.insert(tx, account);
             // Copied out rather than taken: the pool's buffer keeps its capacity, and an
             // insert (which promotes a handful of txs at most) allocates nothing here.
             let pending: SmallVec<[B256; 8]> = pool.newly_pending.drain(..).collect();
-            (result, evicted, pending)
+            let evicted_locals = std::mem::take(&mut pool.evicted_locals);
+            (result, evicted, pending, evicted_locals)
         };
         if !evicted.is_empty() {
             self.shared
                 .metrics
                 .add(Counter::evicted, evicted.len() as u64);
         }
+        self.hold_evicted_locals(evicted_locals);
         self.publish(pending);
         result
+    }
+
+    /// Local txs that left the pool for room (evicted for price, or displaced by their
+    /// sender's gap-filler) stay in the journal, as a refusal for a full pool does at
+    /// reload: the next start offers them again. They leave it when mined, replaced or
+    /// found invalid at a reload.
+    fn hold_evicted_locals(&self, txs: Vec<Arc<PoolTx>>) {
+        if txs.is_empty() {
+            return;
+        }
+        if let Some(journal) = self.shared.journal.get() {
+            journal.hold_more(txs.iter().map(|t| t.tx.encoded_2718()).collect());
+        }
     }
 
     fn publish(&self, hashes: impl IntoIterator<Item = B256>) {
@@ -778,14 +794,19 @@ impl Pool {
             .into_iter()
             .map(|a| (a, s.state.account(&a)))
             .collect();
-        let (removed, pending) = {
+        let (removed, pending, evicted_locals) = {
             let mut pool = s.pool.lock();
             let (mut removed, evicted) = pool.apply_head(update.head, &update.mined, &accounts);
             s.metrics.add(Counter::mined, removed.len() as u64);
             s.metrics.add(Counter::evicted, evicted.len() as u64);
             removed.extend(evicted);
-            (removed, std::mem::take(&mut pool.newly_pending))
+            (
+                removed,
+                std::mem::take(&mut pool.newly_pending),
+                std::mem::take(&mut pool.evicted_locals),
+            )
         };
+        self.hold_evicted_locals(evicted_locals);
         ::metrics::histogram!("moat_pool_head_change_seconds").record(started.elapsed());
         ::metrics::counter!("moat_pool_head_change_accounts_total")
             .increment(accounts.len() as u64);

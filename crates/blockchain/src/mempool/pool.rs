@@ -10,10 +10,12 @@
 //! ```
 //!
 //! A transaction is never in a better subpool than the one before it, so each subpool
-//! holds a contiguous nonce range of each sender. Eviction takes, among the non-local
-//! senders with transactions in a full subpool, the one whose last transaction there is
-//! the cheapest, and removes that sender's transactions from its highest nonce down to it:
-//! no gap is ever created below a pooled transaction.
+//! holds a contiguous nonce range of each sender. Eviction takes, among the senders with
+//! transactions in a full subpool, the one whose last transaction there is the cheapest,
+//! and removes that sender's transactions from its highest nonce down to it: no gap is
+//! ever created below a pooled transaction. Local senders are left out of that choice
+//! while their transactions in the subpool are within the local share of its limits
+//! ([`PoolConfig::local_share`]); past it they are candidates like any other.
 
 use super::FastMap as HashMap;
 use super::PoolTx;
@@ -45,10 +47,16 @@ struct Sender {
     /// Sum of the costs of `txs` (kept as they come and go: the overdraft check reads it
     /// on every admission).
     cost: U256,
-    /// Holds a local transaction: exempt from eviction, as in geth.
+    /// Holds a local transaction: the larger allowance, and exempt from eviction while
+    /// local txs are within their share of the subpool.
     local: bool,
     /// Per subpool: the eviction key and nonce of this sender's last transaction there.
     tails: [Option<(EvictKey, u64)>; 4],
+    /// Per subpool: this sender's txs there, as of its last classification.
+    counts: [Usage; 4],
+    /// Whether `counts` are in the pool's local usage and `tails` in the local tails
+    /// (`local` as of the last classification).
+    counted_local: bool,
 }
 
 /// The first nonce missing from `s`'s txs at or after `state_nonce`: where its executable
@@ -93,14 +101,22 @@ pub(crate) struct PoolInner {
     sender_ids: HashMap<Address, SenderId>,
     senders: Vec<Option<Sender>>,
     free_ids: Vec<u32>,
+    /// Per subpool, the eviction keys of remote senders' last txs there (worst first).
     tails: [BTreeSet<(EvictKey, SenderId)>; 4],
+    /// The same for local senders: candidates only while locals pass their share.
+    local_tails: [BTreeSet<(EvictKey, SenderId)>; 4],
     usage: [Usage; 4],
+    /// What local senders' txs hold of each subpool.
+    local_usage: [Usage; 4],
     blob_index: HashMap<B256, B256>,
     /// Authority → pooled authorizations that name it.
     authorities: HashMap<Address, usize>,
     next_seq: u64,
     /// Hashes that became pending since the last drain; published after the lock is released.
     pub newly_pending: Vec<B256>,
+    /// Local (journaled) txs that left for room since the last drain: evicted for price
+    /// or displaced by their sender's gap-filler. The journal keeps them.
+    pub evicted_locals: Vec<Arc<PoolTx>>,
 }
 
 fn priority(tx: &PoolTx, base_fee: u64) -> (u128, u128) {
@@ -134,11 +150,14 @@ impl PoolInner {
             senders: Vec::new(),
             free_ids: Vec::new(),
             tails: Default::default(),
+            local_tails: Default::default(),
             usage: [Usage::default(); 4],
+            local_usage: [Usage::default(); 4],
             blob_index: HashMap::default(),
             authorities: HashMap::default(),
             next_seq: 0,
             newly_pending: Vec::new(),
+            evicted_locals: Vec::new(),
         }
     }
 
@@ -415,7 +434,9 @@ impl PoolInner {
         }
         let mut evicted = Vec::new();
         if let Some(doomed) = plan.displaces {
-            self.remove_entry(&doomed);
+            if let Some(gone) = self.remove_entry(&doomed) {
+                self.note_evicted(gone);
+            }
             evicted.push(doomed);
         }
         let hash = tx.hash();
@@ -462,6 +483,8 @@ impl PoolInner {
             }
         }
         if evicted.contains(&hash) {
+            // Refused, not evicted: it was never acknowledged, so never journaled.
+            self.evicted_locals.retain(|t| t.hash() != hash);
             return (
                 Err(Rejection::Underpriced),
                 evicted.into_iter().filter(|h| *h != hash).collect(),
@@ -484,6 +507,26 @@ impl PoolInner {
         u.txs > limit.max_txs || u.bytes > limit.max_bytes
     }
 
+    /// Whether local senders' txs in `sub` pass their share of its limits (then they are
+    /// candidates for eviction like any other).
+    fn locals_over_share(&self, sub: SubPool) -> bool {
+        let limit = self.cfg.local_limit(sub);
+        let u = self.local_usage[sub as usize];
+        u.txs > limit.max_txs || u.bytes > limit.max_bytes
+    }
+
+    /// What local senders' txs hold of `sub`.
+    #[cfg(test)]
+    pub fn local_usage(&self, sub: SubPool) -> Usage {
+        self.local_usage[sub as usize]
+    }
+
+    fn note_evicted(&mut self, tx: Arc<PoolTx>) {
+        if tx.origin.is_local() {
+            self.evicted_locals.push(tx);
+        }
+    }
+
     fn new_sender(&mut self, address: Address, account: AccountState) -> SenderId {
         let sender = Sender {
             address,
@@ -494,6 +537,8 @@ impl PoolInner {
             cost: U256::ZERO,
             local: false,
             tails: [None; 4],
+            counts: [Usage::default(); 4],
+            counted_local: false,
         };
         let id = match self.free_ids.pop() {
             Some(i) => {
@@ -544,11 +589,24 @@ impl PoolInner {
         let base_fee = self.head.base_fee;
         let blob_base_fee = self.head.blob_base_fee;
         let s = self.senders[id.0 as usize].as_mut().expect("live sender");
+        let indexed = if s.counted_local {
+            &mut self.local_tails
+        } else {
+            &mut self.tails
+        };
         for (sub, tail) in s.tails.iter_mut().enumerate() {
             if let Some((key, _)) = tail.take() {
-                self.tails[sub].remove(&(key, id));
+                indexed[sub].remove(&(key, id));
             }
         }
+        if s.counted_local {
+            for (total, own) in self.local_usage.iter_mut().zip(&s.counts) {
+                total.txs -= own.txs;
+                total.bytes -= own.bytes;
+            }
+        }
+        s.counts = [Usage::default(); 4];
+        s.counted_local = false;
         if s.txs.is_empty() {
             let address = s.address;
             self.senders[id.0 as usize] = None;
@@ -561,6 +619,7 @@ impl PoolInner {
         let mut spent = U256::ZERO;
         let mut floor = SubPool::Pending;
         let mut tails: [Option<(EvictKey, u64)>; 4] = [None; 4];
+        let mut counts = [Usage::default(); 4];
         for (nonce, hash) in &s.txs {
             let entry = self
                 .by_hash
@@ -602,21 +661,43 @@ impl PoolInner {
             }
             let (tip, cap) = priority(&entry.tx, base_fee);
             tails[sub as usize] = Some(((tip, cap, u64::MAX - entry.seq), *nonce));
+            let c = &mut counts[sub as usize];
+            c.txs += 1;
+            c.bytes += entry.tx.size();
         }
         s.tails = tails;
-        if !s.local {
-            for (sub, tail) in tails.iter().enumerate() {
-                if let Some((key, _)) = tail {
-                    self.tails[sub].insert((*key, id));
-                }
+        s.counts = counts;
+        s.counted_local = s.local;
+        let indexed = if s.local {
+            for (total, own) in self.local_usage.iter_mut().zip(&counts) {
+                total.txs += own.txs;
+                total.bytes += own.bytes;
+            }
+            &mut self.local_tails
+        } else {
+            &mut self.tails
+        };
+        for (sub, tail) in tails.iter().enumerate() {
+            if let Some((key, _)) = tail {
+                indexed[sub].insert((*key, id));
             }
         }
     }
 
     /// Evicts the worst sender's transactions from its top nonce down to its last one in
-    /// `sub`. `None` when no sender there can be evicted.
+    /// `sub`: the worst remote sender, or the worst of all while local senders' txs pass
+    /// their share of `sub`. `None` when no sender there can be evicted.
     fn evict_worst(&mut self, sub: SubPool) -> Option<Vec<B256>> {
-        let (_, id) = *self.tails[sub as usize].first()?;
+        let remote = self.tails[sub as usize].first().copied();
+        let local = if self.locals_over_share(sub) {
+            self.local_tails[sub as usize].first().copied()
+        } else {
+            None
+        };
+        let (_, id) = match (remote, local) {
+            (Some(r), Some(l)) => r.min(l),
+            (r, l) => r.or(l)?,
+        };
         let (_, down_to) =
             self.sender(id).tails[sub as usize].expect("a sender in tails has a tail");
         let doomed: Vec<B256> = self
@@ -626,7 +707,9 @@ impl PoolInner {
             .map(|(_, h)| *h)
             .collect();
         for h in &doomed {
-            self.remove_entry(h);
+            if let Some(gone) = self.remove_entry(h) {
+                self.note_evicted(gone);
+            }
         }
         self.reclassify(id);
         Some(doomed)
@@ -799,11 +882,11 @@ impl PoolInner {
         self.assert_consistent();
         for sub in SubPool::ALL {
             let (u, limit) = (self.usage[sub as usize], self.cfg.limit(sub));
-            // Only local txs, which are never evicted, may hold a subpool over its limit.
+            // Local txs are exempt only within a share of the limits, so nothing holds a
+            // subpool over them.
             assert!(
-                (u.txs <= limit.max_txs && u.bytes <= limit.max_bytes)
-                    || self.tails[sub as usize].is_empty(),
-                "{sub:?} over its limits with evictable txs: {u:?} > {limit:?}"
+                u.txs <= limit.max_txs && u.bytes <= limit.max_bytes,
+                "{sub:?} over its limits: {u:?} > {limit:?}"
             );
         }
         let rank = |sub: SubPool| match sub {
@@ -868,6 +951,47 @@ impl PoolInner {
                 .values()
                 .fold(U256::ZERO, |a, h| a + self.by_hash[h].tx.cost);
             assert_eq!(s.cost, cost, "a sender's cost is the sum of its txs'");
+            assert_eq!(s.counted_local, s.local, "classified as it is now");
         }
+        let mut local = [Usage::default(); 4];
+        for (id, s) in self.senders.iter().enumerate() {
+            let Some(s) = s else { continue };
+            for (sub, tail) in s.tails.iter().enumerate() {
+                let (mine, other) = if s.local {
+                    (&self.local_tails[sub], &self.tails[sub])
+                } else {
+                    (&self.tails[sub], &self.local_tails[sub])
+                };
+                if let Some((key, _)) = tail {
+                    assert!(mine.contains(&(*key, SenderId(id as u32))));
+                    assert!(!other.contains(&(*key, SenderId(id as u32))));
+                }
+            }
+            for h in s.txs.values().filter(|_| s.local) {
+                let e = &self.by_hash[h];
+                local[e.subpool as usize].txs += 1;
+                local[e.subpool as usize].bytes += e.tx.size();
+            }
+        }
+        assert_eq!(
+            local, self.local_usage,
+            "local usage is the local senders' txs"
+        );
+        let tails: usize = self
+            .tails
+            .iter()
+            .chain(&self.local_tails)
+            .map(|t| t.len())
+            .sum();
+        let sender_tails: usize = self
+            .senders
+            .iter()
+            .flatten()
+            .map(|s| s.tails.iter().flatten().count())
+            .sum();
+        assert_eq!(
+            tails, sender_tails,
+            "one indexed tail per sender and subpool"
+        );
     }
 }

@@ -460,18 +460,106 @@ async fn eviction_takes_the_worst_senders_highest_nonces() {
     pool.assert_consistent();
 }
 
+/// Local senders' txs within their share of a subpool (here 2 of 4) are exempt: a full
+/// pool evicts the worst remote tx instead, even a richer one.
 #[tokio::test]
-async fn local_txs_are_not_evicted() {
-    let (pool, state) = setup_with(|c| c.pending = SubPoolLimit::new(1, 1 << 20));
-    let a = funded(&state, 32);
-    pool.add_transaction(raw(&tx1559(&a, 0, 1, 100)), TxOrigin::Local)
-        .await
-        .unwrap();
-    let b = funded(&state, 33);
+async fn locals_within_their_share_are_not_evicted() {
+    let (pool, state) = setup_with(|c| {
+        c.pending = SubPoolLimit::new(4, 1 << 20);
+        c.local_share = 50;
+    });
+    let (a, b, c) = (funded(&state, 32), funded(&state, 33), funded(&state, 34));
+    let locals: Vec<_> = (0..2).map(|n| tx1559(&a, n, 1, 100)).collect();
+    for tx in &locals {
+        pool.add_transaction(raw(tx), TxOrigin::Local)
+            .await
+            .unwrap();
+    }
+    for n in 0..2 {
+        add(&pool, &tx1559(&b, n, 50, 100)).await.unwrap();
+    }
+    add(&pool, &tx1559(&c, 0, 90, 100)).await.unwrap();
+    for tx in &locals {
+        assert!(pool.contains(&tx.hash()), "a local within its share stays");
+    }
+    assert_eq!(pool.sender_txs(&b.address()).len(), 1, "b's top nonce went");
+    // A remote tx worse than every remote one is refused, though locals pay less.
     assert_eq!(
-        add(&pool, &tx1559(&b, 0, 90, 100)).await,
+        add(&pool, &tx1559(&funded(&state, 35), 0, 40, 100)).await,
         Err(Rejection::Underpriced)
     );
+    pool.shared.pool.lock().assert_invariants();
+}
+
+/// Past their share, local txs are candidates like any other: the cheapest local tail
+/// goes before richer remote txs, from its sender's top nonce (the run stays unbroken),
+/// and only down to the share; then a full pool evicts remote txs again.
+#[tokio::test]
+async fn locals_past_their_share_are_evicted_before_richer_remote_txs() {
+    let (pool, state) = setup_with(|c| {
+        c.pending = SubPoolLimit::new(4, 1 << 20);
+        c.local_share = 50;
+    });
+    let (a, b, c) = (funded(&state, 36), funded(&state, 37), funded(&state, 38));
+    let locals: Vec<_> = (0..3).map(|n| tx1559(&a, n, 1, 100)).collect();
+    for tx in &locals {
+        pool.add_transaction(raw(tx), TxOrigin::Local)
+            .await
+            .unwrap();
+    }
+    add(&pool, &tx1559(&b, 0, 50, 100)).await.unwrap();
+    add(&pool, &tx1559(&c, 0, 40, 100)).await.unwrap();
+    let left: Vec<u64> = pool
+        .sender_txs(&a.address())
+        .iter()
+        .map(|t| t.nonce())
+        .collect();
+    assert_eq!(
+        left,
+        vec![0, 1],
+        "a's top nonce went, not a richer remote tx"
+    );
+    assert_eq!(pool.status().pending.txs, 4);
+    // Locals at their share again: the next eviction takes the worst remote tx.
+    assert_eq!(
+        add(&pool, &tx1559(&funded(&state, 39), 0, 30, 100)).await,
+        Err(Rejection::Underpriced)
+    );
+    add(&pool, &tx1559(&funded(&state, 40), 0, 45, 100))
+        .await
+        .unwrap();
+    assert!(pool.sender_txs(&c.address()).is_empty());
+    assert_eq!(pool.sender_txs(&a.address()).len(), 2);
+    // A local tx past the share that is worse than everything is refused, not pooled.
+    assert_eq!(
+        pool.add_transaction(raw(&tx1559(&a, 2, 1, 100)), TxOrigin::Local)
+            .await,
+        Err(Rejection::Underpriced)
+    );
+    pool.shared.pool.lock().assert_invariants();
+}
+
+/// `local_share = 0` evicts local txs by price like remote ones (what geth 1.17's pool
+/// does); 100 keeps the old exemption, bounded by the subpool's limit.
+#[tokio::test]
+async fn the_local_share_runs_from_none_to_the_whole_subpool() {
+    for (share, local_kept) in [(0, false), (100, true)] {
+        let (pool, state) = setup_with(|c| {
+            c.pending = SubPoolLimit::new(2, 1 << 20);
+            c.local_share = share;
+        });
+        let local = tx1559(&funded(&state, 41), 0, 1, 100);
+        pool.add_transaction(raw(&local), TxOrigin::Local)
+            .await
+            .unwrap();
+        add(&pool, &tx1559(&funded(&state, 42), 0, 50, 100))
+            .await
+            .unwrap();
+        let r = add(&pool, &tx1559(&funded(&state, 43), 0, 40, 100)).await;
+        assert_eq!(r.is_ok(), !local_kept, "share {share}");
+        assert_eq!(pool.contains(&local.hash()), local_kept, "share {share}");
+        pool.shared.pool.lock().assert_invariants();
+    }
 }
 
 #[tokio::test]
@@ -1172,6 +1260,68 @@ async fn the_journal_is_rewritten_from_the_pool() {
         .unwrap();
     journal.close();
     assert_eq!(journal_entries(&path).len(), 3);
+}
+
+/// A local tx evicted for price leaves the pool but not the journal (a full pool is a
+/// transient refusal, as at a reload): each rotation keeps it, and the next start offers
+/// it again. A replacement submitted after the eviction wins over it at the reload.
+#[tokio::test]
+async fn an_evicted_local_tx_stays_in_the_journal() {
+    let path = journal_path("evicted");
+    let (pool, state) = setup_with(|c| {
+        c.pending = SubPoolLimit::new(2, 1 << 20);
+        c.local_share = 0;
+    });
+    let (journal, _) = Journal::open(&path).unwrap();
+    pool.attach_journal(journal.clone());
+    let (a, b) = (funded(&state, 60), funded(&state, 61));
+    let cheap = tx1559(&a, 0, 1, 100);
+    let kept = tx1559(&b, 0, 5, 100);
+    pool.add_transaction(raw(&cheap), TxOrigin::Local)
+        .await
+        .unwrap();
+    pool.add_transaction(raw(&kept), TxOrigin::Local)
+        .await
+        .unwrap();
+    add(&pool, &tx1559(&funded(&state, 62), 0, 50, 100))
+        .await
+        .unwrap();
+    assert!(
+        !pool.contains(&cheap.hash()),
+        "the cheapest local was evicted"
+    );
+    assert_eq!(journal.held(), 1);
+    assert_eq!(pool.rotate_journal().await.unwrap(), 2, "held and pooled");
+    journal.close();
+    // A start with room takes it back.
+    let (restarted, reload) = restart(&path, &state, |_| {}).await;
+    assert_eq!(fates(&reload), vec![("readmitted", 2)]);
+    assert!(restarted.contains(&cheap.hash()));
+    restarted.journal().unwrap().close();
+
+    // Evicted again, then replaced by its sender at a higher fee: the replacement is the
+    // newer entry and the evicted one gives way to it at the reload.
+    let (pool, _) = restart(&path, &state, |c| {
+        c.pending = SubPoolLimit::new(2, 1 << 20);
+        c.local_share = 0;
+    })
+    .await;
+    add(&pool, &tx1559(&funded(&state, 63), 0, 50, 100))
+        .await
+        .unwrap();
+    assert!(!pool.contains(&cheap.hash()));
+    let better = tx1559(&a, 0, 60, 200);
+    pool.add_transaction(raw(&better), TxOrigin::Local)
+        .await
+        .unwrap();
+    pool.rotate_journal().await.unwrap();
+    pool.journal().unwrap().close();
+    let (restarted, reload) = restart(&path, &state, |_| {}).await;
+    // b's tx, evicted for `better`, is readmitted too.
+    assert_eq!(fates(&reload), vec![("readmitted", 2), ("replaced", 1)]);
+    assert!(restarted.contains(&better.hash()));
+    assert!(!restarted.contains(&cheap.hash()));
+    restarted.journal().unwrap().close();
 }
 
 #[tokio::test]

@@ -153,3 +153,89 @@ async fn a_base_fee_rise_keeps_the_base_fee_subpool_within_its_limit() {
     assert_eq!(out.removed.len(), 4, "the worst senders' txs are evicted");
     pool.shared.pool.lock().assert_invariants();
 }
+
+mod local_share {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A sender's pooled txs: nonce → (hash, subpool).
+    fn held(pool: &Pool, a: &Address) -> BTreeMap<u64, (B256, SubPool)> {
+        pool.sender_txs(a)
+            .iter()
+            .map(|t| (t.nonce(), (t.hash(), pool.subpool_of(&t.hash()).unwrap())))
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Two local and two remote senders into a small pool whose locals may hold half
+        /// of each subpool exempt (3 of 6 pending, 2 of 4 base-fee, 2 of 4 queued):
+        /// - another sender's add evicts a local tx only while locals pass their share,
+        ///   so afterwards locals still hold at least their share of the subpool the
+        ///   eviction started in;
+        /// - every sender, local or remote, loses txs only from the top: a run is never
+        ///   broken;
+        /// - the invariants hold (every subpool within its limits: the exemption never
+        ///   holds one over them).
+        #[test]
+        fn locals_are_evicted_only_past_their_share(
+            ops in proptest::collection::vec((0usize..4, 0u64..7, 1u128..60, 1u128..120), 1..150)
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let (pool, state) = setup_with(|c| {
+                    c.max_account_slots = 2;
+                    c.max_account_queue = 2;
+                    c.local_account_slots = 5;
+                    c.local_account_queue = 3;
+                    c.pending.max_txs = 6;
+                    c.basefee.max_txs = 4;
+                    c.queued.max_txs = 4;
+                    c.local_share = 50;
+                });
+                let share = |sub: SubPool| match sub {
+                    SubPool::Pending => 3,
+                    SubPool::BaseFee | SubPool::Queued => 2,
+                    SubPool::Blob => 500,
+                };
+                let senders: Vec<Signer> = (0..4).map(|i| funded(&state, 500 + i)).collect();
+                for (who, nonce, tip, cap) in ops {
+                    let before: Vec<_> =
+                        senders.iter().map(|s| held(&pool, &s.address())).collect();
+                    let origin = if who < 2 { TxOrigin::Local } else { peer(1) };
+                    let tx = tx1559(&senders[who], nonce, tip.min(cap), cap);
+                    let _ = pool.add_transaction(raw(&tx), origin).await;
+                    let afters: Vec<_> =
+                        senders.iter().map(|s| held(&pool, &s.address())).collect();
+                    let inner = pool.shared.pool.lock();
+                    inner.assert_invariants();
+                    for (i, after) in afters.iter().enumerate() {
+                        let gone: Vec<u64> = before[i]
+                            .iter()
+                            .filter(|(n, (h, _))| after.get(n).is_none_or(|(h2, _)| h2 != h))
+                            .map(|(n, _)| *n)
+                            .filter(|n| !(i == who && *n == nonce))
+                            .collect();
+                        let top_kept = after.keys().next_back().copied();
+                        for n in &gone {
+                            prop_assert!(
+                                top_kept.is_none_or(|t| *n > t),
+                                "sender {i}: tx {n} left below kept tx {top_kept:?}"
+                            );
+                        }
+                        if i < 2 && i != who && let Some(first) = gone.first() {
+                            let sub = before[i][first].1;
+                            prop_assert!(
+                                inner.local_usage(sub).txs >= share(sub),
+                                "a local tx left {sub:?} with locals under their share: {:?}",
+                                inner.local_usage(sub)
+                            );
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
+}
