@@ -50,8 +50,12 @@ pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 }
 
 /// `personal_sign(data, address)`: `eth_sign` with its arguments the other way round, as
-/// MetaMask, anvil and ethers' `JsonRpcSigner.signMessage` have it.
+/// MetaMask, anvil and ethers' `JsonRpcSigner.signMessage` have it. Dev node only.
 pub fn personal_sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    // geth has no personal namespace: only the dev node (anvil's) serves it.
+    if ctx.mine.is_none() {
+        return Err(crate::dev_methods::not_found("personal_sign"));
+    }
     let [data, address] = positional::<2>(&params)?;
     let swapped = json!([address, data]).to_string();
     sign(ctx, Params::new(Some(&swapped)))
@@ -69,8 +73,12 @@ fn signature_bytes(key: &Signer, digest: &alloy_primitives::B256) -> Bytes {
 
 /// `eth_signTypedData_v4(address, typedData)`: the EIP-712 signature (r ‖ s ‖ v, v 27 or
 /// 28) of the typed data, given as a JSON object or as a string holding one (MetaMask's
-/// form, which ethers and viem send).
+/// form, which ethers and viem send). Dev node only: elsewhere "method not found", as geth.
 pub fn sign_typed_data_v4(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    // geth does not have it: only the dev node (as anvil) serves it.
+    if ctx.mine.is_none() {
+        return Err(crate::dev_methods::not_found("eth_signTypedData_v4"));
+    }
     let [address, typed] = positional::<2>(&params)?;
     let address: Address = serde_json::from_value(
         address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,

@@ -42,7 +42,7 @@ pub enum DevRequest {
 }
 
 /// anvil's error for a method the node does not serve.
-fn not_found(method: &str) -> ErrorObjectOwned {
+pub(crate) fn not_found(method: &str) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(
         jsonrpsee::types::error::METHOD_NOT_FOUND_CODE,
         format!("the method {method} does not exist/is not available"),
