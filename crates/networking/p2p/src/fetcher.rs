@@ -13,6 +13,16 @@
 //!                           announcer, the slow peer is no longer asked for them
 //! ```
 //!
+//! An announcer that does not deliver must not hold up the ones that do:
+//! - each peer keeps a record of hashes it was asked for and did not deliver (timed out
+//!   or left out of its reply) against those it delivered; a waiting hash goes to its
+//!   announcer with the best record, so a hash a never-delivering peer announced first
+//!   is asked of an honest announcer as soon as the first peer has failed once;
+//! - when the fetcher tracks as many hashes as it may, a peer announcing less than the
+//!   biggest announcer takes the place of one of that announcer's waiting hashes, so a
+//!   crowd of peers announcing hashes they never deliver cannot crowd out an honest
+//!   peer's announcements.
+//!
 //! State is plain data with no I/O; the network drives it under one mutex.
 
 use crate::rlpx::PeerId;
@@ -83,6 +93,18 @@ struct PeerState {
     /// Hashes this peer announced that are still tracked, oldest first.
     announced: VecDeque<B256>,
     request: Option<Request>,
+    /// Hashes it delivered when asked.
+    delivered: u64,
+    /// Hashes it was asked for and did not deliver (timed out, or left out).
+    undelivered: u64,
+}
+
+impl PeerState {
+    /// Undelivered hashes beyond the delivered ones: 0 for a peer that delivers (an
+    /// honest peer may leave out the odd tx it dropped meanwhile).
+    fn strikes(&self) -> u64 {
+        self.undelivered.saturating_sub(self.delivered)
+    }
 }
 
 /// A request to send.
@@ -170,9 +192,10 @@ impl Fetcher {
         let mut dropped = 0;
         let max_tracked = self.cfg.max_tracked;
         let cap = self.cfg.max_announces_per_peer;
-        let state = self.peers.entry(peer).or_default();
+        self.peers.entry(peer).or_default();
         for (hash, meta) in entries {
-            if state.announced.len() >= cap {
+            let mine = self.peers.get(&peer).map_or(0, |s| s.announced.len());
+            if mine >= cap {
                 dropped += 1;
                 continue;
             }
@@ -184,7 +207,7 @@ impl Fetcher {
                     h.announcers.push((peer, meta));
                 }
                 None => {
-                    if self.hashes.len() >= max_tracked {
+                    if self.hashes.len() >= max_tracked && !self.make_room_for(peer, mine) {
                         dropped += 1;
                         continue;
                     }
@@ -197,14 +220,57 @@ impl Fetcher {
                     );
                 }
             }
-            state.announced.push_back(hash);
+            if let Some(state) = self.peers.get_mut(&peer) {
+                state.announced.push_back(hash);
+            }
         }
         dropped
+    }
+
+    /// The fetcher is full and `peer`, which has `mine` hashes tracked, announces a new
+    /// one: the biggest announcer, if it has more than one hash over `mine`, gives up its
+    /// oldest waiting hash that no one else announced. Whether room was made.
+    fn make_room_for(&mut self, peer: PeerId, mine: usize) -> bool {
+        let Some((biggest, count)) = self
+            .peers
+            .iter()
+            .filter(|(p, _)| **p != peer)
+            .map(|(p, s)| (*p, s.announced.len()))
+            .max_by_key(|(_, n)| *n)
+        else {
+            return false;
+        };
+        if count <= mine + 1 {
+            return false;
+        }
+        let hashes = &self.hashes;
+        let Some(state) = self.peers.get_mut(&biggest) else {
+            return false;
+        };
+        let Some(i) = state.announced.iter().position(|h| {
+            hashes
+                .get(h)
+                .is_some_and(|st| st.fetch == Fetch::Waiting && st.announcers.len() == 1)
+        }) else {
+            return false;
+        };
+        if let Some(h) = state.announced.remove(i) {
+            self.hashes.remove(&h);
+        }
+        true
     }
 
     /// Requests to send now: one per idle peer, of waiting hashes it announced.
     pub fn schedule(&mut self, now: Instant) -> Vec<FetchRequest> {
         let mut out = Vec::new();
+        // Each announcer's record as the round starts (requests made in the round do
+        // not change it).
+        let records: Map<PeerId, u64> = self
+            .peers
+            .iter()
+            .filter(|(_, s)| s.undelivered > 0)
+            .map(|(p, s)| (*p, s.strikes()))
+            .collect();
         let ids: Vec<PeerId> = self
             .peers
             .iter()
@@ -215,6 +281,7 @@ impl Fetcher {
             let Some(state) = self.peers.get_mut(&peer) else {
                 continue;
             };
+            let strikes = state.strikes();
             let mut hashes = Vec::new();
             let mut bytes = 0usize;
             for hash in &state.announced {
@@ -222,6 +289,16 @@ impl Fetcher {
                     continue;
                 };
                 if h.fetch != Fetch::Waiting {
+                    continue;
+                }
+                // A peer with undelivered hashes on its record leaves a hash to another
+                // announcer with a better one (asked in its own turn, now or once its
+                // request is answered).
+                if strikes > 0
+                    && h.announcers
+                        .iter()
+                        .any(|(p, _)| *p != peer && strikes_of(&records, p) < strikes)
+                {
                     continue;
                 }
                 let size = h
@@ -279,6 +356,10 @@ impl Fetcher {
             Ok(()) => delivered.iter().map(|d| d.hash).collect(),
             Err(_) => Vec::new(),
         };
+        if let Some(s) = self.peers.get_mut(&peer) {
+            s.delivered += accepted.len() as u64;
+            s.undelivered += (request.hashes.len() - accepted.len()) as u64;
+        }
         for hash in &request.hashes {
             if accepted.contains(hash) {
                 if let Some(h) = self.hashes.get_mut(hash) {
@@ -377,6 +458,9 @@ impl Fetcher {
             .filter_map(|(p, s)| s.request.take().map(|r| (*p, r.hashes)))
             .collect();
         for (peer, hashes) in &late {
+            if let Some(s) = self.peers.get_mut(peer) {
+                s.undelivered += hashes.len() as u64;
+            }
             for hash in hashes {
                 self.drop_announcer(hash, *peer);
             }
@@ -397,6 +481,11 @@ impl Fetcher {
             self.drop_announcer(&hash, peer);
         }
     }
+}
+
+/// A peer's strikes from the round's records (none on record: 0).
+fn strikes_of(records: &Map<PeerId, u64>, peer: &PeerId) -> u64 {
+    records.get(peer).copied().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -598,5 +687,94 @@ mod tests {
         assert!(f.is_empty());
         // The late reply from the slow peer is unsolicited now.
         assert!(f.deliver(slow, first[0].request_id, &[]).is_err());
+    }
+
+    #[test]
+    fn a_peer_that_did_not_deliver_leaves_shared_hashes_to_one_that_does() {
+        // Which idle peer a round visits first depends on the map's random order: 16
+        // fetchers, so that a rule that only held for one order would be caught.
+        for _ in 0..16 {
+            a_peer_that_did_not_deliver_leaves_shared_hashes_to_one_that_does_once();
+        }
+    }
+
+    fn a_peer_that_did_not_deliver_leaves_shared_hashes_to_one_that_does_once() {
+        let (attacker, honest) = (peer(1), peer(2));
+        let mut f = Fetcher::new(FetcherConfig::default());
+        let t0 = Instant::now();
+        // The attacker announces hashes it will never deliver; its request times out.
+        f.announce(attacker, (100..356).map(|i| (h(i), meta(100))));
+        let first = f.schedule(t0);
+        assert_eq!(first.len(), 1);
+        assert_eq!(f.expire(t0 + Duration::from_secs(5)), vec![attacker]);
+        // Both announce a real tx, the attacker first (it copies announcements it hears).
+        f.announce(attacker, [(h(1), meta(100))]);
+        f.announce(honest, [(h(1), meta(100))]);
+        let t1 = t0 + Duration::from_secs(5);
+        let reqs = f.schedule(t1);
+        let asked: Vec<(PeerId, Vec<B256>)> =
+            reqs.iter().map(|r| (r.peer, r.hashes.clone())).collect();
+        assert!(
+            asked.contains(&(honest, vec![h(1)])),
+            "the honest announcer is asked at once: {asked:?}"
+        );
+        assert!(
+            asked
+                .iter()
+                .all(|(p, hs)| *p != attacker || !hs.contains(&h(1))),
+            "the peer that did not deliver is not asked for it"
+        );
+        // A peer that delivers keeps a clean record, whatever it left out once.
+        let id = reqs.iter().find(|r| r.peer == honest).unwrap().request_id;
+        let got = f
+            .deliver(
+                honest,
+                id,
+                &[Delivered {
+                    hash: h(1),
+                    ty: 2,
+                    size: 100,
+                }],
+            )
+            .unwrap();
+        assert_eq!(got, vec![h(1)]);
+        assert_eq!(f.peers[&honest].strikes(), 0);
+        assert_eq!(f.peers[&attacker].strikes(), 256);
+    }
+
+    #[test]
+    fn a_full_fetcher_makes_room_for_a_peer_announcing_less_than_the_biggest() {
+        let cfg = FetcherConfig {
+            max_tracked: 100,
+            ..Default::default()
+        };
+        let mut f = Fetcher::new(cfg);
+        let (flooder, honest) = (peer(1), peer(2));
+        assert_eq!(f.announce(flooder, (0..150).map(|i| (h(i), meta(100)))), 50);
+        assert_eq!(f.len(), 100);
+        // Full: the honest peer's announcements take the flooder's places, until both
+        // hold about as many.
+        assert_eq!(
+            f.announce(honest, (1000..1010).map(|i| (h(i), meta(100)))),
+            0
+        );
+        assert_eq!(f.len(), 100);
+        assert!((1000..1010).all(|i| f.contains(&h(i))));
+        assert_eq!(f.peers[&flooder].announced.len(), 90);
+        // The flooder, the biggest, cannot take places from anyone.
+        assert_eq!(
+            f.announce(flooder, (200..210).map(|i| (h(i), meta(100)))),
+            10
+        );
+        // Nor can a peer take more than an even share from the biggest.
+        assert_eq!(
+            f.announce(honest, (2000..2100).map(|i| (h(i), meta(100)))),
+            60
+        );
+        let (a, b) = (
+            f.peers[&flooder].announced.len(),
+            f.peers[&honest].announced.len(),
+        );
+        assert!(a.abs_diff(b) <= 1, "flooder {a}, honest {b}");
     }
 }
