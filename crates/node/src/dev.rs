@@ -194,7 +194,7 @@ async fn seal_edits(
 ) -> Result<(), String> {
     let head = chain.head_header().map_err(|e| e.to_string())?;
     let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head));
-    let touched = edits.iter().map(edit_address).collect();
+    let touched = edits.iter().map(StateEdit::address).collect();
     let (c, m) = (chain.clone(), miner.clone());
     let block = tokio::task::spawn_blocking(move || c.seal_state_edits(&attrs, &m, &edits))
         .await
@@ -209,15 +209,6 @@ async fn seal_edits(
     .await;
     rpc.notify_new_head(&block.header);
     Ok(())
-}
-
-fn edit_address(edit: &StateEdit) -> Address {
-    match edit {
-        StateEdit::Balance(a, _)
-        | StateEdit::Nonce(a, _)
-        | StateEdit::Code(a, _)
-        | StateEdit::Storage(a, _, _) => *a,
-    }
 }
 
 /// The pool's transactions, oldest nonce first per sender.

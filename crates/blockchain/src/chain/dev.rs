@@ -27,7 +27,8 @@ pub enum StateEdit {
 }
 
 impl StateEdit {
-    fn address(&self) -> Address {
+    /// The account the edit changes.
+    pub fn address(&self) -> Address {
         match self {
             StateEdit::Balance(a, _)
             | StateEdit::Nonce(a, _)
