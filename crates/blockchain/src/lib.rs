@@ -13,7 +13,8 @@
 //! Each stage may reject with a typed [`mempool::Rejection`]; only failures the bytes
 //! decide are remembered by hash, so a repeat costs a hash lookup instead of ECDSA or KZG.
 //! The pool itself ([`mempool`]) keeps pending, basefee, queued and blob subpools, applies
-//! head changes, and hands block building a best-transactions iterator.
+//! head changes, and hands block building a best-transactions iterator; [`maintain`]
+//! keeps it in step with the chain (its state view, and what each block or reorg tells it).
 //!
 //! Blocks are executed by [`vm::execute_block`]: revm over a [`vm::StateReader`] of the
 //! parent state, with the system calls, withdrawals and EIP-7685 requests of each fork;
@@ -23,6 +24,7 @@ pub mod chain;
 pub mod genesis_state;
 pub mod header;
 pub mod history;
+pub mod maintain;
 pub mod mempool;
 pub mod payload;
 pub mod premerge;

@@ -16,13 +16,13 @@ use jsonrpsee::RpcModule;
 use jsonrpsee::server::RegisterMethodError;
 use jsonrpsee::types::Params;
 use moat_blockchain::chain::{ChainError, HeadChange, ImportOutcome};
-use moat_blockchain::mempool::{HeadInfo, HeadUpdate};
+use moat_blockchain::maintain;
+use moat_blockchain::mempool::HeadUpdate;
 use moat_blockchain::payload::PayloadAttributes;
 use moat_blockchain::undo::UNDO_DEPTH;
 use moat_common::block::{Block, Header};
 use moat_common::config::Fork;
-use moat_common::transaction::{PooledTransaction, SidecarVersion, TxType};
-use moat_storage::WriteBatch;
+use moat_common::transaction::SidecarVersion;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -72,120 +72,37 @@ fn join_err(e: tokio::task::JoinError) -> jsonrpsee::types::ErrorObjectOwned {
 /// by one; past it, only the head.
 const MAX_REORG_ADDED: u64 = 1024;
 
-/// The pool's view of the block after `header`.
-fn head_info(ctx: &EngineContext, header: &Header) -> HeadInfo {
-    crate::state::head_info(ctx.chain.config(), header)
-}
-
-/// A new head as the pool needs it: what it mined and whose accounts it changed.
+/// A new head as the pool needs it (`moat_blockchain::maintain`), and its hash.
 struct PoolNews {
-    head: HeadInfo,
+    update: HeadUpdate,
     hash: B256,
-    mined: Vec<B256>,
-    touched: Vec<Address>,
-    /// Transactions of blocks that left the canonical chain.
-    reorged: Vec<PooledTransaction>,
 }
 
 impl PoolNews {
-    /// Runs on the blocking pool: senders come from the pool's cache (block import
-    /// filled it), else from ECDSA recovery.
+    /// A new canonical block: its blob txs kept for reorgs, and what it tells the pool.
+    /// Blocking (store writes, maybe ECDSA).
     fn of(ctx: &EngineContext, block: &Block) -> Self {
-        let cache = ctx.pool.sender_cache();
-        // Senders whose txs the pool does not hold still matter: another tx of theirs
-        // with the same nonce may be pooled, and it is stale now.
-        let mut touched: Vec<Address> = block
-            .transactions
-            .iter()
-            .filter_map(|tx| cache.get(&tx.hash()).or_else(|| tx.recover_sender().ok()))
-            .collect();
-        touched.push(block.header.beneficiary);
-        touched.extend(block.withdrawals.iter().flatten().map(|w| w.address));
-        touched.sort_unstable();
-        touched.dedup();
+        maintain::keep_blob_txs(&ctx.chain, &ctx.pool, block);
         Self {
-            head: head_info(ctx, &block.header),
+            update: maintain::block_update(&ctx.chain, &ctx.pool, block),
             hash: block.hash,
-            mined: block.transactions.iter().map(|tx| tx.hash()).collect(),
-            touched,
-            reorged: Vec::new(),
         }
     }
 
     /// A reorg: the new branch's txs are mined, the old branch's txs that the new one
     /// does not hold go back to the pool.
     fn of_reorg(ctx: &EngineContext, change: &HeadChange, head: &Header) -> Self {
-        let mut news = PoolNews {
-            head: head_info(ctx, head),
-            hash: head.hash(),
-            mined: Vec::new(),
-            touched: Vec::new(),
-            reorged: Vec::new(),
-        };
-        for block in change.added.iter().chain(&change.removed) {
-            let part = Self::of(ctx, block);
-            news.touched.extend(part.touched);
-        }
-        for block in &change.added {
-            keep_blob_txs(ctx, block);
-            news.mined
-                .extend(block.transactions.iter().map(|tx| tx.hash()));
-        }
-        news.touched.sort_unstable();
-        news.touched.dedup();
-        let store = ctx.chain.store();
-        for tx in change.removed.iter().flat_map(|b| &b.transactions) {
-            if news.mined.contains(&tx.hash()) {
-                continue;
-            }
-            if tx.tx_type() != TxType::Eip4844 {
-                news.reorged.push(PooledTransaction::new(tx.clone(), None));
-                continue;
-            }
-            // A blob tx comes back only with its sidecar, kept when it was mined.
-            let kept = store
-                .sidecar(&tx.hash())
-                .ok()
-                .flatten()
-                .and_then(|raw| PooledTransaction::decode_2718(&raw).ok())
-                .filter(|p| p.hash() == tx.hash());
-            if let Some(pooled) = kept {
-                news.reorged.push(pooled);
-            }
-        }
         metrics::counter!("moat_engine_reorgs_total").increment(1);
-        news
-    }
-}
-
-/// Keeps the blob txs `block` mines, sidecar included, while a reorg may still take the
-/// block back (the pool forgets them once mined; a block carries no sidecar), and drops
-/// those of the block that has just left that window. Runs on the blocking pool.
-fn keep_blob_txs(ctx: &EngineContext, block: &Block) {
-    let store = ctx.chain.store();
-    let mut batch = WriteBatch::new();
-    for tx in &block.transactions {
-        if tx.tx_type() == TxType::Eip4844
-            && let Some(pooled) = ctx.pool.get(&tx.hash())
-        {
-            batch.put_sidecar(tx.hash(), pooled.tx.encoded_2718());
+        Self {
+            update: maintain::reorg_update(
+                &ctx.chain,
+                &ctx.pool,
+                &change.removed,
+                &change.added,
+                head,
+            ),
+            hash: head.hash(),
         }
-    }
-    let expired = block
-        .header
-        .number
-        .checked_sub(UNDO_DEPTH + 1)
-        .and_then(|n| store.canonical_hash(n).ok().flatten())
-        .and_then(|h| ctx.chain.block(&h).ok().flatten());
-    for tx in expired.iter().flat_map(|b| &b.transactions) {
-        if tx.tx_type() == TxType::Eip4844 {
-            batch.delete_sidecar(tx.hash());
-        }
-    }
-    if !batch.is_empty()
-        && let Err(e) = store.commit(batch)
-    {
-        tracing::warn!(error = %e, "could not keep mined blob txs for reorgs");
     }
 }
 
@@ -264,14 +181,7 @@ impl EngineContext {
 
     /// Tells the pool and the node about a new head.
     async fn announce(&self, news: PoolNews) {
-        self.pool
-            .on_head_change(HeadUpdate {
-                head: news.head,
-                mined: news.mined,
-                touched: news.touched,
-                reorged: news.reorged,
-            })
-            .await;
+        self.pool.on_head_change(news.update).await;
         *self.shared.pool_head.lock() = news.hash;
         self.shared.heads.send_replace(news.hash);
     }
@@ -322,7 +232,6 @@ impl EngineContext {
         };
         match self.chain.import(&block) {
             Ok(ImportOutcome::Imported { .. }) => {
-                keep_blob_txs(self, &block);
                 let news = PoolNews::of(self, &block);
                 Ok((Status::Valid(hash), Some(news)))
             }
@@ -462,10 +371,11 @@ impl EngineContext {
                     );
                     Some(PoolNews::of_reorg(self, &change, &header))
                 }
-                None => self.chain.block(&head).map_err(chain_err)?.map(|b| {
-                    keep_blob_txs(self, &b);
-                    PoolNews::of(self, &b)
-                }),
+                None => self
+                    .chain
+                    .block(&head)
+                    .map_err(chain_err)?
+                    .map(|b| PoolNews::of(self, &b)),
             }
         } else {
             None

@@ -1,0 +1,235 @@
+//! The pool's upkeep as blocks come: its window on the store ([`StoreStateView`]), the
+//! head it admits against ([`head_info`], [`next_block_fees`]), the update a new block or
+//! a reorg makes ([`block_update`], [`reorg_update`]), and the mined blob transactions
+//! kept with their sidecars while a reorg may bring them back ([`keep_blob_txs`]).
+//!
+//! The engine API and the dev node's block producer both drive the pool through these,
+//! so a block moves the pool the same way whichever of them sealed or received it:
+//!
+//! ```text
+//!  block imported ─▶ keep_blob_txs (sidecars of mined blob txs; those UNDO_DEPTH+1 back go)
+//!                 ─▶ block_update: head_info, mined hashes, touched accounts
+//!                 ─▶ Pool::on_head_change
+//!  reorg          ─▶ reorg_update: both branches' accounts, the new branch mined, the old
+//!                    branch's txs (blob txs with their kept sidecars) back to the pool
+//! ```
+
+use crate::chain::Chain;
+use crate::mempool::{AccountState, CodeKind, HeadInfo, HeadUpdate, Pool, StateView};
+use crate::undo::UNDO_DEPTH;
+use alloy_primitives::{Address, B256, KECCAK256_EMPTY};
+use moat_common::block::{Block, Header};
+use moat_common::config::ChainConfig;
+use moat_common::fees;
+use moat_common::transaction::{PooledTransaction, TxType};
+use moat_storage::{Store, WriteBatch};
+
+/// EIP-7702: code `0xef0100 ‖ address` delegates an EOA to `address`.
+const DELEGATION_PREFIX: [u8; 3] = [0xef, 0x01, 0x00];
+
+/// Base fee and blob base fee of the block after `parent`.
+///
+/// The next block's timestamp is not known yet; like the pool, this assumes it is one
+/// second after the parent, which only matters in the block where a fork activates.
+pub fn next_block_fees(config: &ChainConfig, parent: &Header) -> (u64, u128) {
+    let timestamp = parent.timestamp + 1;
+    let base_fee = crate::chain::next_block_base_fee(config, parent, timestamp).unwrap_or(0);
+    let blob_base_fee = match (
+        crate::chain::next_block_excess_blob_gas(config, parent, timestamp),
+        config.blob_params_at(timestamp),
+    ) {
+        (Some(excess), Some(params)) => fees::blob_base_fee(excess, &params),
+        _ => 0,
+    };
+    (base_fee, blob_base_fee)
+}
+
+/// The blob base fee a block itself paid (from its own excess blob gas).
+pub fn block_blob_base_fee(config: &ChainConfig, header: &Header) -> Option<u128> {
+    let excess = header.excess_blob_gas?;
+    let params = config.blob_params_at(header.timestamp)?;
+    Some(fees::blob_base_fee(excess, &params))
+}
+
+/// Reads the head header from the store; `None` when the store has no head or the
+/// header does not decode (a corrupt store is reported by the chain, not here).
+pub fn head_header(store: &Store) -> Option<(B256, Header)> {
+    let (_, hash) = store.head().ok()??;
+    let rlp = store.header_rlp(&hash).ok()??;
+    Header::decode(&mut &rlp[..]).ok().map(|h| (hash, h))
+}
+
+/// The pool's view of the block after `header`: its number and time, and the fees and
+/// gas limit the next block will have.
+pub fn head_info(config: &ChainConfig, header: &Header) -> HeadInfo {
+    let (base_fee, blob_base_fee) = next_block_fees(config, header);
+    HeadInfo {
+        number: header.number,
+        timestamp: header.timestamp,
+        base_fee,
+        blob_base_fee,
+        gas_limit: header.gas_limit,
+    }
+}
+
+/// A [`StateView`] over the store's head state, for the pool.
+///
+/// Store errors read as an empty account / default head: the pool's interface cannot
+/// fail, and an account that reads as empty makes admission reject, never accept.
+#[derive(Debug, Clone)]
+pub struct StoreStateView {
+    store: Store,
+    config: ChainConfig,
+}
+
+impl StoreStateView {
+    pub fn new(store: Store, config: ChainConfig) -> Self {
+        Self { store, config }
+    }
+
+    fn code_kind(&self, code_hash: &B256) -> CodeKind {
+        if *code_hash == KECCAK256_EMPTY || code_hash.is_zero() {
+            return CodeKind::None;
+        }
+        match self.store.code(code_hash) {
+            Ok(Some(code)) if code.len() == 23 && code.starts_with(&DELEGATION_PREFIX) => {
+                CodeKind::Delegated(Address::from_slice(&code[3..]))
+            }
+            Ok(Some(code)) if code.is_empty() => CodeKind::None,
+            // Unreadable code is treated as code: refusing a sender is the safe side.
+            _ => CodeKind::Contract,
+        }
+    }
+}
+
+impl StateView for StoreStateView {
+    fn account(&self, address: &Address) -> AccountState {
+        match self.store.account(address) {
+            Ok(Some(a)) => AccountState {
+                nonce: a.nonce,
+                balance: a.balance,
+                code: self.code_kind(&a.code_hash),
+            },
+            _ => AccountState::default(),
+        }
+    }
+
+    fn head(&self) -> HeadInfo {
+        let Some((_, header)) = head_header(&self.store) else {
+            return HeadInfo::default();
+        };
+        head_info(&self.config, &header)
+    }
+}
+
+/// What a new canonical block tells the pool: its head, the txs it mined, and the
+/// accounts it touched (senders, beneficiary, withdrawal recipients). Senders come from
+/// the pool's cache (import filled it), else from ECDSA recovery: run it off the
+/// runtime.
+pub fn block_update(chain: &Chain, pool: &Pool, block: &Block) -> HeadUpdate {
+    HeadUpdate {
+        head: head_info(chain.config(), &block.header),
+        mined: block.transactions.iter().map(|tx| tx.hash()).collect(),
+        touched: touched_by(pool, block),
+        reorged: Vec::new(),
+    }
+}
+
+/// Accounts `block` changed that the pool may hold txs of, sorted and distinct. Senders
+/// whose txs the pool does not hold still matter: another tx of theirs with the same
+/// nonce may be pooled, and it is stale now.
+fn touched_by(pool: &Pool, block: &Block) -> Vec<Address> {
+    let cache = pool.sender_cache();
+    let mut touched: Vec<Address> = block
+        .transactions
+        .iter()
+        .filter_map(|tx| cache.get(&tx.hash()).or_else(|| tx.recover_sender().ok()))
+        .collect();
+    touched.push(block.header.beneficiary);
+    touched.extend(block.withdrawals.iter().flatten().map(|w| w.address));
+    touched.sort_unstable();
+    touched.dedup();
+    touched
+}
+
+/// A reorg to `head`: the new branch (`added`, oldest first) mines its txs and its blob
+/// txs are kept; the accounts of both branches are touched; the old branch's txs
+/// (`removed`) that the new one does not hold go back to the pool, blob txs only with
+/// the sidecar kept when they were mined. Blocking (store reads and writes).
+pub fn reorg_update(
+    chain: &Chain,
+    pool: &Pool,
+    removed: &[Block],
+    added: &[Block],
+    head: &Header,
+) -> HeadUpdate {
+    let mut update = HeadUpdate {
+        head: head_info(chain.config(), head),
+        ..HeadUpdate::default()
+    };
+    for block in added.iter().chain(removed) {
+        update.touched.extend(touched_by(pool, block));
+    }
+    for block in added {
+        keep_blob_txs(chain, pool, block);
+        update
+            .mined
+            .extend(block.transactions.iter().map(|tx| tx.hash()));
+    }
+    update.touched.sort_unstable();
+    update.touched.dedup();
+    let store = chain.store();
+    for tx in removed.iter().flat_map(|b| &b.transactions) {
+        if update.mined.contains(&tx.hash()) {
+            continue;
+        }
+        if tx.tx_type() != TxType::Eip4844 {
+            update
+                .reorged
+                .push(PooledTransaction::new(tx.clone(), None));
+            continue;
+        }
+        // A blob tx comes back only with its sidecar, kept when it was mined.
+        let kept = store
+            .sidecar(&tx.hash())
+            .ok()
+            .flatten()
+            .and_then(|raw| PooledTransaction::decode_2718(&raw).ok())
+            .filter(|p| p.hash() == tx.hash());
+        if let Some(pooled) = kept {
+            update.reorged.push(pooled);
+        }
+    }
+    update
+}
+
+/// Keeps the blob txs `block` mines, sidecar included, while a reorg may still take the
+/// block back (the pool forgets them once mined; a block carries no sidecar), and drops
+/// those of the block that has just left that window. Blocking (store writes).
+pub fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
+    let store = chain.store();
+    let mut batch = WriteBatch::new();
+    for tx in &block.transactions {
+        if tx.tx_type() == TxType::Eip4844
+            && let Some(pooled) = pool.get(&tx.hash())
+        {
+            batch.put_sidecar(tx.hash(), pooled.tx.encoded_2718());
+        }
+    }
+    let expired = block
+        .header
+        .number
+        .checked_sub(UNDO_DEPTH + 1)
+        .and_then(|n| store.canonical_hash(n).ok().flatten())
+        .and_then(|h| chain.block(&h).ok().flatten());
+    for tx in expired.iter().flat_map(|b| &b.transactions) {
+        if tx.tx_type() == TxType::Eip4844 {
+            batch.delete_sidecar(tx.hash());
+        }
+    }
+    if !batch.is_empty()
+        && let Err(e) = store.commit(batch)
+    {
+        tracing::warn!(error = %e, "could not keep mined blob txs for reorgs");
+    }
+}
