@@ -33,19 +33,39 @@ use std::path::Path;
 mod dev;
 pub use dev::StateEdit;
 
+/// A block whose execution does not give what its header says: the field, the value
+/// execution gives (`expected`) and the header's (`found`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecutionMismatch {
+    #[error("gasUsed: expected {expected}, found {found}")]
+    GasUsed { expected: u64, found: u64 },
+    #[error("blobGasUsed: expected {expected}, found {found}")]
+    BlobGasUsed { expected: u64, found: u64 },
+    #[error("receiptsRoot: expected {expected}, found {found}")]
+    ReceiptsRoot { expected: B256, found: B256 },
+    #[error("logsBloom: expected {expected}, found {found}")]
+    LogsBloom {
+        expected: Box<Bloom>,
+        found: Box<Bloom>,
+    },
+    #[error("requestsHash: expected {expected}, found {found}")]
+    RequestsHash { expected: B256, found: B256 },
+    #[error("stateRoot: expected {expected}, found {found}")]
+    StateRoot { expected: B256, found: B256 },
+}
+
 /// Why a block was not imported. Validation failures name the field, the value the
 /// rules expect and the value found.
 #[derive(Debug, thiserror::Error)]
 pub enum ChainError {
     #[error("store: {0}")]
     Store(#[from] StoreError),
-    #[error("invalid block {number} ({hash}): {field}: expected {expected}, found {found}")]
+    #[error("invalid block {number} ({hash}): {error}")]
     Mismatch {
         number: u64,
         hash: B256,
-        field: &'static str,
-        expected: String,
-        found: String,
+        #[source]
+        error: ExecutionMismatch,
     },
     #[error("invalid block {number} ({hash}): {error}")]
     Header {
@@ -759,59 +779,56 @@ impl Chain {
         })?;
 
         let h = &block.header;
-        let mismatch = |field: &'static str, expected: String, found: String| {
+        let mismatch = |error: ExecutionMismatch| {
             Err(ChainError::Mismatch {
                 number,
                 hash,
-                field,
-                expected,
-                found,
+                error,
             })
         };
         if executed.gas_used != h.gas_used {
-            return mismatch(
-                "gasUsed",
-                executed.gas_used.to_string(),
-                h.gas_used.to_string(),
-            );
+            return mismatch(ExecutionMismatch::GasUsed {
+                expected: executed.gas_used,
+                found: h.gas_used,
+            });
         }
         if let Some(used) = h.blob_gas_used
             && used != executed.blob_gas_used
         {
-            return mismatch(
-                "blobGasUsed",
-                executed.blob_gas_used.to_string(),
-                used.to_string(),
-            );
+            return mismatch(ExecutionMismatch::BlobGasUsed {
+                expected: executed.blob_gas_used,
+                found: used,
+            });
         }
         let receipts_root = receipt::receipts_root(&executed.receipts);
         if receipts_root != h.receipts_root {
-            return mismatch(
-                "receiptsRoot",
-                receipts_root.to_string(),
-                h.receipts_root.to_string(),
-            );
+            return mismatch(ExecutionMismatch::ReceiptsRoot {
+                expected: receipts_root,
+                found: h.receipts_root,
+            });
         }
         let bloom = executed
             .receipts
             .iter()
             .fold(Bloom::ZERO, |acc, r| acc | r.bloom());
         if bloom != h.logs_bloom {
-            return mismatch("logsBloom", bloom.to_string(), h.logs_bloom.to_string());
+            return mismatch(ExecutionMismatch::LogsBloom {
+                expected: Box::new(bloom),
+                found: Box::new(h.logs_bloom),
+            });
         }
         if let Some(found) = h.requests_hash {
             let expected = requests_hash(&executed.requests);
             if expected != found {
-                return mismatch("requestsHash", expected.to_string(), found.to_string());
+                return mismatch(ExecutionMismatch::RequestsHash { expected, found });
             }
         }
         let update = state_update(&self.store, &executed.changes)?;
         if update.root != h.state_root {
-            return mismatch(
-                "stateRoot",
-                update.root.to_string(),
-                h.state_root.to_string(),
-            );
+            return mismatch(ExecutionMismatch::StateRoot {
+                expected: update.root,
+                found: h.state_root,
+            });
         }
 
         self.commit_executed(block, &executed.receipts, executed.changes, update)?;

@@ -3,7 +3,7 @@
 //! that leaves the chain where it was.
 
 use alloy_primitives::{Address, B256, TxKind, U256};
-use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
+use moat_blockchain::chain::{Chain, ChainError, ExecutionMismatch, ImportOutcome};
 use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::Block;
@@ -159,7 +159,7 @@ async fn the_chain_switches_branches_and_its_state_follows() {
     assert!(matches!(
         chain.set_head(bad.hash),
         Err(ChainError::Mismatch {
-            field: "stateRoot",
+            error: ExecutionMismatch::StateRoot { .. },
             ..
         })
     ));
