@@ -307,13 +307,12 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         ctx = ctx.with_admin(Arc::new(crate::p2p_admin::Admin(net.clone())));
     }
     // With peers, heads the consensus client names and the node lacks are fetched from
-    // them (full sync).
-    let sync = network
-        .as_ref()
-        .map(|net| {
-            let snap = args.ops.snap_sync();
-            crate::sync::start(&chain, net, synced.clone(), ctx.clone(), snap)
-        });
+    // them (full sync; with --syncmode snap, the default, a datadir at genesis downloads
+    // the state at a pivot first).
+    let sync = network.as_ref().map(|net| {
+        let snap = args.ops.snap_sync();
+        crate::sync::start(&chain, net, synced.clone(), ctx.clone(), snap)
+    });
     if let Some(sync) = &sync {
         ctx = ctx.with_sync(sync.clone());
     }
