@@ -1,0 +1,136 @@
+//! `kill -9` of a node while the engine API feeds it the conformance chain, at moments
+//! picked at random: each time the datadir reopens at a head whose stored state is that
+//! head's (the state trie's root is the head header's state root), the head never goes
+//! back past a state seen durable before, and the node takes the rest of the chain from
+//! there.
+
+mod common;
+
+use alloy_primitives::B256;
+use common::{Node, free_port, post, rpc, testdata, wait_for};
+use moat_storage::Store;
+use std::path::Path;
+use std::time::Duration;
+
+const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
+
+fn engine_call(port: u16, body: &str) -> Option<(u16, serde_json::Value)> {
+    let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
+    let token = moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now());
+    post(port, &format!("Authorization: Bearer {token}\r\n"), body)
+}
+
+fn start(datadir: &Path) -> (Node, u16) {
+    let secret_file = datadir.with_extension("jwt");
+    std::fs::write(&secret_file, SECRET_HEX).unwrap();
+    let (http, auth) = (free_port(), free_port());
+    let node = Node::start(&[
+        "--network",
+        testdata("genesis.json").to_str().unwrap(),
+        "--datadir",
+        datadir.to_str().unwrap(),
+        "--nodiscover",
+        "--maxpeers",
+        "0",
+        "--http",
+        "--http.port",
+        &http.to_string(),
+        "--authrpc.port",
+        &auth.to_string(),
+        "--authrpc.jwtsecret",
+        secret_file.to_str().unwrap(),
+    ]);
+    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
+    (node, auth)
+}
+
+/// The head the datadir holds, after checking that its stored state is that head's.
+fn consistent_head(dir: &Path) -> (u64, B256) {
+    let store = Store::open(dir, None).unwrap();
+    let (number, hash) = store
+        .head()
+        .unwrap()
+        .expect("genesis was written before the kill");
+    let rlp = store.header_rlp(&hash).unwrap().unwrap();
+    let header = moat_common::block::Header::decode(&mut &rlp[..]).unwrap();
+    assert_eq!(
+        moat_blockchain::state_root::stored_state_root(&store).unwrap(),
+        header.state_root,
+        "the state at #{number} is its header's"
+    );
+    (number, hash)
+}
+
+/// Sends the payloads of blocks `from..` until one is not answered VALID (the node was
+/// killed) or they run out; the number of VALID answers.
+fn feed(auth: u16, requests: &[serde_json::Value], from: usize) -> usize {
+    let mut valid = 0;
+    for r in &requests[from..] {
+        match engine_call(auth, &r.to_string()) {
+            Some((200, v)) if v["result"]["status"] == "VALID" => valid += 1,
+            _ => break,
+        }
+    }
+    valid
+}
+
+#[test]
+fn a_node_killed_during_newpayload_reopens_at_a_consistent_head() {
+    let dir = std::env::temp_dir().join(format!("moat-engine-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let requests: std::sync::Arc<Vec<serde_json::Value>> = std::sync::Arc::new(
+        serde_json::from_str(&std::fs::read_to_string(testdata("newpayload.json")).unwrap())
+            .unwrap(),
+    );
+    assert_eq!(requests.len(), 601, "payloads of blocks 0-600");
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut head = 0u64;
+    let mut killed_mid_stream = 0;
+    for trial in 0..4 {
+        let (mut node, auth) = start(&dir);
+        let from = head as usize + 1;
+        let feeder = {
+            let requests = requests.clone();
+            std::thread::spawn(move || feed(auth, &requests, from))
+        };
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let wait = Duration::from_millis(200 + seed % 1_000);
+        std::thread::sleep(wait);
+        let _ = node.0.kill();
+        let _ = node.0.wait();
+        let valid = feeder.join().unwrap();
+        if from + valid < requests.len() {
+            killed_mid_stream += 1;
+        }
+        let (number, _) = consistent_head(&dir);
+        eprintln!(
+            "trial {trial}: {valid} payloads VALID from #{from}, killed after {wait:?}, reopened at #{number}"
+        );
+        assert!(
+            number >= head,
+            "the head went back from #{head} to #{number}"
+        );
+        head = number;
+    }
+    assert!(killed_mid_stream > 0, "no kill landed while blocks came in");
+    // The rest of the chain, from the reopened head: every payload VALID, up to #600.
+    let (mut node, auth) = start(&dir);
+    let from = head as usize + 1;
+    assert_eq!(feed(auth, &requests, from), requests.len() - from);
+    // Stopped as an operator would (SIGINT flushes the relaxed commits).
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &node.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(node.0.wait().unwrap().success());
+    assert_eq!(consistent_head(&dir).0, 600);
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_file(dir.with_extension("jwt")).ok();
+}
