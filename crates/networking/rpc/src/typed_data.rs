@@ -13,6 +13,7 @@
 
 use alloy_primitives::{Address, B256, I256, U256, keccak256};
 use serde_json::{Map, Value};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Why typed data cannot be hashed.
@@ -44,8 +45,12 @@ const MAX_DEPTH: usize = 64;
 /// One struct type's fields: (name, type), in declared order.
 type Fields = Vec<(String, String)>;
 
-/// The parsed `types` table.
-struct Types(BTreeMap<String, Fields>);
+/// The parsed `types` table, with each struct's `typeHash` kept once computed (a message
+/// may hold many instances of a type whose `encodeType` is long).
+struct Types {
+    structs: BTreeMap<String, Fields>,
+    type_hashes: RefCell<BTreeMap<String, B256>>,
+}
 
 impl Types {
     fn parse(types: &Map<String, Value>) -> Result<Self, TypedDataError> {
@@ -65,11 +70,14 @@ impl Types {
             }
             out.insert(name.clone(), parsed);
         }
-        Ok(Self(out))
+        Ok(Self {
+            structs: out,
+            type_hashes: RefCell::default(),
+        })
     }
 
     fn fields(&self, ty: &str) -> Result<&Fields, TypedDataError> {
-        self.0
+        self.structs
             .get(ty)
             .ok_or_else(|| TypedDataError::UnknownType(ty.to_string()))
     }
@@ -85,7 +93,7 @@ impl Types {
             return Err(TypedDataError::TooDeep(MAX_DEPTH));
         }
         let base = element_base(ty);
-        if found.contains(base) || !self.0.contains_key(base) {
+        if found.contains(base) || !self.structs.contains_key(base) {
             return Ok(());
         }
         found.insert(base.to_string());
@@ -113,7 +121,12 @@ impl Types {
     }
 
     fn type_hash(&self, ty: &str) -> Result<B256, TypedDataError> {
-        Ok(keccak256(self.encode_type(ty)?.as_bytes()))
+        if let Some(hash) = self.type_hashes.borrow().get(ty) {
+            return Ok(*hash);
+        }
+        let hash = keccak256(self.encode_type(ty)?.as_bytes());
+        self.type_hashes.borrow_mut().insert(ty.to_string(), hash);
+        Ok(hash)
     }
 
     /// `hashStruct(ty, value)`.
@@ -161,7 +174,7 @@ impl Types {
             }
             return Ok(keccak256(enc));
         }
-        if self.0.contains_key(ty) {
+        if self.structs.contains_key(ty) {
             return self.hash_struct(ty, value, depth);
         }
         encode_atomic(ty, value)
@@ -191,17 +204,18 @@ fn element_base(ty: &str) -> &str {
     ty.find('[').map_or(ty, |i| &ty[..i])
 }
 
-/// Hex bytes of a `0x…` string.
+/// Hex bytes of a `0x…` string (the prefix is required, as in geth and ethers).
 fn hex_bytes(ty: &str, value: &Value) -> Result<Vec<u8>, TypedDataError> {
     let Value::String(s) = value else {
         return Err(bad(ty, value));
     };
-    let digits = s.strip_prefix("0x").unwrap_or(s);
+    let digits = s.strip_prefix("0x").ok_or_else(|| bad(ty, value))?;
     alloy_primitives::hex::decode(digits).map_err(|_| bad(ty, value))
 }
 
 /// A number given as a JSON number, a decimal string or a `0x` hex string (a leading `-`
-/// for a negative one).
+/// for a negative one). An empty string, a bare sign or prefix, or any character that is
+/// not a digit of the radix is refused (ruint alone would read `""` as zero and skip `_`).
 fn number(ty: &str, value: &Value) -> Result<(bool, U256), TypedDataError> {
     let text = match value {
         Value::Number(n) => n.to_string(),
@@ -212,15 +226,25 @@ fn number(ty: &str, value: &Value) -> Result<(bool, U256), TypedDataError> {
         Some(rest) => (true, rest),
         None => (false, text.as_str()),
     };
-    let magnitude = match digits
+    let (radix, digits) = match digits
         .strip_prefix("0x")
         .or_else(|| digits.strip_prefix("0X"))
     {
-        Some(hex) => U256::from_str_radix(hex, 16),
-        None => U256::from_str_radix(digits, 10),
+        Some(hex) => (16, hex),
+        None => (10, digits),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(bad(ty, value));
     }
-    .map_err(|_| bad(ty, value))?;
+    let magnitude = U256::from_str_radix(digits, u64::from(radix)).map_err(|_| bad(ty, value))?;
     Ok((negative && !magnitude.is_zero(), magnitude))
+}
+
+/// The size `N` of a sized type's name (`uint` + `rest`, `bytes` + `rest`) when `rest` is
+/// written as Solidity writes it (no sign, no leading zero) and lies in `range`.
+fn size(rest: &str, range: std::ops::RangeInclusive<usize>) -> Option<usize> {
+    let n: usize = rest.parse().ok()?;
+    (range.contains(&n) && n.to_string() == rest).then_some(n)
 }
 
 /// The bit width of `uintN` / `intN` (`uint` is 256); `None` for a malformed width.
@@ -228,8 +252,7 @@ fn width(rest: &str) -> Option<usize> {
     if rest.is_empty() {
         return Some(256);
     }
-    let bits: usize = rest.parse().ok()?;
-    (bits > 0 && bits <= 256 && bits.is_multiple_of(8)).then_some(bits)
+    size(rest, 8..=256).filter(|bits| bits.is_multiple_of(8))
 }
 
 fn encode_atomic(ty: &str, value: &Value) -> Result<B256, TypedDataError> {
@@ -240,17 +263,15 @@ fn encode_atomic(ty: &str, value: &Value) -> Result<B256, TypedDataError> {
         },
         "bytes" => Ok(keccak256(hex_bytes(ty, value)?)),
         "bool" => {
+            // A JSON bool, or the number 0 or 1. Strings are refused: ethers takes any
+            // non-empty string (even "false") as true, other signers parse it.
             let b = match value {
                 Value::Bool(b) => *b,
-                Value::String(s) if s == "true" => true,
-                Value::String(s) if s == "false" => false,
-                _ => {
-                    let (neg, n) = number(ty, value)?;
-                    if neg || n > U256::from(1) {
-                        return Err(bad(ty, value));
-                    }
-                    n == U256::from(1)
-                }
+                Value::Number(_) => match number(ty, value)? {
+                    (false, n) if n <= U256::from(1) => n == U256::from(1),
+                    _ => return Err(bad(ty, value)),
+                },
+                _ => return Err(bad(ty, value)),
             };
             Ok(B256::from(U256::from(u8::from(b))))
         }
@@ -283,13 +304,10 @@ fn encode_atomic(ty: &str, value: &Value) -> Result<B256, TypedDataError> {
                 return Ok(B256::from(v.into_raw()));
             }
             if let Some(rest) = ty.strip_prefix("bytes") {
-                let n: usize = rest
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=32).contains(n))
-                    .ok_or_else(|| TypedDataError::UnknownType(ty.into()))?;
+                let n = size(rest, 1..=32).ok_or_else(|| TypedDataError::UnknownType(ty.into()))?;
+                // Exactly N bytes, as geth, ethers and viem require.
                 let b = hex_bytes(ty, value)?;
-                if b.len() > n {
+                if b.len() != n {
                     return Err(bad(ty, value));
                 }
                 let mut word = [0u8; 32];
@@ -331,7 +349,7 @@ pub fn signing_hash(typed: &Value) -> Result<B256, TypedDataError> {
     };
     let mut types = Types::parse(types)?;
     types
-        .0
+        .structs
         .entry("EIP712Domain".to_string())
         .or_insert_with(|| implied_domain_type(domain_fields));
     let mut out = Vec::with_capacity(66);
@@ -508,11 +526,119 @@ mod tests {
             [1, 2, 3, 4, 0]
         );
         assert!(word("bytes2", json!("0x010203")).is_err());
+        // bytesN takes exactly N bytes (geth, ethers and viem refuse a short value).
+        assert!(word("bytes4", json!("0x01")).is_err());
+        assert!(word("bytes04", json!("0x01020304")).is_err());
         assert!(word("bytes33", json!("0x01")).is_err());
         assert!(word("uint7", json!(1)).is_err());
         assert!(word("address", json!("0x12")).is_err());
         assert!(word("bool", json!(true)).unwrap() == B256::from(U256::from(1)));
         assert!(word("Nope", json!(1)).is_err());
+    }
+
+    #[test]
+    fn numbers_bytes_and_bools_in_forms_that_other_signers_read_otherwise_are_refused() {
+        let word = |ty: &str, v: Value| encode_atomic(ty, &v);
+        // Strings ruint alone would read as zero or skip characters of.
+        for v in ["", "-", "0x", "-0x", "1_000", "+1", "0x1g", "1.5", "1e3"] {
+            assert!(word("uint256", json!(v)).is_err(), "{v:?}");
+            assert!(word("int256", json!(v)).is_err(), "{v:?}");
+        }
+        assert!(word("uint256", json!(1.5)).is_err());
+        assert_eq!(
+            word("int16", json!("-0x10")).unwrap(),
+            B256::from(I256::try_from(-16).unwrap().into_raw())
+        );
+        assert_eq!(word("int8", json!("-0")).unwrap(), B256::ZERO);
+        // Widths as Solidity writes them.
+        for ty in ["uint08", "uint0", "uint264", "int+8", "uint12"] {
+            assert!(
+                matches!(word(ty, json!(1)), Err(TypedDataError::UnknownType(_))),
+                "{ty}"
+            );
+        }
+        // Bytes need their 0x (geth and ethers refuse bare hex).
+        assert!(word("bytes", json!("0102")).is_err());
+        assert!(word("bytes1", json!("01")).is_err());
+        assert!(word("bytes", json!("0x012")).is_err());
+        // bool: a JSON bool or 0 / 1; a string is refused, since ethers signs any
+        // non-empty string (even "false") as true.
+        assert_eq!(word("bool", json!(false)).unwrap(), B256::ZERO);
+        assert_eq!(word("bool", json!(1)).unwrap(), B256::with_last_byte(1));
+        for v in [
+            json!("false"),
+            json!("true"),
+            json!(2),
+            json!(-1),
+            json!(null),
+        ] {
+            assert!(word("bool", v.clone()).is_err(), "{v}");
+        }
+        // Extremes of int256 and uint256.
+        assert_eq!(
+            word("int256", json!(I256::MIN.to_string())).unwrap(),
+            B256::from(I256::MIN.into_raw())
+        );
+        assert!(
+            word(
+                "int256",
+                json!(format!("-{}", U256::from(1) << 255 | U256::from(1)))
+            )
+            .is_err()
+        );
+        assert_eq!(
+            word("uint256", json!(U256::MAX.to_string())).unwrap(),
+            B256::from(U256::MAX)
+        );
+        assert!(word("uint256", json!(format!("{}0", U256::MAX))).is_err());
+    }
+
+    /// Vectors computed with ethers 6.17.0's `TypedDataEncoder` (the pinned dapp-flow
+    /// install; tooling/dapp-flow/eip712-vectors.mjs writes them): arrays of structs,
+    /// fixed-size, nested and atomic arrays, bytes and bytesN, strings, bools, addresses,
+    /// int/uint of several widths as JSON numbers, decimal, hex and negative strings,
+    /// structs three deep, and domains with a salt, with a hex chainId, and with only a
+    /// verifyingContract. Each is taken as written and as ethers' `JsonRpcSigner` sends
+    /// it (`TypedDataEncoder.getPayload`: the domain type spelled out, numbers decimal).
+    #[test]
+    fn ethers_vectors_hash_as_ethers_does() {
+        let vectors: Vec<Value> =
+            serde_json::from_str(include_str!("../tests/data/eip712_ethers.json")).unwrap();
+        assert_eq!(vectors.len(), 3);
+        let hash = |v: &Value| v.as_str().unwrap().parse::<B256>().unwrap();
+        for v in &vectors {
+            let name = &v["name"];
+            let typed = &v["typed"];
+            let primary = typed["primaryType"].as_str().unwrap();
+            let mut types = Types::parse(typed["types"].as_object().unwrap()).unwrap();
+            assert_eq!(
+                types.encode_type(primary).unwrap(),
+                v["encodeType"],
+                "{name}"
+            );
+            assert_eq!(
+                types.hash_struct(primary, &typed["message"], 0).unwrap(),
+                hash(&v["struct"]),
+                "{name}"
+            );
+            types.structs.insert(
+                "EIP712Domain".into(),
+                implied_domain_type(typed["domain"].as_object().unwrap()),
+            );
+            assert_eq!(
+                types
+                    .hash_struct("EIP712Domain", &typed["domain"], 0)
+                    .unwrap(),
+                hash(&v["domain"]),
+                "{name}"
+            );
+            assert_eq!(signing_hash(typed).unwrap(), hash(&v["digest"]), "{name}");
+            assert_eq!(
+                signing_hash(&v["payload"]).unwrap(),
+                hash(&v["digest"]),
+                "{name}"
+            );
+        }
     }
 
     #[test]
