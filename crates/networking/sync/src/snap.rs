@@ -1039,19 +1039,64 @@ fn check_storage(
 /// their roots, and writes the pivot as the head; the last commit removes the record.
 fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Result<(), SnapError> {
     let started = Instant::now();
+    let mut accounts: Vec<(B256, Account)> = Vec::new();
+    store.snap_accounts_from(&B256::ZERO, |h, a| {
+        accounts.push((h, a));
+        true
+    })?;
+    // Nodes are committed on a thread of their own while the next ones are built.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<WriteBatch>(2);
+    let (built, written) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> Result<(), StoreError> {
+            for batch in rx {
+                store.commit_relaxed(batch)?;
+            }
+            Ok(())
+        });
+        let built = build_nodes(store, p, &accounts, tx);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(StoreError::Db("the trie writer panicked".into())));
+        (built, written)
+    });
+    written?;
+    let (storage_tries, mut batch) = built?;
+    let header = &pivot.header;
+    let hash = p.pivot_hash;
+    batch
+        .put_header(hash, header.number, header.encoded())
+        .put_body(hash, pivot.encode_body())
+        .set_canonical(header.number, hash)
+        .set_head(header.number, hash)
+        .set_snap_progress(None);
+    store.commit(batch)?;
+    tracing::info!(
+        storage_tries,
+        accounts = accounts.len(),
+        secs = format!("{:.1}", started.elapsed().as_secs_f64()),
+        "snap sync: tries built, root matches the pivot's"
+    );
+    Ok(())
+}
+
+/// Builds the storage tries, then the account trie, of `accounts`, sending their nodes
+/// to `tx` in batches (the first also clears the by-address state and genesis' trie);
+/// returns how many storage tries there were, and the last nodes (the account trie's
+/// root among them) for the caller's final commit.
+fn build_nodes(
+    store: &moat_storage::Store,
+    p: &Progress,
+    accounts: &[(B256, Account)],
+    tx: std::sync::mpsc::SyncSender<WriteBatch>,
+) -> Result<(u64, WriteBatch), SnapError> {
+    let gone = || SnapError::Store(StoreError::Db("the trie writer stopped".into()));
     // The store's trie must be exactly the pivot's: genesis' nodes and its by-address
     // state go first (a resumed build starts this stage over the same way).
     let mut batch = WriteBatch::new();
     batch.clear_state();
     let mut in_batch = 0usize;
-    let mut accounts: Vec<(B256, Account)> = Vec::new();
     let mut storage_tries = 0u64;
-    let mut failed = None;
-    store.snap_accounts_from(&B256::ZERO, |h, a| {
-        accounts.push((h, a));
-        true
-    })?;
-    for (hash, account) in &accounts {
+    for (hash, account) in accounts {
         if account.storage_root == EMPTY_ROOT {
             continue;
         }
@@ -1069,11 +1114,10 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
         }
         let (root, nodes) = builder.finish();
         if root != account.storage_root {
-            failed = Some(format!(
+            return Err(SnapError::Mismatch(format!(
                 "storage trie of {hash}: {root}, expected {}",
                 account.storage_root
-            ));
-            break;
+            )));
         }
         storage_tries += 1;
         in_batch += nodes.len();
@@ -1081,15 +1125,12 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
             batch.set_trie_node(*hash, path, Some(rlp));
         }
         if in_batch >= NODES_PER_COMMIT {
-            store.commit_relaxed(std::mem::take(&mut batch))?;
+            tx.send(std::mem::take(&mut batch)).map_err(|_| gone())?;
             in_batch = 0;
         }
     }
-    if let Some(f) = failed {
-        return Err(SnapError::Mismatch(f));
-    }
     let mut builder = SortedBuilder::new();
-    for (hash, account) in &accounts {
+    for (hash, account) in accounts {
         builder
             .push(hash, account_leaf(account))
             .map_err(|e| SnapError::Mismatch(e.to_string()))?;
@@ -1097,7 +1138,7 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
             for (path, rlp) in builder.take_nodes() {
                 batch.set_trie_node(B256::ZERO, path, Some(rlp));
             }
-            store.commit_relaxed(std::mem::take(&mut batch))?;
+            tx.send(std::mem::take(&mut batch)).map_err(|_| gone())?;
         }
     }
     let (root, nodes) = builder.finish();
@@ -1110,20 +1151,5 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
     for (path, rlp) in nodes {
         batch.set_trie_node(B256::ZERO, path, Some(rlp));
     }
-    let header = &pivot.header;
-    let hash = p.pivot_hash;
-    batch
-        .put_header(hash, header.number, header.encoded())
-        .put_body(hash, pivot.encode_body())
-        .set_canonical(header.number, hash)
-        .set_head(header.number, hash)
-        .set_snap_progress(None);
-    store.commit(batch)?;
-    tracing::info!(
-        storage_tries,
-        accounts = accounts.len(),
-        secs = format!("{:.1}", started.elapsed().as_secs_f64()),
-        "snap sync: tries built, root matches the pivot's"
-    );
-    Ok(())
+    Ok((storage_tries, batch))
 }
