@@ -30,6 +30,7 @@ pub use state::{AccountState, CodeKind, HeadInfo, InMemoryState, StateView};
 
 use alloy_primitives::{Address, B256, B512, Bytes, U256};
 use kzg::KzgBatcher;
+use metrics::StageClock;
 use moat_common::config::Fork;
 use moat_common::transaction::{
     BlobRules, BlobsBundle, MAX_TX_SIZE, PooledTransaction, StatelessRules, TxType,
@@ -38,6 +39,7 @@ use moat_common::transaction::{
 use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
 use parking_lot::{Mutex, RwLock};
 use pool::PoolInner;
+use shields::InFlightClaim;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,7 +74,11 @@ impl TxOrigin {
 /// What `add_transaction` takes: wire bytes (network form) or an already decoded tx.
 #[derive(Debug, Clone)]
 pub enum TxInput {
+    /// Wire bytes (the network form: a blob tx with its sidecar).
     Raw(Bytes),
+    /// Wire bytes with the hash the caller already took of them
+    /// ([`PooledTransaction::hash_of_envelope`]): admission does not take it again.
+    Hashed(Bytes, B256),
     Decoded(Box<PooledTransaction>),
 }
 
@@ -198,6 +204,167 @@ struct Shared {
     metrics: Arc<PoolMetrics>,
     pending_events: broadcast::Sender<B256>,
     journal: std::sync::OnceLock<Journal>,
+}
+
+/// A transaction past admission's stages 2-6 ([`Shared::screen`]).
+struct Screened<'a> {
+    hash: B256,
+    pooled: PooledTransaction,
+    /// The wire bytes when they are the signed envelope (no sidecar): the sender is
+    /// recovered from them without encoding the tx again.
+    wire: Option<Bytes>,
+    /// Admission's claim on the hash while it is being admitted (none when warming).
+    claim: Option<InFlightClaim<'a>>,
+}
+
+impl Screened<'_> {
+    fn recover_sender(&self) -> Result<Address, moat_crypto::secp::SignatureError> {
+        match &self.wire {
+            Some(envelope) => self.pooled.tx().recover_sender_from_envelope(envelope),
+            None => self.pooled.tx().recover_sender(),
+        }
+    }
+}
+
+impl Shared {
+    /// Stages 2-6 of admission, cheapest first: the size cap and the hash (from the
+    /// envelope, before decoding), recent failures, dedup, decoding, the sidecar's
+    /// structure, the stateless rules of the next block's fork.
+    ///
+    /// `origin` is the admitted tx's: the hash is claimed in flight and failures the
+    /// bytes decide are remembered. `None` is sender warming ([`Pool::warm_senders`]),
+    /// which only looks: no claim, nothing remembered, the remote rules, and a tx whose
+    /// sender is cached already turned away (there is nothing to warm).
+    fn screen(
+        &self,
+        input: TxInput,
+        origin: Option<TxOrigin>,
+        rules: &Rules,
+        mut clock: Option<&mut StageClock<'_>>,
+    ) -> Result<Screened<'_>, Rejection> {
+        let mut lap = |stage| {
+            if let Some(c) = clock.as_deref_mut() {
+                c.lap(stage);
+            }
+        };
+        let remember = |hash, e| match origin {
+            Some(_) => self.fail(hash, e),
+            None => e,
+        };
+
+        // 2. Hash, with a size cap on the wire bytes first. The hash of an envelope can be
+        //    taken without decoding it, so stages 3 and 4 turn repeats away before decoding.
+        let hash = match &input {
+            TxInput::Raw(bytes) | TxInput::Hashed(bytes, _) => {
+                let max = if bytes.first() == Some(&(TxType::Eip4844 as u8)) {
+                    rules.max_blob_wire_size
+                } else {
+                    MAX_TX_SIZE
+                };
+                if bytes.len() > max {
+                    return Err(Rejection::Oversized {
+                        size: bytes.len(),
+                        max,
+                    });
+                }
+                let known = match &input {
+                    TxInput::Hashed(_, hash) => Some(*hash),
+                    _ => PooledTransaction::hash_of_envelope(bytes),
+                };
+                match known {
+                    Some(hash) => hash,
+                    None => {
+                        let e = PooledTransaction::decode_2718(bytes).err();
+                        return Err(Rejection::Decode(
+                            e.unwrap_or(moat_common::DecodeError::Empty),
+                        ));
+                    }
+                }
+            }
+            TxInput::Decoded(p) => p.hash(),
+        };
+        lap(Stage::Decode);
+
+        // 3. Recent failures (a reorg may legitimately revive a "nonce too low").
+        if origin != Some(TxOrigin::Reorg) && self.failures.contains(&hash) {
+            if origin.is_some() {
+                self.metrics.inc(Counter::failure_cache_hits);
+            }
+            return Err(Rejection::RecentlyFailed);
+        }
+        lap(Stage::RecentFailure);
+
+        // 4. Dedup: pooled, or being admitted right now (admission claims it).
+        if self.pool.lock().contains(&hash) {
+            return Err(Rejection::AlreadyKnown);
+        }
+        let claim = match origin {
+            Some(_) => Some(self.in_flight.claim(hash).ok_or(Rejection::AlreadyKnown)?),
+            None if self.in_flight.contains(&hash) || self.sender_cache.contains(&hash) => {
+                return Err(Rejection::AlreadyKnown);
+            }
+            None => None,
+        };
+        lap(Stage::Dedup);
+
+        // Stage 2's decoding proper, for what got past the cheap filters.
+        let (pooled, wire) = match input {
+            TxInput::Decoded(p) => (*p, None),
+            TxInput::Raw(bytes) | TxInput::Hashed(bytes, _) => {
+                let p = PooledTransaction::decode_2718(&bytes).map_err(Rejection::Decode)?;
+                // Without a sidecar the wire bytes are the envelope the signature covers.
+                let envelope = p.sidecar().is_none().then_some(bytes);
+                (p, envelope)
+            }
+        };
+        debug_assert_eq!(pooled.hash(), hash);
+        lap(Stage::Decode);
+
+        // 5. Structural sidecar checks.
+        if pooled.tx_type() == TxType::Eip4844 {
+            let blob_rules = rules.blob.ok_or(Rejection::BlobsNotActive)?;
+            pooled
+                .validate_cheap(&blob_rules)
+                .map_err(Rejection::Sidecar)?;
+        }
+        lap(Stage::ValidateCheap);
+
+        // 6. Stateless rules of the next block's fork.
+        let stateless = match origin {
+            Some(o) if o.is_local() && !self.cfg.no_locals => &rules.local,
+            _ => &rules.remote,
+        };
+        validate_stateless(pooled.tx(), stateless)
+            .map_err(|e| remember(hash, Rejection::Stateless(e)))?;
+        // A blob tx that can never pay a blob base fee (the minimum is 1 wei).
+        if pooled.tx().tx().max_fee_per_blob_gas() == Some(0) {
+            return Err(remember(hash, Rejection::BlobFeeCapTooLow));
+        }
+        let auths = pooled.tx().tx().authorization_list();
+        if auths.len() > self.cfg.max_authorizations {
+            let e = Rejection::TooManyAuthorizations {
+                count: auths.len(),
+                max: self.cfg.max_authorizations,
+            };
+            return Err(remember(hash, e));
+        }
+        lap(Stage::Stateless);
+        Ok(Screened {
+            hash,
+            pooled,
+            wire,
+            claim,
+        })
+    }
+
+    /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
+    fn fail(&self, hash: B256, e: Rejection) -> Rejection {
+        if e.is_hash_determined() {
+            self.failures.insert(hash, Instant::now());
+            self.metrics.inc(Counter::failure_cache_inserts);
+        }
+        e
+    }
 }
 
 /// The transaction pool. Cloning shares it.
@@ -347,25 +514,36 @@ impl Pool {
     /// is recorded as failed: admission meets those txs again and decides. Batches under
     /// 16 txs are left to admission. The recovery workers' CPU goes on `meter`.
     pub async fn warm_senders(&self, raw: &[Bytes], meter: &mut CpuMeter) {
+        let hashed: Vec<(B256, Bytes)> = raw
+            .iter()
+            .filter_map(|b| Some((PooledTransaction::hash_of_envelope(b)?, b.clone())))
+            .collect();
+        self.warm_senders_hashed(&hashed, meter).await;
+    }
+
+    /// [`Self::warm_senders`] on wire bytes whose hashes the caller took already.
+    pub async fn warm_senders_hashed(&self, raw: &[(B256, Bytes)], meter: &mut CpuMeter) {
         const MIN_BATCH: usize = 16;
         if raw.len() < MIN_BATCH {
             return;
         }
         let s = &*self.shared;
         let rules = *s.rules.read();
-        // One recovery per distinct hash: a batch of copies of one tx costs one.
+        // One recovery per distinct hash: a batch of copies of one tx costs one. What is
+        // known already is left out before any worker starts; the workers then run the
+        // admission's own stages 2-6 ([`Shared::screen`]) on the rest.
         let mut seen = FastSet::with_capacity_and_hasher(raw.len(), Default::default());
         let candidates: Vec<(B256, Bytes)> = raw
             .iter()
-            .filter(|b| b.len() <= MAX_TX_SIZE && b.first() != Some(&(TxType::Eip4844 as u8)))
-            .filter_map(|b| Some((PooledTransaction::hash_of_envelope(b)?, b.clone())))
-            .filter(|(h, _)| {
-                seen.insert(*h)
+            .filter(|(h, b)| {
+                b.first() != Some(&(TxType::Eip4844 as u8))
+                    && seen.insert(*h)
                     && !s.failures.contains(h)
                     && !s.sender_cache.contains(h)
                     && !s.in_flight.contains(h)
                     && !s.pool.lock().contains(h)
             })
+            .cloned()
             .collect();
         if candidates.len() < MIN_BATCH {
             return;
@@ -379,14 +557,13 @@ impl Pool {
             tasks.push(tokio::task::spawn_blocking(move || {
                 let cpu = budget::thread_cpu_ns();
                 for (hash, bytes) in part {
-                    let Ok(p) = PooledTransaction::decode_2718(&bytes) else {
+                    let Ok(screened) =
+                        shared.screen(TxInput::Hashed(bytes, hash), None, &rules, None)
+                    else {
                         continue;
                     };
-                    if validate_stateless(p.tx(), &rules.remote).is_err() {
-                        continue;
-                    }
                     shared.metrics.inc(Counter::sender_recoveries);
-                    if let Ok(sender) = p.tx().recover_sender_from_envelope(&bytes) {
+                    if let Ok(sender) = screened.recover_sender() {
                         shared.sender_cache.insert(hash, sender);
                     }
                 }
@@ -539,11 +716,7 @@ impl Pool {
 
     /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
     fn fail(&self, hash: B256, e: Rejection) -> Rejection {
-        if e.is_hash_determined() {
-            self.shared.failures.insert(hash, Instant::now());
-            self.shared.metrics.inc(Counter::failure_cache_inserts);
-        }
-        e
+        self.shared.fail(hash, e)
     }
 
     async fn admit(&self, input: TxInput, origin: TxOrigin, meter: &mut CpuMeter) -> AddResult {
@@ -559,93 +732,12 @@ impl Pool {
         let rules = *s.rules.read();
         clock.lap(Stage::Preflight);
 
-        // 2. Hash, with a size cap on the wire bytes first. The hash of an envelope can be
-        //    taken without decoding it, so stages 3 and 4 turn repeats away before decoding.
-        let hash = match &input {
-            TxInput::Raw(bytes) => {
-                let max = if bytes.first() == Some(&(TxType::Eip4844 as u8)) {
-                    rules.max_blob_wire_size
-                } else {
-                    MAX_TX_SIZE
-                };
-                if bytes.len() > max {
-                    return Err(Rejection::Oversized {
-                        size: bytes.len(),
-                        max,
-                    });
-                }
-                match PooledTransaction::hash_of_envelope(bytes) {
-                    Some(hash) => hash,
-                    None => {
-                        let e = PooledTransaction::decode_2718(bytes).err();
-                        return Err(Rejection::Decode(
-                            e.unwrap_or(moat_common::DecodeError::Empty),
-                        ));
-                    }
-                }
-            }
-            TxInput::Decoded(p) => p.hash(),
-        };
-        clock.lap(Stage::Decode);
-
-        // 3. Recent failures (a reorg may legitimately revive a "nonce too low").
-        if origin != TxOrigin::Reorg && s.failures.contains(&hash) {
-            m.inc(Counter::failure_cache_hits);
-            return Err(Rejection::RecentlyFailed);
-        }
-        clock.lap(Stage::RecentFailure);
-
-        // 4. Dedup: pooled, or being admitted right now.
-        if s.pool.lock().contains(&hash) {
-            return Err(Rejection::AlreadyKnown);
-        }
-        let _claim = s.in_flight.claim(hash).ok_or(Rejection::AlreadyKnown)?;
-        clock.lap(Stage::Dedup);
-
-        // Stage 2's decoding proper, for what got past the cheap filters.
-        let (pooled, wire) = match input {
-            TxInput::Decoded(p) => (*p, None),
-            TxInput::Raw(bytes) => {
-                let p = PooledTransaction::decode_2718(&bytes).map_err(Rejection::Decode)?;
-                // Without a sidecar the wire bytes are the envelope the signature covers.
-                let envelope = p.sidecar().is_none().then_some(bytes);
-                (p, envelope)
-            }
-        };
-        debug_assert_eq!(pooled.hash(), hash);
-        clock.lap(Stage::Decode);
-
-        // 5. Structural sidecar checks.
-        let is_blob = pooled.tx_type() == TxType::Eip4844;
-        if is_blob {
-            let blob_rules = rules.blob.ok_or(Rejection::BlobsNotActive)?;
-            pooled
-                .validate_cheap(&blob_rules)
-                .map_err(Rejection::Sidecar)?;
-        }
-        clock.lap(Stage::ValidateCheap);
-
-        // 6. Stateless rules of the next block's fork.
-        let stateless = if origin.is_local() && !s.cfg.no_locals {
-            &rules.local
-        } else {
-            &rules.remote
-        };
-        validate_stateless(pooled.tx(), stateless)
-            .map_err(|e| self.fail(hash, Rejection::Stateless(e)))?;
-        // A blob tx that can never pay a blob base fee (the minimum is 1 wei).
-        if pooled.tx().tx().max_fee_per_blob_gas() == Some(0) {
-            return Err(self.fail(hash, Rejection::BlobFeeCapTooLow));
-        }
-        let auths = pooled.tx().tx().authorization_list();
-        if auths.len() > s.cfg.max_authorizations {
-            let e = Rejection::TooManyAuthorizations {
-                count: auths.len(),
-                max: s.cfg.max_authorizations,
-            };
-            return Err(self.fail(hash, e));
-        }
-        clock.lap(Stage::Stateless);
+        // 2-6: hash, recent failures, dedup (claiming the hash in flight), decoding,
+        //      sidecar structure, stateless rules.
+        let screened = s.screen(input, Some(origin), &rules, Some(&mut clock))?;
+        let hash = screened.hash;
+        let is_blob = screened.pooled.tx_type() == TxType::Eip4844;
+        let auths = screened.pooled.tx().tx().authorization_list();
 
         // 7. Sender: the cache, else ECDSA.
         let sender = match s.sender_cache.get(&hash) {
@@ -656,11 +748,9 @@ impl Pool {
             None => {
                 m.inc(Counter::sender_cache_misses);
                 m.inc(Counter::sender_recoveries);
-                let recovered = match &wire {
-                    Some(envelope) => pooled.tx().recover_sender_from_envelope(envelope),
-                    None => pooled.tx().recover_sender(),
-                };
-                let sender = recovered.map_err(|e| self.fail(hash, Rejection::InvalidSender(e)))?;
+                let sender = screened
+                    .recover_sender()
+                    .map_err(|e| self.fail(hash, Rejection::InvalidSender(e)))?;
                 s.sender_cache.insert(hash, sender);
                 sender
             }
@@ -670,6 +760,12 @@ impl Pool {
         }
         let authorities = auths.iter().filter_map(|a| a.recover_authority()).collect();
         clock.lap(Stage::Sender);
+        // The in-flight claim is held to the end of admission.
+        let Screened {
+            pooled,
+            claim: _claim,
+            ..
+        } = screened;
 
         // 8. Stateful checks. State is read outside the lock.
         let known = s.pool.lock().known_account(&sender);

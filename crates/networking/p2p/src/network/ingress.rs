@@ -81,7 +81,11 @@ impl Network {
                     }
                     _ => true,
                 })
-                .map(|(h, e)| (h, TxInput::Raw(e)))
+                // The hash goes with the bytes: the pool does not take it again.
+                .map(|(h, e)| match h {
+                    Some(hash) => (h, TxInput::Hashed(e, hash)),
+                    None => (h, TxInput::Raw(e)),
+                })
                 .collect()
         };
         if repeats > 0 {
@@ -211,7 +215,7 @@ impl Network {
             for (hash, env) in inputs {
                 known.insert(hash);
                 if env.first() != Some(&(TxType::Eip4844 as u8)) {
-                    admit.push((Some(hash), TxInput::Raw(env)));
+                    admit.push((Some(hash), TxInput::Hashed(env, hash)));
                     continue;
                 }
                 let checked = PooledTransaction::decode_2718(&env)
@@ -294,14 +298,14 @@ impl Network {
                 let mut meter = CpuMeter::start();
                 // Senders of a large chunk are recovered on all cores first; the in-order
                 // admissions below then find them cached.
-                let raw: Vec<Bytes> = chunk
+                let raw: Vec<(B256, Bytes)> = chunk
                     .iter()
                     .filter_map(|(_, input)| match input {
-                        TxInput::Raw(b) => Some(b.clone()),
-                        TxInput::Decoded(_) => None,
+                        TxInput::Hashed(b, h) => Some((*h, b.clone())),
+                        TxInput::Raw(_) | TxInput::Decoded(_) => None,
                     })
                     .collect();
-                pool.warm_senders(&raw, &mut meter).await;
+                pool.warm_senders_hashed(&raw, &mut meter).await;
                 for (hash, input) in chunk {
                     let result = pool.add_metered(input, origin, &mut meter).await;
                     let cost = match &result {
