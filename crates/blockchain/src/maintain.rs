@@ -233,3 +233,90 @@ pub fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
         tracing::warn!(error = %e, "could not keep mined blob txs for reorgs");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mempool::{InMemoryState, PoolConfig};
+    use moat_common::block::Withdrawal;
+    use moat_common::config::Genesis;
+    use moat_common::testing::sample_signed;
+    use moat_crypto::secp::Signer;
+    use std::sync::Arc;
+
+    fn block(
+        number: u64,
+        beneficiary: u8,
+        txs: Vec<moat_common::transaction::SignedTransaction>,
+    ) -> Block {
+        let header = Header {
+            number,
+            beneficiary: Address::repeat_byte(beneficiary),
+            ..Header::default()
+        };
+        Block {
+            hash: header.hash(),
+            header,
+            transactions: txs,
+            ommers: Vec::new(),
+            withdrawals: Some(vec![Withdrawal {
+                index: 0,
+                validator_index: 0,
+                address: Address::repeat_byte(0xee),
+                amount: 1,
+            }]),
+        }
+    }
+
+    #[test]
+    fn a_reorg_mines_the_new_branch_and_gives_back_the_old_branchs_other_txs() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/testdata/ethtest/genesis.json");
+        let genesis = Genesis::from_file(&path).unwrap();
+        let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+        let pool = Pool::new(
+            PoolConfig::new(chain.config().clone()),
+            Arc::new(InMemoryState::new(HeadInfo::default())),
+        );
+        let (a, b, c) = (
+            Signer::from_seed(1),
+            Signer::from_seed(2),
+            Signer::from_seed(3),
+        );
+        let tx_a = sample_signed(TxType::Eip1559, 0, &a);
+        let tx_b = sample_signed(TxType::Eip1559, 0, &b);
+        let tx_c = sample_signed(TxType::Eip1559, 0, &c);
+        let old = block(5, 0x01, vec![tx_a.clone(), tx_b.clone()]);
+        let new = block(5, 0x02, vec![tx_b.clone(), tx_c.clone()]);
+
+        let one = block_update(&chain, &pool, &new);
+        assert_eq!(one.head.number, 5);
+        assert_eq!(one.mined, vec![tx_b.hash(), tx_c.hash()]);
+        assert!(one.reorged.is_empty());
+        let mut want = vec![
+            b.address(),
+            c.address(),
+            Address::repeat_byte(0x02),
+            Address::repeat_byte(0xee),
+        ];
+        want.sort_unstable();
+        assert_eq!(one.touched, want);
+
+        let update = reorg_update(&chain, &pool, &[old], &[new.clone()], &new.header);
+        assert_eq!(update.mined, vec![tx_b.hash(), tx_c.hash()]);
+        // The old branch's tx the new one does not hold goes back; the shared one not.
+        let back: Vec<B256> = update.reorged.iter().map(|p| p.hash()).collect();
+        assert_eq!(back, vec![tx_a.hash()]);
+        // Both branches' senders, beneficiaries and withdrawal recipients, once each.
+        let mut want = vec![
+            a.address(),
+            b.address(),
+            c.address(),
+            Address::repeat_byte(0x01),
+            Address::repeat_byte(0x02),
+            Address::repeat_byte(0xee),
+        ];
+        want.sort_unstable();
+        assert_eq!(update.touched, want);
+    }
+}
