@@ -302,7 +302,13 @@ mod tests {
         want.sort_unstable();
         assert_eq!(one.touched, want);
 
-        let update = reorg_update(&chain, &pool, &[old], &[new.clone()], &new.header);
+        let update = reorg_update(
+            &chain,
+            &pool,
+            &[old],
+            std::slice::from_ref(&new),
+            &new.header,
+        );
         assert_eq!(update.mined, vec![tx_b.hash(), tx_c.hash()]);
         // The old branch's tx the new one does not hold goes back; the shared one not.
         let back: Vec<B256> = update.reorged.iter().map(|p| p.hash()).collect();
