@@ -53,9 +53,7 @@ pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 /// MetaMask, anvil and ethers' `JsonRpcSigner.signMessage` have it. Dev node only.
 pub fn personal_sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     // geth has no personal namespace: only the dev node (anvil's) serves it.
-    if ctx.mine.is_none() {
-        return Err(crate::dev_methods::not_found("personal_sign"));
-    }
+    crate::dev_methods::require_dev(ctx, "personal_sign")?;
     let [data, address] = positional::<2>(&params)?;
     let swapped = json!([address, data]).to_string();
     sign(ctx, Params::new(Some(&swapped)))
@@ -76,9 +74,7 @@ fn signature_bytes(key: &Signer, digest: &alloy_primitives::B256) -> Bytes {
 /// form, which ethers and viem send). Dev node only: elsewhere "method not found", as geth.
 pub fn sign_typed_data_v4(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     // geth does not have it: only the dev node (as anvil) serves it.
-    if ctx.mine.is_none() {
-        return Err(crate::dev_methods::not_found("eth_signTypedData_v4"));
-    }
+    crate::dev_methods::require_dev(ctx, "eth_signTypedData_v4")?;
     let [address, typed] = positional::<2>(&params)?;
     let address: Address = serde_json::from_value(
         address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
@@ -263,18 +259,12 @@ pub fn impersonated_signature(from: &Address) -> moat_common::transaction::Signa
 /// `anvil_impersonateAccount(address)` and `anvil_stopImpersonatingAccount(address)`:
 /// `eth_sendTransaction` from the address is signed with a placeholder (dev node only).
 pub fn impersonate(ctx: &RpcContext, params: Params<'_>, on: bool) -> RpcResult<Value> {
-    if ctx.mine.is_none() {
-        let method = if on {
-            "anvil_impersonateAccount"
-        } else {
-            "anvil_stopImpersonatingAccount"
-        };
-        return Err(jsonrpsee::types::ErrorObjectOwned::owned(
-            jsonrpsee::types::error::METHOD_NOT_FOUND_CODE,
-            format!("the method {method} does not exist/is not available"),
-            None::<()>,
-        ));
-    }
+    let method = if on {
+        "anvil_impersonateAccount"
+    } else {
+        "anvil_stopImpersonatingAccount"
+    };
+    crate::dev_methods::require_dev(ctx, method)?;
     let [address] = positional::<1>(&params)?;
     let address: Address = serde_json::from_value(
         address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,

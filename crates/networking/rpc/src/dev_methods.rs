@@ -50,6 +50,15 @@ pub(crate) fn not_found(method: &str) -> ErrorObjectOwned {
     )
 }
 
+/// "method not found" off the dev node: checked before the arguments, so a node without
+/// the method answers the same to any call of it.
+pub(crate) fn require_dev(ctx: &RpcContext, method: &str) -> RpcResult<()> {
+    match ctx.mine {
+        Some(_) => Ok(()),
+        None => Err(not_found(method)),
+    }
+}
+
 /// Sends a request made by `make` to the producer and waits for its answer.
 async fn ask<T>(
     ctx: &RpcContext,
@@ -115,9 +124,6 @@ async fn mine(
     first: Option<u64>,
     interval: Option<u64>,
 ) -> RpcResult<()> {
-    if ctx.mine.is_none() {
-        return Err(not_found(method));
-    }
     if blocks > MAX_MINE {
         return Err(invalid_params(format!(
             "at most {MAX_MINE} blocks in one call"
@@ -140,6 +146,7 @@ async fn mine(
 /// `evm_mine([timestamp | {timestamp, blocks}])`: seals a block now (or `blocks`, the
 /// first at `timestamp`) and answers "0x0".
 pub async fn evm_mine(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    require_dev(ctx, "evm_mine")?;
     let [opts] = positional::<1>(&params)?;
     let (timestamp, blocks) = match opts {
         None | Some(Value::Null) => (None, 1),
@@ -161,6 +168,7 @@ pub async fn evm_mine(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> 
 /// `anvil_mine([blocks], [interval])` (and `hardhat_mine`): seals `blocks` blocks (one
 /// by default), `interval` seconds apart if given.
 pub async fn anvil_mine(ctx: &RpcContext, method: &str, params: Params<'_>) -> RpcResult<Value> {
+    require_dev(ctx, method)?;
     let [blocks, interval] = positional::<2>(&params)?;
     let blocks = match blocks.filter(|v| !v.is_null()) {
         None => 1,
@@ -185,6 +193,7 @@ pub async fn evm_snapshot(ctx: &RpcContext) -> RpcResult<Value> {
 /// `evm_revert(id)`: back to the snapshot (chain, state, pool); `false` for an unknown
 /// or already used id.
 pub async fn evm_revert(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    require_dev(ctx, "evm_revert")?;
     let [id] = positional::<1>(&params)?;
     let id = u256_arg(id, 0)?;
     let Ok(id) = u64::try_from(id) else {
@@ -197,6 +206,7 @@ pub async fn evm_revert(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value
 /// `evm_increaseTime(seconds)`: the next blocks' timestamps move forward; answers the
 /// total shift in seconds.
 pub async fn evm_increase_time(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+    require_dev(ctx, "evm_increaseTime")?;
     let [secs] = positional::<1>(&params)?;
     let secs = parse_u64_lenient(
         &secs.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
@@ -213,6 +223,7 @@ pub async fn evm_set_next_block_timestamp(
     ctx: &RpcContext,
     params: Params<'_>,
 ) -> RpcResult<Value> {
+    require_dev(ctx, "evm_setNextBlockTimestamp")?;
     let [ts] = positional::<1>(&params)?;
     let ts = parse_u64_lenient(
         &ts.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
@@ -227,6 +238,7 @@ pub async fn evm_set_next_block_timestamp(
 /// The anvil state setters (and their `hardhat_` names): each seals one block carrying
 /// the edit.
 pub async fn anvil_set(ctx: &RpcContext, method: &str, params: Params<'_>) -> RpcResult<Value> {
+    require_dev(ctx, method)?;
     let name = method.replacen("hardhat_", "anvil_", 1);
     let edit = match name.as_str() {
         "anvil_setBalance" => {

@@ -394,6 +394,17 @@ async fn rpc_modules_and_coinbase_answer_as_geth() {
         ("hardhat_mine", json!([])),
         ("hardhat_setBalance", json!([rich_hex, "0x1"])),
         ("hardhat_impersonateAccount", json!([rich_hex])),
+        // Arguments that would be refused on the dev node: still "method not found".
+        ("evm_mine", json!(["zz"])),
+        ("anvil_mine", json!(["0xffffffffffffffffffff"])),
+        ("evm_revert", json!([])),
+        ("evm_increaseTime", json!([-1])),
+        ("evm_setNextBlockTimestamp", json!([])),
+        ("anvil_setBalance", json!(["0x12", "zz"])),
+        ("hardhat_setStorageAt", json!([])),
+        ("anvil_impersonateAccount", json!(["0x12"])),
+        ("personal_sign", json!([])),
+        ("eth_signTypedData_v4", json!([rich_hex, 1])),
     ] {
         assert_eq!(error(addr, method, params).await.0, -32601, "{method}");
     }
