@@ -109,15 +109,23 @@ struct DevClock {
 
 impl DevClock {
     /// The next block's timestamp on `head`: the one set, else now plus the shift; always
-    /// later than the head's.
-    fn next_timestamp(&mut self, head: &moat_common::block::Header) -> u64 {
+    /// later than the head's. A head at the last timestamp there is (which
+    /// `evm_setNextBlockTimestamp` can ask for) has no next block.
+    fn next_timestamp(&mut self, head: &moat_common::block::Header) -> Result<u64, String> {
+        let earliest = head.timestamp.checked_add(1).ok_or_else(|| {
+            format!(
+                "the head's timestamp is {}: no later block can be sealed",
+                head.timestamp
+            )
+        })?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        self.next
+        Ok(self
+            .next
             .take()
             .unwrap_or_else(|| now.saturating_add(self.shift))
-            .max(head.timestamp + 1)
+            .max(earliest))
     }
 }
 
@@ -154,7 +162,7 @@ async fn produce_block(
     clock: &mut DevClock,
 ) -> Result<Option<(u64, usize)>, String> {
     let head = chain.head_header().map_err(|e| e.to_string())?;
-    let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head));
+    let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head)?);
     let (c, p, m) = (chain.clone(), pool.clone(), miner.clone());
     let parent = head.hash();
     let built = tokio::task::spawn_blocking(move || c.build_payload_with(&p, parent, &attrs, &m))
@@ -162,6 +170,16 @@ async fn produce_block(
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     let block = built.block;
+    // Import reads senders from the sender cache before recovering them. The block was
+    // built with the pool's senders, and an impersonated sender's placeholder signature
+    // does not recover to it: its entry must be there even if the bounded cache let it
+    // go since the submission, or the import would execute the tx as someone else's.
+    let cache = pool.sender_cache();
+    for tx in &block.transactions {
+        if let Some(pooled) = pool.get(&tx.hash()) {
+            cache.insert(tx.hash(), pooled.sender);
+        }
+    }
     let (c, b) = (chain.clone(), block.clone());
     match tokio::task::spawn_blocking(move || c.import(&b))
         .await
@@ -193,7 +211,7 @@ async fn seal_edits(
     edits: Vec<StateEdit>,
 ) -> Result<(), String> {
     let head = chain.head_header().map_err(|e| e.to_string())?;
-    let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head));
+    let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head)?);
     let touched = edits.iter().map(StateEdit::address).collect();
     let (c, m) = (chain.clone(), miner.clone());
     let block = tokio::task::spawn_blocking(move || c.seal_state_edits(&attrs, &m, &edits))
@@ -231,23 +249,26 @@ async fn revert(
     let Some(at) = snapshots.iter().position(|s| s.id == id) else {
         return Ok(false);
     };
-    // This snapshot and every later one are used up, as in anvil.
-    let taken: Vec<Snapshot> = snapshots.drain(at..).collect();
-    let snap = &taken[0];
     let err = |e: moat_blockchain::chain::ChainError| e.to_string();
+    let (number, hash) = (snapshots[at].number, snapshots[at].hash);
     if chain
-        .header_by_number(snap.number)
+        .header_by_number(number)
         .map_err(err)?
         .map(|h| h.hash())
-        != Some(snap.hash)
+        != Some(hash)
     {
+        snapshots.truncate(at);
         return Ok(false);
     }
-    let (c, number) = (chain.clone(), snap.number);
+    // A rewind that fails (past the undo records' depth) keeps the snapshots.
+    let c = chain.clone();
     tokio::task::spawn_blocking(move || c.rewind_to(number))
         .await
         .map_err(|e| e.to_string())?
-        .map_err(err)?;
+        .map_err(|e| format!("snapshot {id} (block {number}) cannot be restored: {e}"))?;
+    // This snapshot and every later one are used up, as in anvil.
+    let taken: Vec<Snapshot> = snapshots.drain(at..).collect();
+    let snap = &taken[0];
     let head = chain.head_header().map_err(err)?;
     for (_, txs) in pool.content() {
         if let Some((first, _)) = txs.first() {
@@ -386,5 +407,109 @@ pub async fn run_producer(
         if let Some(reply) = reply {
             let _ = reply.send(result.map(|r| r.map(|(number, _)| number)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moat_blockchain::history::StateAtBlock;
+    use moat_blockchain::mempool::PoolConfig;
+    use moat_blockchain::vm::StateReader;
+    use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+    use moat_rpc::StoreStateView;
+    use moat_storage::Store;
+    use std::sync::Arc;
+
+    /// A dev chain, its pool (with a sender cache of `cache` entries) and RPC context.
+    fn dev_node(cache: usize) -> (Chain, Pool, RpcContext) {
+        let store = Store::in_memory();
+        let chain = Chain::init(store.clone(), &dev_genesis(false)).unwrap();
+        let mut config = PoolConfig::new(chain.config().clone());
+        config.sender_cache_capacity = cache;
+        let view = StoreStateView::new(store, chain.config().clone());
+        let pool = Pool::new(config, Arc::new(view));
+        let chain = chain.with_sender_cache(pool.sender_cache().clone());
+        let rpc = RpcContext::new(chain.clone(), pool.clone());
+        (chain, pool, rpc)
+    }
+
+    fn account(chain: &Chain, a: Address) -> (U256, u64) {
+        let state = StateAtBlock::head(chain.store().clone());
+        StateReader::account(&state, &a)
+            .unwrap()
+            .map_or((U256::ZERO, 0), |i| (i.balance, i.nonce))
+    }
+
+    #[tokio::test]
+    async fn an_impersonated_transfer_is_mined_as_its_sender_after_the_cache_dropped_it() {
+        let (chain, pool, rpc) = dev_node(16);
+        let miner = MinerConfig::default();
+        let mut clock = DevClock::default();
+        let (whale, to) = (Address::repeat_byte(0xcc), Address::repeat_byte(0xdd));
+        let ether = U256::from(10u64).pow(U256::from(18));
+        seal_edits(
+            &chain,
+            &pool,
+            &rpc,
+            &miner,
+            &mut clock,
+            vec![StateEdit::Balance(whale, ether)],
+        )
+        .await
+        .unwrap();
+        // What eth_sendTransaction does for an impersonated sender.
+        let tx = Transaction::Eip1559(Eip1559Tx {
+            chain_id: DEV_CHAIN_ID,
+            nonce: 0,
+            max_priority_fee_per_gas: 1_000_000_000,
+            max_fee_per_gas: 10_000_000_000,
+            gas_limit: 21_000,
+            to: alloy_primitives::TxKind::Call(to),
+            value: U256::from(5),
+            input: Bytes::new(),
+            access_list: Vec::new(),
+        });
+        let signed = SignedTransaction::new(tx, moat_rpc::impersonated_signature(&whale));
+        pool.sender_cache().insert(signed.hash(), whale);
+        pool.submit_local(TxInput::Raw(Bytes::from(signed.encoded_2718())))
+            .await
+            .unwrap();
+        // Other transactions' senders, each read again (as admission and import read
+        // them), push it out of the bounded cache.
+        for i in 0..10_000u64 {
+            let hash = B256::from(U256::from(i));
+            pool.sender_cache().insert(hash, Address::ZERO);
+            for _ in 0..3 {
+                pool.sender_cache().get(&hash);
+            }
+        }
+        assert!(!pool.sender_cache().contains(&signed.hash()));
+
+        let sealed = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
+        assert_eq!(sealed, Ok(Some((2, 1))));
+        assert_eq!(account(&chain, to), (U256::from(5), 0));
+        let (balance, nonce) = account(&chain, whale);
+        assert_eq!(nonce, 1);
+        assert!(balance < ether - U256::from(5));
+    }
+
+    #[test]
+    fn a_head_at_the_last_timestamp_has_no_next_block() {
+        let mut clock = DevClock {
+            shift: u64::MAX,
+            next: None,
+        };
+        let mut head = moat_common::block::Header {
+            timestamp: u64::MAX - 1,
+            ..Default::default()
+        };
+        assert_eq!(clock.next_timestamp(&head), Ok(u64::MAX));
+        head.timestamp = u64::MAX;
+        assert!(clock.next_timestamp(&head).is_err());
+        // A set timestamp not after the head's gives way to the head's next second.
+        clock.next = Some(5);
+        head.timestamp = 9;
+        assert_eq!(clock.next_timestamp(&head), Ok(10));
     }
 }
