@@ -78,6 +78,27 @@ impl WriteBatch {
         self
     }
 
+    /// Drops every downloaded account, keeping the slots (a new pivot: the storage
+    /// tries that still prove out against their accounts' new roots are kept).
+    pub fn clear_snap_accounts(&mut self) -> &mut Self {
+        self.snap.push(Op::DeleteRange {
+            table: Table::SnapAccounts,
+            start: Vec::new(),
+            end: None,
+        });
+        self
+    }
+
+    /// Drops the downloaded slots of account `owner`.
+    pub fn clear_snap_slots(&mut self, owner: B256) -> &mut Self {
+        self.snap.push(Op::DeleteRange {
+            table: Table::SnapStorage,
+            start: slot_key(&owner, &B256::ZERO).to_vec(),
+            end: Some(slot_key(&owner, &B256::repeat_byte(0xff)).to_vec()),
+        });
+        self
+    }
+
     /// Drops every downloaded account and slot (a sync that starts over).
     pub fn clear_snap_state(&mut self) -> &mut Self {
         for table in [Table::SnapAccounts, Table::SnapStorage] {

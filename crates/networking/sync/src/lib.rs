@@ -47,10 +47,11 @@
 //! pivot's state root; the pivot becomes the head in one commit; then the full sync above
 //! runs from the pivot to the target. No snap/1 peer within 10 s: full sync from genesis.
 //!
-//! Not here (yet): healing with GetTrieNodes. A pivot that goes stale (no peer serves its
-//! root any more: more than 128 blocks old) is dropped with its download and a new pivot
-//! is downloaded from scratch; the download is held to one root, so it needs no healing
-//! while it is fast enough to finish within those 128 blocks (~25 minutes on mainnet).
+//! Not here (yet): healing with GetTrieNodes. When a pivot goes stale (no peer serves its
+//! root any more: more than 128 blocks old) a new one is picked, its accounts are
+//! downloaded again in full and only the storage tries already held that build the new
+//! roots are kept; the download is held to one root, so it converges only while the
+//! accounts come within those 128 blocks (~25 minutes on mainnet).
 //! The walked headers are held in memory (about 1 KiB each), which suits catching up
 //! days, not years.
 

@@ -26,9 +26,10 @@
 //! dropped (reported to the source as a fault); one that answers empty for the pivot's
 //! root (it no longer serves that state) is rested, and when every peer does so for a
 //! while the pivot is stale: the sync gives up on it with [`SnapError::Stale`] and the
-//! caller picks a new pivot; the downloaded ranges are then kept only as far as they
-//! verify against the new root (see `resume_against`): ranges are re-downloaded, not
-//! healed node by node (GetTrieNodes healing is not implemented).
+//! caller picks a new pivot; the accounts are then downloaded again and the storage
+//! tries already held are kept where their slots build the new accounts' roots (checked
+//! locally, `local_storage_root`): ranges are re-downloaded, not healed node by node
+//! (GetTrieNodes healing is not implemented).
 
 use crate::source::BlockSource;
 use alloy_primitives::{B256, Bytes, KECCAK256_EMPTY, U256, keccak256};
@@ -52,8 +53,6 @@ use tokio::task::JoinSet;
 pub const PIVOT_DISTANCE: u64 = 64;
 /// Chunks the account hash space is split into.
 const CHUNKS: usize = 16;
-/// Accounts per storage request.
-const STORAGE_BATCH: usize = 128;
 /// Code hashes per bytecode request.
 const CODE_BATCH: usize = 256;
 /// Trie nodes per commit while the tries are built.
@@ -76,6 +75,8 @@ pub struct SnapConfig {
     pub give_up_after: Duration,
     /// How long to wait for a first peer that speaks snap/1.
     pub snap_peer_wait: Duration,
+    /// Accounts per storage request.
+    pub storage_batch: usize,
 }
 
 impl Default for SnapConfig {
@@ -85,6 +86,7 @@ impl Default for SnapConfig {
             progress_every: Duration::from_secs(8),
             give_up_after: Duration::from_secs(60),
             snap_peer_wait: Duration::from_secs(10),
+            storage_batch: 128,
         }
     }
 }
@@ -332,7 +334,9 @@ pub async fn run<S: BlockSource>(
     }
     let mut resumed = false;
     let highest;
-    let mut progress = match store.snap_progress()?.and_then(|r| Progress::decode(&r)) {
+    // A record whose pivot went stale (zero hash) keeps its download but needs a new pivot.
+    let record = store.snap_progress()?.and_then(|r| Progress::decode(&r));
+    let mut progress = match record.filter(|p| p.pivot_hash != B256::ZERO) {
         Some(p) => {
             resumed = true;
             highest = p.pivot_number;
@@ -349,8 +353,12 @@ pub async fn run<S: BlockSource>(
             let (pivot, top) = pick_pivot(source, target).await?;
             highest = top;
             let p = Progress::new(&pivot);
+            // Slots of an earlier download stay: the storage stage keeps those whose
+            // trie proves out against the new accounts' roots.
             let mut batch = WriteBatch::new();
-            batch.clear_snap_state().set_snap_progress(Some(p.encode()));
+            batch
+                .clear_snap_accounts()
+                .set_snap_progress(Some(p.encode()));
             store.commit(batch)?;
             tracing::info!(pivot = p.pivot_number, root = %p.state_root, "snap sync started");
             p
@@ -698,22 +706,42 @@ impl<S: BlockSource> Run<'_, S> {
     async fn storage(&mut self, p: &mut Progress) -> Result<(), SnapError> {
         // (hash, storage root) of every account from the cursor on with storage.
         let mut list: Vec<(B256, B256)> = Vec::new();
-        self.chain
-            .store()
-            .snap_accounts_from(&p.storage_cursor, |hash, a| {
-                if a.storage_root != EMPTY_ROOT {
-                    list.push((hash, a.storage_root));
+        let store = self.chain.store().clone();
+        store.snap_accounts_from(&p.storage_cursor, |hash, a| {
+            if a.storage_root != EMPTY_ROOT {
+                list.push((hash, a.storage_root));
+            }
+            true
+        })?;
+        // Slots already held (a resumed stage, or a download kept over a new pivot) are
+        // kept where they build the account's storage root; others are dropped and
+        // downloaded again.
+        let (mut kept, mut wipe) = (0usize, WriteBatch::new());
+        let mut needed = Vec::with_capacity(list.len());
+        for (hash, root) in list {
+            let (local, slots) = local_storage_root(&store, &hash)?;
+            if local == root {
+                kept += 1;
+            } else {
+                if slots > 0 {
+                    wipe.clear_snap_slots(hash);
                 }
-                true
-            })?;
+                needed.push((hash, root));
+            }
+        }
+        store.commit(wipe)?;
+        if kept > 0 {
+            tracing::info!(kept, "snap sync: storage tries already held kept");
+        }
+        let list = needed;
         let total = list.len().max(1);
         let mut done = vec![false; list.len()];
         let mut lowest_open = 0usize;
         let mut queue: std::collections::VecDeque<Work> = list
-            .chunks(STORAGE_BATCH)
+            .chunks(self.cfg.storage_batch.max(1))
             .enumerate()
             .map(|(i, c)| Work::Storage {
-                first: i * STORAGE_BATCH,
+                first: i * self.cfg.storage_batch.max(1),
                 accounts: c.to_vec(),
                 origin: B256::ZERO,
             })
@@ -1152,4 +1180,24 @@ fn build_nodes(
         batch.set_trie_node(B256::ZERO, path, Some(rlp));
     }
     Ok((storage_tries, batch))
+}
+
+/// The root of the storage trie the downloaded slots of `owner` build, and how many
+/// slots there are.
+fn local_storage_root(
+    store: &moat_storage::Store,
+    owner: &B256,
+) -> Result<(B256, usize), SnapError> {
+    let mut builder = SortedBuilder::new();
+    let (mut slots, mut bad) = (0usize, false);
+    store.snap_slots_of(owner, |slot, value| {
+        slots += 1;
+        bad |= builder.push(&slot, alloy_rlp::encode(value)).is_err();
+        // The nodes are not kept: only the root is wanted.
+        builder.take_nodes();
+    })?;
+    if bad {
+        return Ok((B256::ZERO, slots));
+    }
+    Ok((builder.finish().0, slots))
 }

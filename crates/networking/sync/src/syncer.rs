@@ -611,10 +611,28 @@ impl<S: BlockSource> Syncer<S> {
             }
             // The record stays: the next attempt resumes.
             Err(e @ (SnapError::NoPeers | SnapError::Store(_))) => Err(retry(e)),
-            // The pivot's state cannot be had (no peer serves it any more, or what was
-            // built does not match): the next attempt picks a new pivot and downloads
-            // again.
-            Err(e @ (SnapError::Stale | SnapError::Pivot(_) | SnapError::Mismatch(_))) => {
+            // No peer serves the pivot's state any more: the next attempt picks a new
+            // pivot, downloads the accounts again and keeps the storage tries that
+            // still prove out against them.
+            // (The record stays, its pivot cleared: the download is still under way.)
+            Err(e @ SnapError::Stale) => {
+                let store = self.chain.store();
+                let record = store.snap_progress().map_err(retry)?;
+                let mut batch = WriteBatch::new();
+                match record.and_then(|r| snap::Progress::decode(&r)) {
+                    Some(mut p) => {
+                        p.pivot_hash = B256::ZERO;
+                        batch.set_snap_progress(Some(p.encode()));
+                    }
+                    None => {
+                        batch.clear_snap_state().set_snap_progress(None);
+                    }
+                }
+                store.commit(batch).map_err(retry)?;
+                Err(retry(e))
+            }
+            // The pivot is unusable, or what was built does not match: start over.
+            Err(e @ (SnapError::Pivot(_) | SnapError::Mismatch(_))) => {
                 let mut batch = WriteBatch::new();
                 batch.clear_snap_state().set_snap_progress(None);
                 self.chain.store().commit(batch).map_err(retry)?;

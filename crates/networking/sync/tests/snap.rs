@@ -37,6 +37,8 @@ struct Served {
     /// Snap requests answered before every further one fails (none: no limit).
     budget: Option<AtomicUsize>,
     faults: Mutex<Vec<PeerId>>,
+    /// Requests answered, by kind: account ranges, storage ranges.
+    asked: [AtomicUsize; 2],
 }
 
 fn peer_id(i: usize) -> PeerId {
@@ -51,6 +53,7 @@ impl Served {
             modes,
             budget: budget.map(AtomicUsize::new),
             faults: Mutex::new(Vec::new()),
+            asked: Default::default(),
         })
     }
 
@@ -128,6 +131,11 @@ impl BlockSource for Served {
         {
             return Err(RequestError::Disconnected);
         }
+        match msg {
+            SnapMessage::GetAccountRange { .. } => self.asked[0].fetch_add(1, Ordering::SeqCst),
+            SnapMessage::GetStorageRanges { .. } => self.asked[1].fetch_add(1, Ordering::SeqCst),
+            _ => 0,
+        };
         let answer = if self.mode(&peer) == Mode::Empty {
             moat_p2p::snap::empty_answer(&msg)
         } else {
@@ -199,6 +207,8 @@ fn cfg() -> SnapConfig {
         // Small answers: many requests, every chunk paged.
         response_bytes: 16 * 1024,
         give_up_after: std::time::Duration::from_secs(3),
+        // Few accounts per storage request: several requests even for this state.
+        storage_batch: 4,
         ..SnapConfig::default()
     }
 }
@@ -333,4 +343,72 @@ fn a_sync_cut_short_resumes_from_its_record() {
     });
     assert!(seen, "no figures published while resuming");
     assert_state_at_pivot(&client);
+}
+
+#[test]
+fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
+    let served = served_chain();
+    let rt = runtime();
+    let cfg = cfg();
+    let target = served.head().unwrap().1;
+    // What a whole download of the pivot asks.
+    let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
+    let client = fresh();
+    rt.block_on(snap::run(
+        &client,
+        &baseline,
+        target,
+        &cfg,
+        &SnapStatus::default(),
+    ))
+    .unwrap();
+    let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
+    let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
+    assert!(storage_asked >= 4, "{storage_asked} storage requests");
+
+    // A download cut in its storage stage, whose pivot then goes stale.
+    let client = fresh();
+    let budget = accounts_asked + storage_asked / 2;
+    let cut = Served::new(served.clone(), vec![Mode::Honest], Some(budget));
+    let err = rt.block_on(snap::run(
+        &client,
+        &cut,
+        target,
+        &cfg,
+        &SnapStatus::default(),
+    ));
+    assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
+    let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
+    assert_eq!(record.stage, Stage::Storage);
+    record.pivot_hash = B256::ZERO;
+    let mut batch = moat_storage::WriteBatch::new();
+    batch.set_snap_progress(Some(record.encode()));
+    client.store().commit(batch).unwrap();
+
+    // The new target is one block lower: its pivot is one block lower too.
+    let (head, _) = served.head().unwrap();
+    let new_target = served.store().canonical_hash(head - 1).unwrap().unwrap();
+    let source = Served::new(served.clone(), vec![Mode::Honest], None);
+    rt.block_on(snap::run(
+        &client,
+        &source,
+        new_target,
+        &cfg,
+        &SnapStatus::default(),
+    ))
+    .unwrap();
+    let pivot = head - 1 - PIVOT_DISTANCE;
+    let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
+    assert_eq!(client.head().unwrap(), (pivot, hash));
+    let header = client.header(&hash).unwrap().unwrap();
+    assert_eq!(
+        stored_state_root(client.store()).unwrap(),
+        header.state_root
+    );
+    // Accounts asked again in full, storage only where it changed or was not held.
+    let again = source.asked[1].load(Ordering::SeqCst);
+    assert!(
+        again < storage_asked,
+        "{again} storage requests, {storage_asked} for all"
+    );
 }
