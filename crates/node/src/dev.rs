@@ -9,7 +9,7 @@ use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_common::transaction::PooledTransaction;
 use moat_crypto::secp::Signer;
-use moat_rpc::{DevRequest, RpcContext};
+use moat_rpc::{DevRequest, MineTime, RpcContext};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -126,6 +126,19 @@ impl DevClock {
             .take()
             .unwrap_or_else(|| now.saturating_add(self.shift))
             .max(earliest))
+    }
+
+    /// The next block's timestamp is `ts`, which must be later than the head's.
+    fn set_next(&mut self, chain: &Chain, ts: u64) -> Result<(), String> {
+        let head = chain.head_header().map_err(|e| e.to_string())?;
+        if ts <= head.timestamp {
+            return Err(format!(
+                "timestamp {ts} is not later than the head's ({})",
+                head.timestamp
+            ));
+        }
+        self.next = Some(ts);
+        Ok(())
     }
 }
 
@@ -344,7 +357,21 @@ pub async fn run_producer(
         };
         let reply = match asked {
             None => None,
-            Some(DevRequest::Mine(reply)) => Some(reply),
+            Some(DevRequest::Mine(at, reply)) => {
+                let at = match at {
+                    MineTime::Clock => Ok(()),
+                    MineTime::At(ts) => clock.set_next(&chain, ts),
+                    MineTime::AfterHead(secs) => chain
+                        .head_header()
+                        .map_err(|e| e.to_string())
+                        .and_then(|h| clock.set_next(&chain, h.timestamp.saturating_add(secs))),
+                };
+                if let Err(e) = at {
+                    let _ = reply.send(Err(e));
+                    continue;
+                }
+                Some(reply)
+            }
             Some(DevRequest::Automine(reply)) => {
                 // With period 0 the submitted tx goes into a block now (unless a block
                 // already took it), and its pending notice is spent.
@@ -387,18 +414,7 @@ pub async fn run_producer(
                 continue;
             }
             Some(DevRequest::SetNextTimestamp(ts, reply)) => {
-                let r = match chain.head_header() {
-                    Ok(head) if ts <= head.timestamp => Err(format!(
-                        "timestamp {ts} is not later than the head's ({})",
-                        head.timestamp
-                    )),
-                    Ok(_) => {
-                        clock.next = Some(ts);
-                        Ok(())
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(clock.set_next(&chain, ts));
                 continue;
             }
         };
@@ -492,6 +508,90 @@ mod tests {
         let (balance, nonce) = account(&chain, whale);
         assert_eq!(nonce, 1);
         assert!(balance < ether - U256::from(5));
+    }
+
+    #[tokio::test]
+    async fn a_revert_past_the_undo_depth_fails_and_keeps_its_snapshots() {
+        use moat_blockchain::undo::UNDO_DEPTH;
+        let (chain, pool, rpc) = dev_node(1024);
+        let miner = MinerConfig::default();
+        let mut clock = DevClock::default();
+        let snapshot = |id: u64| {
+            let head = chain.head_header().unwrap();
+            Snapshot {
+                id,
+                number: head.number,
+                hash: head.hash(),
+                pool: Vec::new(),
+            }
+        };
+        let mut snapshots = vec![snapshot(0)];
+        for _ in 0..=UNDO_DEPTH {
+            let sealed = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
+            assert!(matches!(sealed, Ok(Some(_))), "{sealed:?}");
+        }
+        snapshots.push(snapshot(1));
+        produce_block(&chain, &pool, &rpc, &miner, &mut clock)
+            .await
+            .unwrap();
+        let head = UNDO_DEPTH + 2;
+        assert_eq!(chain.head().unwrap().0, head);
+
+        // Block 0 is past the undo records: refused, the chain and snapshots as they were.
+        let e = revert(&chain, &pool, &rpc, &mut snapshots, 0)
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("snapshot 0 (block 0) cannot be restored"),
+            "{e}"
+        );
+        assert_eq!(chain.head().unwrap().0, head);
+        assert_eq!(snapshots.len(), 2);
+        // The later snapshot is in reach; it is used up by the revert.
+        assert_eq!(
+            revert(&chain, &pool, &rpc, &mut snapshots, 1).await,
+            Ok(true)
+        );
+        assert_eq!(chain.head().unwrap().0, head - 1);
+        assert_eq!(snapshots.iter().map(|s| s.id).collect::<Vec<_>>(), [0]);
+        assert_eq!(
+            revert(&chain, &pool, &rpc, &mut snapshots, 1).await,
+            Ok(false)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_mine_request_carries_its_block_time_to_the_producer() {
+        let (chain, pool, rpc) = dev_node(1024);
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let producer = tokio::spawn(run_producer(
+            chain.clone(),
+            pool,
+            rpc,
+            Duration::from_secs(3600),
+            MinerConfig::default(),
+            rx,
+        ));
+        let mine = |at: MineTime| {
+            let tx = tx.clone();
+            async move {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                tx.send(DevRequest::Mine(at, reply)).await.unwrap();
+                answer.await.unwrap()
+            }
+        };
+        let far = 4_000_000_000;
+        assert_eq!(mine(MineTime::At(far)).await, Ok(Some(1)));
+        assert_eq!(chain.head_header().unwrap().timestamp, far);
+        assert_eq!(mine(MineTime::AfterHead(10)).await, Ok(Some(2)));
+        assert_eq!(chain.head_header().unwrap().timestamp, far + 10);
+        // Not after the head's: refused, nothing sealed.
+        assert!(mine(MineTime::At(far)).await.is_err());
+        assert_eq!(chain.head().unwrap().0, 2);
+        // The clock's time is never before the head's.
+        assert_eq!(mine(MineTime::Clock).await, Ok(Some(3)));
+        assert_eq!(chain.head_header().unwrap().timestamp, far + 11);
+        producer.abort();
     }
 
     #[test]

@@ -23,8 +23,9 @@ pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T, String>>;
 /// What the dev methods ask of the dev block producer.
 #[derive(Debug)]
 pub enum DevRequest {
-    /// Seal a block now; answered with its number (`None`: nothing was imported).
-    Mine(Reply<Option<u64>>),
+    /// Seal a block now, at the time given; answered with its number (`None`: nothing
+    /// was imported). The time is read by the producer, so no other block can take it.
+    Mine(MineTime, Reply<Option<u64>>),
     /// Seal a block whose post-state has these edits.
     Edit(Vec<StateEdit>, Reply<()>),
     /// Remember the head (and the pool); answered with the snapshot's id.
@@ -39,6 +40,17 @@ pub enum DevRequest {
     /// it now and answers once it is in a block (anvil's automine: the receipt exists
     /// when the hash is returned); otherwise it answers at once.
     Automine(Reply<()>),
+}
+
+/// The timestamp of a block `evm_mine` / `anvil_mine` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MineTime {
+    /// The dev clock's (and `evm_setNextBlockTimestamp`'s).
+    Clock,
+    /// This timestamp (it must be later than the head's).
+    At(u64),
+    /// This many seconds after the head's.
+    AfterHead(u64),
 }
 
 /// anvil's error for a method the node does not serve.
@@ -131,14 +143,11 @@ async fn mine(
     }
     for i in 0..blocks {
         let at = match (i, first, interval) {
-            (0, Some(t), _) => Some(t),
-            (_, _, Some(secs)) => Some(ctx.head_header()?.timestamp.saturating_add(secs)),
-            _ => None,
+            (0, Some(t), _) => MineTime::At(t),
+            (_, _, Some(secs)) => MineTime::AfterHead(secs),
+            _ => MineTime::Clock,
         };
-        if let Some(t) = at {
-            ask(ctx, method, |r| DevRequest::SetNextTimestamp(t, r)).await?;
-        }
-        ask(ctx, method, DevRequest::Mine).await?;
+        ask(ctx, method, |r| DevRequest::Mine(at, r)).await?;
     }
     Ok(())
 }

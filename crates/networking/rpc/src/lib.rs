@@ -63,7 +63,7 @@ mod typed_data;
 pub use access::{AllowedOrigins, CorsDomains, Namespaces, VirtualHosts};
 pub use accounts::impersonated_signature;
 pub use admin::{AddPeerError, PeerAdmin};
-pub use dev_methods::{DevRequest, Reply as DevReply};
+pub use dev_methods::{DevRequest, MineTime, Reply as DevReply};
 pub use engine::{
     EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
 };
