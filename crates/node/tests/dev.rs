@@ -344,6 +344,40 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
     // automine): the receipt is there at once.
     let receipt = call("eth_getTransactionReceipt", &format!("[{again}]"));
     assert_eq!(receipt["status"], "0x1", "{receipt}");
+    // An access list goes into the transaction (an EIP-1559 one, or EIP-2930 with a
+    // gasPrice), and the estimate pays for it; blob and set-code fields are refused, not
+    // dropped.
+    let list = format!(r#"[{{"address":"{who}","storageKeys":["{word}"]}}]"#);
+    for (fees, ty) in [("", "0x2"), (r#","gasPrice":"0x77359400""#, "0x1")] {
+        let hash = call(
+            "eth_sendTransaction",
+            &format!(
+                r#"[{{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"0x00000000000000000000000000000000000000bb","accessList":{list}{fees}}}]"#
+            ),
+        );
+        let tx = call("eth_getTransactionByHash", &format!("[{hash}]"));
+        assert_eq!(tx["type"], ty, "{tx}");
+        assert_eq!(tx["accessList"][0]["address"], who, "{tx}");
+        assert_eq!(tx["accessList"][0]["storageKeys"][0], word, "{tx}");
+        let receipt = call("eth_getTransactionReceipt", &format!("[{hash}]"));
+        assert_eq!(receipt["status"], "0x1", "{receipt}");
+        assert_eq!(
+            quantity(&receipt["gasUsed"]),
+            21_000 + 2_400 + 1_900,
+            "{receipt}"
+        );
+    }
+    for field in [r#""authorizationList":[]"#, r#""blobVersionedHashes":[]"#] {
+        let r = rpc(
+            port,
+            "eth_sendTransaction",
+            &format!(
+                r#"[{{"from":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","to":"{who}",{field}}}]"#
+            ),
+        )
+        .unwrap();
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+    }
 
     // evm_increaseTime shifts the next blocks; evm_setNextBlockTimestamp sets one.
     let now = std::time::SystemTime::now()

@@ -115,13 +115,35 @@ fn fee(o: &serde_json::Map<String, Value>, name: &str) -> RpcResult<Option<u128>
 /// `eth_sendTransaction(tx)`: fills what the sender left out as geth does (the pending
 /// nonce, an estimated gas limit, the suggested tip and a fee cap of tip + 2 × base fee,
 /// the chain id), signs with the held key of `from`, and submits it to the pool as local.
-/// A `gasPrice` makes a legacy transaction, as in geth.
+/// A `gasPrice` makes a legacy transaction (an EIP-2930 one with an `accessList`), as in
+/// geth. Blob and set-code fields are refused rather than dropped: a transaction without
+/// them is not the one asked for.
 pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
-    use moat_common::transaction::{Eip1559Tx, LegacyTx, SignedTransaction, Transaction};
+    use moat_common::transaction::{
+        AccessListItem, Eip1559Tx, Eip2930Tx, LegacyTx, SignedTransaction, Transaction,
+    };
     let [tx] = positional::<1>(&params)?;
     let Some(Value::Object(o)) = tx else {
         return Err(invalid_params("missing value for required argument 0"));
     };
+    for unsupported in ["authorizationList", "blobVersionedHashes", "blobs"] {
+        if o.get(unsupported).is_some_and(|v| !v.is_null()) {
+            return Err(invalid_params(format!(
+                "{unsupported}: eth_sendTransaction does not build blob or set-code transactions; sign them and use eth_sendRawTransaction"
+            )));
+        }
+    }
+    // The fields a call takes, checked as eth_estimateGas checks them; the access list
+    // goes into the transaction.
+    let access_list: Vec<AccessListItem> =
+        crate::call::parse_request(Some(Value::Object(o.clone())))?
+            .access_list
+            .into_iter()
+            .map(|(address, storage_keys)| AccessListItem {
+                address,
+                storage_keys,
+            })
+            .collect();
     let from: Address = field(&o, "from")?.unwrap_or_default();
     // A held key signs; an address the dev node impersonates gets a placeholder
     // signature and its sender is told to the pool directly.
@@ -178,7 +200,7 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
         alloy_primitives::TxKind::Call,
     );
     let tx = match fee(&o, "gasPrice")? {
-        Some(gas_price) => Transaction::Legacy(LegacyTx {
+        Some(gas_price) if access_list.is_empty() => Transaction::Legacy(LegacyTx {
             chain_id: Some(chain_id),
             nonce,
             gas_price,
@@ -186,6 +208,16 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
             to: kind,
             value,
             input,
+        }),
+        Some(gas_price) => Transaction::Eip2930(Eip2930Tx {
+            chain_id,
+            nonce,
+            gas_price,
+            gas_limit,
+            to: kind,
+            value,
+            input,
+            access_list,
         }),
         None => {
             let tip = match fee(&o, "maxPriorityFeePerGas")? {
@@ -213,7 +245,7 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
                 to: kind,
                 value,
                 input,
-                access_list: Vec::new(),
+                access_list,
             })
         }
     };
