@@ -506,14 +506,29 @@ impl JournalReload {
 mod tests {
     use super::*;
 
-    fn temp(tag: &str) -> PathBuf {
+    /// A journal path in a directory of its own, removed when the test ends.
+    struct Temp {
+        dir: PathBuf,
+        path: PathBuf,
+    }
+
+    impl Drop for Temp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn temp(tag: &str) -> Temp {
         let dir = std::env::temp_dir().join(format!(
             "moat-journal-{tag}-{}-{:?}",
             std::process::id(),
             std::thread::current().id()
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        dir.join("journal")
+        Temp {
+            path: dir.join("journal"),
+            dir,
+        }
     }
 
     fn rt() -> tokio::runtime::Runtime {
@@ -524,7 +539,8 @@ mod tests {
 
     #[test]
     fn appends_survive_a_reopen_in_order() {
-        let path = temp("order");
+        let tmp = temp("order");
+        let path = tmp.path.clone();
         let rt = rt();
         let (j, contents) = Journal::open(&path).unwrap();
         assert!(contents.entries.is_empty());
@@ -544,7 +560,8 @@ mod tests {
 
     #[test]
     fn a_truncated_or_corrupt_tail_is_skipped_and_cut_off() {
-        let path = temp("tail");
+        let tmp = temp("tail");
+        let path = tmp.path.clone();
         let rt = rt();
         let (j, _) = Journal::open(&path).unwrap();
         rt.block_on(async {
@@ -579,7 +596,8 @@ mod tests {
 
     #[test]
     fn the_file_is_grown_in_zeroed_steps_and_trimmed_at_close() {
-        let path = temp("prealloc");
+        let tmp = temp("prealloc");
+        let path = tmp.path.clone();
         let rt = rt();
         let (j, _) = Journal::open(&path).unwrap();
         rt.block_on(async {
@@ -605,7 +623,8 @@ mod tests {
 
     #[test]
     fn a_torn_record_in_the_zeroed_space_is_damage_and_later_appends_read_back() {
-        let path = temp("torn-prealloc");
+        let tmp = temp("torn-prealloc");
+        let path = tmp.path.clone();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         // Two records, a record torn after 30 bytes, then preallocated zeros.
         let mut raw = [encode_record(&[1; 50]), encode_record(&[2; 50])].concat();
@@ -627,7 +646,8 @@ mod tests {
 
     #[test]
     fn concurrent_appends_share_syncs_and_all_land() {
-        let path = temp("group");
+        let tmp = temp("group");
+        let path = tmp.path.clone();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
@@ -657,7 +677,8 @@ mod tests {
 
     #[test]
     fn rotation_keeps_the_snapshot_and_the_held_entries_once() {
-        let path = temp("rotate");
+        let tmp = temp("rotate");
+        let path = tmp.path.clone();
         let rt = rt();
         let (j, _) = Journal::open(&path).unwrap();
         j.hold(vec![vec![9; 3]]);
