@@ -90,6 +90,16 @@ pub(crate) fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
             .collect::<RpcResult<_>>()?,
         Some(_) => return Err(invalid_params("authorizationList: expected an array")),
     };
+    let to = address("to")?;
+    // As geth's state transition: these transaction types cannot create.
+    if to.is_none() {
+        if !blob_hashes.is_empty() {
+            return Err(server_error("blob transaction of type create"));
+        }
+        if !authorization_list.is_empty() {
+            return Err(server_error("set code transaction of type create"));
+        }
+    }
     Ok(CallRequest {
         access_list,
         blob_hashes,
@@ -97,7 +107,7 @@ pub(crate) fn parse_request(v: Option<Value>) -> RpcResult<CallRequest> {
         authorization_list,
         nonce: quantity(&o, "nonce")?,
         from: address("from")?,
-        to: address("to")?,
+        to,
         gas: quantity(&o, "gas")?,
         gas_price: quantity(&o, "gasPrice")?,
         max_fee_per_gas: quantity(&o, "maxFeePerGas")?,
@@ -112,7 +122,7 @@ pub(crate) fn revert_reason(data: &[u8]) -> Option<String> {
     let body = data.strip_prefix(&[0x08, 0xc3, 0x79, 0xa0][..])?;
     let word = |i: usize| body.get(i * 32..i * 32 + 32).map(U256::from_be_slice);
     let offset: usize = word(0)?.try_into().ok()?;
-    let len: usize = U256::from_be_slice(body.get(offset..offset + 32)?)
+    let len: usize = U256::from_be_slice(body.get(offset..offset.checked_add(32)?)?)
         .try_into()
         .ok()?;
     let bytes = body.get(offset + 32..offset.checked_add(32)?.checked_add(len)?)?;
@@ -437,5 +447,19 @@ mod tests {
         assert_eq!(revert_reason(&data).as_deref(), Some("nope"));
         assert_eq!(revert_reason(&data[..10]), None);
         assert_eq!(revert_reason(b"\x08\xc3\x79\xa0"), None);
+        // Offsets and lengths a contract (or a state override's code) makes up: at the
+        // end of the address space, nothing rather than an overflow.
+        for (offset, len) in [
+            (usize::MAX - 16, 4),
+            (0x20, usize::MAX - 16),
+            (usize::MAX, 0),
+        ] {
+            let mut data = data.clone();
+            data[4..36].copy_from_slice(&U256::from(offset).to_be_bytes::<32>());
+            if offset == 0x20 {
+                data[36..68].copy_from_slice(&U256::from(len).to_be_bytes::<32>());
+            }
+            assert_eq!(revert_reason(&data), None, "{offset} {len}");
+        }
     }
 }

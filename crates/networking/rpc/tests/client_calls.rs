@@ -304,3 +304,56 @@ async fn calls_pay_for_the_access_list() {
     let out = call(&m, "eth_call", json!([listed, "latest"])).await;
     assert_eq!(out["result"], json!("0x"), "{out}");
 }
+
+/// Blob and set-code calls that no transaction could be are errors (as geth's state
+/// transition refuses them), never a panic or a result: a blob call that creates, more
+/// blobs than a block holds, a hash that is not a version-1 commitment, a set-code call
+/// that creates. A tuple for chain 2^256 − 1 is skipped, as in a block.
+#[tokio::test(flavor = "multi_thread")]
+async fn impossible_blob_and_set_code_calls_are_errors() {
+    let m = module();
+    let mut hash = B256::repeat_byte(0xab);
+    hash.0[0] = 0x01;
+    let authority = Signer::from_bytes(&B256::repeat_byte(0x11)).unwrap();
+    let auth = Authorization::sign(U256::from(1337), FORTY_TWO, 0, &authority);
+    let tuple = |chain_id: U256| {
+        json!({
+            "chainId": format!("{chain_id:#x}"),
+            "address": auth.address,
+            "nonce": "0x0",
+            "yParity": format!("{:#x}", auth.y_parity),
+            "r": format!("{:#x}", auth.r),
+            "s": format!("{:#x}", auth.s),
+        })
+    };
+    let cases = [
+        (
+            json!({ "from": FROM, "data": "0x00", "blobVersionedHashes": [hash] }),
+            "blob transaction of type create",
+        ),
+        (
+            json!({ "from": FROM, "to": NEEDS_BLOB, "blobVersionedHashes": vec![hash; 1000] }),
+            "too many blobs",
+        ),
+        (
+            json!({ "from": FROM, "to": NEEDS_BLOB, "blobVersionedHashes": [B256::repeat_byte(0xab)] }),
+            "blob version not supported",
+        ),
+        (
+            json!({ "from": FROM, "data": "0x00", "authorizationList": [tuple(auth.chain_id)] }),
+            "set code transaction of type create",
+        ),
+    ];
+    for (req, message) in cases {
+        for method in ["eth_call", "eth_estimateGas"] {
+            let out = call(&m, method, json!([req, "latest"])).await;
+            assert_eq!(out["error"]["code"], json!(-32000), "{method} {req}: {out}");
+            let text = out["error"]["message"].as_str().unwrap_or_default();
+            assert!(text.starts_with(message), "{method} {req}: {out}");
+        }
+    }
+    let other_chain =
+        json!({ "from": FROM, "to": authority.address(), "authorizationList": [tuple(U256::MAX)] });
+    let out = call(&m, "eth_call", json!([other_chain, "latest"])).await;
+    assert_eq!(out["result"], json!("0x"), "no delegation: {out}");
+}
