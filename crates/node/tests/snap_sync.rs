@@ -273,5 +273,6 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     drop((a, b));
     for d in [gen_dir, a_dir, b_dir] {
         let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_file(d.with_extension("jwt"));
     }
 }
