@@ -82,20 +82,11 @@ pub fn dev_genesis(osaka: bool) -> Genesis {
     }
     Genesis {
         config,
-        nonce: 0,
-        timestamp: 0,
         extra_data: Bytes::from_static(b"moat dev"),
         gas_limit: 30_000_000,
-        difficulty: U256::ZERO,
-        mix_hash: B256::ZERO,
-        coinbase: Address::ZERO,
         alloc,
-        number: 0,
-        gas_used: 0,
-        parent_hash: B256::ZERO,
         base_fee_per_gas: Some(1_000_000_000),
-        excess_blob_gas: None,
-        blob_gas_used: None,
+        ..Default::default()
     }
 }
 

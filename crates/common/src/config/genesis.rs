@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// A genesis file: the chain's schedule, the fields of block 0, and its initial state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// (The default is all zeros and empty, for struct updates that set what a chain needs.)
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Genesis {
     pub config: ChainConfig,

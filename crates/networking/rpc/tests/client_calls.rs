@@ -10,7 +10,7 @@
 //! - state and block overrides as eth_estimateGas's third and fourth parameters;
 //! - the block, ommer and header lookups ethers, web3.py and viem call.
 
-use alloy_primitives::{Address, B256, Bytes, U256};
+use alloy_primitives::{Address, B256, U256};
 use jsonrpsee::RpcModule;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Pool, PoolConfig};
@@ -59,20 +59,12 @@ fn module() -> RpcModule<RpcContext> {
     );
     let genesis = Genesis {
         config: ChainConfig::all_forks_at_genesis(1337, Fork::Prague),
-        nonce: 0,
-        timestamp: 0,
-        extra_data: Bytes::new(),
         gas_limit: 30_000_000,
-        difficulty: U256::ZERO,
-        mix_hash: B256::ZERO,
-        coinbase: Address::ZERO,
         alloc,
-        number: 0,
-        gas_used: 0,
-        parent_hash: B256::ZERO,
         base_fee_per_gas: Some(1_000_000_000),
         excess_blob_gas: Some(0),
         blob_gas_used: Some(0),
+        ..Default::default()
     };
     let store = Store::in_memory();
     let chain = Chain::init(store.clone(), &genesis).unwrap();
