@@ -1,8 +1,9 @@
-//! `engine`: newPayload of empty blocks, through the engine API as a consensus client
-//! drives it, against any node.
+//! `engine`: newPayload of empty blocks (or, with `--txs`, of blocks of transfers),
+//! through the engine API as a consensus client drives it, against any node.
 //!
 //! ```text
-//!  head ─▶ forkchoiceUpdatedV3(head, attributes) ─▶ payloadId ─▶ getPayloadV4
+//!  [--txs N: N transfers from the base genesis' funded keys ─▶ eth_sendRawTransaction]
+//!  head ─▶ forkchoiceUpdatedV3(head, attributes) ─▶ [--build-wait-ms] ─▶ getPayloadV4
 //!       ─▶ newPayloadV4(payload)  ← timed: the figure
 //!       ─▶ forkchoiceUpdatedV3(new block) ─▶ head
 //! ```
@@ -44,6 +45,61 @@ pub struct EngineArgs {
     /// Print the figures as one JSON line.
     #[arg(long)]
     json: bool,
+    /// Transfers sent to the node before each block is built (0: empty blocks), from
+    /// the keys of `--keys`, 1 wei each to synthetic accounts (`--recipients`).
+    #[arg(long, default_value_t = 0)]
+    txs: u64,
+    /// The transfers go to synthetic accounts 0..N (existing accounts of a
+    /// `moat-state-bench genesis` state, chosen at random); 0: to new addresses.
+    #[arg(long, default_value_t = 0)]
+    recipients: u64,
+    /// address → {"key": …} of funded accounts (the ethtest suite's accounts.json).
+    #[arg(long, default_value = "../shared/testdata/ethtest/accounts.json")]
+    keys: std::path::PathBuf,
+    /// Milliseconds between forkchoiceUpdated with attributes and getPayload, for the
+    /// node to fill the payload (not timed).
+    #[arg(long, default_value_t = 0)]
+    build_wait_ms: u64,
+}
+
+/// The funded keys of `path` (address → {"key": hex}), in address order.
+fn funded_keys(path: &std::path::Path) -> Result<Vec<moat_crypto::secp::Signer>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let map: serde_json::Map<String, Value> = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a JSON object: {e}", path.display()))?;
+    map.values()
+        .map(|v| {
+            v["key"]
+                .as_str()
+                .and_then(|k| k.parse::<B256>().ok())
+                .and_then(|k| moat_crypto::secp::Signer::from_bytes(&k))
+                .ok_or_else(|| format!("{}: a key that is not 32 bytes of hex", path.display()))
+        })
+        .collect()
+}
+
+/// One signed transfer, as eth_sendRawTransaction takes it.
+fn transfer(
+    signer: &moat_crypto::secp::Signer,
+    chain_id: u64,
+    nonce: u64,
+    to: alloy_primitives::Address,
+) -> String {
+    use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id,
+        nonce,
+        max_priority_fee_per_gas: 1_000_000_000,
+        max_fee_per_gas: 100_000_000_000,
+        gas_limit: 21_000,
+        to: alloy_primitives::TxKind::Call(to),
+        value: alloy_primitives::U256::from(1),
+        input: alloy_primitives::Bytes::new(),
+        access_list: Vec::new(),
+    });
+    let pooled = moat_common::PooledTransaction::new(SignedTransaction::sign(tx, signer), None);
+    alloy_primitives::hex::encode_prefixed(pooled.encoded_2718())
 }
 
 /// A kept-alive HTTP/1.1 connection that posts JSON and reads `Content-Length` bodies,
@@ -201,17 +257,46 @@ pub fn run(args: &EngineArgs) -> Result<ExitCode, String> {
     let mut engine = Client::connect(args.engine, Some(secret), timeout)
         .map_err(|e| format!("cannot connect to {}: {e}", args.engine))?;
 
-    let latest = {
-        let params = json!(["latest", false]);
-        match args.rpc {
-            Some(addr) => Client::connect(addr, None, timeout)
-                .map_err(|e| format!("cannot connect to {addr}: {e}"))?
-                .call("eth_getBlockByNumber", params)?,
-            None => engine.call("eth_getBlockByNumber", params).map_err(|e| {
-                format!("{e} (the engine endpoint has no eth_ methods? give --rpc)")
-            })?,
-        }
+    let mut rpc = match args.rpc {
+        Some(addr) => Some(
+            Client::connect(addr, None, timeout)
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))?,
+        ),
+        None => None,
     };
+    // eth_ calls: on --rpc, or on the engine endpoint (go-ethereum serves eth_ there).
+    let mut eth = |engine: &mut Client, method: &str, params: Value| match rpc.as_mut() {
+        Some(c) => c.call(method, params),
+        None => engine
+            .call(method, params)
+            .map_err(|e| format!("{e} (the engine endpoint has no eth_ methods? give --rpc)")),
+    };
+    let latest = eth(
+        &mut engine,
+        "eth_getBlockByNumber",
+        json!(["latest", false]),
+    )?;
+    let mut senders = Vec::new();
+    let mut chain_id = 0;
+    if args.txs > 0 {
+        chain_id = quantity(&eth(&mut engine, "eth_chainId", json!([]))?, "chain id")?;
+        for signer in funded_keys(&args.keys)? {
+            let nonce = quantity(
+                &eth(
+                    &mut engine,
+                    "eth_getTransactionCount",
+                    json!([signer.address(), "pending"]),
+                )?,
+                "nonce",
+            )?;
+            senders.push((signer, nonce));
+        }
+        if senders.is_empty() {
+            return Err(format!("{} holds no key", args.keys.display()));
+        }
+    }
+    let mut rng = crate::Rng::new(7);
+    let mut included = 0usize;
     let mut head = hash(&latest["hash"], "head hash")?;
     let mut number = quantity(&latest["number"], "head number")?;
     let mut timestamp = quantity(&latest["timestamp"], "head timestamp")?;
@@ -225,6 +310,19 @@ pub fn run(args: &EngineArgs) -> Result<ExitCode, String> {
     );
     let wall = Instant::now();
     for round in 0..args.blocks {
+        for i in 0..args.txs {
+            let to = if args.recipients > 0 {
+                crate::synthetic_address(rng.below(args.recipients))
+            } else {
+                alloy_primitives::Address::from_slice(
+                    &keccak256(format!("moat-state-bench recipient {round} {i}"))[12..],
+                )
+            };
+            let k = (i as usize) % senders.len();
+            let raw = transfer(&senders[k].0, chain_id, senders[k].1, to);
+            eth(&mut engine, "eth_sendRawTransaction", json!([raw]))?;
+            senders[k].1 += 1;
+        }
         let ts = (timestamp + 12).max(args.min_timestamp);
         let beacon_root = keccak256(format!("moat-state-bench beacon root {number}"));
         let attributes = json!({
@@ -247,8 +345,12 @@ pub fn run(args: &EngineArgs) -> Result<ExitCode, String> {
         if id.is_null() {
             return Err(format!("forkchoiceUpdatedV3 gave no payloadId: {answer}"));
         }
+        if args.build_wait_ms > 0 {
+            std::thread::sleep(Duration::from_millis(args.build_wait_ms));
+        }
         let built = timed(&mut get, || engine.call("engine_getPayloadV4", json!([id])))?;
         let payload = &built["executionPayload"];
+        included += payload["transactions"].as_array().map_or(0, Vec::len);
         let block_hash = hash(&payload["blockHash"], "payload blockHash")?;
         let requests = built
             .get("executionRequests")
@@ -294,6 +396,8 @@ pub fn run(args: &EngineArgs) -> Result<ExitCode, String> {
             "first_block": start_number + 1,
             "head": number,
             "wall_s": wall.as_secs_f64(),
+            "txs_sent": args.txs * args.blocks as u64,
+            "txs_included": included,
         });
         for (key, phase) in [
             ("fcu_attrs", &fcu_attrs),
@@ -310,7 +414,7 @@ pub fn run(args: &EngineArgs) -> Result<ExitCode, String> {
         println!("{line}");
     } else {
         println!(
-            "engine:  {}; blocks #{}–#{number} ({} empty blocks, {:.2} s)",
+            "engine:  {}; blocks #{}–#{number} ({} blocks, {included} transactions, {:.2} s)",
             args.engine,
             start_number + 1,
             args.blocks,
