@@ -15,7 +15,8 @@
 //!   repetition sees the same state; the first (cold) run is reported apart from the
 //!   median and p90 of all of them.
 //! - `engine --engine HOST:PORT --jwtsecret FILE` drives any node (moat, go-ethereum)
-//!   as a consensus client would for `--blocks` empty blocks: forkchoiceUpdatedV3 on the
+//!   as a consensus client would for `--blocks` empty blocks (with `--txs N`, blocks of N
+//!   transfers sent to its pool first): forkchoiceUpdatedV3 on the
 //!   head with payload attributes, getPayloadV4, newPayloadV4 of that payload (timed: the
 //!   figure), forkchoiceUpdatedV3 to it. Attribute timestamps are at least 120 (Prague on
 //!   the ethtest schedule) from the first block on.
