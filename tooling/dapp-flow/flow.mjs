@@ -112,6 +112,19 @@ async function main() {
   const byNodeReceipt = await within(30000, "node-signed receipt", byNode.wait());
   check("a transaction the node signs is mined", byNodeReceipt.status === 1 &&
     byNodeReceipt.from === other.address);
+  // One with an access list: the node puts the list in the transaction it signs.
+  const slot = ethers.zeroPadValue("0x01", 32);
+  const listedByNode = await nodeSigner.sendTransaction({
+    to: wallet.address,
+    value: 1n,
+    accessList: [{ address: wallet.address, storageKeys: [slot] }],
+  });
+  const listedReceipt = await within(30000, "node-signed access-list receipt", listedByNode.wait());
+  const listedTx = await provider.getTransaction(listedByNode.hash);
+  check("eth_sendTransaction keeps the access list", listedReceipt.status === 1 &&
+    listedTx.type === 2 && listedTx.accessList.length === 1 &&
+    listedTx.accessList[0].storageKeys[0] === slot && listedReceipt.gasUsed === 25300n,
+    `${listedTx.type} ${JSON.stringify(listedTx.accessList)} ${listedReceipt.gasUsed}`);
 
   // 4. Signatures by the node verify in the library: EIP-191 and EIP-712.
   const message = "hello moat";
@@ -234,12 +247,15 @@ async function main() {
   // revert the head's number is below what ethers' block poller has seen, so it reports
   // no new block until the chain passes that number again, with anvil as with moat.)
   const snap = await provider.send("evm_snapshot", []);
+  const balanceAtSnapshot = await provider.getBalance(other.address);
   await provider.send("anvil_setBalance", [other.address, "0x2a"]);
   check("anvil_setBalance sets the balance", (await provider.getBalance(other.address)) === 42n);
   await (await counter.bump(1)).wait();
   check("the state moved on", (await counter.value()) === 6n);
   check("evm_revert goes back", (await provider.send("evm_revert", [snap])) === true);
-  check("the balance is back", (await provider.getBalance(other.address)) !== 42n);
+  const balanceAfterRevert = await provider.getBalance(other.address);
+  check("the balance is the snapshot's again", balanceAfterRevert === balanceAtSnapshot,
+    `${balanceAtSnapshot} ${balanceAfterRevert}`);
   check("the contract's state is back", (await counter.value()) === 5n);
 
   if (wsProvider) {
