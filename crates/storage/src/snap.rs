@@ -99,6 +99,35 @@ impl WriteBatch {
         self
     }
 
+    /// Drops every trie node but the account trie's root (the first step of building
+    /// the downloaded state's tries: until the last commit puts the new root there, the
+    /// stored root stays the head's, so a node killed meanwhile still opens). Applied
+    /// after the batch's own trie-node writes: commit it alone.
+    pub fn clear_tries_but_root(&mut self) -> &mut Self {
+        let mut start = vec![0u8; 32];
+        // The root's key is owner ‖ 0 (no nibbles, length 0); every other key is larger.
+        start.extend_from_slice(&[0, 0]);
+        self.snap.push(Op::DeleteRange {
+            table: Table::TrieNodes,
+            start,
+            end: None,
+        });
+        self
+    }
+
+    /// Drops the by-address accounts and storage (genesis' state, replaced by a snap
+    /// sync's download).
+    pub fn clear_flat_state(&mut self) -> &mut Self {
+        for table in [Table::Accounts, Table::Storage] {
+            self.snap.push(Op::DeleteRange {
+                table,
+                start: Vec::new(),
+                end: None,
+            });
+        }
+        self
+    }
+
     /// Drops every downloaded account and slot (a sync that starts over).
     pub fn clear_snap_state(&mut self) -> &mut Self {
         for table in [Table::SnapAccounts, Table::SnapStorage] {
@@ -309,6 +338,35 @@ mod tests {
         assert_eq!(store.account(&b).unwrap(), Some(account(3)));
         assert_eq!(store.storage(&b, &slot).unwrap(), U256::ZERO);
         assert_eq!(store.snap_account(&keccak256(b)).unwrap(), None);
+    }
+
+    #[test]
+    fn clearing_the_tries_keeps_the_account_root_until_it_is_replaced() {
+        let store = Store::in_memory();
+        let other = B256::repeat_byte(9);
+        let mut batch = WriteBatch::new();
+        batch
+            .set_trie_node(B256::ZERO, vec![], Some(vec![1]))
+            .set_trie_node(B256::ZERO, vec![0], Some(vec![2]))
+            .set_trie_node(B256::ZERO, vec![3, 4], Some(vec![3]))
+            .set_trie_node(other, vec![], Some(vec![4]))
+            .set_account(Address::repeat_byte(1), Some(account(1)));
+        store.commit(batch).unwrap();
+        let mut batch = WriteBatch::new();
+        batch.clear_tries_but_root();
+        store.commit(batch).unwrap();
+        assert_eq!(store.trie_node(&B256::ZERO, &[]).unwrap(), Some(vec![1]));
+        assert_eq!(store.trie_node(&B256::ZERO, &[0]).unwrap(), None);
+        assert_eq!(store.trie_node(&B256::ZERO, &[3, 4]).unwrap(), None);
+        assert_eq!(store.trie_node(&other, &[]).unwrap(), None);
+        assert!(store.account(&Address::repeat_byte(1)).unwrap().is_some());
+        let mut batch = WriteBatch::new();
+        batch
+            .set_trie_node(B256::ZERO, vec![], Some(vec![5]))
+            .clear_flat_state();
+        store.commit(batch).unwrap();
+        assert_eq!(store.trie_node(&B256::ZERO, &[]).unwrap(), Some(vec![5]));
+        assert!(store.account(&Address::repeat_byte(1)).unwrap().is_none());
     }
 
     #[test]

@@ -1118,10 +1118,14 @@ fn build_nodes(
     tx: std::sync::mpsc::SyncSender<WriteBatch>,
 ) -> Result<(u64, WriteBatch), SnapError> {
     let gone = || SnapError::Store(StoreError::Db("the trie writer stopped".into()));
-    // The store's trie must be exactly the pivot's: genesis' nodes and its by-address
-    // state go first (a resumed build starts this stage over the same way).
+    // The store's trie must be exactly the pivot's: genesis' nodes go first, all but the
+    // account trie's root, which stays until the last commit replaces it (a node killed
+    // meanwhile opens at genesis' root and resumes this stage the same way). Genesis'
+    // by-address state goes in that last commit.
+    let mut clear = WriteBatch::new();
+    clear.clear_tries_but_root();
+    tx.send(clear).map_err(|_| gone())?;
     let mut batch = WriteBatch::new();
-    batch.clear_state();
     let mut in_batch = 0usize;
     let mut storage_tries = 0u64;
     for (hash, account) in accounts {
@@ -1176,9 +1180,14 @@ fn build_nodes(
             p.state_root
         )));
     }
+    if !nodes.iter().any(|(path, _)| path.is_empty()) {
+        // An empty state has no root node: genesis' must go.
+        batch.set_trie_node(B256::ZERO, Vec::new(), None);
+    }
     for (path, rlp) in nodes {
         batch.set_trie_node(B256::ZERO, path, Some(rlp));
     }
+    batch.clear_flat_state();
     Ok((storage_tries, batch))
 }
 
