@@ -458,6 +458,23 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
     assert!(call("anvil_stopImpersonatingAccount", &format!(r#"["{whale}"]"#)).is_null());
     let refused = rpc(port, "eth_sendTransaction", &send_from_whale).unwrap();
     assert_eq!(refused["error"]["message"], "unknown account", "{refused}");
+    // hardhat's names answer true and do the same.
+    assert_eq!(
+        call("hardhat_impersonateAccount", &format!(r#"["{whale}"]"#)),
+        true
+    );
+    let hash = call("eth_sendTransaction", &send_from_whale);
+    let tx = call("eth_getTransactionByHash", &format!("[{hash}]"));
+    assert_eq!(tx["from"], whale, "{tx}");
+    assert_eq!(
+        call(
+            "hardhat_stopImpersonatingAccount",
+            &format!(r#"["{whale}"]"#)
+        ),
+        true
+    );
+    let refused = rpc(port, "eth_sendTransaction", &send_from_whale).unwrap();
+    assert_eq!(refused["error"]["message"], "unknown account", "{refused}");
 
     // Bad input is a typed error.
     let r = rpc(port, "anvil_setBalance", r#"["0x12","0x1"]"#).unwrap();

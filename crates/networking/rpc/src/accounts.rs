@@ -288,15 +288,12 @@ pub fn impersonated_signature(from: &Address) -> moat_common::transaction::Signa
     }
 }
 
-/// `anvil_impersonateAccount(address)` and `anvil_stopImpersonatingAccount(address)`:
+/// `anvil_impersonateAccount(address)` and `anvil_stopImpersonatingAccount(address)`
+/// (answering null), and their `hardhat_` names (answering true):
 /// `eth_sendTransaction` from the address is signed with a placeholder (dev node only).
-pub fn impersonate(ctx: &RpcContext, params: Params<'_>, on: bool) -> RpcResult<Value> {
-    let method = if on {
-        "anvil_impersonateAccount"
-    } else {
-        "anvil_stopImpersonatingAccount"
-    };
+pub fn impersonate(ctx: &RpcContext, params: Params<'_>, method: &str) -> RpcResult<Value> {
     crate::dev_methods::require_dev(ctx, method)?;
+    let on = !method.ends_with("stopImpersonatingAccount");
     let [address] = positional::<1>(&params)?;
     let address: Address = serde_json::from_value(
         address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
@@ -308,7 +305,11 @@ pub fn impersonate(ctx: &RpcContext, params: Params<'_>, on: bool) -> RpcResult<
     } else {
         set.remove(&address);
     }
-    Ok(Value::Null)
+    Ok(if method.starts_with("hardhat_") {
+        Value::Bool(true)
+    } else {
+        Value::Null
+    })
 }
 
 #[cfg(test)]

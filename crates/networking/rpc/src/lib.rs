@@ -447,17 +447,16 @@ pub fn module(
         dev_methods::evm_set_next_block_timestamp(&ctx, params).await
     })?;
     cheap(&mut m, "anvil_impersonateAccount", |c, p| {
-        accounts::impersonate(c, p, true)
+        accounts::impersonate(c, p, "anvil_impersonateAccount")
     })?;
     cheap(&mut m, "anvil_stopImpersonatingAccount", |c, p| {
-        accounts::impersonate(c, p, false)
+        accounts::impersonate(c, p, "anvil_stopImpersonatingAccount")
     })?;
-    // hardhat's names answer true.
     cheap(&mut m, "hardhat_impersonateAccount", |c, p| {
-        accounts::impersonate(c, p, true).map(|_| Value::Bool(true))
+        accounts::impersonate(c, p, "hardhat_impersonateAccount")
     })?;
     cheap(&mut m, "hardhat_stopImpersonatingAccount", |c, p| {
-        accounts::impersonate(c, p, false).map(|_| Value::Bool(true))
+        accounts::impersonate(c, p, "hardhat_stopImpersonatingAccount")
     })?;
     for name in [
         "anvil_setBalance",

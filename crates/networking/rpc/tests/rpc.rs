@@ -408,6 +408,20 @@ async fn rpc_modules_and_coinbase_answer_as_geth() {
     ] {
         assert_eq!(error(addr, method, params).await.0, -32601, "{method}");
     }
+    // Named as called (anvil's wording).
+    for method in [
+        "hardhat_impersonateAccount",
+        "hardhat_stopImpersonatingAccount",
+        "hardhat_setNonce",
+    ] {
+        assert_eq!(
+            error(addr, method, json!([rich_hex])).await,
+            (
+                -32601,
+                format!("the method {method} does not exist/is not available")
+            )
+        );
+    }
     // geth has neither personal_sign nor eth_signTypedData_v4; only the dev node serves
     // them.
     for (method, params) in [
