@@ -37,6 +37,8 @@ pub enum TypedDataError {
     },
     #[error("types nest deeper than {0}")]
     TooDeep(usize),
+    #[error("{0:?} is not a struct, field or type name")]
+    BadName(String),
 }
 
 /// Deepest nesting of structs and arrays followed (a cycle of types ends here).
@@ -59,10 +61,22 @@ impl Types {
             let Value::Array(list) = fields else {
                 return Err(TypedDataError::BadFields(name.clone()));
             };
+            // Names go into encodeType as written: one with a space, comma or bracket
+            // could make two different type tables encode alike. A struct may not take an
+            // atomic type's name either.
+            if !identifier(name) || is_atomic(name) {
+                return Err(TypedDataError::BadName(name.clone()));
+            }
             let mut parsed = Vec::with_capacity(list.len());
             for f in list {
                 match (f.get("name"), f.get("type")) {
                     (Some(Value::String(n)), Some(Value::String(t))) => {
+                        if !identifier(n) {
+                            return Err(TypedDataError::BadName(n.clone()));
+                        }
+                        if !type_name(t) {
+                            return Err(TypedDataError::BadName(t.clone()));
+                        }
                         parsed.push((n.clone(), t.clone()));
                     }
                     _ => return Err(TypedDataError::BadFields(name.clone())),
@@ -202,6 +216,47 @@ fn array_parts(ty: &str) -> Option<(&str, Option<usize>)> {
 /// The type an array's elements are at the bottom (`Person[][2]` → `Person`).
 fn element_base(ty: &str) -> &str {
     ty.find('[').map_or(ty, |i| &ty[..i])
+}
+
+/// A Solidity identifier: a letter, `_` or `$`, then letters, digits, `_` or `$`.
+fn identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
+/// A field's type: an identifier followed by any number of `[]` / `[n]`.
+fn type_name(ty: &str) -> bool {
+    let base = element_base(ty);
+    let mut rest = &ty[base.len()..];
+    while let Some(inner) = rest.strip_prefix('[') {
+        let Some(close) = inner.find(']') else {
+            return false;
+        };
+        if !inner[..close].chars().all(|c| c.is_ascii_digit()) {
+            return false;
+        }
+        rest = &inner[close + 1..];
+    }
+    identifier(base) && rest.is_empty()
+}
+
+/// Whether `ty` names an atomic type (`encode_atomic` takes it).
+fn is_atomic(ty: &str) -> bool {
+    match ty {
+        "string" | "bytes" | "bool" | "address" => true,
+        _ => {
+            if let Some(rest) = ty.strip_prefix("uint").or_else(|| ty.strip_prefix("int")) {
+                width(rest).is_some()
+            } else if let Some(rest) = ty.strip_prefix("bytes") {
+                size(rest, 1..=32).is_some()
+            } else {
+                false
+            }
+        }
+    }
 }
 
 /// Hex bytes of a `0x…` string (the prefix is required, as in geth and ethers).
@@ -668,6 +723,38 @@ mod tests {
             signing_hash(&cyclic),
             Err(TypedDataError::TooDeep(MAX_DEPTH))
         );
+    }
+
+    #[test]
+    fn names_that_could_make_two_type_tables_encode_alike_are_refused() {
+        let with = |types: Value| {
+            let mut t = mail();
+            for (name, fields) in types.as_object().unwrap() {
+                t["types"][name] = fields.clone();
+            }
+            signing_hash(&t)
+        };
+        // A field name or type with a space, comma or parenthesis; a struct named like an
+        // atomic type or with a bracket; an empty name.
+        for types in [
+            json!({"Mail": [{"name": "from", "type": "Person"}, {"name": "to", "type": "Person"}, {"name": "contents,string x", "type": "string"}]}),
+            json!({"Mail": [{"name": "from", "type": "Person"}, {"name": "to", "type": "Person)Person(string name"}, {"name": "contents", "type": "string"}]}),
+            json!({"Mail": [{"name": "", "type": "Person"}]}),
+            json!({"uint256": [{"name": "a", "type": "string"}]}),
+            json!({"bytes32": [{"name": "a", "type": "string"}]}),
+            json!({"Person[]": [{"name": "a", "type": "string"}]}),
+            json!({"Mail": [{"name": "from", "type": "Person[x]"}]}),
+            json!({"Mail": [{"name": "from", "type": "Person[2"}]}),
+        ] {
+            assert!(
+                matches!(with(types.clone()), Err(TypedDataError::BadName(_))),
+                "{types}"
+            );
+        }
+        // What real types look like passes.
+        assert!(type_name("Person[][3]") && type_name("uint256") && type_name("$_x9[12]"));
+        assert!(is_atomic("int") && is_atomic("bytes1") && !is_atomic("bytes0"));
+        assert!(!is_atomic("Person") && !is_atomic("uint7"));
     }
 
     #[test]
