@@ -758,6 +758,48 @@ mod tests {
     }
 
     #[test]
+    fn each_type_hash_is_computed_once_however_many_instances() {
+        // Q's encodeType lists 500 types (through an array that is empty in every
+        // instance); 2,000 instances of Q cost one encodeType of Q, not 2,000.
+        let mut types = serde_json::Map::new();
+        let mut big = Vec::new();
+        for i in 0..500 {
+            types.insert(format!("T{i}"), json!([{"name": "x", "type": "uint8"}]));
+            big.push(json!({"name": format!("f{i}"), "type": format!("T{i}")}));
+        }
+        types.insert("Big".into(), Value::Array(big));
+        types.insert("Q".into(), json!([{"name": "big", "type": "Big[]"}]));
+        types.insert("P".into(), json!([{"name": "a", "type": "Q[]"}]));
+        let message = json!({"a": vec![json!({"big": []}); 2000]});
+        let types = Types::parse(&types).unwrap();
+        let hash = types.hash_struct("P", &message, 0).unwrap();
+        let cached: Vec<String> = types.type_hashes.borrow().keys().cloned().collect();
+        assert_eq!(cached, ["P", "Q"]);
+        assert_eq!(
+            types.type_hashes.borrow()["Q"],
+            keccak256(types.encode_type("Q").unwrap())
+        );
+        // The same hash as with nothing cached.
+        let fresh = Types::parse(&serde_json::Map::from_iter(types.structs.iter().map(
+            |(name, fields)| {
+                let list: Vec<Value> = fields
+                    .iter()
+                    .map(|(n, t)| json!({"name": n, "type": t}))
+                    .collect();
+                (name.clone(), Value::Array(list))
+            },
+        )))
+        .unwrap();
+        let mut enc = fresh.type_hash("Q").unwrap().to_vec();
+        enc.extend_from_slice(keccak256([]).as_slice());
+        let q = keccak256(enc);
+        let items: Vec<u8> = std::iter::repeat_n(q.0, 2000).flatten().collect();
+        let mut enc = fresh.type_hash("P").unwrap().to_vec();
+        enc.extend_from_slice(keccak256(items).as_slice());
+        assert_eq!(hash, keccak256(enc));
+    }
+
+    #[test]
     fn a_missing_domain_type_is_implied_from_the_domain() {
         let mut t = mail();
         let full = signing_hash(&t).unwrap();
