@@ -10,8 +10,11 @@
 //! - state and block overrides as eth_estimateGas's third and fourth parameters;
 //! - the block, ommer and header lookups ethers, web3.py and viem call.
 
+mod method_table;
+
 use alloy_primitives::{Address, B256, U256};
 use jsonrpsee::RpcModule;
+use method_table::call;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_common::Authorization;
@@ -71,15 +74,6 @@ fn module() -> RpcModule<RpcContext> {
     let view = StoreStateView::new(store, chain.config().clone());
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     moat_rpc::module(RpcContext::new(chain, pool), "test".into()).unwrap()
-}
-
-async fn call(m: &RpcModule<RpcContext>, method: &str, params: Value) -> Value {
-    let request = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let (response, _) = m
-        .raw_json_request(&request.to_string(), 1)
-        .await
-        .expect("a response");
-    serde_json::from_str(response.get()).unwrap()
 }
 
 fn quantity(v: &Value) -> u64 {

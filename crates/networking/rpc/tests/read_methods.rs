@@ -2,8 +2,11 @@
 //! called through the method table: each answer is checked against what the chain
 //! itself holds (hashes, roots, receipts, gas).
 
+mod method_table;
+
 use alloy_primitives::{B256, Bytes, keccak256};
 use jsonrpsee::RpcModule;
+use method_table::call;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_common::block::Block;
@@ -38,15 +41,6 @@ fn fixture() -> Fixture {
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let module = moat_rpc::module(RpcContext::new(chain.clone(), pool), "test".into()).unwrap();
     Fixture { module, chain }
-}
-
-async fn call(m: &RpcModule<RpcContext>, method: &str, params: Value) -> Value {
-    let request = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let (response, _) = m
-        .raw_json_request(&request.to_string(), 1)
-        .await
-        .expect("a response");
-    serde_json::from_str(response.get()).unwrap()
 }
 
 /// The newest block of the chain with at least one transaction.
