@@ -139,7 +139,8 @@ struct Snapshot {
     id: u64,
     number: u64,
     hash: B256,
-    pool: Vec<PooledTransaction>,
+    /// Each with the sender the pool had for it.
+    pool: Vec<(PooledTransaction, Address)>,
 }
 
 /// The attributes of the dev block built on `head` at `timestamp`.
@@ -233,11 +234,11 @@ async fn seal_edits(
     Ok(())
 }
 
-/// The pool's transactions, oldest nonce first per sender.
-fn pool_transactions(pool: &Pool) -> Vec<PooledTransaction> {
+/// The pool's transactions and their senders, oldest nonce first per sender.
+fn pool_transactions(pool: &Pool) -> Vec<(PooledTransaction, Address)> {
     pool.content()
         .into_iter()
-        .flat_map(|(_, txs)| txs.into_iter().map(|(tx, _)| tx.tx.clone()))
+        .flat_map(|(_, txs)| txs.into_iter().map(|(tx, _)| (tx.tx.clone(), tx.sender)))
         .collect()
 }
 
@@ -284,7 +285,10 @@ async fn revert(
         ..Default::default()
     })
     .await;
-    for tx in snap.pool.iter().cloned() {
+    for (tx, sender) in snap.pool.iter().cloned() {
+        // The sender the pool had: an impersonated one's placeholder signature does not
+        // recover to it, and the cache may have dropped it since the snapshot.
+        pool.sender_cache().insert(tx.hash(), sender);
         // A transaction the snapshot's state no longer takes is left out.
         let _ = pool.submit_local(TxInput::Decoded(Box::new(tx))).await;
     }
@@ -499,6 +503,66 @@ mod tests {
         let (balance, nonce) = account(&chain, whale);
         assert_eq!(nonce, 1);
         assert!(balance < ether - U256::from(5));
+    }
+
+    #[tokio::test]
+    async fn a_revert_gives_the_pool_back_an_impersonated_transfer_the_cache_dropped() {
+        let (chain, pool, rpc) = dev_node(16);
+        let miner = MinerConfig::default();
+        let mut clock = DevClock::default();
+        let whale = Address::repeat_byte(0xcc);
+        let ether = U256::from(10u64).pow(U256::from(18));
+        let edit = vec![StateEdit::Balance(whale, ether)];
+        seal_edits(&chain, &pool, &rpc, &miner, &mut clock, edit)
+            .await
+            .unwrap();
+        let signed = SignedTransaction::new(
+            Transaction::Eip1559(Eip1559Tx {
+                chain_id: DEV_CHAIN_ID,
+                nonce: 0,
+                max_priority_fee_per_gas: 1_000_000_000,
+                max_fee_per_gas: 10_000_000_000,
+                gas_limit: 21_000,
+                to: alloy_primitives::TxKind::Call(Address::repeat_byte(0xdd)),
+                value: U256::from(5),
+                input: Bytes::new(),
+                access_list: Vec::new(),
+            }),
+            moat_rpc::impersonated_signature(&whale),
+        );
+        pool.sender_cache().insert(signed.hash(), whale);
+        pool.submit_local(TxInput::Raw(Bytes::from(signed.encoded_2718())))
+            .await
+            .unwrap();
+        let head = chain.head_header().unwrap();
+        let mut snapshots = vec![Snapshot {
+            id: 0,
+            number: head.number,
+            hash: head.hash(),
+            pool: pool_transactions(&pool),
+        }];
+        assert_eq!(snapshots[0].pool.len(), 1);
+        produce_block(&chain, &pool, &rpc, &miner, &mut clock)
+            .await
+            .unwrap();
+        assert!(pool.get(&signed.hash()).is_none(), "mined");
+        for i in 0..10_000u64 {
+            let hash = B256::from(U256::from(i));
+            pool.sender_cache().insert(hash, Address::ZERO);
+            for _ in 0..3 {
+                pool.sender_cache().get(&hash);
+            }
+        }
+        assert!(!pool.sender_cache().contains(&signed.hash()));
+
+        assert_eq!(
+            revert(&chain, &pool, &rpc, &mut snapshots, 0).await,
+            Ok(true)
+        );
+        let back = pool
+            .get(&signed.hash())
+            .expect("the transfer is pending again");
+        assert_eq!(back.sender, whale);
     }
 
     #[tokio::test]
