@@ -519,3 +519,55 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// State edits are blocks committed as imports are (one batch, durable within a second):
+/// a dev node killed with SIGKILL right after a run of edits reopens at a head whose
+/// state is that head's (the edit of block n, and no later one, is there), and
+/// rewinding from it works.
+#[test]
+fn a_dev_node_killed_after_state_edits_reopens_with_its_heads_state() {
+    let dir = std::env::temp_dir().join(format!("moat-dev-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let args = |port: u16| {
+        vec![
+            "--dev".to_string(),
+            "--dev.period".into(),
+            "0".into(),
+            "--datadir".into(),
+            dir.display().to_string(),
+            "--http.port".into(),
+            port.to_string(),
+            "--authrpc.port".into(),
+            free_port().to_string(),
+        ]
+    };
+    let port = free_port();
+    let a = args(port);
+    let node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
+    let who = "0x00000000000000000000000000000000000000aa";
+    let start = quantity(&rpc(port, "eth_blockNumber", "[]").unwrap()["result"]);
+    // Edit k sets the balance to k: the balance at block start + k is k.
+    for k in 1..=20u64 {
+        let r = rpc(port, "anvil_setBalance", &format!(r#"["{who}","{k:#x}"]"#)).unwrap();
+        assert!(r["error"].is_null(), "{r}");
+    }
+    drop(node); // SIGKILL
+
+    let port = free_port();
+    let a = args(port);
+    let _node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for("the reopened RPC server", || rpc(port, "eth_chainId", "[]"));
+    let head = quantity(&rpc(port, "eth_blockNumber", "[]").unwrap()["result"]);
+    assert!(head >= start && head <= start + 20, "{start} {head}");
+    let balance = rpc(port, "eth_getBalance", &format!(r#"["{who}","latest"]"#)).unwrap();
+    assert_eq!(quantity(&balance["result"]), head - start, "{balance}");
+    // The undo records came through too: a snapshot, an edit, a revert.
+    let snap = rpc(port, "evm_snapshot", "[]").unwrap()["result"].clone();
+    rpc(port, "anvil_setBalance", &format!(r#"["{who}","0x99"]"#)).unwrap();
+    let r = rpc(port, "evm_revert", &format!("[{snap}]")).unwrap();
+    assert_eq!(r["result"], true, "{r}");
+    let balance = rpc(port, "eth_getBalance", &format!(r#"["{who}","latest"]"#)).unwrap();
+    assert_eq!(quantity(&balance["result"]), head - start, "{balance}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
