@@ -827,6 +827,9 @@ pub struct Outcome {
     /// In process: per stream tx in order, `None` if accepted, else why it was refused
     /// (`reason code: message`).
     pub refusal_each: Vec<Option<String>>,
+    /// In process: per stream tx in order, whether the pool held it at the end (so
+    /// [`ideal_value`] over these alone tells what a perfect builder makes of the pool).
+    pub held_each: Vec<bool>,
 }
 
 impl Outcome {
@@ -886,6 +889,7 @@ pub async fn run_in_process(
             }
         }
     }
+    out.held_each = stream.iter().map(|t| pool.contains(&t.hash)).collect();
     for tx in stream.iter().filter(|t| t.class.own_hash()) {
         if pool.contains(&tx.hash) {
             out.by_class.entry(tx.class).or_default().held += 1;

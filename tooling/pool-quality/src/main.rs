@@ -181,6 +181,22 @@ fn run(args: Args) -> Result<(), String> {
         for (reason, n) in &out.reasons {
             eprintln!("  seed {seed} refused: {reason} × {n}");
         }
+        if !out.held_each.is_empty() {
+            // The best block of what the pool held: below the payload's value only if
+            // the builder lost something; below the ideal, what the pool let go.
+            let held: Vec<StreamTx> = s
+                .iter()
+                .zip(&out.held_each)
+                .filter(|(_, h)| **h)
+                .map(|(t, _)| t.clone())
+                .collect();
+            eprintln!(
+                "  seed {seed}: best block of the txs held at the end {} (payload {})",
+                ideal_value(&held, &senders, &limits),
+                out.payload_value
+            );
+            explain_losses(&s, &out);
+        }
         let ratio = if ideal.is_zero() {
             1.0
         } else {
@@ -615,4 +631,70 @@ async fn external(
             .await;
     }
     Ok(out)
+}
+
+/// Where the pool's runs fall short of the stream's: per sender, the first nonce of the
+/// stream's valid run (its first includable tx per nonce) that the pool does not hold,
+/// why (refused and the reason, or taken then evicted), and the tips of the rich txs (in
+/// the top tenth of tips) stranded above it. Printed to stderr.
+fn explain_losses(s: &[StreamTx], out: &Outcome) {
+    let mut tips: Vec<u128> = s.iter().filter(|t| t.includable).map(|t| t.tip).collect();
+    tips.sort_unstable();
+    let rich = tips.get(tips.len() * 9 / 10).copied().unwrap_or(0);
+    // Per sender: nonce -> (held by the pool, refusal of its first includable copy).
+    let mut by_sender: HashMap<
+        usize,
+        std::collections::BTreeMap<u64, (bool, Option<String>, u128)>,
+    > = HashMap::new();
+    for ((t, held), refusal) in s.iter().zip(&out.held_each).zip(&out.refusal_each) {
+        if !t.includable {
+            continue;
+        }
+        let e = by_sender
+            .entry(t.sender)
+            .or_default()
+            .entry(t.nonce)
+            .or_insert((false, None, t.tip));
+        e.0 |= *held;
+        if e.1.is_none() {
+            e.1 = Some(refusal.clone().map_or("taken, then evicted".into(), |r| {
+                r.split(':').next().unwrap_or("").to_string()
+            }));
+        }
+        e.2 = e.2.max(t.tip);
+    }
+    let mut why: std::collections::BTreeMap<String, (usize, u128)> = Default::default();
+    for nonces in by_sender.values() {
+        let mut n = 0;
+        while let Some((held, _, _)) = nonces.get(&n) {
+            if !held {
+                break;
+            }
+            n += 1;
+        }
+        let Some((_, reason, _)) = nonces.get(&n) else {
+            continue;
+        };
+        let stranded: u128 = nonces
+            .range(n..)
+            .take_while({
+                let mut expect = n;
+                move |(k, _)| {
+                    let ok = **k == expect;
+                    expect += 1;
+                    ok
+                }
+            })
+            .filter(|(_, (_, _, tip))| *tip >= rich)
+            .map(|(_, (_, _, tip))| *tip / 1_000_000_000)
+            .sum();
+        let e = why.entry(reason.clone().unwrap_or_default()).or_default();
+        e.0 += 1;
+        e.1 += stranded;
+    }
+    for (reason, (senders, gwei)) in why {
+        eprintln!(
+            "  runs cut short by {reason}: {senders} senders, rich tips stranded above the cut {gwei} gwei"
+        );
+    }
 }
