@@ -714,6 +714,11 @@ fn path_nibbles(compact: &[u8]) -> Option<Vec<u8>> {
     let Some(&first) = compact.first() else {
         return Some(Vec::new());
     };
+    // A key has 64 nibbles: at most 33 bytes (the flag byte and 32), checked before
+    // anything is sized by the peer's string.
+    if compact.len() > 33 {
+        return None;
+    }
     let flag = first >> 4;
     let mut out = Vec::with_capacity(compact.len() * 2);
     match flag {
@@ -1454,6 +1459,21 @@ mod tests {
         assert!(byte_codes(code, &[B256::repeat_byte(0x77)], 100).is_empty());
         let many = vec![KECCAK256_EMPTY; 5000];
         assert_eq!(byte_codes(code, &many, 1 << 20).len(), MAX_CODE_LOOKUPS);
+    }
+
+    #[test]
+    fn path_nibbles_take_at_most_a_whole_key() {
+        let even = |n: usize| [vec![0x00], vec![0xab; n]].concat();
+        let odd = |n: usize| [vec![0x1c], vec![0xab; n]].concat();
+        assert_eq!(path_nibbles(&even(32)).map(|p| p.len()), Some(64));
+        assert_eq!(path_nibbles(&odd(31)).map(|p| p.len()), Some(63));
+        assert_eq!(path_nibbles(&odd(31)).unwrap()[0], 0x0c);
+        // 65 nibbles and more name no node, whatever the string's size.
+        assert_eq!(path_nibbles(&even(33)), None);
+        assert_eq!(path_nibbles(&odd(32)), None);
+        assert_eq!(path_nibbles(&even(1 << 20)), None);
+        assert_eq!(path_nibbles(&[]), Some(Vec::new()));
+        assert_eq!(path_nibbles(&[0x05]), None, "even flag with a nibble set");
     }
 
     #[test]
