@@ -51,6 +51,24 @@ impl Drop for PendingEntry {
     }
 }
 
+/// One of a peer's request slots, taken, with its pending entry under a fresh id: the
+/// answer comes on `rx`; dropping it frees the slot and the entry.
+pub(super) struct Slot {
+    pub(super) rx: oneshot::Receiver<Reply>,
+    entry: PendingEntry,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    pub(super) fn peer(&self) -> &Arc<Peer> {
+        &self.entry.peer
+    }
+
+    pub(super) fn id(&self) -> u64 {
+        self.entry.id
+    }
+}
+
 /// Chain requests to peers, for the syncer (see [`crate::requests`]).
 impl Network {
     /// The connected peers with what they say of their chains, for picking whom to ask.
@@ -132,13 +150,9 @@ impl Network {
         }
     }
 
-    /// Sends one request and waits for its answer (bounded per peer and in time).
-    pub(super) async fn request(
-        &self,
-        peer: &PeerId,
-        kind: ReplyKind,
-        make: impl FnOnce(u64) -> EthMessage,
-    ) -> Result<(Arc<Peer>, Vec<Bytes>), RequestError> {
+    /// Takes one of `peer`'s request slots (bounded in flight) and registers an answer
+    /// of `kind` pending under a fresh request id.
+    pub(super) fn take_slot(&self, peer: &PeerId, kind: ReplyKind) -> Result<Slot, RequestError> {
         let p = self
             .inner
             .peers
@@ -146,7 +160,7 @@ impl Network {
             .get(peer)
             .cloned()
             .ok_or(RequestError::NotConnected)?;
-        let _slot: OwnedSemaphorePermit = p
+        let permit = p
             .request_slots
             .clone()
             .try_acquire_owned()
@@ -155,16 +169,28 @@ impl Network {
         let (tx, rx) = oneshot::channel();
         p.pending.lock().insert(id, Pending { kind, reply: tx });
         // Whatever ends the wait (answer, timeout, the caller giving up), the entry goes.
-        let _entry = PendingEntry {
-            peer: p.clone(),
-            id,
-        };
-        let msg = make(id);
+        Ok(Slot {
+            rx,
+            entry: PendingEntry { peer: p, id },
+            _permit: permit,
+        })
+    }
+
+    /// Sends one request and waits for its answer (bounded per peer and in time).
+    pub(super) async fn request(
+        &self,
+        peer: &PeerId,
+        kind: ReplyKind,
+        make: impl FnOnce(u64) -> EthMessage,
+    ) -> Result<(Arc<Peer>, Vec<Bytes>), RequestError> {
+        let mut slot = self.take_slot(peer, kind)?;
+        let p = slot.peer().clone();
+        let msg = make(slot.id());
         metrics::counter!("moat_p2p_chain_requests_total", "msg" => msg.name()).increment(1);
         if !p.send(p.framing.eth(&msg)) {
             return Err(RequestError::Busy);
         }
-        match tokio::time::timeout(self.inner.cfg.request_timeout, rx).await {
+        match tokio::time::timeout(self.inner.cfg.request_timeout, &mut slot.rx).await {
             Ok(Ok(Reply::Items(answer))) => Ok((p, answer)),
             Ok(Ok(Reply::Snap(_))) => Err(RequestError::BadAnswer("a snap answer".into())),
             Ok(Err(_)) => Err(RequestError::Disconnected),

@@ -3,12 +3,10 @@
 //! of the kind asked (what it proves is for the caller to check).
 
 use super::Network;
-use super::chain::{Pending, PendingEntry, Reply, ReplyKind};
+use super::chain::{Reply, ReplyKind};
 use crate::requests::RequestError;
 use crate::rlpx::PeerId;
 use crate::snap::SnapMessage;
-use std::sync::atomic::Ordering;
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 impl Network {
     /// The connected peers that negotiated snap/1.
@@ -29,40 +27,20 @@ impl Network {
         peer: &PeerId,
         msg: SnapMessage,
     ) -> Result<SnapMessage, RequestError> {
-        let p = self
-            .inner
-            .peers
-            .read()
-            .get(peer)
-            .cloned()
-            .ok_or(RequestError::NotConnected)?;
-        if !p.framing.snap || msg.answer_id().is_some() {
+        if msg.answer_id().is_some() {
             return Err(RequestError::NotConnected);
         }
-        let _slot: OwnedSemaphorePermit = p
-            .request_slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| RequestError::Busy)?;
-        let id = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        p.pending.lock().insert(
-            id,
-            Pending {
-                kind: ReplyKind::Snap,
-                reply: tx,
-            },
-        );
-        let _entry = PendingEntry {
-            peer: p.clone(),
-            id,
-        };
-        let msg = msg.with_request_id(id);
+        let mut slot = self.take_slot(peer, ReplyKind::Snap)?;
+        let p = slot.peer().clone();
+        if !p.framing.snap {
+            return Err(RequestError::NotConnected);
+        }
+        let msg = msg.with_request_id(slot.id());
         metrics::counter!("moat_p2p_snap_requests_total", "msg" => msg.name()).increment(1);
         if !p.send(p.framing.snap(&msg)) {
             return Err(RequestError::Busy);
         }
-        match tokio::time::timeout(self.inner.cfg.request_timeout, rx).await {
+        match tokio::time::timeout(self.inner.cfg.request_timeout, &mut slot.rx).await {
             Ok(Ok(Reply::Snap(answer))) if msg.answered_by(&answer) => Ok(answer),
             Ok(Ok(_)) => {
                 let why = format!("wrong answer to {}", msg.name());
