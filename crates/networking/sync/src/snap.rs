@@ -44,7 +44,7 @@ use moat_storage::{Account, StoreError, WriteBatch};
 use moat_trie::range::verify_range_proof;
 use moat_trie::{EMPTY_ROOT, SortedBuilder};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -59,8 +59,10 @@ const CODE_BATCH: usize = 256;
 const NODES_PER_COMMIT: usize = 50_000;
 /// How long a peer that answered empty (or failed) is not asked again.
 const REST: Duration = Duration::from_secs(2);
-/// Empty answers in a row from all peers after which the pivot counts as stale.
-const STALE_AFTER: u32 = 32;
+/// Empty answers since the last useful one after which the pivot counts as stale, once
+/// every snap peer has failed since that answer too. Few enough that a node with one
+/// peer finds the pivot stale (a peer is asked once a `REST`) before `give_up_after`.
+const STALE_AFTER: u32 = 8;
 /// Version byte of the progress record.
 const RECORD_VERSION: u8 = 1;
 
@@ -487,6 +489,9 @@ struct Peers {
     resting: HashMap<PeerId, Instant>,
     /// Empty answers since the last useful one.
     empty_streak: u32,
+    /// Peers that answered empty, failed or lied since the last useful answer: the
+    /// pivot is stale only once every snap peer is among them.
+    unhelpful: HashSet<PeerId>,
 }
 
 struct Run<'a, S> {
@@ -591,27 +596,69 @@ impl<S: BlockSource> Run<'_, S> {
         });
     }
 
-    /// Waits for the next answer, or a moment when nothing is in flight.
-    async fn next(&mut self, set: &mut JoinSet<Answer>) -> Option<Answer> {
-        if set.is_empty() {
+    /// Waits for the next answer, or a moment when nothing is in flight (`None`); gives
+    /// up when no useful answer came since `waited` for `give_up_after`.
+    async fn next(
+        &mut self,
+        set: &mut JoinSet<Answer>,
+        waited: Instant,
+    ) -> Result<Option<Answer>, SnapError> {
+        let a = if set.is_empty() {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            return None;
+            None
+        } else {
+            set.join_next().await.and_then(|r| r.ok())
+        };
+        if let Some(a) = &a {
+            self.peers.busy.remove(&a.peer);
         }
-        let a = set.join_next().await?.ok()?;
-        self.peers.busy.remove(&a.peer);
-        Some(a)
+        if waited.elapsed() > self.cfg.give_up_after {
+            return Err(SnapError::NoPeers);
+        }
+        Ok(a)
     }
 
+    /// Hands queued work to the idle peers, then waits as [`Self::next`].
+    async fn dispatch(
+        &mut self,
+        set: &mut JoinSet<Answer>,
+        queue: &mut VecDeque<Work>,
+        root: B256,
+        waited: Instant,
+    ) -> Result<Option<Answer>, SnapError> {
+        while !queue.is_empty() {
+            let Some(peer) = self.idle_peer() else { break };
+            let Some(w) = queue.pop_front() else { break };
+            self.spawn(set, peer, w, root);
+        }
+        self.next(set, waited).await
+    }
+
+    /// A peer that failed to answer (or answered nothing of use) is not asked for a while.
     fn rest(&mut self, peer: PeerId) {
         self.peers.resting.insert(peer, Instant::now() + REST);
+        self.peers.unhelpful.insert(peer);
     }
 
-    /// An empty answer for the pivot's root: the peer is rested; too many in a row and
-    /// the pivot is stale.
+    /// A useful answer: the pivot is still served.
+    fn useful(&mut self) {
+        self.peers.empty_streak = 0;
+        self.peers.unhelpful.clear();
+    }
+
+    /// An empty answer for the pivot's root: the peer is rested; too many in a row, with
+    /// every snap peer failing since the last useful answer, and the pivot is stale (so
+    /// peers that answer empty cannot make a sync that a good peer serves start over).
     fn empty(&mut self, peer: PeerId) -> Result<(), SnapError> {
         self.rest(peer);
-        self.peers.empty_streak += 1;
-        if self.peers.empty_streak >= STALE_AFTER {
+        self.peers.empty_streak = self.peers.empty_streak.saturating_add(1);
+        if self.peers.empty_streak >= STALE_AFTER
+            && self
+                .source
+                .snap_peers()
+                .iter()
+                .all(|p| self.peers.unhelpful.contains(p))
+        {
             return Err(SnapError::Stale);
         }
         Ok(())
@@ -641,15 +688,9 @@ impl<S: BlockSource> Run<'_, S> {
                 };
                 self.spawn(&mut set, peer, work, p.state_root);
             }
-            let Some(a) = self.next(&mut set).await else {
-                if waited.elapsed() > self.cfg.give_up_after {
-                    return Err(SnapError::NoPeers);
-                }
+            let Some(a) = self.next(&mut set, waited).await? else {
                 continue;
             };
-            if waited.elapsed() > self.cfg.give_up_after {
-                return Err(SnapError::NoPeers);
-            }
             let Work::Accounts { chunk, .. } = a.work else {
                 continue;
             };
@@ -675,7 +716,7 @@ impl<S: BlockSource> Run<'_, S> {
             match check_accounts(p.state_root, &c.next, &accounts, &proof) {
                 Err(why) => self.fault(a.peer, &why),
                 Ok((decoded, more)) => {
-                    self.peers.empty_streak = 0;
+                    self.useful();
                     waited = Instant::now();
                     let mut batch = WriteBatch::new();
                     let mut size = 0u64;
@@ -737,7 +778,7 @@ impl<S: BlockSource> Run<'_, S> {
         let total = list.len().max(1);
         let mut done = vec![false; list.len()];
         let mut lowest_open = 0usize;
-        let mut queue: std::collections::VecDeque<Work> = list
+        let mut queue: VecDeque<Work> = list
             .chunks(self.cfg.storage_batch.max(1))
             .enumerate()
             .map(|(i, c)| Work::Storage {
@@ -749,75 +790,57 @@ impl<S: BlockSource> Run<'_, S> {
         let mut set = JoinSet::new();
         let mut waited = Instant::now();
         while !queue.is_empty() || !set.is_empty() {
-            while !queue.is_empty() {
-                let Some(peer) = self.idle_peer() else { break };
-                let Some(w) = queue.pop_front() else { break };
-                self.spawn(&mut set, peer, w, p.state_root);
-            }
-            let Some(a) = self.next(&mut set).await else {
-                if waited.elapsed() > self.cfg.give_up_after {
-                    return Err(SnapError::NoPeers);
-                }
+            let next = self.dispatch(&mut set, &mut queue, p.state_root, waited);
+            let Some(a) = next.await? else {
                 continue;
             };
-            if waited.elapsed() > self.cfg.give_up_after {
-                return Err(SnapError::NoPeers);
-            }
             let Work::Storage {
                 first,
                 accounts,
                 origin,
-            } = a.work
+            } = &a.work
             else {
                 continue;
             };
+            let (first, origin) = (*first, *origin);
+            // What fails is asked again, of another peer first.
             let (slots, proof) = match a.result {
                 Ok(SnapMessage::StorageRanges { slots, proof, .. }) => (slots, proof),
                 Ok(_) => {
                     self.fault(a.peer, "not a storage range");
-                    queue.push_back(Work::Storage {
-                        first,
-                        accounts,
-                        origin,
-                    });
+                    queue.push_back(a.work);
                     continue;
                 }
                 Err(_) => {
                     self.rest(a.peer);
-                    queue.push_back(Work::Storage {
-                        first,
-                        accounts,
-                        origin,
-                    });
+                    queue.push_back(a.work);
                     continue;
                 }
             };
             if slots.is_empty() {
                 self.empty(a.peer)?;
-                queue.push_back(Work::Storage {
-                    first,
-                    accounts,
-                    origin,
-                });
+                queue.push_back(a.work);
                 continue;
             }
-            let checked = check_storage(&accounts, origin, &slots, &proof);
-            let (decoded, more) = match checked {
+            let (decoded, more) = match check_storage(accounts, origin, &slots, &proof) {
                 Ok(r) => r,
                 Err(why) => {
                     self.fault(a.peer, &why);
-                    queue.push_back(Work::Storage {
-                        first,
-                        accounts,
-                        origin,
-                    });
+                    queue.push_back(a.work);
                     continue;
                 }
             };
-            self.peers.empty_streak = 0;
+            self.useful();
             waited = Instant::now();
             let mut batch = WriteBatch::new();
             let answered = decoded.len();
+            // Where the last answered account's trie goes on (after its last slot), when
+            // the proof shows more: a trie that holds more has a last slot below the top.
+            let next = decoded
+                .last()
+                .and_then(|s| s.last())
+                .and_then(|(s, _)| b256_after(s))
+                .filter(|_| more);
             for (i, account_slots) in decoded.iter().enumerate() {
                 let owner = accounts[i].0;
                 for (slot, value) in account_slots {
@@ -825,18 +848,13 @@ impl<S: BlockSource> Run<'_, S> {
                     p.bytes += 64;
                 }
                 p.slots += account_slots.len() as u64;
-                let partial = i + 1 == answered && more;
+                let partial = i + 1 == answered && next.is_some();
                 if !partial {
                     done[first + i] = true;
                 }
             }
-            if more {
-                // The last answered account's trie goes on from after its last slot.
+            if let Some(next) = next {
                 let i = answered - 1;
-                let next = decoded[i]
-                    .last()
-                    .and_then(|(s, _)| b256_after(s))
-                    .unwrap_or(origin);
                 queue.push_front(Work::Storage {
                     first: first + i,
                     accounts: vec![accounts[i]],
@@ -887,50 +905,46 @@ impl<S: BlockSource> Run<'_, S> {
         }
         let total = wanted.len().max(1);
         let mut left = wanted.len();
-        let mut queue: std::collections::VecDeque<Work> = wanted
+        let mut queue: VecDeque<Work> = wanted
             .chunks(CODE_BATCH)
             .map(|c| Work::Codes { hashes: c.to_vec() })
             .collect();
         let mut set = JoinSet::new();
         let mut waited = Instant::now();
         while !queue.is_empty() || !set.is_empty() {
-            while !queue.is_empty() {
-                let Some(peer) = self.idle_peer() else { break };
-                let Some(w) = queue.pop_front() else { break };
-                self.spawn(&mut set, peer, w, p.state_root);
-            }
-            let Some(a) = self.next(&mut set).await else {
-                if waited.elapsed() > self.cfg.give_up_after {
-                    return Err(SnapError::NoPeers);
-                }
+            let next = self.dispatch(&mut set, &mut queue, p.state_root, waited);
+            let Some(a) = next.await? else {
                 continue;
             };
-            if waited.elapsed() > self.cfg.give_up_after {
-                return Err(SnapError::NoPeers);
-            }
-            let Work::Codes { hashes } = a.work else {
+            let Work::Codes { hashes } = &a.work else {
                 continue;
             };
             let codes = match a.result {
                 Ok(SnapMessage::ByteCodes { codes, .. }) => codes,
                 Ok(_) => {
                     self.fault(a.peer, "not bytecodes");
-                    queue.push_back(Work::Codes { hashes });
+                    queue.push_back(a.work);
                     continue;
                 }
                 Err(_) => {
                     self.rest(a.peer);
-                    queue.push_back(Work::Codes { hashes });
+                    queue.push_back(a.work);
                     continue;
                 }
             };
             if codes.is_empty() {
-                self.empty(a.peer)?;
-                queue.push_back(Work::Codes { hashes });
+                // Codes are not served by root: an empty answer says nothing of the
+                // pivot, so the peer is only rested (no answer at all ends in NoPeers,
+                // the stage resumed by the next attempt).
+                self.rest(a.peer);
+                queue.push_back(a.work);
                 continue;
             }
+            // Every code must be one asked for and not yet given; nothing is counted or
+            // written before the whole answer passes.
             let mut missing: HashSet<B256> = hashes.iter().copied().collect();
             let mut batch = WriteBatch::new();
+            let (mut bytes, mut count) = (0u64, 0u64);
             let mut bad = false;
             for code in codes {
                 let h = keccak256(&code);
@@ -938,21 +952,23 @@ impl<S: BlockSource> Run<'_, S> {
                     bad = true;
                     break;
                 }
-                p.bytes += code.len() as u64;
-                p.codes += 1;
+                bytes += code.len() as u64;
+                count += 1;
                 batch.put_code(h, code);
             }
             if bad {
-                self.fault(a.peer, "a code nobody asked for");
-                queue.push_back(Work::Codes { hashes });
+                self.fault(a.peer, "a code not asked for, or given twice");
+                queue.push_back(a.work);
                 continue;
             }
-            self.peers.empty_streak = 0;
+            p.bytes += bytes;
+            p.codes += count;
+            self.useful();
             waited = Instant::now();
             left -= hashes.len() - missing.len();
             if !missing.is_empty() {
                 queue.push_back(Work::Codes {
-                    hashes: hashes.into_iter().filter(|h| missing.contains(h)).collect(),
+                    hashes: missing.into_iter().collect(),
                 });
             }
             self.save(p, batch)?;

@@ -27,6 +27,9 @@ enum Mode {
     Lies,
     /// Answers every snap request empty (as for a root it does not serve).
     Empty,
+    /// Spoils its answers of one kind (0 account ranges, 1 storage ranges, 2 codes) a
+    /// different way each time (see `spoil`), answers the others honestly.
+    Hostile(usize),
 }
 
 /// Peers answering from one served chain: `modes[i]` is peer i's behaviour.
@@ -39,6 +42,8 @@ struct Served {
     faults: Mutex<Vec<PeerId>>,
     /// Requests answered, by kind: account ranges, storage ranges.
     asked: [AtomicUsize; 2],
+    /// Answers hostile peers spoiled, by kind.
+    spoiled: [AtomicUsize; 3],
 }
 
 fn peer_id(i: usize) -> PeerId {
@@ -54,6 +59,7 @@ impl Served {
             budget: budget.map(AtomicUsize::new),
             faults: Mutex::new(Vec::new()),
             asked: Default::default(),
+            spoiled: Default::default(),
         })
     }
 
@@ -136,12 +142,47 @@ impl BlockSource for Served {
             SnapMessage::GetStorageRanges { .. } => self.asked[1].fetch_add(1, Ordering::SeqCst),
             _ => 0,
         };
-        let answer = if self.mode(&peer) == Mode::Empty {
-            moat_p2p::snap::empty_answer(&msg)
-        } else {
-            self.server.answer(&self.chain, &msg)
+        let kind = match msg {
+            SnapMessage::GetAccountRange { .. } => 0,
+            SnapMessage::GetStorageRanges { .. } => 1,
+            _ => 2,
+        };
+        let spoiling = self.mode(&peer) == Mode::Hostile(kind);
+        let n = self.spoiled[kind].load(Ordering::SeqCst);
+        let answer = match (self.mode(&peer), &msg) {
+            (Mode::Empty, _) => moat_p2p::snap::empty_answer(&msg),
+            // An answer for another root (the head's).
+            (_, SnapMessage::GetAccountRange { .. }) if spoiling && n % 5 == 4 => {
+                let head = self.chain.head().unwrap().1;
+                let root = self.chain.header(&head).unwrap().unwrap().state_root;
+                let SnapMessage::GetAccountRange {
+                    request_id,
+                    origin,
+                    limit,
+                    bytes,
+                    ..
+                } = msg.clone()
+                else {
+                    unreachable!()
+                };
+                let other = SnapMessage::GetAccountRange {
+                    request_id,
+                    root,
+                    origin,
+                    limit,
+                    bytes,
+                };
+                self.server.answer(&self.chain, &other)
+            }
+            _ => self.server.answer(&self.chain, &msg),
         };
         let mut answer = answer.ok_or(RequestError::Timeout)?;
+        if spoiling {
+            spoil(
+                &mut answer,
+                self.spoiled[kind].fetch_add(1, Ordering::SeqCst),
+            );
+        }
         if self.mode(&peer) == Mode::Lies
             && let SnapMessage::AccountRange { accounts, .. } = &mut answer
             && let Some((_, slim)) = accounts.first_mut()
@@ -156,6 +197,77 @@ impl BlockSource for Served {
 
     fn report_snap_fault(&self, peer: &PeerId, _why: &str) {
         self.faults.lock().push(*peer);
+    }
+}
+
+/// Spoils answer number `n` of a hostile peer: accounts out of order, twice or left out
+/// under their proof, garbage proof nodes, more slot lists than accounts asked, slots of
+/// one account for another, a slot value empty or over 32 bytes, codes not asked for,
+/// twice, altered or empty.
+fn spoil(answer: &mut SnapMessage, n: usize) {
+    let garbage = Bytes::from(vec![0xc2, 0x80, 0x80]);
+    match answer {
+        SnapMessage::AccountRange {
+            accounts, proof, ..
+        } => match n % 5 {
+            0 => accounts.reverse(),
+            1 => {
+                if let Some(a) = accounts.first().cloned() {
+                    accounts.push(a);
+                }
+            }
+            2 => {
+                proof.push(garbage);
+                if let Some(p) = proof.first_mut() {
+                    *p = Bytes::from(vec![0xff; 40]);
+                }
+            }
+            3 => accounts.clear(),
+            _ => {}
+        },
+        SnapMessage::StorageRanges { slots, proof, .. } => match n % 5 {
+            0 => slots.push(vec![(B256::repeat_byte(0xff), Bytes::from(vec![1]))]),
+            1 => {
+                if slots.len() > 1 {
+                    slots.swap(0, 1);
+                } else if let Some(first) = slots.first_mut() {
+                    first.insert(0, (B256::ZERO, Bytes::from(vec![0x01])));
+                }
+            }
+            2 => {
+                if let Some(s) = slots.first_mut().and_then(|s| s.first_mut()) {
+                    s.1 = Bytes::new();
+                }
+            }
+            3 => {
+                if let Some(s) = slots.first_mut().and_then(|s| s.first_mut()) {
+                    s.1 = Bytes::from([vec![0xa1], vec![0x11; 33]].concat());
+                }
+            }
+            _ => {
+                proof.clear();
+                proof.push(garbage);
+                slots.push(Vec::new());
+            }
+        },
+        SnapMessage::ByteCodes { codes, .. } => match n % 5 {
+            0 => codes.push(Bytes::from(vec![0x60, 0x00])),
+            1 => {
+                if let Some(c) = codes.first().cloned() {
+                    codes.push(c);
+                }
+            }
+            2 => {
+                if let Some(c) = codes.first_mut() {
+                    let mut v = c.to_vec();
+                    v.push(0);
+                    *c = Bytes::from(v);
+                }
+            }
+            3 => codes.push(Bytes::new()),
+            _ => codes.insert(0, Bytes::from(vec![0x5b; 1 << 16])),
+        },
+        _ => {}
     }
 }
 
@@ -211,6 +323,18 @@ fn cfg() -> SnapConfig {
         storage_batch: 4,
         ..SnapConfig::default()
     }
+}
+
+/// A snap sync of `client` from `source` towards the served head.
+fn sync(client: &Chain, source: &Arc<Served>, cfg: &SnapConfig) -> Result<(), SnapError> {
+    let target = served_chain().head().unwrap().1;
+    runtime().block_on(snap::run(
+        client,
+        source,
+        target,
+        cfg,
+        &SnapStatus::default(),
+    ))
 }
 
 /// The pivot the client must take: 64 below the served head.
@@ -278,16 +402,7 @@ fn a_peer_with_bad_proofs_is_reported_and_the_others_finish_the_sync() {
         vec![Mode::Lies, Mode::Honest, Mode::Empty],
         None,
     );
-    let target = served.head().unwrap().1;
-    runtime()
-        .block_on(snap::run(
-            &client,
-            &source,
-            target,
-            &cfg(),
-            &SnapStatus::default(),
-        ))
-        .unwrap();
+    sync(&client, &source, &cfg()).unwrap();
     assert_state_at_pivot(&client);
     let faults = source.faults.lock();
     assert!(!faults.is_empty());
@@ -295,6 +410,64 @@ fn a_peer_with_bad_proofs_is_reported_and_the_others_finish_the_sync() {
         faults.iter().all(|p| *p == peer_id(0)),
         "only the liar is reported"
     );
+}
+
+#[test]
+fn a_hostile_peer_cannot_panic_stall_or_write_into_the_sync() {
+    let served = served_chain();
+    let client = fresh();
+    // Hostile peers (each rested after a fault) asked before the honest one: the
+    // spoiled answers go through every kind of spoiling.
+    let mut modes: Vec<Mode> = (0..15).map(|i| Mode::Hostile(2 - i / 5)).collect();
+    modes.push(Mode::Honest);
+    let source = Served::new(served.clone(), modes, None);
+    sync(&client, &source, &cfg()).unwrap();
+    // The state built is the pivot's (every account and slot proven, every code by
+    // hash), whatever the hostile peer sent.
+    assert_state_at_pivot(&client);
+    let spoiled: Vec<usize> = source
+        .spoiled
+        .iter()
+        .map(|n| n.load(Ordering::SeqCst))
+        .collect();
+    assert!(
+        spoiled.iter().all(|&n| n >= 5),
+        "{spoiled:?} answers spoiled"
+    );
+    let faults = source.faults.lock();
+    assert!(faults.len() >= 10, "{} faults", faults.len());
+    assert!(
+        !faults.contains(&peer_id(15)),
+        "only the hostile peers are reported"
+    );
+}
+
+#[test]
+fn peers_answering_empty_do_not_make_a_served_pivot_stale() {
+    let served = served_chain();
+    let client = fresh();
+    // Many peers that answer empty, asked before the one that serves the pivot.
+    let mut modes = vec![Mode::Empty; 40];
+    modes.push(Mode::Honest);
+    let source = Served::new(served.clone(), modes, None);
+    sync(&client, &source, &cfg()).unwrap();
+    assert_state_at_pivot(&client);
+}
+
+#[test]
+fn a_pivot_no_peer_serves_is_stale() {
+    let served = served_chain();
+    let client = fresh();
+    let source = Served::new(served.clone(), vec![Mode::Empty; 2], None);
+    let cfg = SnapConfig {
+        give_up_after: std::time::Duration::from_secs(30),
+        ..cfg()
+    };
+    let started = std::time::Instant::now();
+    let err = sync(&client, &source, &cfg);
+    assert!(matches!(err, Err(SnapError::Stale)), "{err:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert!(source.faults.lock().is_empty());
 }
 
 #[test]
