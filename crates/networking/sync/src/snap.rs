@@ -1226,3 +1226,152 @@ fn local_storage_root(
     }
     Ok((builder.finish().0, slots))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moat_trie::{MemoryNodes, Trie};
+
+    /// A storage trie of `n` slots (value i + 1 at keccak(i)): its nodes, root and the
+    /// slots in key order as a peer sends them.
+    fn storage(owner: B256, n: u64) -> (MemoryNodes, B256, Vec<(B256, Bytes)>) {
+        let mut nodes = MemoryNodes::default();
+        let mut slots: Vec<(B256, Bytes)> = (0..n)
+            .map(|i| {
+                let v = alloy_rlp::encode(U256::from(i + 1));
+                (keccak256(i.to_be_bytes()), Bytes::from(v))
+            })
+            .collect();
+        slots.sort();
+        let mut trie = Trie::new(&nodes, owner);
+        for (k, v) in &slots {
+            trie.insert(k, v.to_vec()).unwrap();
+        }
+        let commit = trie.commit().unwrap();
+        nodes.apply(&owner, &commit);
+        (nodes, commit.root, slots)
+    }
+
+    fn proof(nodes: &MemoryNodes, owner: B256, origin: &B256, last: &B256) -> Vec<Bytes> {
+        moat_trie::range::range_proof(nodes, &owner, origin, Some(last))
+            .unwrap()
+            .into_iter()
+            .map(Bytes::from)
+            .collect()
+    }
+
+    #[test]
+    fn storage_answers_are_checked_against_the_accounts_asked() {
+        let (a, b) = (B256::repeat_byte(0xaa), B256::repeat_byte(0xbb));
+        let (_, root_a, slots_a) = storage(a, 5);
+        let (nodes_b, root_b, slots_b) = storage(b, 40);
+        let asked = [(a, root_a), (b, root_b)];
+        // Whole tries: every account complete.
+        let (got, more) =
+            check_storage(&asked, B256::ZERO, &[slots_a.clone(), slots_b.clone()], &[]).unwrap();
+        assert!(!more);
+        assert_eq!(got[1].len(), 40);
+        let mut values: Vec<U256> = got[0].iter().map(|s| s.1).collect();
+        values.sort();
+        assert_eq!(values, (1..=5u64).map(U256::from).collect::<Vec<_>>());
+        // The last account cut short, with its proof: more to come.
+        let part = &slots_b[..10];
+        let p = proof(&nodes_b, b, &B256::ZERO, &part[9].0);
+        let (got, more) =
+            check_storage(&asked, B256::ZERO, &[slots_a.clone(), part.to_vec()], &p).unwrap();
+        assert!(more);
+        assert_eq!(got[1].len(), 10);
+        // More slot lists than accounts asked, one account's slots for the other, a cut
+        // without its proof, and a continued range with a slot before its origin.
+        let extra = [slots_a.clone(), slots_b.clone(), slots_a.clone()];
+        assert!(check_storage(&asked, B256::ZERO, &extra, &[]).is_err());
+        let swapped = [slots_b.clone(), slots_a.clone()];
+        assert!(check_storage(&asked, B256::ZERO, &swapped, &[]).is_err());
+        assert!(check_storage(&asked, B256::ZERO, &[slots_a, part.to_vec()], &[]).is_err());
+        let origin = slots_b[20].0;
+        let p = proof(&nodes_b, b, &origin, &slots_b[30].0);
+        let one = [(b, root_b)];
+        assert!(
+            check_storage(&one, origin, &[slots_b[20..=30].to_vec()], &p)
+                .unwrap()
+                .1
+        );
+        assert!(check_storage(&one, origin, &[slots_b[19..=30].to_vec()], &p).is_err());
+        // No slots at all for a trie that has them, under a proof of its start.
+        let p = proof(&nodes_b, b, &B256::ZERO, &slots_b[0].0);
+        assert!(check_storage(&one, B256::ZERO, &[Vec::new()], &p).is_err());
+    }
+
+    #[test]
+    fn account_ranges_outside_their_proof_are_refused() {
+        let mut nodes = MemoryNodes::default();
+        let mut leaves: Vec<(B256, Vec<u8>)> = (0..30u64)
+            .map(|i| {
+                let a = Account {
+                    nonce: i,
+                    balance: U256::from(i * 7),
+                    storage_root: EMPTY_ROOT,
+                    code_hash: KECCAK256_EMPTY,
+                };
+                (keccak256(i.to_be_bytes()), account_leaf(&a))
+            })
+            .collect();
+        leaves.sort();
+        let mut trie = Trie::new(&nodes, B256::ZERO);
+        for (k, v) in &leaves {
+            trie.insert(k, v.clone()).unwrap();
+        }
+        let commit = trie.commit().unwrap();
+        nodes.apply(&B256::ZERO, &commit);
+        let root = commit.root;
+        let slim: Vec<(B256, Bytes)> = leaves
+            .iter()
+            .map(|(k, v)| (*k, Bytes::from(moat_p2p::snap::slim_account(v).unwrap())))
+            .collect();
+        let origin = leaves[10].0;
+        let p = proof(&nodes, B256::ZERO, &origin, &leaves[19].0);
+        let (got, more) = check_accounts(root, &origin, &slim[10..20], &p).unwrap();
+        assert!(more);
+        assert_eq!(got.len(), 10);
+        assert_eq!(got[0].1.nonce, decode_account(&leaves[10].1).unwrap().nonce);
+        // One before the origin, one twice, the order turned, one left out, one altered.
+        assert!(check_accounts(root, &origin, &slim[9..20], &p).is_err());
+        let twice = [&slim[10..20], &slim[19..20]].concat();
+        assert!(check_accounts(root, &origin, &twice, &p).is_err());
+        let mut turned = slim[10..20].to_vec();
+        turned.reverse();
+        assert!(check_accounts(root, &origin, &turned, &p).is_err());
+        let gap = [&slim[10..14], &slim[15..20]].concat();
+        assert!(check_accounts(root, &origin, &gap, &p).is_err());
+        let mut altered = slim[10..20].to_vec();
+        altered[3].1 = Bytes::from(moat_p2p::snap::slim_account(&leaves[4].1).unwrap());
+        assert!(check_accounts(root, &origin, &altered, &p).is_err());
+        // Garbage in the proof, or a body that is no account.
+        let mut bad = p.clone();
+        bad.push(Bytes::from(vec![0xc0]));
+        bad[0] = Bytes::from(vec![0xff; 64]);
+        assert!(check_accounts(root, &origin, &slim[10..20], &bad).is_err());
+        let mut shape = slim[10..20].to_vec();
+        shape[0].1 = Bytes::from(vec![0xc3, 0x80, 0x80, 0x80]);
+        assert!(check_accounts(root, &origin, &shape, &p).is_err());
+    }
+
+    #[test]
+    fn the_last_chunk_ends_at_the_top_of_the_hash_space() {
+        let p = Progress::new(
+            &SealedHeader::decode(moat_common::block::Header::default().encoded().into()).unwrap(),
+        );
+        assert_eq!(p.chunks.len(), CHUNKS);
+        assert_eq!(p.chunks[0].next, B256::ZERO);
+        assert_eq!(p.chunks[CHUNKS - 1].limit, B256::repeat_byte(0xff));
+        for w in p.chunks.windows(2) {
+            assert_eq!(
+                b256_after(&w[0].limit),
+                Some(w[1].next),
+                "no gap, no overlap"
+            );
+        }
+        assert_eq!(b256_after(&B256::repeat_byte(0xff)), None);
+        assert_eq!(Progress::decode(&p.encode()), Some(p));
+    }
+}
