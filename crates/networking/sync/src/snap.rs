@@ -309,6 +309,9 @@ enum Work {
     },
 }
 
+/// The requests in flight of a stage.
+type Requests = JoinSet<Result<SnapMessage, RequestError>>;
+
 struct Answer {
     peer: PeerId,
     work: Work,
@@ -372,6 +375,7 @@ pub async fn run<S: BlockSource>(
         cfg,
         status,
         peers: Peers::default(),
+        asked: HashMap::new(),
         started: Instant::now(),
         last_line: Instant::now(),
         resumed,
@@ -504,6 +508,9 @@ struct Run<'a, S> {
     last_line: Instant,
     resumed: bool,
     highest: u64,
+    /// The peer and work of each request in flight, by task: a task that ends without
+    /// its answer (a panic) still gives its work back.
+    asked: HashMap<tokio::task::Id, (PeerId, Work)>,
 }
 
 impl<S: BlockSource> Run<'_, S> {
@@ -562,7 +569,7 @@ impl<S: BlockSource> Run<'_, S> {
             .find(|p| !self.peers.busy.contains(p) && !self.peers.resting.contains_key(p))
     }
 
-    fn spawn(&mut self, set: &mut JoinSet<Answer>, peer: PeerId, work: Work, root: B256) {
+    fn spawn(&mut self, set: &mut Requests, peer: PeerId, work: Work, root: B256) {
         let bytes = self.cfg.response_bytes;
         let msg = match &work {
             Work::Accounts { origin, limit, .. } => SnapMessage::GetAccountRange {
@@ -590,28 +597,32 @@ impl<S: BlockSource> Run<'_, S> {
         };
         self.peers.busy.insert(peer);
         let source = self.source.clone();
-        set.spawn(async move {
-            let result = source.snap_request(peer, msg).await;
-            Answer { peer, work, result }
-        });
+        let task = set.spawn(async move { source.snap_request(peer, msg).await });
+        self.asked.insert(task.id(), (peer, work));
     }
 
     /// Waits for the next answer, or a moment when nothing is in flight (`None`); gives
     /// up when no useful answer came since `waited` for `give_up_after`.
     async fn next(
         &mut self,
-        set: &mut JoinSet<Answer>,
+        set: &mut Requests,
         waited: Instant,
     ) -> Result<Option<Answer>, SnapError> {
         let a = if set.is_empty() {
             tokio::time::sleep(Duration::from_millis(200)).await;
             None
         } else {
-            set.join_next().await.and_then(|r| r.ok())
+            // A request whose task panicked failed: its work is asked again.
+            let (id, result) = match set.join_next_with_id().await {
+                Some(Ok((id, result))) => (id, result),
+                Some(Err(e)) => (e.id(), Err(RequestError::Disconnected)),
+                None => return Ok(None),
+            };
+            self.asked.remove(&id).map(|(peer, work)| {
+                self.peers.busy.remove(&peer);
+                Answer { peer, work, result }
+            })
         };
-        if let Some(a) = &a {
-            self.peers.busy.remove(&a.peer);
-        }
         if waited.elapsed() > self.cfg.give_up_after {
             return Err(SnapError::NoPeers);
         }
@@ -621,7 +632,7 @@ impl<S: BlockSource> Run<'_, S> {
     /// Hands queued work to the idle peers, then waits as [`Self::next`].
     async fn dispatch(
         &mut self,
-        set: &mut JoinSet<Answer>,
+        set: &mut Requests,
         queue: &mut VecDeque<Work>,
         root: B256,
         waited: Instant,
@@ -671,7 +682,7 @@ impl<S: BlockSource> Run<'_, S> {
     }
 
     async fn accounts(&mut self, p: &mut Progress) -> Result<(), SnapError> {
-        let mut set = JoinSet::new();
+        let mut set = Requests::new();
         let mut in_flight: HashSet<usize> = HashSet::new();
         let mut waited = Instant::now();
         while p.chunks.iter().any(|c| !c.done) {
@@ -787,7 +798,7 @@ impl<S: BlockSource> Run<'_, S> {
                 origin: B256::ZERO,
             })
             .collect();
-        let mut set = JoinSet::new();
+        let mut set = Requests::new();
         let mut waited = Instant::now();
         while !queue.is_empty() || !set.is_empty() {
             let next = self.dispatch(&mut set, &mut queue, p.state_root, waited);
@@ -909,7 +920,7 @@ impl<S: BlockSource> Run<'_, S> {
             .chunks(CODE_BATCH)
             .map(|c| Work::Codes { hashes: c.to_vec() })
             .collect();
-        let mut set = JoinSet::new();
+        let mut set = Requests::new();
         let mut waited = Instant::now();
         while !queue.is_empty() || !set.is_empty() {
             let next = self.dispatch(&mut set, &mut queue, p.state_root, waited);

@@ -30,6 +30,8 @@ enum Mode {
     /// Spoils its answers of one kind (0 account ranges, 1 storage ranges, 2 codes) a
     /// different way each time (see `spoil`), answers the others honestly.
     Hostile(usize),
+    /// Panics on the first snap request any such peer gets, answers honestly after.
+    PanicsFirst,
 }
 
 /// Peers answering from one served chain: `modes[i]` is peer i's behaviour.
@@ -44,6 +46,8 @@ struct Served {
     asked: [AtomicUsize; 2],
     /// Answers hostile peers spoiled, by kind.
     spoiled: [AtomicUsize; 3],
+    /// Whether a `PanicsFirst` peer panicked already.
+    panicked: std::sync::atomic::AtomicBool,
 }
 
 fn peer_id(i: usize) -> PeerId {
@@ -60,6 +64,7 @@ impl Served {
             faults: Mutex::new(Vec::new()),
             asked: Default::default(),
             spoiled: Default::default(),
+            panicked: Default::default(),
         })
     }
 
@@ -142,6 +147,9 @@ impl BlockSource for Served {
             SnapMessage::GetStorageRanges { .. } => self.asked[1].fetch_add(1, Ordering::SeqCst),
             _ => 0,
         };
+        if self.mode(&peer) == Mode::PanicsFirst && !self.panicked.swap(true, Ordering::SeqCst) {
+            panic!("the request task of a peer panics");
+        }
         let kind = match msg {
             SnapMessage::GetAccountRange { .. } => 0,
             SnapMessage::GetStorageRanges { .. } => 1,
@@ -451,6 +459,16 @@ fn peers_answering_empty_do_not_make_a_served_pivot_stale() {
     modes.push(Mode::Honest);
     let source = Served::new(served.clone(), modes, None);
     sync(&client, &source, &cfg()).unwrap();
+    assert_state_at_pivot(&client);
+}
+
+#[test]
+fn a_request_whose_task_panics_is_asked_again() {
+    let served = served_chain();
+    let client = fresh();
+    let source = Served::new(served.clone(), vec![Mode::PanicsFirst], None);
+    sync(&client, &source, &cfg()).unwrap();
+    assert!(source.panicked.load(Ordering::SeqCst));
     assert_state_at_pivot(&client);
 }
 
