@@ -743,8 +743,12 @@ impl<S: BlockSource> Run<'_, S> {
                         Some(Some(next)) => chunk_ref.next = next,
                         _ => chunk_ref.done = true,
                     }
-                    // Accounts past the chunk's limit are its neighbour's too: counted once.
-                    p.accounts += decoded.iter().filter(|d| d.0 <= c.limit).count() as u64;
+                    // Accounts outside the chunk's range (past its limit, or before its
+                    // start in a whole trie sent without proof) are another's: counted once.
+                    p.accounts += decoded
+                        .iter()
+                        .filter(|d| c.next <= d.0 && d.0 <= c.limit)
+                        .count() as u64;
                     p.bytes += size;
                     self.save(p, batch)?;
                     let left = chunks_left(p);
