@@ -645,6 +645,25 @@ impl<S: BlockSource> Run<'_, S> {
         self.next(set, waited).await
     }
 
+    /// The content of an answer of the kind asked (`pick`); otherwise the peer is dealt
+    /// with (a fault for another kind, a rest for a failed request), the work goes back
+    /// on `queue` to be asked again, and `None`.
+    fn content<T>(
+        &mut self,
+        a: Answer,
+        queue: &mut VecDeque<Work>,
+        not_asked: &str,
+        pick: impl FnOnce(SnapMessage) -> Option<T>,
+    ) -> Option<(PeerId, Work, T)> {
+        match a.result.map(pick) {
+            Ok(Some(t)) => return Some((a.peer, a.work, t)),
+            Ok(None) => self.fault(a.peer, not_asked),
+            Err(_) => self.rest(a.peer),
+        }
+        queue.push_back(a.work);
+        None
+    }
+
     /// A peer that failed to answer (or answered nothing of use) is not asked for a while.
     fn rest(&mut self, peer: PeerId) {
         self.peers.resting.insert(peer, Instant::now() + REST);
@@ -809,39 +828,33 @@ impl<S: BlockSource> Run<'_, S> {
             let Some(a) = next.await? else {
                 continue;
             };
+            // What fails is asked again (of another peer first: this one rests).
+            let answer = self.content(a, &mut queue, "not a storage range", |m| match m {
+                SnapMessage::StorageRanges { slots, proof, .. } => Some((slots, proof)),
+                _ => None,
+            });
+            let Some((peer, work, (slots, proof))) = answer else {
+                continue;
+            };
             let Work::Storage {
                 first,
                 accounts,
                 origin,
-            } = &a.work
+            } = &work
             else {
                 continue;
             };
             let (first, origin) = (*first, *origin);
-            // What fails is asked again, of another peer first.
-            let (slots, proof) = match a.result {
-                Ok(SnapMessage::StorageRanges { slots, proof, .. }) => (slots, proof),
-                Ok(_) => {
-                    self.fault(a.peer, "not a storage range");
-                    queue.push_back(a.work);
-                    continue;
-                }
-                Err(_) => {
-                    self.rest(a.peer);
-                    queue.push_back(a.work);
-                    continue;
-                }
-            };
             if slots.is_empty() {
-                self.empty(a.peer)?;
-                queue.push_back(a.work);
+                self.empty(peer)?;
+                queue.push_back(work);
                 continue;
             }
             let (decoded, more) = match check_storage(accounts, origin, &slots, &proof) {
                 Ok(r) => r,
                 Err(why) => {
-                    self.fault(a.peer, &why);
-                    queue.push_back(a.work);
+                    self.fault(peer, &why);
+                    queue.push_back(work);
                     continue;
                 }
             };
@@ -931,28 +944,22 @@ impl<S: BlockSource> Run<'_, S> {
             let Some(a) = next.await? else {
                 continue;
             };
-            let Work::Codes { hashes } = &a.work else {
+            let answer = self.content(a, &mut queue, "not bytecodes", |m| match m {
+                SnapMessage::ByteCodes { codes, .. } => Some(codes),
+                _ => None,
+            });
+            let Some((peer, work, codes)) = answer else {
                 continue;
             };
-            let codes = match a.result {
-                Ok(SnapMessage::ByteCodes { codes, .. }) => codes,
-                Ok(_) => {
-                    self.fault(a.peer, "not bytecodes");
-                    queue.push_back(a.work);
-                    continue;
-                }
-                Err(_) => {
-                    self.rest(a.peer);
-                    queue.push_back(a.work);
-                    continue;
-                }
+            let Work::Codes { hashes } = &work else {
+                continue;
             };
             if codes.is_empty() {
                 // Codes are not served by root: an empty answer says nothing of the
                 // pivot, so the peer is only rested (no answer at all ends in NoPeers,
                 // the stage resumed by the next attempt).
-                self.rest(a.peer);
-                queue.push_back(a.work);
+                self.rest(peer);
+                queue.push_back(work);
                 continue;
             }
             // Every code must be one asked for and not yet given; nothing is counted or
@@ -972,8 +979,8 @@ impl<S: BlockSource> Run<'_, S> {
                 batch.put_code(h, code);
             }
             if bad {
-                self.fault(a.peer, "a code not asked for, or given twice");
-                queue.push_back(a.work);
+                self.fault(peer, "a code not asked for, or given twice");
+                queue.push_back(work);
                 continue;
             }
             p.bytes += bytes;
