@@ -642,10 +642,9 @@ fn explain_losses(s: &[StreamTx], out: &Outcome) {
     tips.sort_unstable();
     let rich = tips.get(tips.len() * 9 / 10).copied().unwrap_or(0);
     // Per sender: nonce -> (held by the pool, refusal of its first includable copy).
-    let mut by_sender: HashMap<
-        usize,
-        std::collections::BTreeMap<u64, (bool, Option<String>, u128)>,
-    > = HashMap::new();
+    // Per sender, per nonce: held at the end, why its first copy was refused, best tip.
+    type Nonces = std::collections::BTreeMap<u64, (bool, Option<String>, u128)>;
+    let mut by_sender: HashMap<usize, Nonces> = HashMap::new();
     for ((t, held), refusal) in s.iter().zip(&out.held_each).zip(&out.refusal_each) {
         if !t.includable {
             continue;

@@ -872,8 +872,8 @@ impl PoolInner {
 
     #[cfg(test)]
     /// [`PoolInner::assert_consistent`], and what the subpools mean (for property tests):
-    /// - every subpool is within its limits of count and bytes, unless only local txs
-    ///   (never evicted) are left to evict;
+    /// - every subpool is within its limits of count and bytes (local txs are exempt
+    ///   from eviction only within a share of them);
     /// - a sender's pending txs are the longest run from its state nonce, nonces
     ///   contiguous, that it can afford in total and whose fee caps meet the head's fees;
     /// - along a sender's nonces, a non-blob tx is never in a better subpool than an
