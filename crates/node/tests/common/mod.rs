@@ -156,3 +156,135 @@ pub fn dev_transfers(nonces: u64) -> Vec<Vec<(B256, String)>> {
         })
         .collect()
 }
+
+/// The engine API's JWT secret of the nodes [`Moat`] starts.
+pub const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
+
+/// A `moat` process on loopback without discovery (its p2p port and node key given),
+/// its stdout and stderr in a log file beside the datadir's (the tail shown when a wait
+/// fails); killed on drop.
+pub struct Moat {
+    pub child: Child,
+    pub log: PathBuf,
+    pub http: u16,
+    pub auth: u16,
+    /// How long [`Moat::wait`] waits.
+    pub patience: Duration,
+}
+
+impl Drop for Moat {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Moat {
+    /// Starts `moat` on `dir` and `genesis` with `extra` arguments and `env`, and waits
+    /// (up to `patience`) for its RPC server.
+    pub fn start(
+        dir: &std::path::Path,
+        genesis: &std::path::Path,
+        p2p: u16,
+        key: u8,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        patience: Duration,
+    ) -> Moat {
+        let secret_file = dir.with_extension("jwt");
+        std::fs::write(&secret_file, SECRET_HEX).unwrap();
+        let (http, auth) = (free_port(), free_port());
+        std::fs::create_dir_all(dir).unwrap();
+        let log = dir.join(format!("test-{http}.log"));
+        let key_hex = alloy_primitives::hex::encode([key; 32]);
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_moat"))
+            .arg("--network")
+            .arg(genesis)
+            .arg("--datadir")
+            .arg(dir)
+            .args(["--http", "--http.port", &http.to_string()])
+            .args(["--authrpc.port", &auth.to_string()])
+            .arg("--authrpc.jwtsecret")
+            .arg(&secret_file)
+            .args(["--port", &p2p.to_string(), "--p2p.addr", "127.0.0.1"])
+            .args(["--nodekeyhex", &key_hex, "--nodiscover"])
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(file)
+            .spawn()
+            .expect("moat starts");
+        let node = Moat {
+            child,
+            log,
+            http,
+            auth,
+            patience,
+        };
+        node.wait("the RPC server", || rpc(http, "eth_chainId", "[]"));
+        node
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `f` until it gives a value; past the patience, panics with the log's tail.
+    pub fn wait<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + self.patience;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let log = self.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!("timed out waiting for {what}; log:\n{}", tail.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// std's kill is SIGKILL on Unix: no shutdown path runs.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// The `result` of an RPC call (null when there is none).
+    pub fn call(&self, method: &str, params: &str) -> serde_json::Value {
+        rpc(self.http, method, params).unwrap_or_default()["result"].clone()
+    }
+
+    pub fn head(&self) -> Option<u64> {
+        let r = rpc(self.http, "eth_blockNumber", "[]")?;
+        u64::from_str_radix(r["result"].as_str()?.trim_start_matches("0x"), 16).ok()
+    }
+
+    /// Posts forkchoiceUpdated `body` to the engine API with a fresh token; the payload
+    /// status of the answer.
+    pub fn forkchoice_status(&self, body: &str) -> String {
+        let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
+        let bearer = format!(
+            "Authorization: Bearer {}\r\n",
+            moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now())
+        );
+        let (_, response) = post(self.auth, &bearer, body).expect("the engine answers");
+        response["result"]["payloadStatus"]["status"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{response}"))
+            .to_string()
+    }
+}
+
+/// The loopback enode of a node started with key `key` on `port`.
+pub fn enode(key: u8, port: u16) -> String {
+    let secret = secp256k1::SecretKey::from_byte_array([key; 32]).unwrap();
+    let id = moat_p2p::rlpx::peer_id(&secret.public_key(secp256k1::SECP256K1));
+    format!(
+        "enode://{}@127.0.0.1:{port}",
+        alloy_primitives::hex::encode(id)
+    )
+}
