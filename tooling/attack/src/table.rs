@@ -1018,6 +1018,25 @@ async fn run(args: Args) -> Result<bool, String> {
             }
             from = to;
         }
+        if std::env::var_os("ATTACK_TABLE_SLOWEST").is_some() {
+            // The slowest honest gossip of the attack and when it was pooled (seconds
+            // after the attack began): where in the attack the latency comes from.
+            let mut slow: Vec<(Instant, Duration)> = honest
+                .peer_done
+                .lock()
+                .iter()
+                .filter(|(at, _)| *at >= a0 && *at < a1)
+                .copied()
+                .collect();
+            slow.sort_by_key(|(_, l)| std::cmp::Reverse(*l));
+            for (at, l) in slow.iter().take(12) {
+                eprintln!(
+                    "  slow: {:.0} ms, seen at +{:.2} s",
+                    l.as_secs_f64() * 1e3,
+                    (*at - a0).as_secs_f64()
+                );
+            }
+        }
         let mut pl = window(&honest.peer_done, a0, a1);
         let mut rl = window(&honest.rpc_done, a0, a1);
         let peer_rate = pl.len() as f64 / secs(a0, a1);
