@@ -321,6 +321,10 @@ pub async fn run_producer(
     let mut clock = DevClock::default();
     let mut snapshots: Vec<Snapshot> = Vec::new();
     let mut next_id = 0u64;
+    // The next periodic block is due at a fixed time, whatever requests come between:
+    // an RPC client's stream of transactions (each one an automine request) must not
+    // keep putting the block off.
+    let mut due = tokio::time::Instant::now() + period;
     loop {
         let timer = async {
             if period.is_zero() {
@@ -331,7 +335,7 @@ pub async fn run_producer(
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 while pending.try_recv().is_ok() {}
             } else {
-                tokio::time::sleep(period).await;
+                tokio::time::sleep_until(due).await;
             }
             true
         };
@@ -415,6 +419,7 @@ pub async fn run_producer(
         };
         let result = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
         log_block(&result);
+        due = tokio::time::Instant::now() + period;
         if let Some(reply) = reply {
             let _ = reply.send(result.map(|r| r.map(|(number, _)| number)));
         }

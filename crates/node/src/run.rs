@@ -301,6 +301,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         ctx.dev_keys = Arc::new(dev::dev_signers());
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         ctx.mine = Some(tx);
+        ctx.automine = args.dev_period == 0;
         mine_requests = Some(rx);
     }
     if let Some(net) = &network {

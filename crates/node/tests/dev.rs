@@ -571,3 +571,40 @@ fn a_dev_node_killed_after_state_edits_reopens_with_its_heads_state() {
     assert_eq!(quantity(&balance["result"]), head - start, "{balance}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With a period, blocks come on the dev node's clock however busy its RPC is: a client
+/// sending a transaction every 100 ms must not keep putting the next block off, and its
+/// answers do not wait for a block.
+#[test]
+fn a_dev_node_with_a_period_seals_blocks_while_transactions_stream_in() {
+    let port = free_port();
+    let _node = Node::start(&[
+        "--dev",
+        "--dev.period",
+        "1",
+        "--http.port",
+        &port.to_string(),
+        "--authrpc.port",
+        &free_port().to_string(),
+    ]);
+    wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
+    let start = quantity(&rpc(port, "eth_blockNumber", "[]").unwrap()["result"]);
+    let began = std::time::Instant::now();
+    let mut sent = 0;
+    while began.elapsed() < std::time::Duration::from_millis(3_500) {
+        let r = rpc(
+            port,
+            "eth_sendTransaction",
+            r#"[{"from":"0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266","to":"0x70997970c51812dc3a010c7d01b50e0d17dc79c8","value":"0x1"}]"#,
+        )
+        .unwrap();
+        assert!(r["error"].is_null(), "{r}");
+        sent += 1;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let now = quantity(&rpc(port, "eth_blockNumber", "[]").unwrap()["result"]);
+    assert!(
+        now >= start + 2,
+        "{sent} transactions over 3.5 s with a 1 s period sealed blocks {start}..{now}"
+    );
+}

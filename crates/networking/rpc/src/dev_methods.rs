@@ -116,10 +116,12 @@ fn slot_arg(v: Option<Value>, i: usize) -> RpcResult<B256> {
     }
 }
 
-/// On the dev node, waits for [`DevRequest::Automine`] after a submission; elsewhere
-/// returns at once. A failed block is the producer's to log: the hash stands.
+/// On the dev node with automine on (`--dev.period 0`), waits for
+/// [`DevRequest::Automine`] after a submission; elsewhere returns at once (a dev node
+/// with a period seals on its own clock, and a submission does not queue behind the
+/// producer). A failed block is the producer's to log: the hash stands.
 pub(crate) async fn automine(ctx: &RpcContext) {
-    if ctx.mine.is_some() {
+    if ctx.automine && ctx.mine.is_some() {
         let _ = ask(ctx, "eth_sendTransaction", DevRequest::Automine).await;
     }
 }

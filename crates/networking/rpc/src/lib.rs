@@ -215,6 +215,9 @@ pub struct RpcContext {
     /// The dev block producer's queue (`evm_mine`, `evm_snapshot`, `anvil_setBalance`
     /// and the other dev methods); `None` off the dev node.
     pub mine: Option<tokio::sync::mpsc::Sender<DevRequest>>,
+    /// Whether a transaction sent over RPC is answered only once it is in a block (the
+    /// dev node with `--dev.period 0`, as anvil's automine); with a period, at once.
+    pub automine: bool,
     /// Addresses `eth_sendTransaction` sends from without a key (`anvil_impersonateAccount`;
     /// only ever filled on the dev node).
     pub impersonated: Arc<parking_lot::Mutex<std::collections::HashSet<alloy_primitives::Address>>>,
@@ -235,6 +238,7 @@ impl RpcContext {
             coinbase: None,
             dev_keys: Arc::default(),
             mine: None,
+            automine: false,
             impersonated: Arc::default(),
         }
     }
