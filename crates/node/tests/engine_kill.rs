@@ -6,9 +6,7 @@
 
 mod common;
 
-use alloy_primitives::B256;
 use common::{Node, free_port, post, rpc, testdata, wait_for};
-use moat_storage::Store;
 use std::path::Path;
 use std::time::Duration;
 
@@ -42,23 +40,6 @@ fn start(datadir: &Path) -> (Node, u16) {
     ]);
     wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
     (node, auth)
-}
-
-/// The head the datadir holds, after checking that its stored state is that head's.
-fn consistent_head(dir: &Path) -> (u64, B256) {
-    let store = Store::open(dir, None).unwrap();
-    let (number, hash) = store
-        .head()
-        .unwrap()
-        .expect("genesis was written before the kill");
-    let rlp = store.header_rlp(&hash).unwrap().unwrap();
-    let header = moat_common::block::Header::decode(&mut &rlp[..]).unwrap();
-    assert_eq!(
-        moat_blockchain::state_root::stored_state_root(&store).unwrap(),
-        header.state_root,
-        "the state at #{number} is its header's"
-    );
-    (number, hash)
 }
 
 /// Sends the payloads of blocks `from..` until one is not answered VALID (the node was
@@ -108,7 +89,8 @@ fn a_node_killed_during_newpayload_reopens_at_a_consistent_head() {
         if from + valid < requests.len() {
             killed_mid_stream += 1;
         }
-        let (number, _) = consistent_head(&dir);
+        let (number, _) =
+            common::consistent_head(&dir).expect("genesis was written before the kill");
         eprintln!(
             "trial {trial}: {valid} payloads VALID from #{from}, killed after {wait:?}, reopened at #{number}"
         );
@@ -130,7 +112,7 @@ fn a_node_killed_during_newpayload_reopens_at_a_consistent_head() {
         .unwrap();
     assert!(status.success());
     assert!(node.0.wait().unwrap().success());
-    assert_eq!(consistent_head(&dir).0, 600);
+    assert_eq!(common::consistent_head(&dir).map(|(n, _)| n), Some(600));
     std::fs::remove_dir_all(&dir).ok();
     std::fs::remove_file(dir.with_extension("jwt")).ok();
 }

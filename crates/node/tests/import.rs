@@ -1,6 +1,8 @@
 //! `moat import` replays the devp2p conformance chain the way hive prepares a client, and
 //! resumes after being killed half-way.
 
+mod common;
+
 use alloy_primitives::{Address, B256, U256};
 use moat_storage::Store;
 use std::path::{Path, PathBuf};
@@ -100,22 +102,6 @@ fn imports_the_ethtest_chain_and_a_second_import_is_a_no_op() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The head the datadir holds, after checking that its stored state is that head's: the
-/// state trie's root is the head header's state root. `None` when a kill came before the
-/// genesis commit (a loaded machine can take longer than the shortest wait to get there).
-fn consistent_head(dir: &Path) -> Option<(u64, B256)> {
-    let store = Store::open(dir, None).unwrap();
-    let (number, hash) = store.head().unwrap()?;
-    let rlp = store.header_rlp(&hash).unwrap().unwrap();
-    let header = moat_common::block::Header::decode(&mut &rlp[..]).unwrap();
-    assert_eq!(
-        moat_blockchain::state_root::stored_state_root(&store).unwrap(),
-        header.state_root,
-        "the state at #{number} is its header's"
-    );
-    Some((number, hash))
-}
-
 /// `kill -9` at moments spread over the import (five kills on one datadir): each time the
 /// datadir reopens at a head whose stored state matches its header, and the next run
 /// resumes from there, ending at the chain's head with the right state.
@@ -141,7 +127,7 @@ fn a_killed_import_resumes_at_the_same_head() {
         std::thread::sleep(wait);
         let _ = child.kill();
         let _ = child.wait();
-        match consistent_head(&dir) {
+        match common::consistent_head(&dir) {
             Some((number, _)) => {
                 eprintln!("trial {trial}: killed after {wait:?}, reopened at #{number}");
                 assert!(number >= last.unwrap_or(0), "the head never goes back");
@@ -155,7 +141,7 @@ fn a_killed_import_resumes_at_the_same_head() {
     }
     run(&mut import(&dir));
     assert_head_state(&dir);
-    assert_eq!(consistent_head(&dir).map(|(n, _)| n), Some(600));
+    assert_eq!(common::consistent_head(&dir).map(|(n, _)| n), Some(600));
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -288,3 +288,19 @@ pub fn enode(key: u8, port: u16) -> String {
         alloy_primitives::hex::encode(id)
     )
 }
+
+/// The head the datadir holds, after checking that its stored state is that head's: the
+/// state trie's root is the head header's state root. `None` when a kill came before the
+/// genesis commit (a loaded machine can take longer than the shortest wait to get there).
+pub fn consistent_head(dir: &std::path::Path) -> Option<(u64, B256)> {
+    let store = moat_storage::Store::open(dir, None).unwrap();
+    let (number, hash) = store.head().unwrap()?;
+    let rlp = store.header_rlp(&hash).unwrap().unwrap();
+    let header = moat_common::block::Header::decode(&mut &rlp[..]).unwrap();
+    assert_eq!(
+        moat_blockchain::state_root::stored_state_root(&store).unwrap(),
+        header.state_root,
+        "the state at #{number} is its header's"
+    );
+    Some((number, hash))
+}
