@@ -4,8 +4,8 @@
 # has no p2p). Everything listens on 127.0.0.1 (attackers connect from 127.0.0.10-13); each
 # node is stopped at the end. SECONDS_PER_PHASE (default 5) and SCENARIOS (comma-separated)
 # pass through. blob-v1 runs on a second moat dev node with Osaka active (--dev.osaka).
-# With GETH, the gossip form also runs on both nodes over the ethtest chain (ETHTEST_ONLY=1:
-# only that part).
+# With GETH, the gossip form also runs on both nodes over the ethtest chain, a fresh node
+# per row (ETHTEST_ONLY=1: only that part).
 set -eu
 BIN=${BIN:-target/release}
 PHASE=${SECONDS_PER_PHASE:-5}
@@ -83,44 +83,56 @@ if [ -n "${GETH:-}" ]; then
     # The gossip form on both nodes: each imports the ethtest chain and is made synced by
     # a forkchoice update naming its head (geth takes peers' txs only once synced). No
     # consensus client, so no blocks: the invalidation storm and blob-v1 do not run here,
-    # and the honest traffic is slower (50 and 20 tx/s) so that its two senders' txs,
-    # never mined, stay within the pools' per-sender limits for the whole run.
+    # and the honest traffic is slower (50 and 20 tx/s). Its txs are never mined, so each
+    # row gets a fresh node on a fresh copy of the imported datadir (an empty pool): the
+    # honest senders' unmined txs of earlier rows would otherwise fill pending past half,
+    # where a sender's run stops growing past its slots and the honest peer is refused.
     T=${ETHTEST:-../shared/testdata/ethtest}
     SCEN_GOSSIP=$(echo "$SCEN" | tr ',' '\n' | grep -v '^invalidation$\|^blob-v1$' | paste -sd, -)
     KEYS=$(sed -n 's/.*"key": *"\(0x[0-9a-f]*\)".*/\1/p' "$T/accounts.json" | head -4)
     K1=$(echo "$KEYS" | sed -n 1p); K2=$(echo "$KEYS" | sed -n 2p)
     K34=$(echo "$KEYS" | sed -n 3,4p | paste -sd, -)
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/jwt.hex"
-    ethtest_table() { # ethtest_table LABEL PID HTTP ENGINE
+    ethtest_table() { # ethtest_table LABEL PID HTTP ENGINE SCENARIO
         wait_rpc "$3"
         ENODE=$(rpc "$3" admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p' | sed 's/?.*//')
         [ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; return; }
         "$BIN/moat-attack-table" --label "$1" --rpc "127.0.0.1:$3" --target "$ENODE" --pid "$2" \
             --network "$T/genesis.json" --fcu "$T/headfcu.json" --engine "127.0.0.1:$4" --jwt-secret "$DIR/jwt.hex" \
             --peer-key "$K1" --rpc-key "$K2" --blob-keys "$K34" --metrics 127.0.0.1:8594 \
-            --peer-rate 50 --rpc-rate 20 --seconds "$PHASE" --scenarios "$SCEN_GOSSIP" || true
+            --peer-rate 50 --rpc-rate 20 --seconds "$PHASE" --scenarios "$5" || true
         kill "$2"; PIDS=""
-        sleep 1
+        # The next row's node takes the same ports: wait until this one is gone (killed
+        # outright after 30 s).
+        (sleep 30; kill -9 "$2" 2>/dev/null) & DOG=$!
+        wait "$2" 2>/dev/null || true
+        kill "$DOG" 2>/dev/null || true
     }
-    "$BIN/moat" import --network "$T/genesis.json" --datadir "$DIR/moat-ethtest" "$T/chain.rlp" \
+    "$BIN/moat" import --network "$T/genesis.json" --datadir "$DIR/moat-ethtest-base" "$T/chain.rlp" \
         > "$DIR/moat-import.log" 2>&1
-    "$BIN/moat" --network "$T/genesis.json" --datadir "$DIR/moat-ethtest" --maxpeers 50 \
-        --nodiscover --p2p.addr 127.0.0.1 --port 30391 --http --http.port 8591 \
-        --http.api eth,net,web3,admin --ws.port 8592 --authrpc.port 8593 \
-        --authrpc.jwtsecret "$DIR/jwt.hex" --metrics --metrics.port 8594 \
-        --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
-        > "$DIR/moat-ethtest.log" 2>&1 &
-    MOAT=$!
-    PIDS="$MOAT"
-    ethtest_table "moat (ethtest chain)" "$MOAT" 8591 8593
-    "$GETH" init --datadir "$DIR/geth-ethtest" "$T/genesis.json" > "$DIR/geth-init.log" 2>&1
-    "$GETH" import --datadir "$DIR/geth-ethtest" "$T/chain.rlp" > "$DIR/geth-import.log" 2>&1
-    "$GETH" --datadir "$DIR/geth-ethtest" --syncmode full --nodiscover --nat none \
-        --netrestrict 127.0.0.0/8 --port 30392 --maxpeers 50 --http --http.addr 127.0.0.1 \
-        --http.port 8595 --http.api eth,net,web3,admin --authrpc.port 8596 \
-        --authrpc.jwtsecret "$DIR/jwt.hex" --datadir.minfreedisk 1 \
-        > "$DIR/geth-ethtest.log" 2>&1 &
-    GPID=$!
-    PIDS="$GPID"
-    ethtest_table "go-ethereum (ethtest chain)" "$GPID" 8595 8596
+    for s in $(echo "$SCEN_GOSSIP" | tr ',' ' '); do
+        rm -rf "$DIR/moat-ethtest"; cp -a "$DIR/moat-ethtest-base" "$DIR/moat-ethtest"
+        "$BIN/moat" --network "$T/genesis.json" --datadir "$DIR/moat-ethtest" --maxpeers 50 \
+            --nodiscover --p2p.addr 127.0.0.1 --port 30391 --http --http.port 8591 \
+            --http.api eth,net,web3,admin --ws.port 8592 --authrpc.port 8593 \
+            --authrpc.jwtsecret "$DIR/jwt.hex" --metrics --metrics.port 8594 \
+            --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
+            >> "$DIR/moat-ethtest.log" 2>&1 &
+        MOAT=$!
+        PIDS="$MOAT"
+        ethtest_table "moat (ethtest chain)" "$MOAT" 8591 8593 "$s"
+    done
+    "$GETH" init --datadir "$DIR/geth-ethtest-base" "$T/genesis.json" > "$DIR/geth-init.log" 2>&1
+    "$GETH" import --datadir "$DIR/geth-ethtest-base" "$T/chain.rlp" > "$DIR/geth-import.log" 2>&1
+    for s in $(echo "$SCEN_GOSSIP" | tr ',' ' '); do
+        rm -rf "$DIR/geth-ethtest"; cp -a "$DIR/geth-ethtest-base" "$DIR/geth-ethtest"
+        "$GETH" --datadir "$DIR/geth-ethtest" --syncmode full --nodiscover --nat none \
+            --netrestrict 127.0.0.0/8 --port 30392 --maxpeers 50 --http --http.addr 127.0.0.1 \
+            --http.port 8595 --http.api eth,net,web3,admin --authrpc.port 8596 \
+            --authrpc.jwtsecret "$DIR/jwt.hex" --datadir.minfreedisk 1 \
+            >> "$DIR/geth-ethtest.log" 2>&1 &
+        GPID=$!
+        PIDS="$GPID"
+        ethtest_table "go-ethereum (ethtest chain)" "$GPID" 8595 8596 "$s"
+    done
 fi
