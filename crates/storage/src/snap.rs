@@ -89,6 +89,29 @@ impl WriteBatch {
         self
     }
 
+    /// Drops a downloaded account (its slots stay: [`Self::clear_snap_slots`]).
+    pub fn delete_snap_account(&mut self, hash: B256) -> &mut Self {
+        self.snap.push(Op::Delete {
+            table: Table::SnapAccounts,
+            key: hash.to_vec(),
+        });
+        self
+    }
+
+    /// Drops the downloaded slots of account `owner` from hashed slot `from` to `to`
+    /// (both included; nothing when `from` is above `to`).
+    pub fn delete_snap_slots_between(&mut self, owner: B256, from: B256, to: B256) -> &mut Self {
+        if from > to {
+            return self;
+        }
+        self.snap.push(Op::DeleteRange {
+            table: Table::SnapStorage,
+            start: slot_key(&owner, &from).to_vec(),
+            end: Some(slot_key(&owner, &to).to_vec()),
+        });
+        self
+    }
+
     /// Drops the downloaded slots of account `owner`.
     pub fn clear_snap_slots(&mut self, owner: B256) -> &mut Self {
         self.snap.push(Op::DeleteRange {

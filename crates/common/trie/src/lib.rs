@@ -282,6 +282,41 @@ fn decode_node(rlp: &[u8]) -> Option<Node> {
     }
 }
 
+/// A node's RLP decoded for a walk by hash (snap healing): child references are the
+/// raw items of the parent (a hash with its RLP header, 33 bytes, or an inline node
+/// under 32 bytes); an empty reference is an empty slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeView {
+    /// Key nibbles and value.
+    Leaf(Vec<u8>, Vec<u8>),
+    /// Key nibbles and the child's reference.
+    Extension(Vec<u8>, Vec<u8>),
+    /// The 16 children's references.
+    Branch(Vec<Vec<u8>>),
+}
+
+/// The node whose RLP is `rlp`; `None` for anything that is not a trie node.
+pub fn view_node(rlp: &[u8]) -> Option<NodeView> {
+    let child = |c: &Child| match c {
+        Child::Empty => Some(Vec::new()),
+        Child::Stored(r) => Some(r.as_slice().to_vec()),
+        Child::Dirty => None,
+    };
+    Some(match decode_node(rlp)? {
+        Node::Leaf { key, value } => NodeView::Leaf(key, value),
+        Node::Extension { key, child: c } => NodeView::Extension(key, child(&c)?),
+        Node::Branch { children } => {
+            NodeView::Branch(children.iter().map(child).collect::<Option<Vec<_>>>()?)
+        }
+    })
+}
+
+/// The hex-prefix encoding of a path (no leaf flag), as snap/1's `GetTrieNodes` names
+/// a node.
+pub fn compact_path(nibbles: &[u8]) -> Vec<u8> {
+    compact(nibbles, false)
+}
+
 /// A hex-prefix key, on the stack for keys of up to 64 nibbles (every key of a 32-byte
 /// hashed key's trie).
 enum CompactKey {

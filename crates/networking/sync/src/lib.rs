@@ -47,11 +47,13 @@
 //! pivot's state root; the pivot becomes the head in one commit; then the full sync above
 //! runs from the pivot to the target. No snap/1 peer within 10 s: full sync from genesis.
 //!
-//! Not here (yet): healing with GetTrieNodes. When a pivot goes stale (no peer serves its
-//! root any more: more than 128 blocks old) a new one is picked, its accounts are
-//! downloaded again in full and only the storage tries already held that build the new
-//! roots are kept; the download is held to one root, so it converges only while the
-//! accounts come within those 128 blocks (~25 minutes on mainnet).
+//! When a pivot goes stale (no peer serves its root any more: more than 128 blocks old)
+//! a new one is picked and the download goes on where it was, against the new root:
+//! what is held (from older roots) is kept, the tries are built from it, and then
+//! *healed* with GetTrieNodes: the new root's tries are walked from their roots, the
+//! nodes the local tries lack are asked by path (each taken only if it hashes to what
+//! its parent names), and the flat state is patched from them until it builds the new
+//! root. A node killed while healing builds the tries again and walks from the root.
 //! The walked headers are held in memory (about 1 KiB each), which suits catching up
 //! days, not years.
 

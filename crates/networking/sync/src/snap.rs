@@ -13,6 +13,9 @@
 //!             a partial last one against its proof and continued alone in chunks;
 //!             written (snap_storage) with the cursor below which all is done
 //!  codes      GetByteCodes for the code hashes not yet held, each checked by its hash
+//!  heal       only after a pivot move: the tries of what is held built unchecked,
+//!             then healed to the pivot's root with GetTrieNodes (see below), then the
+//!             codes of healed accounts
 //!  tries      per account, its storage trie over its slots (SortedBuilder), checked
 //!             against its storage root; then the account trie, checked against the
 //!             pivot's state root; the flat by-address state of genesis is dropped
@@ -26,10 +29,27 @@
 //! dropped (reported to the source as a fault); one that answers empty for the pivot's
 //! root (it no longer serves that state) is rested, and when every peer does so for a
 //! while the pivot is stale: the sync gives up on it with [`SnapError::Stale`] and the
-//! caller picks a new pivot; the accounts are then downloaded again and the storage
-//! tries already held are kept where their slots build the new accounts' roots (checked
-//! locally, `local_storage_root`): ranges are re-downloaded, not healed node by node
-//! (GetTrieNodes healing is not implemented).
+//! caller picks a new pivot.
+//!
+//! Healing. After a pivot move the record keeps its stage, chunk starts and storage
+//! cursor; the rest of the ranges come at the new root ([`Progress::heal`] set). In the
+//! storage stage an account's recorded storage root may be an older root's (or the
+//! account gone): an answer that fails its proof then keeps the whole tries leading it,
+//! asks the first failing account alone and leaves it to healing if it fails again (no
+//! fault: healing checks every node by hash). Then the tries are built from the flat
+//! state without checks (the account trie's root node is not written: the store keeps
+//! genesis' root until the end) and walked from the new root: a node is asked for
+//! (`GetTrieNodes` by path, [`HEAL_BATCH`] a request) when the local trie has another
+//! node, or none, at its path; a node is taken only if it hashes to what its parent
+//! names. From each healed node the flat state is patched: a leaf's account or slot is
+//! written, and flat entries under the node's path that it no longer holds (an empty
+//! branch slot, off an extension's key, another key under a leaf; an account's slots
+//! with it) are deleted. The account trie first, then every storage trie whose stored
+//! root is not its account's. The patches are committed every [`HEAL_COMMIT_EVERY`]
+//! answers; a node killed while healing builds the tries again and walks from the root
+//! (correct, as patches only ever move the flat state towards the new root, but it
+//! asks again what the last walk had asked). Then the codes stage runs again and the
+//! tries are built checked as without a move.
 
 use crate::source::BlockSource;
 use alloy_primitives::{B256, Bytes, KECCAK256_EMPTY, U256, keccak256};
@@ -42,7 +62,7 @@ use moat_p2p::snap::{SnapMessage, full_account};
 use moat_p2p::{HeadersRequest, RequestError, SealedHeader};
 use moat_storage::{Account, StoreError, WriteBatch};
 use moat_trie::range::verify_range_proof;
-use moat_trie::{EMPTY_ROOT, SortedBuilder};
+use moat_trie::{EMPTY_ROOT, NodeView, SortedBuilder, compact_path, view_node};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -63,8 +83,12 @@ const REST: Duration = Duration::from_secs(2);
 /// every snap peer has failed since that answer too. Few enough that a node with one
 /// peer finds the pivot stale (a peer is asked once a `REST`) before `give_up_after`.
 const STALE_AFTER: u32 = 8;
-/// Version byte of the progress record.
-const RECORD_VERSION: u8 = 1;
+/// Version byte of the progress record (1: without the healing flag, still read).
+const RECORD_VERSION: u8 = 2;
+/// Trie nodes asked per `GetTrieNodes` while healing.
+pub const HEAL_BATCH: usize = 128;
+/// Healed answers between two commits of the flat state's patches.
+pub const HEAL_COMMIT_EVERY: usize = 16;
 
 /// How the snap stage works.
 #[derive(Debug, Clone)]
@@ -169,6 +193,9 @@ pub struct Progress {
     pub slots: u64,
     pub codes: u64,
     pub bytes: u64,
+    /// The pivot moved during the download: the ranges held come from older roots, so
+    /// the tries built from them are healed to the pivot's root.
+    pub heal: bool,
 }
 
 fn b256_after(h: &B256) -> Option<B256> {
@@ -206,6 +233,7 @@ impl Progress {
             slots: 0,
             codes: 0,
             bytes: 0,
+            heal: false,
         }
     }
 
@@ -225,6 +253,7 @@ impl Progress {
         for n in [self.accounts, self.slots, self.codes, self.bytes] {
             out.extend_from_slice(&n.to_be_bytes());
         }
+        out.push(self.heal as u8);
         out
     }
 
@@ -236,7 +265,8 @@ impl Progress {
             Some(head)
         }
         let u64_of = |s: &[u8]| u64::from_be_bytes(s.try_into().unwrap_or_default());
-        if take(&mut b, 1)? != [RECORD_VERSION] {
+        let version = take(&mut b, 1)?[0];
+        if version != 1 && version != RECORD_VERSION {
             return None;
         }
         let pivot_number = u64_of(take(&mut b, 8)?);
@@ -257,6 +287,7 @@ impl Progress {
         for v in &mut n {
             *v = u64_of(take(&mut b, 8)?);
         }
+        let heal = version == RECORD_VERSION && take(&mut b, 1)?[0] != 0;
         b.is_empty().then_some(Self {
             pivot_number,
             pivot_hash,
@@ -268,6 +299,7 @@ impl Progress {
             slots: n[1],
             codes: n[2],
             bytes: n[3],
+            heal,
         })
     }
 }
@@ -307,6 +339,19 @@ enum Work {
     Codes {
         hashes: Vec<B256>,
     },
+    /// Trie nodes to heal.
+    Nodes {
+        tasks: Vec<HealTask>,
+    },
+}
+
+/// A trie node healing asks for: its trie (owner), path (nibbles), and the hash its
+/// parent names.
+#[derive(Debug, Clone)]
+struct HealTask {
+    owner: B256,
+    path: Vec<u8>,
+    hash: B256,
 }
 
 /// The requests in flight of a stage.
@@ -341,8 +386,8 @@ pub async fn run<S: BlockSource>(
     let highest;
     // A record whose pivot went stale (zero hash) keeps its download but needs a new pivot.
     let record = store.snap_progress()?.and_then(|r| Progress::decode(&r));
-    let mut progress = match record.filter(|p| p.pivot_hash != B256::ZERO) {
-        Some(p) => {
+    let mut progress = match record {
+        Some(p) if p.pivot_hash != B256::ZERO => {
             resumed = true;
             highest = p.pivot_number;
             tracing::info!(
@@ -354,16 +399,33 @@ pub async fn run<S: BlockSource>(
             );
             p
         }
+        // The pivot went stale: the download held so far stays (its ranges, stage and
+        // boundaries), goes on against the new pivot's root, and the tries built from
+        // it are healed to that root.
+        Some(mut p) => {
+            let (pivot, top) = pick_pivot(source, target).await?;
+            highest = top;
+            p.pivot_number = pivot.number();
+            p.pivot_hash = pivot.hash;
+            p.state_root = pivot.header.state_root;
+            p.heal = true;
+            let mut batch = WriteBatch::new();
+            batch.set_snap_progress(Some(p.encode()));
+            store.commit(batch)?;
+            tracing::info!(
+                pivot = p.pivot_number,
+                root = %p.state_root,
+                stage = p.stage.name(),
+                "snap sync: new pivot, the download goes on and is healed"
+            );
+            p
+        }
         None => {
             let (pivot, top) = pick_pivot(source, target).await?;
             highest = top;
             let p = Progress::new(&pivot);
-            // Slots of an earlier download stay: the storage stage keeps those whose
-            // trie proves out against the new accounts' roots.
             let mut batch = WriteBatch::new();
-            batch
-                .clear_snap_accounts()
-                .set_snap_progress(Some(p.encode()));
+            batch.clear_snap_state().set_snap_progress(Some(p.encode()));
             store.commit(batch)?;
             tracing::info!(pivot = p.pivot_number, root = %p.state_root, "snap sync started");
             p
@@ -403,6 +465,19 @@ pub async fn run<S: BlockSource>(
     // (the engine API may have imported blocks on genesis' state meanwhile).
     if chain.head().map_err(|e| SnapError::Pivot(e.to_string()))?.0 != 0 {
         return Err(SnapError::Pivot("the chain moved past genesis".into()));
+    }
+    if progress.heal {
+        // The tries of what is held (they do not build the pivot's root), then the
+        // flat state patched from the pivot's trie until it builds that root; codes of
+        // healed accounts after. A node killed here builds and walks again.
+        let store2 = store.clone();
+        let p2 = progress.clone();
+        let local_root = tokio::task::spawn_blocking(move || build_unchecked(&store2, &p2))
+            .await
+            .map_err(|e| SnapError::Pivot(e.to_string()))??;
+        run.heal(&progress, local_root).await?;
+        run.codes(&mut progress).await?;
+        run.save(&progress, WriteBatch::new())?;
     }
     let store2 = store.clone();
     let p2 = progress.clone();
@@ -592,6 +667,22 @@ impl<S: BlockSource> Run<'_, S> {
             Work::Codes { hashes } => SnapMessage::GetByteCodes {
                 request_id: 0,
                 hashes: hashes.clone(),
+                bytes,
+            },
+            Work::Nodes { tasks } => SnapMessage::GetTrieNodes {
+                request_id: 0,
+                root,
+                paths: tasks
+                    .iter()
+                    .map(|t| {
+                        let path = Bytes::from(compact_path(&t.path));
+                        if t.owner == B256::ZERO {
+                            vec![path]
+                        } else {
+                            vec![Bytes::copy_from_slice(t.owner.as_slice()), path]
+                        }
+                    })
+                    .collect(),
                 bytes,
             },
         };
@@ -845,6 +936,13 @@ impl<S: BlockSource> Run<'_, S> {
                 continue;
             };
             let (first, origin) = (*first, *origin);
+            // After a pivot move one account's empty answer may say it has no slots at the
+            // new root (an account without slots adds no list): it is left to healing,
+            // which finds out. Staleness shows in the answers for several accounts.
+            if slots.is_empty() && p.heal && accounts.len() == 1 {
+                self.skip_storage(p, &list, &mut done, &mut lowest_open, first)?;
+                continue;
+            }
             if slots.is_empty() {
                 self.empty(peer)?;
                 queue.push_back(work);
@@ -852,6 +950,43 @@ impl<S: BlockSource> Run<'_, S> {
             }
             let (decoded, more) = match check_storage(accounts, origin, &slots, &proof) {
                 Ok(r) => r,
+                // After a pivot move an account's storage root may be an older root's,
+                // and an account may be gone at the new root (its list missing, the next
+                // ones shifted): the whole tries leading the answer are taken, the first
+                // that fails is asked alone and left to healing if it fails again, the
+                // rest asked again (a peer that lies costs time, not correctness: healed
+                // nodes are checked by hash).
+                Err(_) if p.heal && accounts.len() > 1 => {
+                    let whole = (0..slots.len()).take_while(|&i| {
+                        let from = if i == 0 { origin } else { B256::ZERO };
+                        check_storage(&accounts[i..=i], from, &slots[i..=i], &[]).is_ok()
+                    });
+                    let k = whole.count();
+                    if k == 0 {
+                        queue.push_back(Work::Storage {
+                            first,
+                            accounts: vec![accounts[0]],
+                            origin,
+                        });
+                        queue.push_back(Work::Storage {
+                            first: first + 1,
+                            accounts: accounts[1..].to_vec(),
+                            origin: B256::ZERO,
+                        });
+                        continue;
+                    }
+                    match check_storage(&accounts[..k], origin, &slots[..k], &[]) {
+                        Ok((decoded, _)) => (decoded, false),
+                        Err(_) => {
+                            queue.push_back(work);
+                            continue;
+                        }
+                    }
+                }
+                Err(_) if p.heal => {
+                    self.skip_storage(p, &list, &mut done, &mut lowest_open, first)?;
+                    continue;
+                }
                 Err(why) => {
                     self.fault(peer, &why);
                     queue.push_back(work);
@@ -1000,6 +1135,319 @@ impl<S: BlockSource> Run<'_, S> {
     }
 }
 
+impl<S: BlockSource> Run<'_, S> {
+    /// Leaves the storage of account `i` of the storage stage's `list` to healing.
+    fn skip_storage(
+        &mut self,
+        p: &mut Progress,
+        list: &[(B256, B256)],
+        done: &mut [bool],
+        lowest_open: &mut usize,
+        i: usize,
+    ) -> Result<(), SnapError> {
+        done[i] = true;
+        while *lowest_open < done.len() && done[*lowest_open] {
+            *lowest_open += 1;
+        }
+        p.storage_cursor = list
+            .get(*lowest_open)
+            .map_or(B256::repeat_byte(0xff), |a| a.0);
+        self.save(p, WriteBatch::new())
+    }
+
+    /// Heals the flat state to the pivot's root: the account trie walked from the root,
+    /// then every storage trie whose stored root is not its account's. `local_root` is
+    /// the root the held accounts build (its node is not stored).
+    async fn heal(&mut self, p: &Progress, local_root: B256) -> Result<(), SnapError> {
+        let store = self.chain.store().clone();
+        let started = Instant::now();
+        let mut healed = 0u64;
+        if local_root != p.state_root {
+            let root = HealTask {
+                owner: B256::ZERO,
+                path: Vec::new(),
+                hash: p.state_root,
+            };
+            healed += self.heal_walk(p, vec![root]).await?;
+        }
+        let mut accounts: Vec<(B256, Account)> = Vec::new();
+        store.snap_accounts_from(&B256::ZERO, |h, a| {
+            accounts.push((h, a));
+            true
+        })?;
+        let mut tasks = Vec::new();
+        let mut wipe = WriteBatch::new();
+        for (hash, a) in &accounts {
+            if a.storage_root == EMPTY_ROOT {
+                // Slots held of an account whose storage is empty now.
+                let mut any = false;
+                store.snap_slots_of(hash, |_, _| any = true)?;
+                if any {
+                    wipe.clear_snap_slots(*hash);
+                }
+                continue;
+            }
+            let local = store.trie_node(hash, &[])?.map(|n| keccak256(&n));
+            if local != Some(a.storage_root) {
+                tasks.push(HealTask {
+                    owner: *hash,
+                    path: Vec::new(),
+                    hash: a.storage_root,
+                });
+            }
+        }
+        store.commit(wipe)?;
+        let storage_tries = tasks.len();
+        healed += self.heal_walk(p, tasks).await?;
+        tracing::info!(
+            healed,
+            storage_tries,
+            secs = format!("{:.1}", started.elapsed().as_secs_f64()),
+            "snap sync: healed to the pivot's root"
+        );
+        Ok(())
+    }
+
+    /// Asks for the nodes of `tasks` and every node below them that the local tries
+    /// lack, patching the flat state from them; returns how many nodes came.
+    async fn heal_walk(&mut self, p: &Progress, mut todo: Vec<HealTask>) -> Result<u64, SnapError> {
+        let store = self.chain.store().clone();
+        let mut queue: VecDeque<Work> = VecDeque::new();
+        let mut set = Requests::new();
+        let mut waited = Instant::now();
+        let mut batch = WriteBatch::new();
+        let (mut answers, mut healed) = (0usize, 0u64);
+        loop {
+            while !todo.is_empty() {
+                let n = todo.len().min(HEAL_BATCH);
+                let tasks: Vec<HealTask> = todo.drain(..n).collect();
+                queue.push_back(Work::Nodes { tasks });
+            }
+            if queue.is_empty() && set.is_empty() {
+                break;
+            }
+            let next = self.dispatch(&mut set, &mut queue, p.state_root, waited);
+            let Some(a) = next.await? else {
+                continue;
+            };
+            let answer = self.content(a, &mut queue, "not trie nodes", |m| match m {
+                SnapMessage::TrieNodes { nodes, .. } => Some(nodes),
+                _ => None,
+            });
+            let Some((peer, work, nodes)) = answer else {
+                continue;
+            };
+            let Work::Nodes { tasks } = work else {
+                continue;
+            };
+            if nodes.is_empty() {
+                self.empty(peer)?;
+                queue.push_back(Work::Nodes { tasks });
+                continue;
+            }
+            // A node is taken only if it hashes to what its parent names.
+            if nodes.len() > tasks.len()
+                || nodes
+                    .iter()
+                    .zip(&tasks)
+                    .any(|(n, t)| keccak256(n) != t.hash)
+            {
+                self.fault(peer, "a trie node that is not the one asked for");
+                queue.push_back(Work::Nodes { tasks });
+                continue;
+            }
+            self.useful();
+            waited = Instant::now();
+            for (node, t) in nodes.iter().zip(&tasks) {
+                heal_node(&store, t.owner, &t.path, node, &mut batch, &mut todo)?;
+            }
+            healed += nodes.len() as u64;
+            if nodes.len() < tasks.len() {
+                queue.push_back(Work::Nodes {
+                    tasks: tasks[nodes.len()..].to_vec(),
+                });
+            }
+            answers += 1;
+            if answers % HEAL_COMMIT_EVERY == 0 {
+                store.commit_relaxed(std::mem::take(&mut batch))?;
+            }
+            if self.last_line.elapsed() >= self.cfg.progress_every {
+                self.last_line = Instant::now();
+                tracing::info!(
+                    pivot = p.pivot_number,
+                    healed,
+                    pending = todo.len() + queue.len() * HEAL_BATCH,
+                    "snap sync: healing"
+                );
+            }
+        }
+        store.commit(batch)?;
+        Ok(healed)
+    }
+}
+
+/// What of the flat state under a path a healed node keeps.
+enum Keep<'a> {
+    Nothing,
+    /// The one key of a leaf.
+    Key(B256),
+    /// The subtree below an extension.
+    Prefix(&'a [u8]),
+}
+
+/// The lowest and highest keys under a nibble path.
+fn key_bounds(prefix: &[u8]) -> (B256, B256) {
+    let mut lo = [0u8; 64];
+    let mut hi = [0x0fu8; 64];
+    lo[..prefix.len()].copy_from_slice(prefix);
+    hi[..prefix.len()].copy_from_slice(prefix);
+    (pack(&lo), pack(&hi))
+}
+
+fn pack(nibbles: &[u8]) -> B256 {
+    let mut out = [0u8; 32];
+    for (i, pair) in nibbles.chunks(2).enumerate().take(32) {
+        out[i] = (pair[0] << 4) | pair.get(1).copied().unwrap_or(0);
+    }
+    B256::from(out)
+}
+
+/// Drops the flat entries of trie `owner` under `prefix` but those `keep` names (an
+/// account's slots go with it).
+fn delete_under(
+    store: &moat_storage::Store,
+    owner: B256,
+    prefix: &[u8],
+    keep: Keep<'_>,
+    batch: &mut WriteBatch,
+) -> Result<(), SnapError> {
+    let (lo, hi) = key_bounds(prefix);
+    // The ranges to drop: all of [lo, hi] but the kept key or subtree.
+    let kept = match keep {
+        Keep::Nothing => None,
+        Keep::Key(k) => Some((k, k)),
+        Keep::Prefix(p) => Some(key_bounds(p)),
+    };
+    let mut ranges = Vec::with_capacity(2);
+    match kept {
+        None => ranges.push((lo, hi)),
+        Some((klo, khi)) => {
+            let below = U256::from_be_bytes(klo.0).checked_sub(U256::from(1));
+            if let Some(b) = below.map(|b| B256::from(b.to_be_bytes()))
+                && klo > lo
+            {
+                ranges.push((lo, b));
+            }
+            if let Some(a) = b256_after(&khi)
+                && khi < hi
+            {
+                ranges.push((a, hi));
+            }
+        }
+    }
+    for (from, to) in ranges {
+        if owner == B256::ZERO {
+            let mut doomed = Vec::new();
+            store.snap_accounts_from(&from, |h, _| {
+                if h > to {
+                    return false;
+                }
+                doomed.push(h);
+                true
+            })?;
+            for h in doomed {
+                batch.delete_snap_account(h).clear_snap_slots(h);
+            }
+        } else {
+            batch.delete_snap_slots_between(owner, from, to);
+        }
+    }
+    Ok(())
+}
+
+/// One healed node of trie `owner` at `path`: its leaves written to the flat state,
+/// what it no longer holds dropped from it, and its children the local trie lacks (a
+/// stored node at their path with another hash, or none) added to `todo`.
+fn heal_node(
+    store: &moat_storage::Store,
+    owner: B256,
+    path: &[u8],
+    rlp: &[u8],
+    batch: &mut WriteBatch,
+    todo: &mut Vec<HealTask>,
+) -> Result<(), SnapError> {
+    let bad = |why: &str| SnapError::Mismatch(format!("trie node of {owner} at {path:?}: {why}"));
+    match view_node(rlp).ok_or_else(|| bad("not a trie node"))? {
+        NodeView::Leaf(key, value) => {
+            let full = [path, &key].concat();
+            if full.len() != 64 {
+                return Err(bad("a leaf whose key is not 32 bytes"));
+            }
+            let k = pack(&full);
+            delete_under(store, owner, path, Keep::Key(k), batch)?;
+            if owner == B256::ZERO {
+                let a = decode_account(&value).map_err(|_| bad("not an account"))?;
+                batch.put_snap_account(k, &a);
+            } else {
+                let mut buf = value.as_slice();
+                let v = rlp::string(&mut buf, "slot value").map_err(|_| bad("not a slot"))?;
+                if v.len() > 32 || !buf.is_empty() {
+                    return Err(bad("not a 32-byte slot value"));
+                }
+                batch.put_snap_slot(owner, k, U256::from_be_slice(v));
+            }
+        }
+        NodeView::Extension(key, child) => {
+            let below = [path, &key].concat();
+            if below.len() >= 64 {
+                return Err(bad("an extension past the key's end"));
+            }
+            delete_under(store, owner, path, Keep::Prefix(&below), batch)?;
+            heal_child(store, owner, &below, &child, batch, todo)?;
+        }
+        NodeView::Branch(children) => {
+            if path.len() >= 64 {
+                return Err(bad("a branch past the key's end"));
+            }
+            for (i, child) in children.iter().enumerate() {
+                let below = [path, &[i as u8]].concat();
+                if child.is_empty() {
+                    delete_under(store, owner, &below, Keep::Nothing, batch)?;
+                } else {
+                    heal_child(store, owner, &below, child, batch, todo)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A child reference of a healed node: an inline node is healed at once, a hashed one
+/// asked for unless the local trie holds it.
+fn heal_child(
+    store: &moat_storage::Store,
+    owner: B256,
+    path: &[u8],
+    child: &[u8],
+    batch: &mut WriteBatch,
+    todo: &mut Vec<HealTask>,
+) -> Result<(), SnapError> {
+    if child.len() == 33 && child[0] == 0xa0 {
+        let hash = B256::from_slice(&child[1..]);
+        let local = store.trie_node(&owner, path)?.map(|n| keccak256(&n));
+        if local != Some(hash) {
+            todo.push(HealTask {
+                owner,
+                path: path.to_vec(),
+                hash,
+            });
+        }
+        Ok(())
+    } else {
+        heal_node(store, owner, path, child, batch, todo)
+    }
+}
+
 fn chunks_left(p: &Progress) -> f64 {
     let mut left = U256::ZERO;
     for c in p.chunks.iter().filter(|c| !c.done) {
@@ -1105,28 +1553,8 @@ fn check_storage(
 /// their roots, and writes the pivot as the head; the last commit removes the record.
 fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Result<(), SnapError> {
     let started = Instant::now();
-    let mut accounts: Vec<(B256, Account)> = Vec::new();
-    store.snap_accounts_from(&B256::ZERO, |h, a| {
-        accounts.push((h, a));
-        true
-    })?;
-    // Nodes are committed on a thread of their own while the next ones are built.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<WriteBatch>(2);
-    let (built, written) = std::thread::scope(|scope| {
-        let writer = scope.spawn(move || -> Result<(), StoreError> {
-            for batch in rx {
-                store.commit_relaxed(batch)?;
-            }
-            Ok(())
-        });
-        let built = build_nodes(store, p, &accounts, tx);
-        let written = writer
-            .join()
-            .unwrap_or_else(|_| Err(StoreError::Db("the trie writer panicked".into())));
-        (built, written)
-    });
-    written?;
-    let (storage_tries, mut batch) = built?;
+    let (accounts, built) = build_all(store, Some(p.state_root))?;
+    let (storage_tries, _, mut batch) = built;
     let header = &pivot.header;
     let hash = p.pivot_hash;
     batch
@@ -1145,16 +1573,66 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
     Ok(())
 }
 
+/// Builds the tries of the flat state held, whatever roots they come to (the account
+/// trie's root node is not written: the store keeps genesis' root until the healed
+/// tries are built checked); returns the account trie's root.
+fn build_unchecked(store: &moat_storage::Store, p: &Progress) -> Result<B256, SnapError> {
+    let (accounts, (storage_tries, root, batch)) = build_all(store, None)?;
+    store.commit(batch)?;
+    tracing::info!(
+        storage_tries,
+        accounts = accounts.len(),
+        pivot = p.pivot_number,
+        "snap sync: tries of the download built, healing them to the pivot's root"
+    );
+    Ok(root)
+}
+
+type Built = (u64, B256, WriteBatch);
+
+/// Every flat account, and the tries built from the flat state ([`build_nodes`]).
+#[allow(clippy::type_complexity)]
+fn build_all(
+    store: &moat_storage::Store,
+    expected: Option<B256>,
+) -> Result<(Vec<(B256, Account)>, Built), SnapError> {
+    let mut accounts: Vec<(B256, Account)> = Vec::new();
+    store.snap_accounts_from(&B256::ZERO, |h, a| {
+        accounts.push((h, a));
+        true
+    })?;
+    // Nodes are committed on a thread of their own while the next ones are built.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<WriteBatch>(2);
+    let (built, written) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> Result<(), StoreError> {
+            for batch in rx {
+                store.commit_relaxed(batch)?;
+            }
+            Ok(())
+        });
+        let built = build_nodes(store, expected, &accounts, tx);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(StoreError::Db("the trie writer panicked".into())));
+        (built, written)
+    });
+    written?;
+    Ok((accounts, built?))
+}
+
 /// Builds the storage tries, then the account trie, of `accounts`, sending their nodes
 /// to `tx` in batches (the first also clears the by-address state and genesis' trie);
-/// returns how many storage tries there were, and the last nodes (the account trie's
-/// root among them) for the caller's final commit.
+/// returns how many storage tries there were, the account trie's root, and the last
+/// nodes (the account trie's root among them) for the caller's final commit. With
+/// `expected` (the pivot's state root) every root is checked and the last batch drops
+/// the by-address state; without, nothing is checked and the account trie's root node
+/// is left out.
 fn build_nodes(
     store: &moat_storage::Store,
-    p: &Progress,
+    expected: Option<B256>,
     accounts: &[(B256, Account)],
     tx: std::sync::mpsc::SyncSender<WriteBatch>,
-) -> Result<(u64, WriteBatch), SnapError> {
+) -> Result<Built, SnapError> {
     let gone = || SnapError::Store(StoreError::Db("the trie writer stopped".into()));
     // The store's trie must be exactly the pivot's: genesis' nodes go first, all but the
     // account trie's root, which stays until the last commit replaces it (a node killed
@@ -1183,7 +1661,7 @@ fn build_nodes(
             return Err(SnapError::Mismatch(e));
         }
         let (root, nodes) = builder.finish();
-        if root != account.storage_root {
+        if expected.is_some() && root != account.storage_root {
             return Err(SnapError::Mismatch(format!(
                 "storage trie of {hash}: {root}, expected {}",
                 account.storage_root
@@ -1212,10 +1690,17 @@ fn build_nodes(
         }
     }
     let (root, nodes) = builder.finish();
-    if root != p.state_root {
+    let Some(expected) = expected else {
+        for (path, rlp) in nodes {
+            if !path.is_empty() {
+                batch.set_trie_node(B256::ZERO, path, Some(rlp));
+            }
+        }
+        return Ok((storage_tries, root, batch));
+    };
+    if root != expected {
         return Err(SnapError::Mismatch(format!(
-            "account trie {root}, expected {}",
-            p.state_root
+            "account trie {root}, expected {expected}"
         )));
     }
     if !nodes.iter().any(|(path, _)| path.is_empty()) {
@@ -1226,7 +1711,7 @@ fn build_nodes(
         batch.set_trie_node(B256::ZERO, path, Some(rlp));
     }
     batch.clear_flat_state();
-    Ok((storage_tries, batch))
+    Ok((storage_tries, root, batch))
 }
 
 /// The root of the storage trie the downloaded slots of `owner` build, and how many
@@ -1376,6 +1861,68 @@ mod tests {
         let mut shape = slim[10..20].to_vec();
         shape[0].1 = Bytes::from(vec![0xc3, 0x80, 0x80, 0x80]);
         assert!(check_accounts(root, &origin, &shape, &p).is_err());
+    }
+
+    #[test]
+    fn a_healed_node_drops_the_flat_entries_it_no_longer_holds() {
+        let store = moat_storage::Store::in_memory();
+        let key = |first: u8| {
+            let mut k = [0x11u8; 32];
+            k[0] = first;
+            B256::from(k)
+        };
+        let a = Account {
+            nonce: 1,
+            balance: U256::from(1),
+            storage_root: EMPTY_ROOT,
+            code_hash: KECCAK256_EMPTY,
+        };
+        let slot = B256::repeat_byte(1);
+        let mut batch = WriteBatch::new();
+        for k in [0x00, 0x12, 0x1f, 0x20, 0xff].map(key) {
+            batch.put_snap_account(k, &a);
+            batch.put_snap_slot(k, slot, U256::from(7));
+        }
+        store.commit(batch).unwrap();
+        let held = || {
+            let mut out = Vec::new();
+            store
+                .snap_accounts_from(&B256::ZERO, |h, _| {
+                    out.push(h);
+                    true
+                })
+                .unwrap();
+            out
+        };
+        let drop = |prefix: &[u8], keep: Keep<'_>, owner: B256| {
+            let mut b = WriteBatch::new();
+            delete_under(&store, owner, prefix, keep, &mut b).unwrap();
+            store.commit(b).unwrap();
+        };
+        // An extension at nibble 1 with key 2: what is under 1 but off 1,2 goes, with
+        // its slots.
+        drop(&[1], Keep::Prefix(&[1, 2]), B256::ZERO);
+        assert_eq!(held(), [0x00, 0x12, 0x20, 0xff].map(key));
+        assert!(store.snap_slot(&key(0x1f), &slot).unwrap().is_zero());
+        assert_eq!(store.snap_slot(&key(0x12), &slot).unwrap(), U256::from(7));
+        // An empty branch slot at nibble 0; a leaf at the root keeps its key only (the
+        // lowest and the highest key of the space are reached).
+        drop(&[0], Keep::Nothing, B256::ZERO);
+        assert_eq!(held(), [0x12, 0x20, 0xff].map(key));
+        drop(&[], Keep::Key(key(0x20)), B256::ZERO);
+        assert_eq!(held(), [key(0x20)]);
+        // A storage trie's slots under a path.
+        let owner = key(0x20);
+        let mut batch = WriteBatch::new();
+        for s in [0x00u8, 0x5a, 0xff] {
+            batch.put_snap_slot(owner, B256::repeat_byte(s), U256::from(s as u64 + 1));
+        }
+        store.commit(batch).unwrap();
+        drop(&[5], Keep::Key(B256::repeat_byte(0x5a)), owner);
+        drop(&[0xf], Keep::Nothing, owner);
+        let mut slots = Vec::new();
+        store.snap_slots_of(&owner, |s, _| slots.push(s)).unwrap();
+        assert_eq!(slots, [0x00, 0x01, 0x5a].map(B256::repeat_byte));
     }
 
     #[test]

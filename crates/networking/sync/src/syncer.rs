@@ -612,8 +612,7 @@ impl<S: BlockSource> Syncer<S> {
             // The record stays: the next attempt resumes.
             Err(e @ (SnapError::NoPeers | SnapError::Store(_))) => Err(retry(e)),
             // No peer serves the pivot's state any more: the next attempt picks a new
-            // pivot, downloads the accounts again and keeps the storage tries that
-            // still prove out against them.
+            // pivot, finishes the download against it and heals what is held.
             // (The record stays, its pivot cleared: the download is still under way.)
             Err(e @ SnapError::Stale) => {
                 let store = self.chain.store();

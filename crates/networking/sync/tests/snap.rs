@@ -5,7 +5,7 @@
 
 use alloy_primitives::{B256, Bytes, keccak256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::state_root::stored_state_root;
+use moat_blockchain::state_root::{account_leaf, stored_state_root};
 use moat_chaingen::{Generator, Params};
 use moat_common::block::Block;
 use moat_p2p::eth::HashOrNumber;
@@ -42,8 +42,10 @@ struct Served {
     /// Snap requests answered before every further one fails (none: no limit).
     budget: Option<AtomicUsize>,
     faults: Mutex<Vec<PeerId>>,
-    /// Requests answered, by kind: account ranges, storage ranges.
-    asked: [AtomicUsize; 2],
+    /// Requests answered, by kind: account ranges, storage ranges, trie nodes.
+    asked: [AtomicUsize; 3],
+    /// Trie-node requests answered before every further one fails.
+    nodes_left: AtomicUsize,
     /// Answers hostile peers spoiled, by kind.
     spoiled: [AtomicUsize; 3],
     /// Whether a `PanicsFirst` peer panicked already.
@@ -63,6 +65,7 @@ impl Served {
             budget: budget.map(AtomicUsize::new),
             faults: Mutex::new(Vec::new()),
             asked: Default::default(),
+            nodes_left: AtomicUsize::new(usize::MAX),
             spoiled: Default::default(),
             panicked: Default::default(),
         })
@@ -142,9 +145,18 @@ impl BlockSource for Served {
         {
             return Err(RequestError::Disconnected);
         }
+        if matches!(msg, SnapMessage::GetTrieNodes { .. })
+            && self
+                .nodes_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_err()
+        {
+            return Err(RequestError::Disconnected);
+        }
         match msg {
             SnapMessage::GetAccountRange { .. } => self.asked[0].fetch_add(1, Ordering::SeqCst),
             SnapMessage::GetStorageRanges { .. } => self.asked[1].fetch_add(1, Ordering::SeqCst),
+            SnapMessage::GetTrieNodes { .. } => self.asked[2].fetch_add(1, Ordering::SeqCst),
             _ => 0,
         };
         if self.mode(&peer) == Mode::PanicsFirst && !self.panicked.swap(true, Ordering::SeqCst) {
@@ -596,10 +608,163 @@ fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
         stored_state_root(client.store()).unwrap(),
         header.state_root
     );
-    // Accounts asked again in full, storage only where it changed or was not held.
-    let again = source.asked[1].load(Ordering::SeqCst);
-    assert!(
-        again < storage_asked,
-        "{again} storage requests, {storage_asked} for all"
+    // The accounts held are not asked again (the pivot moved back a block: accounts
+    // and storage of its last block are healed away); the storage tries held that still
+    // prove out are not asked again, the rest is asked or healed.
+    assert_eq!(source.asked[0].load(Ordering::SeqCst), 0);
+    assert!(source.asked[2].load(Ordering::SeqCst) > 0);
+    assert!(source.faults.lock().is_empty(), "no honest peer blamed");
+}
+
+/// Every account of the state at `root` as `served` answers account ranges: (hashed
+/// address, slim account RLP) in key order.
+fn served_accounts(served: &Served, root: B256) -> Vec<(B256, Bytes)> {
+    let mut out: Vec<(B256, Bytes)> = Vec::new();
+    let mut origin = B256::ZERO;
+    for _ in 0..1000 {
+        let msg = SnapMessage::GetAccountRange {
+            request_id: 1,
+            root,
+            origin,
+            limit: B256::repeat_byte(0xff),
+            bytes: 1 << 30,
+        };
+        let Some(SnapMessage::AccountRange { accounts, .. }) =
+            served.server.answer(&served.chain, &msg)
+        else {
+            panic!("no account range");
+        };
+        let Some(last) = accounts.last().map(|a| a.0) else {
+            return out;
+        };
+        out.extend(accounts);
+        let next = alloy_primitives::U256::from_be_bytes(last.0) + alloy_primitives::U256::from(1);
+        origin = B256::from(next.to_be_bytes());
+    }
+    panic!("account ranges do not end");
+}
+
+#[test]
+fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
+    // A chain of its own, which goes on after the client downloaded part of its state.
+    let params = || Params {
+        senders: 3_000,
+        txs_per_block: 40,
+        deploy_percent: 25,
+        call_percent: 35,
+        fresh_percent: 60,
+        ..Params::default()
+    };
+    let mut g = Generator::new(params()).unwrap();
+    for _ in 0..PIVOT_DISTANCE + 6 {
+        g.next_block().unwrap();
+    }
+    let served = g.chain().clone();
+    let rt = runtime();
+    let cfg = cfg();
+    let target = served.head().unwrap().1;
+    let fresh = || Chain::init(Store::in_memory(), g.genesis()).unwrap();
+    // What a whole download of the first pivot asks.
+    let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
+    rt.block_on(snap::run(
+        &fresh(),
+        &baseline,
+        target,
+        &cfg,
+        &SnapStatus::default(),
+    ))
+    .unwrap();
+    let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
+    let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
+
+    // The accounts and part of the storage at the first pivot, then the peer is gone.
+    let client = fresh();
+    let cut = Served::new(
+        served.clone(),
+        vec![Mode::Honest],
+        Some(accounts_asked + storage_asked / 2),
     );
+    let err = rt.block_on(snap::run(
+        &client,
+        &cut,
+        target,
+        &cfg,
+        &SnapStatus::default(),
+    ));
+    assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
+    let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
+    assert_eq!(record.stage, Stage::Storage);
+    let old_root = record.state_root;
+
+    // The chain goes on: blocks that change balances, nonces, storage and deploy code.
+    for _ in 0..20 {
+        g.next_block().unwrap();
+    }
+    // The pivot goes stale (as the syncer marks it).
+    record.pivot_hash = B256::ZERO;
+    let mut batch = moat_storage::WriteBatch::new();
+    batch.set_snap_progress(Some(record.encode()));
+    client.store().commit(batch).unwrap();
+    let (head, new_target) = served.head().unwrap();
+    // Healing cut short after 20 answers (a node killed while healing)...
+    let cut = Served::new(served.clone(), vec![Mode::Honest; 2], None);
+    cut.nodes_left.store(20, Ordering::SeqCst);
+    let err = rt.block_on(snap::run(
+        &client,
+        &cut,
+        new_target,
+        &cfg,
+        &SnapStatus::default(),
+    ));
+    assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
+    let cut_record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
+    assert_eq!((cut_record.stage, cut_record.heal), (Stage::Tries, true));
+    assert_eq!(cut.asked[2].load(Ordering::SeqCst), 20);
+    assert_eq!(cut.asked[0].load(Ordering::SeqCst), 0);
+    // ...resumes: the tries built again and walked from the root.
+    let source = Served::new(served.clone(), vec![Mode::Honest; 2], None);
+    rt.block_on(snap::run(
+        &client,
+        &source,
+        new_target,
+        &cfg,
+        &SnapStatus::default(),
+    ))
+    .unwrap();
+
+    let pivot = head - PIVOT_DISTANCE;
+    let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
+    assert_eq!(client.head().unwrap(), (pivot, hash));
+    let root = served.header(&hash).unwrap().unwrap().state_root;
+    assert_ne!(root, old_root, "the state changed between the pivots");
+    assert_eq!(stored_state_root(client.store()).unwrap(), root);
+    assert!(client.store().snap_progress().unwrap().is_none());
+    // Not one account range asked again; the difference came as trie nodes.
+    assert_eq!(source.asked[0].load(Ordering::SeqCst), 0);
+    assert!(source.asked[2].load(Ordering::SeqCst) > 0);
+    assert!(source.faults.lock().is_empty(), "no honest peer blamed");
+    // The downloaded accounts are the server's at the new pivot, one for one.
+    let mut held = Vec::new();
+    client
+        .store()
+        .snap_accounts_from(&B256::ZERO, |h, a| {
+            held.push((
+                h,
+                Bytes::from(moat_p2p::snap::slim_account(&account_leaf(&a)).unwrap()),
+            ));
+            true
+        })
+        .unwrap();
+    let want = served_accounts(&source, root);
+    assert!(want.len() > 3_000, "{} accounts", want.len());
+    assert_eq!(held.len(), want.len());
+    assert!(held == want, "the flat accounts differ from the server's");
+    // Every contract's code.
+    for (_, slim) in &held {
+        let full = moat_p2p::snap::full_account(slim).unwrap();
+        let code_hash = B256::from_slice(&full[full.len() - 32..]);
+        if code_hash != alloy_primitives::KECCAK256_EMPTY {
+            assert!(client.store().code(&code_hash).unwrap().is_some());
+        }
+    }
 }
