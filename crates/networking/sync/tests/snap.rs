@@ -27,8 +27,8 @@ enum Mode {
     Lies,
     /// Answers every snap request empty (as for a root it does not serve).
     Empty,
-    /// Spoils its answers of one kind (0 account ranges, 1 storage ranges, 2 codes) a
-    /// different way each time (see `spoil`), answers the others honestly.
+    /// Spoils its answers of one kind (0 account ranges, 1 storage ranges, 2 codes, 3 trie
+    /// nodes) a different way each time (see `spoil`), answers the others honestly.
     Hostile(usize),
     /// Panics on the first snap request any such peer gets, answers honestly after.
     PanicsFirst,
@@ -47,7 +47,7 @@ struct Served {
     /// Trie-node requests answered before every further one fails.
     nodes_left: AtomicUsize,
     /// Answers hostile peers spoiled, by kind.
-    spoiled: [AtomicUsize; 3],
+    spoiled: [AtomicUsize; 4],
     /// Whether a `PanicsFirst` peer panicked already.
     panicked: std::sync::atomic::AtomicBool,
 }
@@ -165,6 +165,7 @@ impl BlockSource for Served {
         let kind = match msg {
             SnapMessage::GetAccountRange { .. } => 0,
             SnapMessage::GetStorageRanges { .. } => 1,
+            SnapMessage::GetTrieNodes { .. } => 3,
             _ => 2,
         };
         let spoiling = self.mode(&peer) == Mode::Hostile(kind);
@@ -223,7 +224,7 @@ impl BlockSource for Served {
 /// Spoils answer number `n` of a hostile peer: accounts out of order, twice or left out
 /// under their proof, garbage proof nodes, more slot lists than accounts asked, slots of
 /// one account for another, a slot value empty or over 32 bytes, codes not asked for,
-/// twice, altered or empty.
+/// twice, altered or empty, trie nodes altered, out of order or more than asked.
 fn spoil(answer: &mut SnapMessage, n: usize) {
     let garbage = Bytes::from(vec![0xc2, 0x80, 0x80]);
     match answer {
@@ -286,6 +287,16 @@ fn spoil(answer: &mut SnapMessage, n: usize) {
             }
             3 => codes.push(Bytes::new()),
             _ => codes.insert(0, Bytes::from(vec![0x5b; 1 << 16])),
+        },
+        SnapMessage::TrieNodes { nodes, .. } if !nodes.is_empty() => match n % 3 {
+            // A node altered, the nodes out of order, one more than asked.
+            0 => {
+                let mut v = nodes[0].to_vec();
+                v[1] ^= 1;
+                nodes[0] = Bytes::from(v);
+            }
+            1 if nodes.len() > 1 => nodes.swap(0, 1),
+            _ => nodes.extend(std::iter::repeat_n(Bytes::from(vec![0xc0]), 200)),
         },
         _ => {}
     }
@@ -445,8 +456,8 @@ fn a_hostile_peer_cannot_panic_stall_or_write_into_the_sync() {
     // The state built is the pivot's (every account and slot proven, every code by
     // hash), whatever the hostile peer sent.
     assert_state_at_pivot(&client);
-    let spoiled: Vec<usize> = source
-        .spoiled
+    // Account ranges, storage ranges and codes (no trie nodes without a pivot move).
+    let spoiled: Vec<usize> = source.spoiled[..3]
         .iter()
         .map(|n| n.load(Ordering::SeqCst))
         .collect();
@@ -644,9 +655,10 @@ fn served_accounts(served: &Served, root: B256) -> Vec<(B256, Bytes)> {
     panic!("account ranges do not end");
 }
 
-#[test]
-fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
-    // A chain of its own, which goes on after the client downloaded part of its state.
+/// A chain of its own, the client's download of its state cut in the storage stage,
+/// then 20 more blocks and the client's pivot marked stale: (the generator, the
+/// client, the first pivot's state root).
+fn moved_pivot(rt: &tokio::runtime::Runtime, cfg: &SnapConfig) -> (Generator, Chain, B256) {
     let params = || Params {
         senders: 3_000,
         txs_per_block: 40,
@@ -660,8 +672,6 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
         g.next_block().unwrap();
     }
     let served = g.chain().clone();
-    let rt = runtime();
-    let cfg = cfg();
     let target = served.head().unwrap().1;
     let fresh = || Chain::init(Store::in_memory(), g.genesis()).unwrap();
     // What a whole download of the first pivot asks.
@@ -670,7 +680,7 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
         &fresh(),
         &baseline,
         target,
-        &cfg,
+        cfg,
         &SnapStatus::default(),
     ))
     .unwrap();
@@ -688,7 +698,7 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
         &client,
         &cut,
         target,
-        &cfg,
+        cfg,
         &SnapStatus::default(),
     ));
     assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
@@ -705,7 +715,16 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
     let mut batch = moat_storage::WriteBatch::new();
     batch.set_snap_progress(Some(record.encode()));
     client.store().commit(batch).unwrap();
-    let (head, new_target) = served.head().unwrap();
+    (g, client, old_root)
+}
+
+#[test]
+fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
+    let rt = runtime();
+    let cfg = cfg();
+    let (g, client, old_root) = moved_pivot(&rt, &cfg);
+    let served = g.chain().clone();
+    let new_target = served.head().unwrap().1;
     // Healing cut short after 20 answers (a node killed while healing)...
     let cut = Served::new(served.clone(), vec![Mode::Honest; 2], None);
     cut.nodes_left.store(20, Ordering::SeqCst);
@@ -731,7 +750,42 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
         &SnapStatus::default(),
     ))
     .unwrap();
+    assert_eq!(source.asked[0].load(Ordering::SeqCst), 0);
+    assert!(source.faults.lock().is_empty(), "no honest peer blamed");
+    assert_healed(&source, &client, old_root);
+}
 
+#[test]
+fn a_peer_sending_other_trie_nodes_is_reported_and_healing_goes_on() {
+    let rt = runtime();
+    let cfg = cfg();
+    let (g, client, old_root) = moved_pivot(&rt, &cfg);
+    let served = g.chain().clone();
+    let new_target = served.head().unwrap().1;
+    let source = Served::new(served.clone(), vec![Mode::Hostile(3), Mode::Honest], None);
+    rt.block_on(snap::run(
+        &client,
+        &source,
+        new_target,
+        &cfg,
+        &SnapStatus::default(),
+    ))
+    .unwrap();
+    assert!(source.spoiled[3].load(Ordering::SeqCst) > 0);
+    let faults = source.faults.lock().clone();
+    assert!(!faults.is_empty());
+    assert!(
+        faults.iter().all(|p| *p == peer_id(0)),
+        "only the hostile peer"
+    );
+    assert_healed(&source, &client, old_root);
+}
+
+/// The client's head is the served chain's new pivot, its state that pivot's (root,
+/// flat accounts one for one with the server's, codes), reached with trie nodes.
+fn assert_healed(source: &Served, client: &Chain, old_root: B256) {
+    let served = &source.chain;
+    let (head, _) = served.head().unwrap();
     let pivot = head - PIVOT_DISTANCE;
     let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
     assert_eq!(client.head().unwrap(), (pivot, hash));
@@ -739,10 +793,8 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
     assert_ne!(root, old_root, "the state changed between the pivots");
     assert_eq!(stored_state_root(client.store()).unwrap(), root);
     assert!(client.store().snap_progress().unwrap().is_none());
-    // Not one account range asked again; the difference came as trie nodes.
-    assert_eq!(source.asked[0].load(Ordering::SeqCst), 0);
+    // The difference came as trie nodes.
     assert!(source.asked[2].load(Ordering::SeqCst) > 0);
-    assert!(source.faults.lock().is_empty(), "no honest peer blamed");
     // The downloaded accounts are the server's at the new pivot, one for one.
     let mut held = Vec::new();
     client
@@ -755,7 +807,7 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
             true
         })
         .unwrap();
-    let want = served_accounts(&source, root);
+    let want = served_accounts(source, root);
     assert!(want.len() > 3_000, "{} accounts", want.len());
     assert_eq!(held.len(), want.len());
     assert!(held == want, "the flat accounts differ from the server's");
