@@ -811,12 +811,38 @@ fn assert_healed(source: &Served, client: &Chain, old_root: B256) {
     assert!(want.len() > 3_000, "{} accounts", want.len());
     assert_eq!(held.len(), want.len());
     assert!(held == want, "the flat accounts differ from the server's");
-    // Every contract's code.
-    for (_, slim) in &held {
+    // Every contract's code, and every account's slots as the server gives them.
+    let mut with_storage = 0;
+    for (hash, slim) in &held {
         let full = moat_p2p::snap::full_account(slim).unwrap();
         let code_hash = B256::from_slice(&full[full.len() - 32..]);
         if code_hash != alloy_primitives::KECCAK256_EMPTY {
             assert!(client.store().code(&code_hash).unwrap().is_some());
         }
+        let msg = SnapMessage::GetStorageRanges {
+            request_id: 1,
+            root,
+            accounts: vec![*hash],
+            origin: B256::ZERO,
+            limit: B256::repeat_byte(0xff),
+            bytes: 1 << 30,
+        };
+        let Some(SnapMessage::StorageRanges { slots, proof, .. }) =
+            source.server.answer(&source.chain, &msg)
+        else {
+            panic!("no storage range");
+        };
+        assert!(proof.is_empty(), "a whole storage trie in one answer");
+        let want: Vec<(B256, Bytes)> = slots.into_iter().next().unwrap_or_default();
+        let mut got = Vec::new();
+        client
+            .store()
+            .snap_slots_of(hash, |slot, value| {
+                got.push((slot, Bytes::from(alloy_rlp::encode(value))));
+            })
+            .unwrap();
+        assert_eq!(got, want, "slots of {hash}");
+        with_storage += usize::from(!got.is_empty());
     }
+    assert!(with_storage > 10, "{with_storage} accounts with storage");
 }
