@@ -42,12 +42,16 @@ fn transfer(chain_id: u64, signer: &Signer, nonce: u64) -> Bytes {
     SignedTransaction::sign(tx, signer).encoded_2718().into()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flooding_peer_is_slowed_and_dropped_while_an_honest_one_is_served() {
+/// A node listening on loopback, its pool with tight admission budgets: 20 ms of CPU a
+/// second per peer, judged after 30 ms. `setup` funds accounts and adjusts the rest of
+/// the pool's config. Returns the chain id, the node, its pool and its enode.
+async fn start_node(
+    node_key: u8,
+    setup: impl FnOnce(&InMemoryState, &mut PoolConfig),
+) -> (u64, Network, Pool, Enode) {
     let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
     let chain_id = genesis.config.chain_id;
     let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-    let honest_signer = Signer::from_seed(0x40_0e57);
     let state = InMemoryState::new(HeadInfo {
         number: 0,
         timestamp: genesis.timestamp,
@@ -55,15 +59,13 @@ async fn a_flooding_peer_is_slowed_and_dropped_while_an_honest_one_is_served() {
         blob_base_fee: 1,
         gas_limit: 30_000_000,
     });
-    state.set_balance(honest_signer.address(), U256::from(10u128.pow(21)));
     let mut cfg = PoolConfig::new(chain.config().clone());
-    cfg.max_account_slots = 1_000;
-    // Tight budgets: 20 ms of CPU a second per peer, judged after 30 ms.
     cfg.budget.peer_rate_us = 20_000;
     cfg.budget.peer_burst_us = 10_000;
     cfg.budget.useless_min_cpu_us = 30_000;
+    setup(&state, &mut cfg);
     let pool = Pool::new(cfg, Arc::new(state));
-    let key = secp256k1::SecretKey::from_byte_array([0x31; 32]).unwrap();
+    let key = secp256k1::SecretKey::from_byte_array([node_key; 32]).unwrap();
     let mut net_cfg = NetworkConfig::new(key, chain_id);
     net_cfg.listen = Some(([127, 0, 0, 1], 0).into());
     let net = Network::start(
@@ -78,6 +80,17 @@ async fn a_flooding_peer_is_slowed_and_dropped_while_an_honest_one_is_served() {
         id: net.local_id(),
         addr: net.listen_addr().unwrap(),
     };
+    (chain_id, net, pool, enode)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_peer_is_slowed_and_dropped_while_an_honest_one_is_served() {
+    let honest_signer = Signer::from_seed(0x40_0e57);
+    let (chain_id, net, pool, enode) = start_node(0x31, |state, cfg| {
+        state.set_balance(honest_signer.address(), U256::from(10u128.pow(21)));
+        cfg.max_account_slots = 1_000;
+    })
+    .await;
     let status = net.status_for(70);
 
     // The attacker: 2,048 transfers from keys that own nothing, 128 a message.
@@ -174,36 +187,7 @@ async fn a_flooding_peer_is_slowed_and_dropped_while_an_honest_one_is_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_repeating_one_tx_has_it_admitted_once_and_is_dropped_for_the_reading() {
-    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let chain_id = genesis.config.chain_id;
-    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-    let state = InMemoryState::new(HeadInfo {
-        number: 0,
-        timestamp: genesis.timestamp,
-        base_fee: 1_000_000_000,
-        blob_base_fee: 1,
-        gas_limit: 30_000_000,
-    });
-    let mut cfg = PoolConfig::new(chain.config().clone());
-    cfg.budget.peer_rate_us = 20_000;
-    cfg.budget.peer_burst_us = 10_000;
-    cfg.budget.useless_min_cpu_us = 30_000;
-    let pool = Pool::new(cfg, Arc::new(state));
-    let key = secp256k1::SecretKey::from_byte_array([0x32; 32]).unwrap();
-    let mut net_cfg = NetworkConfig::new(key, chain_id);
-    net_cfg.listen = Some(([127, 0, 0, 1], 0).into());
-    let net = Network::start(
-        net_cfg,
-        chain,
-        pool.clone(),
-        Arc::new(AtomicBool::new(true)),
-    )
-    .await
-    .unwrap();
-    let enode = Enode {
-        id: net.local_id(),
-        addr: net.listen_addr().unwrap(),
-    };
+    let (chain_id, net, pool, enode) = start_node(0x32, |_, _| {}).await;
     let mut attacker = Client::connect(
         &enode,
         secp256k1::SecretKey::from_byte_array([0x43; 32]).unwrap(),
