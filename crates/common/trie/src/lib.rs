@@ -196,25 +196,6 @@ fn from_compact(bytes: &[u8]) -> Option<(Vec<u8>, bool)> {
     Some((out, flag & 2 == 2))
 }
 
-/// The raw items (headers included) of an RLP list.
-fn list_items(mut rlp: &[u8]) -> Option<Vec<&[u8]>> {
-    let header = Header::decode(&mut rlp).ok()?;
-    if !header.list || header.payload_length != rlp.len() {
-        return None;
-    }
-    let mut items = Vec::with_capacity(17);
-    while !rlp.is_empty() {
-        let start = rlp;
-        let h = Header::decode(&mut rlp).ok()?;
-        if h.payload_length > rlp.len() {
-            return None;
-        }
-        rlp = &rlp[h.payload_length..];
-        items.push(&start[..start.len() - rlp.len()]);
-    }
-    Some(items)
-}
-
 /// The payload of an RLP string item.
 fn string_payload(mut item: &[u8]) -> Option<&[u8]> {
     let h = Header::decode(&mut item).ok()?;

@@ -17,8 +17,8 @@
 //! proof then shows that nothing lies at or after the origin.
 
 use crate::{
-    Child, EMPTY_ROOT, Node, NodeSource, TrieError, compact, decode_node, from_compact, list_items,
-    nibbles, node_ref, path_text, proof, string_payload,
+    Child, EMPTY_ROOT, Node, NodeSource, TrieError, compact, decode_node, from_compact, nibbles,
+    node_items, node_ref, path_text, proof, string_payload,
 };
 use alloy_primitives::{B256, keccak256};
 use alloy_rlp::{Encodable, Header};
@@ -256,7 +256,7 @@ fn empty_parts() -> Box<[Part; 16]> {
 /// Decodes a node's RLP into a partial node; `id` names it in errors.
 fn decode_part(rlp: &[u8], id: B256) -> Result<Part, RangeProofError> {
     let bad = || RangeProofError::BadNode(id);
-    let items = list_items(rlp).ok_or_else(bad)?;
+    let (items, n) = node_items(rlp).ok_or_else(bad)?;
     let child = |item: &[u8]| -> Result<Part, RangeProofError> {
         if item == [alloy_rlp::EMPTY_STRING_CODE] {
             Ok(Part::Empty)
@@ -268,7 +268,7 @@ fn decode_part(rlp: &[u8], id: B256) -> Result<Part, RangeProofError> {
             Err(bad())
         }
     };
-    match items.len() {
+    match n {
         2 => {
             let (key, leaf) =
                 from_compact(string_payload(items[0]).ok_or_else(bad)?).ok_or_else(bad)?;
