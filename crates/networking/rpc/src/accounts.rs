@@ -3,6 +3,7 @@
 //! "unknown account", as geth without a keystore answers.
 
 use crate::RpcContext;
+use crate::dev_methods::arg;
 use crate::eth::positional;
 use crate::params::{RpcResult, invalid_params, server_error};
 use alloy_primitives::{Address, Bytes, keccak256};
@@ -37,14 +38,8 @@ pub fn personal_digest(data: &[u8]) -> alloy_primitives::B256 {
 /// or 28 (geth's format).
 pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [address, data] = positional::<2>(&params)?;
-    let address: Address = serde_json::from_value(
-        address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
-    )
-    .map_err(|e| invalid_params(format!("invalid argument 0: {e}")))?;
-    let data: Bytes = serde_json::from_value(
-        data.ok_or_else(|| invalid_params("missing value for required argument 1"))?,
-    )
-    .map_err(|e| invalid_params(format!("invalid argument 1: {e}")))?;
+    let address: Address = arg(address, 0)?;
+    let data: Bytes = arg(data, 1)?;
     let key = key_of(ctx, &address)?;
     Ok(json!(signature_bytes(&key, &personal_digest(&data))))
 }
@@ -76,10 +71,7 @@ pub fn sign_typed_data_v4(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Val
     // geth does not have it: only the dev node (as anvil) serves it.
     crate::dev_methods::require_dev(ctx, "eth_signTypedData_v4")?;
     let [address, typed] = positional::<2>(&params)?;
-    let address: Address = serde_json::from_value(
-        address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
-    )
-    .map_err(|e| invalid_params(format!("invalid argument 0: {e}")))?;
+    let address: Address = arg(address, 0)?;
     let typed = match typed {
         Some(Value::String(s)) => serde_json::from_str(&s)
             .map_err(|e| invalid_params(format!("invalid argument 1: {e}")))?,
@@ -295,10 +287,7 @@ pub fn impersonate(ctx: &RpcContext, params: Params<'_>, method: &str) -> RpcRes
     crate::dev_methods::require_dev(ctx, method)?;
     let on = !method.ends_with("stopImpersonatingAccount");
     let [address] = positional::<1>(&params)?;
-    let address: Address = serde_json::from_value(
-        address.ok_or_else(|| invalid_params("missing value for required argument 0"))?,
-    )
-    .map_err(|e| invalid_params(format!("invalid argument 0: {e}")))?;
+    let address: Address = arg(address, 0)?;
     let mut set = ctx.impersonated.lock();
     if on {
         set.insert(address);

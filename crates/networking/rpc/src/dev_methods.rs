@@ -87,7 +87,7 @@ async fn ask<T>(
 }
 
 /// Argument `i` parsed as `T`.
-fn arg<T: serde::de::DeserializeOwned>(v: Option<Value>, i: usize) -> RpcResult<T> {
+pub(crate) fn arg<T: serde::de::DeserializeOwned>(v: Option<Value>, i: usize) -> RpcResult<T> {
     let v = v.ok_or_else(|| invalid_params(format!("missing value for required argument {i}")))?;
     serde_json::from_value(v).map_err(|e| invalid_params(format!("invalid argument {i}: {e}")))
 }
