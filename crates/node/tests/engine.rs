@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{Node, free_port, import_ethtest, post, rpc, testdata, wait_for};
-
-const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
+use common::{
+    ENGINE_SECRET_HEX, engine_post, import_ethtest, post, rpc, start_engine_node, testdata,
+};
 
 fn bearer(secret: &[u8; 32], iat: u64) -> String {
     format!(
@@ -16,29 +16,7 @@ fn bearer(secret: &[u8; 32], iat: u64) -> String {
 }
 
 fn engine_call(port: u16, body: &str) -> (u16, serde_json::Value) {
-    let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
-    post(port, &bearer(&secret, moat_rpc::engine::unix_now()), body).expect("the engine answers")
-}
-
-fn start(datadir: &std::path::Path) -> (Node, u16, u16) {
-    let secret_file = datadir.with_extension("jwt");
-    std::fs::write(&secret_file, SECRET_HEX).unwrap();
-    let (http, auth) = (free_port(), free_port());
-    let node = Node::start(&[
-        "--network",
-        testdata("genesis.json").to_str().unwrap(),
-        "--datadir",
-        datadir.to_str().unwrap(),
-        "--http",
-        "--http.port",
-        &http.to_string(),
-        "--authrpc.port",
-        &auth.to_string(),
-        "--authrpc.jwtsecret",
-        secret_file.to_str().unwrap(),
-    ]);
-    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
-    (node, http, auth)
+    engine_post(port, body).expect("the engine answers")
 }
 
 fn datadir(tag: &str) -> std::path::PathBuf {
@@ -54,14 +32,14 @@ fn headfcu() -> String {
 #[test]
 fn newpayload_replay_rebuilds_the_chain_and_headfcu_is_accepted() {
     let dir = datadir("replay");
-    let (_node, http, auth) = start(&dir);
+    let (_node, http, auth) = start_engine_node(&dir);
 
     // No token, a wrong secret, a stale token: refused before any handler runs.
     let caps = r#"{"jsonrpc":"2.0","id":1,"method":"engine_exchangeCapabilities","params":[[]]}"#;
     assert_eq!(post(auth, "", caps).unwrap().0, 401);
     let wrong = bearer(&[7u8; 32], moat_rpc::engine::unix_now());
     assert_eq!(post(auth, &wrong, caps).unwrap().0, 401);
-    let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
+    let secret = moat_rpc::engine::parse_jwt_secret(ENGINE_SECRET_HEX).unwrap();
     let stale = bearer(&secret, moat_rpc::engine::unix_now() - 120);
     assert_eq!(post(auth, &stale, caps).unwrap().0, 401);
     assert_eq!(engine_call(auth, caps).0, 200);
@@ -100,7 +78,7 @@ fn newpayload_replay_rebuilds_the_chain_and_headfcu_is_accepted() {
 fn headfcu_is_accepted_after_an_offline_import() {
     let dir = datadir("import");
     import_ethtest(&dir);
-    let (_node, http, auth) = start(&dir);
+    let (_node, http, auth) = start_engine_node(&dir);
     assert_eq!(
         rpc(http, "eth_blockNumber", "[]").unwrap()["result"],
         "0x258"

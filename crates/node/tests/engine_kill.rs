@@ -6,48 +6,15 @@
 
 mod common;
 
-use common::{Node, free_port, post, rpc, testdata, wait_for};
-use std::path::Path;
+use common::{engine_post, start_engine_node, testdata};
 use std::time::Duration;
-
-const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
-
-fn engine_call(port: u16, body: &str) -> Option<(u16, serde_json::Value)> {
-    let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
-    let token = moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now());
-    post(port, &format!("Authorization: Bearer {token}\r\n"), body)
-}
-
-fn start(datadir: &Path) -> (Node, u16) {
-    let secret_file = datadir.with_extension("jwt");
-    std::fs::write(&secret_file, SECRET_HEX).unwrap();
-    let (http, auth) = (free_port(), free_port());
-    let node = Node::start(&[
-        "--network",
-        testdata("genesis.json").to_str().unwrap(),
-        "--datadir",
-        datadir.to_str().unwrap(),
-        "--nodiscover",
-        "--maxpeers",
-        "0",
-        "--http",
-        "--http.port",
-        &http.to_string(),
-        "--authrpc.port",
-        &auth.to_string(),
-        "--authrpc.jwtsecret",
-        secret_file.to_str().unwrap(),
-    ]);
-    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
-    (node, auth)
-}
 
 /// Sends the payloads of blocks `from..` until one is not answered VALID (the node was
 /// killed) or they run out; the number of VALID answers.
 fn feed(auth: u16, requests: &[serde_json::Value], from: usize) -> usize {
     let mut valid = 0;
     for r in &requests[from..] {
-        match engine_call(auth, &r.to_string()) {
+        match engine_post(auth, &r.to_string()) {
             Some((200, v)) if v["result"]["status"] == "VALID" => valid += 1,
             _ => break,
         }
@@ -72,7 +39,7 @@ fn a_node_killed_during_newpayload_reopens_at_a_consistent_head() {
     let mut head = 0u64;
     let mut killed_mid_stream = 0;
     for trial in 0..4 {
-        let (mut node, auth) = start(&dir);
+        let (mut node, _, auth) = start_engine_node(&dir);
         let from = head as usize + 1;
         let feeder = {
             let requests = requests.clone();
@@ -102,7 +69,7 @@ fn a_node_killed_during_newpayload_reopens_at_a_consistent_head() {
     }
     assert!(killed_mid_stream > 0, "no kill landed while blocks came in");
     // The rest of the chain, from the reopened head: every payload VALID, up to #600.
-    let (mut node, auth) = start(&dir);
+    let (mut node, _, auth) = start_engine_node(&dir);
     let from = head as usize + 1;
     assert_eq!(feed(auth, &requests, from), requests.len() - from);
     // Stopped as an operator would (SIGINT flushes the relaxed commits).

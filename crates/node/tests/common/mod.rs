@@ -107,6 +107,44 @@ pub fn rpc(port: u16, method: &str, params: &str) -> Option<serde_json::Value> {
     post(port, "", &body).map(|(_, v)| v)
 }
 
+/// The engine API's JWT secret in the engine tests (hive's).
+pub const ENGINE_SECRET_HEX: &str =
+    "0x7365637265747365637265747365637265747365637265747365637265747365";
+
+/// POSTs `body` to the engine port with a fresh token for [`ENGINE_SECRET_HEX`].
+pub fn engine_post(port: u16, body: &str) -> Option<(u16, serde_json::Value)> {
+    let secret = moat_rpc::engine::parse_jwt_secret(ENGINE_SECRET_HEX).unwrap();
+    let token = moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now());
+    post(port, &format!("Authorization: Bearer {token}\r\n"), body)
+}
+
+/// `moat` on the conformance genesis in `datadir`, no peers, its engine API on
+/// [`ENGINE_SECRET_HEX`] (written next to the datadir): the node, its HTTP port and its
+/// engine port, once the RPC server answers.
+pub fn start_engine_node(datadir: &std::path::Path) -> (Node, u16, u16) {
+    let secret_file = datadir.with_extension("jwt");
+    std::fs::write(&secret_file, ENGINE_SECRET_HEX).unwrap();
+    let (http, auth) = (free_port(), free_port());
+    let node = Node::start(&[
+        "--network",
+        testdata("genesis.json").to_str().unwrap(),
+        "--datadir",
+        datadir.to_str().unwrap(),
+        "--nodiscover",
+        "--maxpeers",
+        "0",
+        "--http",
+        "--http.port",
+        &http.to_string(),
+        "--authrpc.port",
+        &auth.to_string(),
+        "--authrpc.jwtsecret",
+        secret_file.to_str().unwrap(),
+    ]);
+    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
+    (node, http, auth)
+}
+
 pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
