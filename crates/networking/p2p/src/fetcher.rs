@@ -192,9 +192,9 @@ impl Fetcher {
         let mut dropped = 0;
         let max_tracked = self.cfg.max_tracked;
         let cap = self.cfg.max_announces_per_peer;
-        self.peers.entry(peer).or_default();
+        // This peer's tracked hashes: making room takes from other peers only.
+        let mut mine = self.peers.entry(peer).or_default().announced.len();
         for (hash, meta) in entries {
-            let mine = self.peers.get(&peer).map_or(0, |s| s.announced.len());
             if mine >= cap {
                 dropped += 1;
                 continue;
@@ -222,6 +222,7 @@ impl Fetcher {
             }
             if let Some(state) = self.peers.get_mut(&peer) {
                 state.announced.push_back(hash);
+                mine += 1;
             }
         }
         dropped
