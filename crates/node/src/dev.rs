@@ -457,6 +457,19 @@ mod tests {
             .map_or((U256::ZERO, 0), |i| (i.balance, i.nonce))
     }
 
+    /// Other transactions' senders, each read again (as admission and import read them),
+    /// push `hash`'s entry out of the pool's bounded sender cache.
+    fn push_out_of_sender_cache(pool: &Pool, hash: B256) {
+        for i in 0..10_000u64 {
+            let other = B256::from(U256::from(i));
+            pool.sender_cache().insert(other, Address::ZERO);
+            for _ in 0..3 {
+                pool.sender_cache().get(&other);
+            }
+        }
+        assert!(!pool.sender_cache().contains(&hash));
+    }
+
     #[tokio::test]
     async fn an_impersonated_transfer_is_mined_as_its_sender_after_the_cache_dropped_it() {
         let (chain, pool, rpc) = dev_node(16);
@@ -491,16 +504,7 @@ mod tests {
         pool.submit_local(TxInput::Raw(Bytes::from(signed.encoded_2718())))
             .await
             .unwrap();
-        // Other transactions' senders, each read again (as admission and import read
-        // them), push it out of the bounded cache.
-        for i in 0..10_000u64 {
-            let hash = B256::from(U256::from(i));
-            pool.sender_cache().insert(hash, Address::ZERO);
-            for _ in 0..3 {
-                pool.sender_cache().get(&hash);
-            }
-        }
-        assert!(!pool.sender_cache().contains(&signed.hash()));
+        push_out_of_sender_cache(&pool, signed.hash());
 
         let sealed = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
         assert_eq!(sealed, Ok(Some((2, 1))));
@@ -551,14 +555,7 @@ mod tests {
             .await
             .unwrap();
         assert!(pool.get(&signed.hash()).is_none(), "mined");
-        for i in 0..10_000u64 {
-            let hash = B256::from(U256::from(i));
-            pool.sender_cache().insert(hash, Address::ZERO);
-            for _ in 0..3 {
-                pool.sender_cache().get(&hash);
-            }
-        }
-        assert!(!pool.sender_cache().contains(&signed.hash()));
+        push_out_of_sender_cache(&pool, signed.hash());
 
         assert_eq!(
             revert(&chain, &pool, &rpc, &mut snapshots, 0).await,

@@ -211,6 +211,21 @@ fn quantity(v: &serde_json::Value) -> u64 {
     u64::from_str_radix(v.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16).unwrap_or(0)
 }
 
+/// A dev node with automine (`--dev.period 0`) on `dir`, serving HTTP on `port`.
+fn start_automine_node(dir: &std::path::Path, port: u16) -> Node {
+    Node::start(&[
+        "--dev",
+        "--dev.period",
+        "0",
+        "--datadir",
+        &dir.display().to_string(),
+        "--http.port",
+        &port.to_string(),
+        "--authrpc.port",
+        &free_port().to_string(),
+    ])
+}
+
 /// The dev methods of anvil: state edits, snapshots and the clock. Each edit is a block,
 /// and the state it leaves is the head's state root: a restart on the same datadir
 /// checks the stored state against the head and opens it.
@@ -219,21 +234,7 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
     let dir = std::env::temp_dir().join(format!("moat-dev-edits-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let port = free_port();
-    let args = |port: u16| {
-        vec![
-            "--dev".to_string(),
-            "--dev.period".into(),
-            "0".into(),
-            "--datadir".into(),
-            dir.display().to_string(),
-            "--http.port".into(),
-            port.to_string(),
-            "--authrpc.port".into(),
-            free_port().to_string(),
-        ]
-    };
-    let a = args(port);
-    let node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let node = start_automine_node(&dir, port);
     wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
     let modules = rpc(port, "rpc_modules", "[]").unwrap();
     assert_eq!(modules["result"]["anvil"], "1.0", "{modules}");
@@ -499,8 +500,7 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
     wait_for("the node to stop", || node.0.try_wait().ok().flatten());
     drop(node);
     let port = free_port();
-    let a = args(port);
-    let _node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let _node = start_automine_node(&dir, port);
     wait_for("the restarted RPC server", || {
         rpc(port, "eth_chainId", "[]")
     });
@@ -528,22 +528,8 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
 fn a_dev_node_killed_after_state_edits_reopens_with_its_heads_state() {
     let dir = std::env::temp_dir().join(format!("moat-dev-kill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let args = |port: u16| {
-        vec![
-            "--dev".to_string(),
-            "--dev.period".into(),
-            "0".into(),
-            "--datadir".into(),
-            dir.display().to_string(),
-            "--http.port".into(),
-            port.to_string(),
-            "--authrpc.port".into(),
-            free_port().to_string(),
-        ]
-    };
     let port = free_port();
-    let a = args(port);
-    let node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let node = start_automine_node(&dir, port);
     wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
     let who = "0x00000000000000000000000000000000000000aa";
     let start = quantity(&rpc(port, "eth_blockNumber", "[]").unwrap()["result"]);
@@ -555,8 +541,7 @@ fn a_dev_node_killed_after_state_edits_reopens_with_its_heads_state() {
     drop(node); // SIGKILL
 
     let port = free_port();
-    let a = args(port);
-    let _node = Node::start(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let _node = start_automine_node(&dir, port);
     wait_for("the reopened RPC server", || rpc(port, "eth_chainId", "[]"));
     let head = quantity(&rpc(port, "eth_blockNumber", "[]").unwrap()["result"]);
     assert!(head >= start && head <= start + 20, "{start} {head}");
