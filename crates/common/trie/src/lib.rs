@@ -76,13 +76,7 @@ pub fn nibbles(key: &B256) -> Vec<u8> {
 /// A node's reference as its parent holds it: the RLP of its hash, or its RLP itself
 /// when that is under 32 bytes.
 pub fn node_ref(rlp: &[u8]) -> Vec<u8> {
-    if rlp.len() < 32 {
-        rlp.to_vec()
-    } else {
-        let mut out = Vec::with_capacity(33);
-        keccak256(rlp).as_slice().encode(&mut out);
-        out
-    }
+    NodeRef::to_node(rlp).as_slice().to_vec()
 }
 
 /// A child's reference as its parent's RLP holds it (a hash with its RLP header, or an
