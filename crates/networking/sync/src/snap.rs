@@ -957,7 +957,8 @@ impl<S: BlockSource> Run<'_, S> {
                 // rest asked again (a peer that lies costs time, not correctness: healed
                 // nodes are checked by hash).
                 Err(_) if p.heal && accounts.len() > 1 => {
-                    let whole = (0..slots.len()).take_while(|&i| {
+                    // Lists beyond the accounts asked (a peer's excess) are never read.
+                    let whole = (0..slots.len().min(accounts.len())).take_while(|&i| {
                         let from = if i == 0 { origin } else { B256::ZERO };
                         check_storage(&accounts[i..=i], from, &slots[i..=i], &[]).is_ok()
                     });
