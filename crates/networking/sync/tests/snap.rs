@@ -359,7 +359,18 @@ fn cfg() -> SnapConfig {
 /// A snap sync of `client` from `source` towards the served head.
 fn sync(client: &Chain, source: &Arc<Served>, cfg: &SnapConfig) -> Result<(), SnapError> {
     let target = served_chain().head().unwrap().1;
-    runtime().block_on(snap::run(
+    sync_to(&runtime(), client, source, target, cfg)
+}
+
+/// A snap sync of `client` from `source` towards `target`, on `rt`.
+fn sync_to(
+    rt: &tokio::runtime::Runtime,
+    client: &Chain,
+    source: &Arc<Served>,
+    target: B256,
+    cfg: &SnapConfig,
+) -> Result<(), SnapError> {
+    rt.block_on(snap::run(
         client,
         source,
         target,
@@ -568,14 +579,7 @@ fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
     // What a whole download of the pivot asks.
     let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
     let client = fresh();
-    rt.block_on(snap::run(
-        &client,
-        &baseline,
-        target,
-        &cfg,
-        &SnapStatus::default(),
-    ))
-    .unwrap();
+    sync_to(&rt, &client, &baseline, target, &cfg).unwrap();
     let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
     let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
     assert!(storage_asked >= 4, "{storage_asked} storage requests");
@@ -584,13 +588,7 @@ fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
     let client = fresh();
     let budget = accounts_asked + storage_asked / 2;
     let cut = Served::new(served.clone(), vec![Mode::Honest], Some(budget));
-    let err = rt.block_on(snap::run(
-        &client,
-        &cut,
-        target,
-        &cfg,
-        &SnapStatus::default(),
-    ));
+    let err = sync_to(&rt, &client, &cut, target, &cfg);
     assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
     let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
     assert_eq!(record.stage, Stage::Storage);
@@ -603,14 +601,7 @@ fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
     let (head, _) = served.head().unwrap();
     let new_target = served.store().canonical_hash(head - 1).unwrap().unwrap();
     let source = Served::new(served.clone(), vec![Mode::Honest], None);
-    rt.block_on(snap::run(
-        &client,
-        &source,
-        new_target,
-        &cfg,
-        &SnapStatus::default(),
-    ))
-    .unwrap();
+    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
     let pivot = head - 1 - PIVOT_DISTANCE;
     let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
     assert_eq!(client.head().unwrap(), (pivot, hash));
@@ -676,14 +667,7 @@ fn moved_pivot(rt: &tokio::runtime::Runtime, cfg: &SnapConfig) -> (Generator, Ch
     let fresh = || Chain::init(Store::in_memory(), g.genesis()).unwrap();
     // What a whole download of the first pivot asks.
     let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
-    rt.block_on(snap::run(
-        &fresh(),
-        &baseline,
-        target,
-        cfg,
-        &SnapStatus::default(),
-    ))
-    .unwrap();
+    sync_to(rt, &fresh(), &baseline, target, cfg).unwrap();
     let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
     let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
 
@@ -694,13 +678,7 @@ fn moved_pivot(rt: &tokio::runtime::Runtime, cfg: &SnapConfig) -> (Generator, Ch
         vec![Mode::Honest],
         Some(accounts_asked + storage_asked / 2),
     );
-    let err = rt.block_on(snap::run(
-        &client,
-        &cut,
-        target,
-        cfg,
-        &SnapStatus::default(),
-    ));
+    let err = sync_to(rt, &client, &cut, target, cfg);
     assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
     let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
     assert_eq!(record.stage, Stage::Storage);
@@ -728,13 +706,7 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
     // Healing cut short after 20 answers (a node killed while healing)...
     let cut = Served::new(served.clone(), vec![Mode::Honest; 2], None);
     cut.nodes_left.store(20, Ordering::SeqCst);
-    let err = rt.block_on(snap::run(
-        &client,
-        &cut,
-        new_target,
-        &cfg,
-        &SnapStatus::default(),
-    ));
+    let err = sync_to(&rt, &client, &cut, new_target, &cfg);
     assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
     let cut_record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
     assert_eq!((cut_record.stage, cut_record.heal), (Stage::Tries, true));
@@ -742,14 +714,7 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
     assert_eq!(cut.asked[0].load(Ordering::SeqCst), 0);
     // ...resumes: the tries built again and walked from the root.
     let source = Served::new(served.clone(), vec![Mode::Honest; 2], None);
-    rt.block_on(snap::run(
-        &client,
-        &source,
-        new_target,
-        &cfg,
-        &SnapStatus::default(),
-    ))
-    .unwrap();
+    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
     assert_eq!(source.asked[0].load(Ordering::SeqCst), 0);
     assert!(source.faults.lock().is_empty(), "no honest peer blamed");
     assert_healed(&source, &client, old_root);
@@ -763,14 +728,7 @@ fn a_peer_sending_other_trie_nodes_is_reported_and_healing_goes_on() {
     let served = g.chain().clone();
     let new_target = served.head().unwrap().1;
     let source = Served::new(served.clone(), vec![Mode::Hostile(3), Mode::Honest], None);
-    rt.block_on(snap::run(
-        &client,
-        &source,
-        new_target,
-        &cfg,
-        &SnapStatus::default(),
-    ))
-    .unwrap();
+    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
     assert!(source.spoiled[3].load(Ordering::SeqCst) > 0);
     let faults = source.faults.lock().clone();
     assert!(!faults.is_empty());
