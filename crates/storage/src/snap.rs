@@ -141,19 +141,17 @@ impl WriteBatch {
     /// Drops the by-address accounts and storage (genesis' state, replaced by a snap
     /// sync's download).
     pub fn clear_flat_state(&mut self) -> &mut Self {
-        for table in [Table::Accounts, Table::Storage] {
-            self.snap.push(Op::DeleteRange {
-                table,
-                start: Vec::new(),
-                end: None,
-            });
-        }
-        self
+        self.clear_tables([Table::Accounts, Table::Storage])
     }
 
     /// Drops every downloaded account and slot (a sync that starts over).
     pub fn clear_snap_state(&mut self) -> &mut Self {
-        for table in [Table::SnapAccounts, Table::SnapStorage] {
+        self.clear_tables([Table::SnapAccounts, Table::SnapStorage])
+    }
+
+    /// Drops every row of `tables`.
+    fn clear_tables(&mut self, tables: [Table; 2]) -> &mut Self {
+        for table in tables {
             self.snap.push(Op::DeleteRange {
                 table,
                 start: Vec::new(),
