@@ -294,11 +294,13 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         crate::discovery::start_discovery(&args, &datadir, &chain, network.as_ref()).await?;
     let mut ctx = RpcContext::new(chain.clone(), pool.clone());
     ctx.gas_cap = args.rpc_gascap;
+    // The dev block producer's queue: `Some` exactly in dev mode.
     let mut mine_requests = None;
     if args.dev {
+        let keys = dev::dev_signers();
         // geth's dev mode makes the dev account the etherbase.
-        ctx.coinbase = dev::dev_signers().first().map(|s| s.address());
-        ctx.dev_keys = Arc::new(dev::dev_signers());
+        ctx.coinbase = keys.first().map(|s| s.address());
+        ctx.dev_keys = Arc::new(keys);
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         ctx.mine = Some(tx);
         ctx.automine = args.dev_period == 0;
@@ -378,7 +380,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         }
     });
 
-    if args.dev {
+    if let Some(requests) = mine_requests {
         println!(
             "\nDevelopment chain (chain id {}). Prefunded accounts (10000 ETH each):",
             config.chain_id
@@ -394,10 +396,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
             ctx.clone(),
             period,
             miner,
-            // Set above in dev mode; a closed queue otherwise.
-            mine_requests
-                .take()
-                .unwrap_or_else(|| tokio::sync::mpsc::channel(1).1),
+            requests,
         ));
     }
 
