@@ -297,6 +297,13 @@ impl Rpc {
     }
 }
 
+/// A JSON-RPC answer's `result` as a hex quantity.
+fn result_u64(v: &serde_json::Value) -> Option<u64> {
+    v["result"]
+        .as_str()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+}
+
 fn transfer(chain_id: u64, signer: &Signer, nonce: u64, fee_cap: u128, tip: u128) -> Bytes {
     let tx = Transaction::Eip1559(Eip1559Tx {
         chain_id,
@@ -602,14 +609,9 @@ fn storm_material(
 /// Sends the storm's funding by RPC and waits (up to 60 s) until a block has it all.
 async fn fund_storm(addr: SocketAddr, funder: Address, funding: &[Bytes]) -> Result<(), String> {
     let mut rpc = Rpc::connect(addr).await.map_err(|e| e.to_string())?;
-    let count = |v: serde_json::Value| {
-        v["result"]
-            .as_str()
-            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-    };
     let q = format!(r#"["{funder}","latest"]"#);
-    let start = count(
-        rpc.call("eth_getTransactionCount", &q)
+    let start = result_u64(
+        &rpc.call("eth_getTransactionCount", &q)
             .await
             .map_err(|e| e.to_string())?,
     )
@@ -627,7 +629,7 @@ async fn fund_storm(addr: SocketAddr, funder: Address, funding: &[Bytes]) -> Res
             .call("eth_getTransactionCount", &q)
             .await
             .map_err(|e| e.to_string())?;
-        if count(v).is_some_and(|n| n >= start + funding.len() as u64) {
+        if result_u64(&v).is_some_and(|n| n >= start + funding.len() as u64) {
             return Ok(());
         }
     }
@@ -727,16 +729,10 @@ async fn run(args: Args) -> Result<bool, String> {
         .call("eth_chainId", "[]")
         .await
         .ok()
-        .and_then(|v| v["result"].as_str().map(str::to_string))
-        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+        .and_then(|v| result_u64(&v))
         .ok_or("eth_chainId failed")?;
     let peer_signer = signer(&args.peer_key)?;
     let rpc_signer = signer(&args.rpc_key)?;
-    let nonce_of = |v: serde_json::Value| {
-        v["result"]
-            .as_str()
-            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-    };
     let mut nonces = [0u64; 2];
     for (i, a) in [peer_signer.address(), rpc_signer.address()]
         .iter()
@@ -746,7 +742,7 @@ async fn run(args: Args) -> Result<bool, String> {
             .call("eth_getTransactionCount", &format!(r#"["{a}","pending"]"#))
             .await
             .map_err(|e| e.to_string())?;
-        nonces[i] = nonce_of(v).ok_or("eth_getTransactionCount failed")?;
+        nonces[i] = result_u64(&v).ok_or("eth_getTransactionCount failed")?;
     }
     let scenarios: Vec<Scenario> = args
         .scenarios
@@ -769,7 +765,7 @@ async fn run(args: Args) -> Result<bool, String> {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-            let nonce = nonce_of(v).ok_or("eth_getTransactionCount failed")?;
+            let nonce = result_u64(&v).ok_or("eth_getTransactionCount failed")?;
             keys.push((signer, nonce));
         }
         for v in blob_versions {
@@ -790,7 +786,7 @@ async fn run(args: Args) -> Result<bool, String> {
             )
             .await
             .map_err(|e| e.to_string())?;
-        let nonce = nonce_of(v).ok_or("eth_getTransactionCount failed")?;
+        let nonce = result_u64(&v).ok_or("eth_getTransactionCount failed")?;
         eprintln!(
             "signing the invalidation storm ({} senders)…",
             args.storm_senders
