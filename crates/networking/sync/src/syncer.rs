@@ -548,7 +548,6 @@ impl<S: BlockSource> Syncer<S> {
         self.reset();
     }
 
-    /// Forgets downloaded headers and blocks, and what the importer has queued.
     /// Whether the state comes by snap: the node holds no block past genesis, or an
     /// earlier run left a snap sync under way.
     fn wants_snap(&self) -> Result<bool, Stop> {
@@ -560,9 +559,7 @@ impl<S: BlockSource> Syncer<S> {
             }
             // The chain moved past genesis by other means (the engine API imported
             // blocks on genesis' state): the download is of no use any more.
-            let mut batch = WriteBatch::new();
-            batch.clear_snap_state().set_snap_progress(None);
-            store.commit(batch).map_err(retry)?;
+            self.drop_snap_download()?;
             return Ok(false);
         }
         Ok(!self.snap_off && at_genesis)
@@ -602,9 +599,7 @@ impl<S: BlockSource> Syncer<S> {
                 if building {
                     return Err(retry("no snap peer to finish the snap sync"));
                 }
-                let mut batch = WriteBatch::new();
-                batch.clear_snap_state().set_snap_progress(None);
-                store.commit(batch).map_err(retry)?;
+                self.drop_snap_download()?;
                 self.snap_off = true;
                 tracing::warn!("no peer serves snap/1: full sync from the local head instead");
                 Err(retry("snap sync given up for full sync"))
@@ -632,14 +627,20 @@ impl<S: BlockSource> Syncer<S> {
             }
             // The pivot is unusable, or what was built does not match: start over.
             Err(e @ (SnapError::Pivot(_) | SnapError::Mismatch(_))) => {
-                let mut batch = WriteBatch::new();
-                batch.clear_snap_state().set_snap_progress(None);
-                self.chain.store().commit(batch).map_err(retry)?;
+                self.drop_snap_download()?;
                 Err(retry(e))
             }
         }
     }
 
+    /// Drops the snap download and its record (the next snap sync starts over).
+    fn drop_snap_download(&self) -> Result<(), Stop> {
+        let mut batch = WriteBatch::new();
+        batch.clear_snap_state().set_snap_progress(None);
+        self.chain.store().commit(batch).map_err(retry)
+    }
+
+    /// Forgets downloaded headers and blocks, and what the importer has queued.
     fn reset(&mut self) {
         self.skeleton.clear();
         self.ready.clear();
