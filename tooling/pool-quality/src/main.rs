@@ -641,7 +641,6 @@ fn explain_losses(s: &[StreamTx], out: &Outcome) {
     let mut tips: Vec<u128> = s.iter().filter(|t| t.includable).map(|t| t.tip).collect();
     tips.sort_unstable();
     let rich = tips.get(tips.len() * 9 / 10).copied().unwrap_or(0);
-    // Per sender: nonce -> (held by the pool, refusal of its first includable copy).
     // Per sender, per nonce: held at the end, why its first copy was refused, best tip.
     type Nonces = std::collections::BTreeMap<u64, (bool, Option<String>, u128)>;
     let mut by_sender: HashMap<usize, Nonces> = HashMap::new();
