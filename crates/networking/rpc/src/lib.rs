@@ -31,6 +31,13 @@
 //! refused with 429 ([`limits`]), and no client can hold a connection, a request slot or
 //! a WebSocket slot longer than the timeouts allow ([`server`]).
 //!
+//! On the dev node (`moat --dev`) the context also holds the dev keys (`eth_accounts`,
+//! `eth_sign`, `personal_sign`, `eth_signTypedData_v4`, `eth_sendTransaction`) and the dev
+//! block producer's queue: anvil's test-chain methods (`evm_*`, `anvil_*`, `hardhat_*`)
+//! are [`DevRequest`]s the node's producer serves between blocks. Elsewhere the key set is
+//! empty (`eth_sign` and `eth_sendTransaction` answer geth's "unknown account") and the
+//! dev-only methods are "method not found".
+//!
 //! The engine API ([`engine`]) is a second server on its own port (8551), every request
 //! authenticated by a JWT; it shares this crate's JSON helpers and block/tx encoders.
 
