@@ -661,14 +661,19 @@ mod tests {
         assert_eq!(t.allow(), Some(2));
     }
 
-    #[test]
-    fn a_connection_is_due_by_its_phase() {
+    /// A connection from 127.0.0.1 in a table of one.
+    fn one_conn() -> Conn {
         let t = ConnTable::new(ConnLimits {
             total: 1,
             per_ip: 1,
         });
         let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let conn = Conn::new(remote, t.try_open(remote.ip()).unwrap());
+        Conn::new(remote, t.try_open(remote.ip()).unwrap())
+    }
+
+    #[test]
+    fn a_connection_is_due_by_its_phase() {
+        let conn = one_conn();
         let timeouts = HttpTimeouts::default();
         assert_eq!(conn.deadline(&timeouts).unwrap().1, "read_header");
         conn.begin_request();
@@ -684,12 +689,7 @@ mod tests {
 
     #[test]
     fn the_watchdog_looks_before_any_deadline_a_later_event_can_set() {
-        let t = ConnTable::new(ConnLimits {
-            total: 1,
-            per_ip: 1,
-        });
-        let remote: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let conn = Conn::new(remote, t.try_open(remote.ip()).unwrap());
+        let conn = one_conn();
         let timeouts = HttpTimeouts {
             read: Duration::from_secs(30),
             read_header: Duration::from_secs(20),
