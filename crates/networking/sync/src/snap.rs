@@ -957,13 +957,17 @@ impl<S: BlockSource> Run<'_, S> {
                 // rest asked again (a peer that lies costs time, not correctness: healed
                 // nodes are checked by hash).
                 Err(_) if p.heal && accounts.len() > 1 => {
-                    // Lists beyond the accounts asked (a peer's excess) are never read.
-                    let whole = (0..slots.len().min(accounts.len())).take_while(|&i| {
+                    // Each leading trie checked whole, once; lists beyond the accounts
+                    // asked (a peer's excess) are never read.
+                    let mut whole = Vec::new();
+                    for i in 0..slots.len().min(accounts.len()) {
                         let from = if i == 0 { origin } else { B256::ZERO };
-                        check_storage(&accounts[i..=i], from, &slots[i..=i], &[]).is_ok()
-                    });
-                    let k = whole.count();
-                    if k == 0 {
+                        match check_storage(&accounts[i..=i], from, &slots[i..=i], &[]) {
+                            Ok((mut d, _)) => whole.append(&mut d),
+                            Err(_) => break,
+                        }
+                    }
+                    if whole.is_empty() {
                         queue.push_back(Work::Storage {
                             first,
                             accounts: vec![accounts[0]],
@@ -976,13 +980,7 @@ impl<S: BlockSource> Run<'_, S> {
                         });
                         continue;
                     }
-                    match check_storage(&accounts[..k], origin, &slots[..k], &[]) {
-                        Ok((decoded, _)) => (decoded, false),
-                        Err(_) => {
-                            queue.push_back(work);
-                            continue;
-                        }
-                    }
+                    (whole, false)
                 }
                 Err(_) if p.heal => {
                     self.skip_storage(p, &list, &mut done, &mut lowest_open, first)?;
