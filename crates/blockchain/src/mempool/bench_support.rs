@@ -146,23 +146,16 @@ pub fn admission_with_eviction(base: &[Signed], txs: &[Signed]) -> Duration {
         txs.len() <= base.len(),
         "each newcomer needs a cheaper tx to evict"
     );
+    // The base is admitted as remote: [`pool_with`] admits it as local, which is exempt
+    // from eviction within the local share.
     let state = funded_state(&[base, txs]);
     let mut cfg = roomy_config();
     cfg.pending = SubPoolLimit::new(base.len(), 1 << 30);
-    let pool = pool_with(cfg, state, base);
-    // The base was admitted as local (exempt from eviction): start over as remote.
-    let pool = {
-        drop(pool);
-        let state = funded_state(&[base, txs]);
-        let mut cfg = roomy_config();
-        cfg.pending = SubPoolLimit::new(base.len(), 1 << 30);
-        let p = Pool::new(cfg, state);
-        for s in base.iter().chain(txs) {
-            p.sender_cache().insert(s.hash, s.sender);
-        }
-        time_admissions(&p, base, TxOrigin::Peer(B512::ZERO));
-        p
-    };
+    let pool = Pool::new(cfg, state);
+    for s in base.iter().chain(txs) {
+        pool.sender_cache().insert(s.hash, s.sender);
+    }
+    time_admissions(&pool, base, TxOrigin::Peer(B512::ZERO));
     let (elapsed, ok) = time_admissions(&pool, txs, TxOrigin::Peer(B512::ZERO));
     assert_eq!(ok, txs.len(), "every better tx got in");
     assert_eq!(pool.status().pending.txs, base.len());
