@@ -495,7 +495,7 @@ mod tests {
     use super::*;
 
     #[test]
-    pub(super) fn known_txs_are_bounded() {
+    fn known_txs_are_bounded() {
         let mut k = KnownTxs::default();
         for i in 0..(KNOWN_TXS + 10) as u64 {
             k.insert(B256::from(alloy_primitives::U256::from(i)));
