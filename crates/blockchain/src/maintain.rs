@@ -179,8 +179,9 @@ pub fn reorg_update(
     update.touched.sort_unstable();
     update.touched.dedup();
     let store = chain.store();
+    let mined: std::collections::HashSet<_> = update.mined.iter().copied().collect();
     for tx in removed.iter().flat_map(|b| &b.transactions) {
-        if update.mined.contains(&tx.hash()) {
+        if mined.contains(&tx.hash()) {
             continue;
         }
         if tx.tx_type() != TxType::Eip4844 {
