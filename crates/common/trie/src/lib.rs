@@ -37,6 +37,7 @@ use std::collections::{HashMap as StdHashMap, HashSet as StdHashSet};
 
 pub mod range;
 pub mod sorted;
+pub mod subtrie;
 
 pub use sorted::SortedBuilder;
 
@@ -818,7 +819,18 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
             self.read_source(&[])?.map(keccak256)
         };
         let root = root.unwrap_or(EMPTY_ROOT);
-        let mut writes = Vec::with_capacity(self.touched.len());
+        let (mut writes, removed) = self.writes(encoded)?;
+        writes.extend(removed);
+        Ok(TrieCommit { root, writes })
+    }
+
+    /// The writes of hashed nodes `encoded` (those that differ from the store, with what
+    /// it held) and the removals of the touched paths left empty (sorted by path).
+    fn writes(
+        &mut self,
+        encoded: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(Vec<TrieWrite>, Vec<TrieWrite>), TrieError> {
+        let mut writes = Vec::with_capacity(encoded.len());
         for (path, rlp) in encoded {
             self.load_original(&path)?;
             let old = self.original.remove(&path).flatten();
@@ -844,17 +856,18 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
             }
         }
         removed.sort_unstable();
+        let mut removals = Vec::new();
         for path in removed {
             self.load_original(&path)?;
             if let Some(old) = self.original.remove(&path).flatten() {
-                writes.push(TrieWrite {
+                removals.push(TrieWrite {
                     path,
                     node: None,
                     old: Some(old),
                 });
             }
         }
-        Ok(TrieCommit { root, writes })
+        Ok((writes, removals))
     }
 }
 
