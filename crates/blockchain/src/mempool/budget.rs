@@ -24,6 +24,7 @@
 //!   identity from there starts with that history, not a clean slate;
 //! - local RPC has its own bucket, which no peer can drain.
 
+use super::lanes::{Lane, Standing};
 use alloy_primitives::B512;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -168,6 +169,9 @@ pub struct BudgetConfig {
     pub useless_cpu_per_admitted_us: u64,
     /// How long a subnet's history is kept after its last peer left.
     pub history_ttl: Duration,
+    /// Untrusted origins' admission work runs in its own low-priority lane
+    /// ([`super::lanes`]); off, all of it runs in the trusted lane.
+    pub lanes: bool,
 }
 
 impl BudgetConfig {
@@ -187,6 +191,7 @@ impl BudgetConfig {
             useless_min_cpu_us: 100_000,
             useless_cpu_per_admitted_us: 2_000,
             history_ttl: Duration::from_secs(600),
+            lanes: true,
         }
     }
 
@@ -560,6 +565,29 @@ impl Budgets {
         Verdict::Wait(wait.min(MAX_WAIT))
     }
 
+    /// The lane of a peer's next unit of admission work ([`super::lanes`]): by its
+    /// record (its subnet's history included) and its budget's state. The trusted lane
+    /// when lanes are off; an unknown peer is new.
+    pub fn lane(&self, id: &B512, now: Instant) -> Lane {
+        if !self.cfg.lanes {
+            return Lane::Trusted;
+        }
+        self.standing(id, now).lane()
+    }
+
+    /// A peer's [`Standing`].
+    pub fn standing(&self, id: &B512, now: Instant) -> Standing {
+        let mut l = self.ledger.lock();
+        l.all_peers.refill(now);
+        let all = l.all_peers;
+        let Some(a) = l.peers.get_mut(id) else {
+            return Standing::PeerNew;
+        };
+        a.bucket.refill(now);
+        let over = decide(&a.bucket, &all).is_some();
+        Standing::of_peer(a.admitted, a.rejected, over, a.useless)
+    }
+
     /// Charges local RPC for a submission.
     pub fn charge_rpc(&self, spent: Spent, now: Instant) {
         metrics::counter!("moat_pool_admission_cpu_us_total", "origin" => "rpc")
@@ -648,6 +676,7 @@ mod tests {
             useless_min_cpu_us: 100_000,
             useless_cpu_per_admitted_us: 2_000,
             history_ttl: Duration::from_secs(600),
+            lanes: true,
         }
     }
 

@@ -11,6 +11,7 @@ mod config;
 mod error;
 mod journal;
 mod kzg;
+pub mod lanes;
 mod metrics;
 mod pool;
 mod shields;
@@ -23,6 +24,7 @@ pub use budget::{
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, PeerCost, Rejection, SubPool};
 pub use journal::{Journal, JournalContents, JournalReload, ReloadFate, Snapshot};
+pub use lanes::{Lane, Standing};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;
 pub use shields::{Backpressure, InFlight, RecentFailures, SenderCache};
@@ -199,7 +201,9 @@ struct Shared {
     bad_sidecars: RecentFailures,
     in_flight: InFlight,
     backpressure: Backpressure,
-    kzg: Arc<KzgBatcher>,
+    /// One batcher per lane ([`lanes`]): a trusted blob tx never waits for a batch of
+    /// untrusted ones, nor runs on the untrusted lane's low-priority threads.
+    kzg: [Arc<KzgBatcher>; 2],
     budgets: Budgets,
     metrics: Arc<PoolMetrics>,
     pending_events: broadcast::Sender<B256>,
@@ -403,7 +407,8 @@ impl Pool {
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
             in_flight: InFlight::default(),
             backpressure: Backpressure::new(cfg.max_in_flight, cfg.max_in_flight_per_origin),
-            kzg: Arc::new(KzgBatcher::new(cfg.max_kzg_batch, Arc::clone(&metrics))),
+            kzg: [(); 2]
+                .map(|_| Arc::new(KzgBatcher::new(cfg.max_kzg_batch, Arc::clone(&metrics)))),
             budgets: Budgets::new(cfg.budget.clone()),
             metrics,
             pending_events: broadcast::channel(4096).0,
@@ -803,7 +808,11 @@ impl Pool {
             )));
         }
         meter.pause();
-        let verdict = s.kzg.verify(bundle).await;
+        let batcher = match lanes::current() {
+            Lane::Trusted => &s.kzg[0],
+            Lane::Untrusted => &s.kzg[1],
+        };
+        let verdict = batcher.verify(bundle).await;
         meter.resume();
         match verdict {
             Some((Ok(()), cpu_ns)) => meter.add_kzg_share(cpu_ns),

@@ -18,6 +18,9 @@
 //!   or left out of its reply) against those it delivered; a waiting hash goes to its
 //!   announcer with the best record, so a hash a never-delivering peer announced first
 //!   is asked of an honest announcer as soon as the first peer has failed once;
+//! - a peer that leaves hands its record to its IPv4 /24 (IPv6 /64), as its admission
+//!   budget does: a new identity from there starts with that record, not a clean one
+//!   ([`Fetcher::attach_peer`]);
 //! - when the fetcher tracks as many hashes as it may, a peer announcing less than the
 //!   biggest announcer takes the place of one of that announcer's waiting hashes, so a
 //!   crowd of peers announcing hashes they never deliver cannot crowd out an honest
@@ -27,7 +30,9 @@
 
 use crate::rlpx::PeerId;
 use alloy_primitives::B256;
+use moat_blockchain::mempool::budget::Subnet;
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -97,6 +102,8 @@ struct PeerState {
     delivered: u64,
     /// Hashes it was asked for and did not deliver (timed out, or left out).
     undelivered: u64,
+    /// Where it connected from (none for a peer never attached).
+    subnet: Option<Subnet>,
 }
 
 impl PeerState {
@@ -149,12 +156,27 @@ pub enum DeliveryError {
 /// cost a peer.
 pub const SIZE_TOLERANCE: usize = 8;
 
+/// Subnets whose departed peers' records are remembered at most (the longest gone are
+/// forgotten first).
+const MAX_SUBNET_RECORDS: usize = 4096;
+
+/// A subnet's delivery record, left by its peers that went away.
+#[derive(Debug, Clone, Copy)]
+struct SubnetRecord {
+    delivered: u64,
+    undelivered: u64,
+    /// When it was last written, in departures (for forgetting the oldest).
+    seq: u64,
+}
+
 /// The fetcher's state.
 #[derive(Debug)]
 pub struct Fetcher {
     cfg: FetcherConfig,
     hashes: Map<B256, HashState>,
     peers: Map<PeerId, PeerState>,
+    subnets: Map<Subnet, SubnetRecord>,
+    departures: u64,
     next_id: u64,
 }
 
@@ -164,8 +186,57 @@ impl Fetcher {
             cfg,
             hashes: Map::default(),
             peers: Map::default(),
+            subnets: Map::default(),
+            departures: 0,
             next_id: 1,
         }
+    }
+
+    /// A peer connected from `ip`: it starts with the delivery record its subnet's
+    /// departed peers left, if any.
+    pub fn attach_peer(&mut self, peer: PeerId, ip: IpAddr) {
+        let subnet = Subnet::of(ip);
+        let (delivered, undelivered) = self
+            .subnets
+            .get(&subnet)
+            .map_or((0, 0), |r| (r.delivered, r.undelivered));
+        let state = self.peers.entry(peer).or_default();
+        state.subnet = Some(subnet);
+        state.delivered = state.delivered.max(delivered);
+        state.undelivered = state.undelivered.max(undelivered);
+    }
+
+    /// What a departing peer leaves its subnet: of its record and the subnet's, the one
+    /// with more strikes.
+    fn remember_subnet(&mut self, state: &PeerState) {
+        let Some(subnet) = state.subnet else {
+            return;
+        };
+        self.departures += 1;
+        let mine = SubnetRecord {
+            delivered: state.delivered,
+            undelivered: state.undelivered,
+            seq: self.departures,
+        };
+        let strikes = |r: &SubnetRecord| r.undelivered.saturating_sub(r.delivered);
+        let kept = match self.subnets.get(&subnet) {
+            Some(r) if strikes(r) > strikes(&mine) => SubnetRecord {
+                seq: mine.seq,
+                ..*r
+            },
+            _ => mine,
+        };
+        if self.subnets.len() >= MAX_SUBNET_RECORDS
+            && !self.subnets.contains_key(&subnet)
+            && let Some(oldest) = self
+                .subnets
+                .iter()
+                .min_by_key(|(_, r)| r.seq)
+                .map(|(k, _)| *k)
+        {
+            self.subnets.remove(&oldest);
+        }
+        self.subnets.insert(subnet, kept);
     }
 
     /// Hashes tracked (waiting, requested or importing).
@@ -474,6 +545,7 @@ impl Fetcher {
         let Some(state) = self.peers.remove(&peer) else {
             return;
         };
+        self.remember_subnet(&state);
         let mut hashes: Vec<B256> = state.announced.into_iter().collect();
         if let Some(r) = state.request {
             hashes.extend(r.hashes);
@@ -741,6 +813,49 @@ mod tests {
         assert_eq!(got, vec![h(1)]);
         assert_eq!(f.peers[&honest].strikes(), 0);
         assert_eq!(f.peers[&attacker].strikes(), 256);
+    }
+
+    #[test]
+    fn a_new_identity_from_the_same_subnet_starts_with_its_record() {
+        let (attacker, honest) = (peer(1), peer(2));
+        let mut f = Fetcher::new(FetcherConfig::default());
+        let t0 = Instant::now();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        f.attach_peer(attacker, ip("10.0.0.1"));
+        f.attach_peer(honest, ip("10.0.9.1"));
+        f.announce(attacker, (100..356).map(|i| (h(i), meta(100))));
+        assert_eq!(f.schedule(t0).len(), 1);
+        assert_eq!(f.expire(t0 + Duration::from_secs(5)), vec![attacker]);
+        f.remove_peer(attacker);
+        // Back with a new key from another address of the same /24: its 256 strikes
+        // came with it, so a hash it announces first still goes to the honest peer.
+        let again = peer(3);
+        f.attach_peer(again, ip("10.0.0.77"));
+        assert_eq!(f.peers[&again].strikes(), 256);
+        f.announce(again, [(h(1), meta(100))]);
+        f.announce(honest, [(h(1), meta(100))]);
+        let reqs = f.schedule(t0 + Duration::from_secs(5));
+        assert!(
+            reqs.iter()
+                .any(|r| r.peer == honest && r.hashes == vec![h(1)]),
+            "{reqs:?}"
+        );
+        assert!(
+            reqs.iter()
+                .all(|r| r.peer != again || !r.hashes.contains(&h(1)))
+        );
+        // Another /24 starts clean; and a clean departure does not wash the record.
+        let elsewhere = peer(4);
+        f.attach_peer(elsewhere, ip("10.0.1.1"));
+        assert_eq!(f.peers[&elsewhere].strikes(), 0);
+        let clean = peer(5);
+        f.attach_peer(clean, ip("10.0.0.5"));
+        f.peers.get_mut(&clean).unwrap().undelivered = 0;
+        f.peers.get_mut(&clean).unwrap().delivered = 0;
+        f.remove_peer(clean);
+        let fourth = peer(6);
+        f.attach_peer(fourth, ip("10.0.0.6"));
+        assert_eq!(f.peers[&fourth].strikes(), 256);
     }
 
     #[test]

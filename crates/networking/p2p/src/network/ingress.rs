@@ -7,6 +7,7 @@ use crate::eth::{Announcement, EthMessage};
 use crate::fetcher::{Delivered, DeliveryError, FetchRequest, Meta};
 use crate::p2p::DisconnectReason;
 use alloy_primitives::{B256, Bytes};
+use moat_blockchain::mempool::lanes::{self, Lane};
 use moat_blockchain::mempool::{CpuMeter, PeerCost, TxInput, TxOrigin, Verdict};
 use moat_common::TxType;
 use moat_common::transaction::{BlobRules, PooledTransaction};
@@ -108,9 +109,15 @@ impl Network {
         if !self.await_budget(peer).await {
             return;
         }
-        let meter = CpuMeter::start();
-        self.on_announcement(peer, a);
-        self.inner.pool.charge(TxOrigin::Peer(peer.info.id), meter);
+        // Their lookups are a unit of work in the peer's lane, as its messages are.
+        let lane = self.lane_of(peer);
+        let (net, peer) = (self.clone(), peer.clone());
+        lanes::run(lane, async move {
+            let meter = CpuMeter::start();
+            net.on_announcement(&peer, a);
+            net.inner.pool.charge(TxOrigin::Peer(peer.info.id), meter);
+        })
+        .await;
     }
 
     pub(super) fn on_announcement(&self, peer: &Arc<Peer>, a: Announcement) {
@@ -275,73 +282,94 @@ impl Network {
     }
 
     /// Admits one peer's transactions in the order they came and applies the
-    /// consequences of what the pool says. Each chunk of a message is measured in CPU
-    /// and charged to the peer; before each, the peer's budget is asked, and a peer in
-    /// debt waits: its queue fills and its reader stops reading.
+    /// consequences of what the pool says. Each message is one unit of work in the lane
+    /// the peer's standing gives it when its turn comes (`mempool::lanes`): a peer with a
+    /// record of admitted transactions in the trusted lane, a new, poor or over-budget
+    /// one on the untrusted lane's low-priority threads.
     pub(super) async fn admission_worker(
         self,
         peer: Arc<Peer>,
         mut jobs: mpsc::Receiver<AdmissionJob>,
     ) {
-        let origin = TxOrigin::Peer(peer.info.id);
-        let pool = &self.inner.pool;
         while let Some(job) = jobs.recv().await {
             // One message's transactions, then the other tasks' turn (see run_peer).
             tokio::task::yield_now().await;
-            let fetched = job.fetched;
-            let mut txs = job.txs.into_iter().peekable();
-            while txs.peek().is_some() {
-                if !self.await_budget(&peer).await {
-                    return;
-                }
-                let chunk: Vec<_> = txs.by_ref().take(ADMISSION_CHUNK).collect();
-                let mut meter = CpuMeter::start();
-                // Senders of a large chunk are recovered on all cores first; the in-order
-                // admissions below then find them cached.
-                let raw: Vec<(B256, Bytes)> = chunk
-                    .iter()
-                    .filter_map(|(_, input)| match input {
-                        TxInput::Hashed(b, h) => Some((*h, b.clone())),
-                        TxInput::Raw(_) | TxInput::Decoded(_) => None,
-                    })
-                    .collect();
-                pool.warm_senders_hashed(&raw, &mut meter).await;
-                for (hash, input) in chunk {
-                    let result = pool.add_metered(input, origin, &mut meter).await;
-                    let cost = match &result {
-                        Ok(_) => PeerCost::None,
-                        Err(r) => r.peer_cost(),
-                    };
-                    if fetched && let Some(h) = hash {
-                        let mut f = self.inner.fetcher.lock();
-                        if cost == PeerCost::Fault {
-                            f.peer_fault(peer.info.id, &h);
-                        } else {
-                            f.settled(&h);
-                        }
-                    }
-                    match (cost, &result) {
-                        (PeerCost::Fault, Err(r)) => {
-                            pool.charge(origin, meter);
-                            let hash = hash.unwrap_or_default();
-                            self.fault(&peer, r.reason(), &format!("transaction {hash}: {r}"));
-                            if fetched {
-                                self.reschedule();
-                            }
-                            return;
-                        }
-                        (PeerCost::Penalty, Err(r)) => {
-                            self.penalize(&peer, INVALID_TX_PENALTY, r.reason())
-                        }
-                        _ => {}
-                    }
-                }
-                pool.charge(origin, meter);
-            }
-            if fetched {
-                self.reschedule();
+            let lane = self.lane_of(&peer);
+            let unit = self.clone().admit_job(peer.clone(), job);
+            if lanes::run(lane, unit).await != Some(true) {
+                return;
             }
         }
+    }
+
+    /// The lane of a peer's next unit of work.
+    pub(super) fn lane_of(&self, peer: &Peer) -> Lane {
+        self.inner
+            .pool
+            .budgets()
+            .lane(&peer.info.id, Instant::now())
+    }
+
+    /// One message's transactions: each chunk is measured in CPU and charged to the
+    /// peer; before each, the peer's budget is asked, and a peer in debt waits (its queue
+    /// fills and its reader stops reading). `false` when the peer is being dropped.
+    async fn admit_job(self, peer: Arc<Peer>, job: AdmissionJob) -> bool {
+        let origin = TxOrigin::Peer(peer.info.id);
+        let pool = &self.inner.pool;
+        let fetched = job.fetched;
+        let mut txs = job.txs.into_iter().peekable();
+        while txs.peek().is_some() {
+            if !self.await_budget(&peer).await {
+                return false;
+            }
+            let chunk: Vec<_> = txs.by_ref().take(ADMISSION_CHUNK).collect();
+            let mut meter = CpuMeter::start();
+            // Senders of a large chunk are recovered on all cores first; the in-order
+            // admissions below then find them cached.
+            let raw: Vec<(B256, Bytes)> = chunk
+                .iter()
+                .filter_map(|(_, input)| match input {
+                    TxInput::Hashed(b, h) => Some((*h, b.clone())),
+                    TxInput::Raw(_) | TxInput::Decoded(_) => None,
+                })
+                .collect();
+            pool.warm_senders_hashed(&raw, &mut meter).await;
+            for (hash, input) in chunk {
+                let result = pool.add_metered(input, origin, &mut meter).await;
+                let cost = match &result {
+                    Ok(_) => PeerCost::None,
+                    Err(r) => r.peer_cost(),
+                };
+                if fetched && let Some(h) = hash {
+                    let mut f = self.inner.fetcher.lock();
+                    if cost == PeerCost::Fault {
+                        f.peer_fault(peer.info.id, &h);
+                    } else {
+                        f.settled(&h);
+                    }
+                }
+                match (cost, &result) {
+                    (PeerCost::Fault, Err(r)) => {
+                        pool.charge(origin, meter);
+                        let hash = hash.unwrap_or_default();
+                        self.fault(&peer, r.reason(), &format!("transaction {hash}: {r}"));
+                        if fetched {
+                            self.reschedule();
+                        }
+                        return false;
+                    }
+                    (PeerCost::Penalty, Err(r)) => {
+                        self.penalize(&peer, INVALID_TX_PENALTY, r.reason())
+                    }
+                    _ => {}
+                }
+            }
+            pool.charge(origin, meter);
+        }
+        if fetched {
+            self.reschedule();
+        }
+        true
     }
 
     /// Waits while the peer's admission budget says so; `false` when it says to drop

@@ -232,6 +232,8 @@ impl Network {
             .pool
             .budgets()
             .attach_peer(remote_id, addr.ip(), Instant::now());
+        // Its delivery record in the fetcher: its subnet's, likewise.
+        self.inner.fetcher.lock().attach_peer(remote_id, addr.ip());
         metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
         tracing::info!(peer = %short(&remote_id), %addr, inbound, client = %hello.client_id, eth = framing.version, "peer connected");
 

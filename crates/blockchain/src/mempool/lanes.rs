@@ -1,0 +1,449 @@
+//! Admission lanes: honest work never waits behind attack work.
+//!
+//! Budgets ([`super::budget`]) bound an origin's share of the CPU over a second, not the
+//! queueing delay an honest transaction meets when attack work holds the cores. So each
+//! unit of admission work (a peer message's chunk, an announcement, an RPC request) is
+//! put in a lane by its origin's standing when it is scheduled ([`Standing::lane`], one
+//! exhaustive table):
+//! - the trusted lane runs where it always ran, on the node's runtime;
+//! - the untrusted lane runs on its own runtime, whose threads (workers and blocking
+//!   pool alike, so the ECDSA and KZG done for it too) run at the lowest priority the
+//!   kernel has (`SCHED_IDLE`; nice 19 where that is refused): the kernel preempts them
+//!   as soon as trusted work is runnable, and trusted work never sits in a queue behind
+//!   untrusted work. KZG batches are per lane for the same reason
+//!   ([`super::Pool`] keeps one batcher per lane).
+//!
+//! A lane is chosen per unit, so an origin moves between lanes as its record and budget
+//! change; one origin's units still run one after the other, in order. The lanes can be
+//! switched off (`BudgetConfig::lanes`, `--txpool.nolanes`): then everything runs in the
+//! trusted lane. Prometheus: `moat_pool_lane_units_total` and
+//! `moat_pool_lane_cpu_us_total`, by lane.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+/// Where a unit of admission work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// The node's runtime, at normal priority.
+    Trusted,
+    /// Low-priority threads of their own.
+    Untrusted,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 2] = [Lane::Trusted, Lane::Untrusted];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Trusted => "trusted",
+            Lane::Untrusted => "untrusted",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Lane::Trusted => 0,
+            Lane::Untrusted => 1,
+        }
+    }
+}
+
+/// What the node knows of an origin when it schedules the origin's next unit of work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// A local RPC connection whose record is not poor.
+    LocalRpc,
+    /// A local RPC connection whose submissions are mostly refused ([`is_poor`]).
+    LocalRpcPoor,
+    /// A peer with admitted transactions ([`PROVEN_ADMITTED`]), a record that is not poor,
+    /// within its budget.
+    PeerProven,
+    /// A peer with (almost) no admitted transactions yet: new, or silent so far.
+    PeerNew,
+    /// A peer in debt, or spending while all peers are over their budget.
+    PeerOverBudget,
+    /// A peer whose transactions are mostly refused, or judged useless.
+    PeerPoor,
+    /// The node's own work (reorged-out and journaled transactions).
+    Node,
+}
+
+impl Standing {
+    /// The rule table: standing → lane.
+    pub fn lane(self) -> Lane {
+        match self {
+            // The operator's own clients: trusted while they behave.
+            Standing::LocalRpc => Lane::Trusted,
+            // An RPC client flooding invalid or underpriced txs gets what is left over.
+            Standing::LocalRpcPoor => Lane::Untrusted,
+            // A peer whose transactions have been admitted relays real traffic.
+            Standing::PeerProven => Lane::Trusted,
+            // Anyone can open a connection with a fresh key: it earns its place first.
+            Standing::PeerNew => Lane::Untrusted,
+            // Past its budget a peer is being slowed; what it still gets, it gets last.
+            Standing::PeerOverBudget => Lane::Untrusted,
+            // Spending CPU that buys nothing.
+            Standing::PeerPoor => Lane::Untrusted,
+            // Head changes and restarts: the node's own bookkeeping.
+            Standing::Node => Lane::Trusted,
+        }
+    }
+
+    /// A peer's standing from its record (admitted and rejected transactions, history of
+    /// its subnet included) and its budget's state.
+    pub fn of_peer(admitted: u64, rejected: u64, over_budget: bool, useless: bool) -> Self {
+        if useless || is_poor(admitted, rejected) {
+            Standing::PeerPoor
+        } else if over_budget {
+            Standing::PeerOverBudget
+        } else if admitted < PROVEN_ADMITTED {
+            Standing::PeerNew
+        } else {
+            Standing::PeerProven
+        }
+    }
+
+    /// A local RPC connection's standing from its record.
+    pub fn of_rpc(admitted: u64, rejected: u64) -> Self {
+        if is_poor(admitted, rejected) {
+            Standing::LocalRpcPoor
+        } else {
+            Standing::LocalRpc
+        }
+    }
+}
+
+/// Admitted transactions that make a peer proven.
+pub const PROVEN_ADMITTED: u64 = 8;
+/// Rejections forgiven whatever the record (an honest client's nonce races, replacements
+/// too cheap, txs a relay sent twice).
+const POOR_SLACK: u64 = 64;
+/// A record is poor past this many rejections per admitted transaction.
+const POOR_RATIO: u64 = 4;
+
+/// Whether a record of submissions is mostly refusals: more than [`POOR_RATIO`] per
+/// admitted transaction, past [`POOR_SLACK`].
+pub fn is_poor(admitted: u64, rejected: u64) -> bool {
+    rejected > POOR_SLACK.saturating_add(admitted.saturating_mul(POOR_RATIO))
+}
+
+/// What one origin's submissions bought so far (an RPC connection's: peers keep theirs
+/// in [`super::Budgets`]).
+#[derive(Debug, Default)]
+pub struct Record {
+    admitted: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl Record {
+    pub fn note(&self, admitted: bool) {
+        let counter = if admitted {
+            &self.admitted
+        } else {
+            &self.rejected
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (admitted, rejected).
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.admitted.load(Ordering::Relaxed),
+            self.rejected.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The lane of an RPC connection with this record.
+    pub fn rpc_lane(&self) -> Lane {
+        let (admitted, rejected) = self.counts();
+        Standing::of_rpc(admitted, rejected).lane()
+    }
+}
+
+thread_local! {
+    /// Set on the untrusted lane's threads.
+    static UNTRUSTED_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The lane the calling thread belongs to.
+pub fn current() -> Lane {
+    if UNTRUSTED_THREAD.with(Cell::get) {
+        Lane::Untrusted
+    } else {
+        Lane::Trusted
+    }
+}
+
+/// Puts the calling thread at the lowest priority: `SCHED_IDLE` (it runs only when no
+/// normal thread wants the core), else nice 19. Whether either took.
+fn lower_this_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+            return true;
+        }
+        // SAFETY: gettid takes no arguments; setpriority on a tid sets that thread's nice.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+        // SAFETY: a plain syscall on this thread's own id.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 19) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// The untrusted lane's runtime: made on first use, as many workers as cores, every
+/// thread (blocking pool included) lowered at start. `None` if it cannot be made.
+fn untrusted_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RT.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cores)
+            .thread_name("moat-untrusted")
+            .on_thread_start(|| {
+                UNTRUSTED_THREAD.with(|t| t.set(true));
+                if !lower_this_thread() {
+                    tracing::warn!("untrusted admission lane: thread priority not lowered");
+                }
+            })
+            .enable_time()
+            .build()
+            .map_err(|e| tracing::warn!(error = %e, "untrusted admission lane not started"))
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Units of work run per lane, and their CPU (µs), since start; the same as Prometheus
+/// has, for tests and tools.
+static UNITS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+static CPU_US: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Units run in `lane` since start.
+pub fn units(lane: Lane) -> u64 {
+    UNITS[lane.index()].load(Ordering::Relaxed)
+}
+
+/// A future whose polls' thread CPU is counted to its lane.
+struct Metered<F> {
+    inner: Pin<Box<F>>,
+    lane: Lane,
+    ns: u64,
+}
+
+impl<F: Future> Future for Metered<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let started = super::budget::thread_cpu_ns();
+        let r = self.inner.as_mut().poll(cx);
+        self.ns += super::budget::thread_cpu_ns().saturating_sub(started);
+        if r.is_ready() {
+            let us = self.ns / 1_000;
+            self.ns = 0;
+            CPU_US[self.lane.index()].fetch_add(us, Ordering::Relaxed);
+            metrics::counter!("moat_pool_lane_cpu_us_total", "lane" => self.lane.as_str())
+                .increment(us);
+        }
+        r
+    }
+}
+
+/// Aborts the task when dropped: a unit whose caller went away (a dropped peer) stops.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one unit of admission work in `lane` and waits for it: the trusted lane runs it
+/// here; the untrusted lane on its low-priority threads (here if they could not be
+/// started). `None` if the unit panicked or was cancelled.
+pub async fn run<F>(lane: Lane, unit: F) -> Option<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    UNITS[lane.index()].fetch_add(1, Ordering::Relaxed);
+    metrics::counter!("moat_pool_lane_units_total", "lane" => lane.as_str()).increment(1);
+    let metered = Metered {
+        inner: Box::pin(unit),
+        lane,
+        ns: 0,
+    };
+    match (lane, untrusted_runtime()) {
+        (Lane::Untrusted, Some(rt)) if current() == Lane::Trusted => {
+            let mut task = AbortOnDrop(rt.spawn(metered));
+            (&mut task.0).await.ok()
+        }
+        _ => Some(metered.await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn the_table_puts_only_behaving_origins_in_the_trusted_lane() {
+        let trusted = [Standing::LocalRpc, Standing::PeerProven, Standing::Node];
+        let untrusted = [
+            Standing::LocalRpcPoor,
+            Standing::PeerNew,
+            Standing::PeerOverBudget,
+            Standing::PeerPoor,
+        ];
+        for s in trusted {
+            assert_eq!(s.lane(), Lane::Trusted, "{s:?}");
+        }
+        for s in untrusted {
+            assert_eq!(s.lane(), Lane::Untrusted, "{s:?}");
+        }
+        // Peers: a record of admitted txs is what earns trust; a poor record or being
+        // over budget loses it, whatever was admitted before.
+        assert_eq!(Standing::of_peer(0, 0, false, false), Standing::PeerNew);
+        assert_eq!(Standing::of_peer(7, 0, false, false), Standing::PeerNew);
+        assert_eq!(Standing::of_peer(8, 0, false, false), Standing::PeerProven);
+        assert_eq!(
+            Standing::of_peer(100, 400, false, false),
+            Standing::PeerProven
+        );
+        assert_eq!(
+            Standing::of_peer(100, 465, false, false),
+            Standing::PeerPoor
+        );
+        assert_eq!(
+            Standing::of_peer(100, 0, true, false),
+            Standing::PeerOverBudget
+        );
+        assert_eq!(Standing::of_peer(100, 0, false, true), Standing::PeerPoor);
+        assert_eq!(Standing::of_peer(0, 65, false, false), Standing::PeerPoor);
+        // RPC connections start trusted and lose it by a poor record.
+        assert_eq!(Standing::of_rpc(0, 0), Standing::LocalRpc);
+        assert_eq!(Standing::of_rpc(0, 64), Standing::LocalRpc);
+        assert_eq!(Standing::of_rpc(0, 65), Standing::LocalRpcPoor);
+        assert_eq!(Standing::of_rpc(1_000, 3_000), Standing::LocalRpc);
+        let r = Record::default();
+        for _ in 0..70 {
+            r.note(false);
+        }
+        assert_eq!(r.counts(), (0, 70));
+        assert_eq!(r.rpc_lane(), Lane::Untrusted);
+    }
+
+    /// One unit of work: a few thousand hashes (a few hundred µs of CPU), noting which
+    /// lane's thread ran it.
+    fn work(on_trusted: Arc<AtomicU64>) -> impl Future<Output = ()> + Send + 'static {
+        async move {
+            let mut x = [7u8; 32];
+            for _ in 0..2_000 {
+                x = *alloy_primitives::keccak256(std::hint::black_box(x));
+            }
+            std::hint::black_box(x);
+            if current() == Lane::Trusted {
+                on_trusted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Floods 4 × 50 untrusted units from tasks of a one-thread runtime (the node's
+    /// runtime here), then admits one trusted unit; returns how many untrusted units ran
+    /// on that runtime's thread between the trusted unit's arrival and its completion:
+    /// the work it waited behind, in units.
+    fn trusted_unit_waits_behind(untrusted: Lane) -> u64 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let on_trusted = Arc::new(AtomicU64::new(0));
+            let mut flood = Vec::new();
+            for _ in 0..4 {
+                let on_trusted = on_trusted.clone();
+                flood.push(tokio::spawn(async move {
+                    for _ in 0..50 {
+                        run(untrusted, work(on_trusted.clone())).await;
+                        // As the admission worker does after each message.
+                        tokio::task::yield_now().await;
+                    }
+                }));
+            }
+            // The flood is under way (each attacker task has queued its first unit).
+            tokio::task::yield_now().await;
+            let before = on_trusted.load(Ordering::Relaxed);
+            let mine = Arc::new(AtomicU64::new(0));
+            let trusted = tokio::spawn(run(Lane::Trusted, work(mine.clone())));
+            trusted.await.unwrap();
+            let waited = on_trusted.load(Ordering::Relaxed) - before;
+            assert_eq!(mine.load(Ordering::Relaxed), 1, "the trusted unit ran");
+            for f in flood {
+                f.await.unwrap();
+            }
+            waited
+        })
+    }
+
+    #[test]
+    fn an_untrusted_flood_does_not_delay_a_trusted_unit() {
+        // With lanes, the flood runs on the untrusted lane's threads: the trusted unit
+        // waits behind none of it on the node's runtime.
+        assert_eq!(trusted_unit_waits_behind(Lane::Untrusted), 0);
+        // Without them (everything in the trusted lane), the same flood's units run
+        // before it: each of the 4 attacker tasks gets at least its turn.
+        assert!(trusted_unit_waits_behind(Lane::Trusted) >= 4);
+    }
+
+    /// `SCHED_IDLE`, or nice 19 where that was refused.
+    fn this_thread_is_lowered() -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: plain syscalls about the calling thread.
+            unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::sched_getscheduler(0) == libc::SCHED_IDLE
+                    || libc::getpriority(libc::PRIO_PROCESS, tid) == 19
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            true
+        }
+    }
+
+    #[test]
+    fn the_untrusted_lane_runs_on_lowered_threads_and_counts_its_units() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let before = units(Lane::Untrusted);
+        let (lane, lowered) = rt
+            .block_on(run(Lane::Untrusted, async {
+                (current(), this_thread_is_lowered())
+            }))
+            .unwrap();
+        assert_eq!(lane, Lane::Untrusted);
+        assert!(
+            lowered,
+            "the untrusted lane's thread runs at normal priority"
+        );
+        assert!(units(Lane::Untrusted) > before);
+        // And the trusted lane runs the unit where it is called.
+        let here = rt
+            .block_on(run(Lane::Trusted, async { current() }))
+            .unwrap();
+        assert_eq!(here, Lane::Trusted);
+    }
+}
