@@ -20,8 +20,10 @@ use crate::undo::Undo;
 use crate::vm::AccountChange;
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
-use moat_storage::{Account, Store, StoreError, WriteBatch};
+use moat_storage::{Account, Store, StoreError, TrieNode, WriteBatch};
+use moat_trie::subtrie::{RootBranch, Subtrie, SubtrieCommit};
 use moat_trie::{NodeSource, Trie, TrieError, TrieWrite};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The account trie's owner.
 pub const ACCOUNT_TRIE: B256 = B256::ZERO;
@@ -155,122 +157,356 @@ pub fn state_root_after(
     state_update(store, changes).map(|u| (u.root, u.accounts))
 }
 
+/// Worker threads of the state-root update (0: one per available core, at most 16).
+static WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Below this many changed accounts a block's state root is computed on the calling
+/// thread alone: starting workers costs more than they save.
+pub const PARALLEL_MIN_ACCOUNTS: usize = 64;
+
+/// Sets how many threads compute a block's state root (the node's
+/// `--state-root-workers`): 0 for one per available core; 1 for the calling thread only.
+/// At most 16 are used (one per top-level subtrie).
+pub fn set_state_root_workers(n: usize) {
+    WORKERS.store(n, Ordering::Relaxed);
+}
+
+/// The threads a block's state root uses (the calling thread included).
+pub fn state_root_workers() -> usize {
+    match WORKERS.load(Ordering::Relaxed) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .clamp(1, 16)
+}
+
+/// The account trie's side of one account's update: the whole trie, or the subtrie of
+/// the account's first nibble.
+trait AccountTrie {
+    fn remove(&mut self, key: &B256) -> Result<Option<Vec<u8>>, TrieError>;
+    fn insert_with(
+        &mut self,
+        key: &B256,
+        value: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
+    ) -> Result<Option<Vec<u8>>, TrieError>;
+}
+
+impl<S: NodeSource + ?Sized> AccountTrie for Trie<'_, S> {
+    fn remove(&mut self, key: &B256) -> Result<Option<Vec<u8>>, TrieError> {
+        Trie::remove(self, key)
+    }
+    fn insert_with(
+        &mut self,
+        key: &B256,
+        value: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
+    ) -> Result<Option<Vec<u8>>, TrieError> {
+        Trie::insert_with(self, key, value)
+    }
+}
+
+impl<S: NodeSource + ?Sized> AccountTrie for Subtrie<'_, S> {
+    fn remove(&mut self, key: &B256) -> Result<Option<Vec<u8>>, TrieError> {
+        Subtrie::remove(self, key)
+    }
+    fn insert_with(
+        &mut self,
+        key: &B256,
+        value: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
+    ) -> Result<Option<Vec<u8>>, TrieError> {
+        Subtrie::insert_with(self, key, value)
+    }
+}
+
+/// A dropped storage: the undo record's slots and trie nodes, and the trie to drop if it
+/// held anything.
+type Wiped = ((Address, Vec<(B256, U256)>), (B256, Vec<TrieNode>), Option<B256>);
+
+/// What one account's changes add to a [`StateUpdate`], appended in the block's account
+/// order whichever thread computed it.
+#[derive(Default)]
+struct AccountOutcome {
+    /// Set when the account's storage was dropped: (undo.wiped, undo.wiped_tries, and
+    /// the trie to drop if it held anything).
+    wiped: Option<Wiped>,
+    slots: Vec<(Address, B256, U256)>,
+    /// The storage trie's writes, with their old nodes for the undo record (none when
+    /// the trie was wiped: the wiped trie's nodes are in the record whole).
+    storage_writes: Vec<TrieWrite>,
+    keep_storage_undo: bool,
+    undo_account: Option<(Address, Option<Account>)>,
+    account: Option<(Address, Option<Account>)>,
+}
+
+impl AccountOutcome {
+    fn append_to(self, owner: B256, update: &mut StateUpdate) {
+        if let Some((wiped, wiped_trie, drop)) = self.wiped {
+            update.undo.wiped.push(wiped);
+            update.undo.wiped_tries.push(wiped_trie);
+            update.wiped_tries.extend(drop);
+        }
+        update.undo.slots.extend(self.slots);
+        for mut w in self.storage_writes {
+            // The old node goes to the undo record (moved, not copied).
+            let old = w.old.take();
+            if self.keep_storage_undo {
+                update.undo.trie.push((owner, w.path.clone(), old));
+            }
+            update.trie_writes.push((owner, w));
+        }
+        update.undo.accounts.extend(self.undo_account);
+        update.accounts.extend(self.account);
+    }
+}
+
+/// One account's changes: its storage trie updated and committed, its leaf set or
+/// removed in `accounts`.
+fn update_account(
+    store: &Store,
+    source: &StoreNodes<'_>,
+    address: Address,
+    owner: B256,
+    list: &[&AccountChange],
+    accounts: &mut impl AccountTrie,
+) -> Result<AccountOutcome, StoreError> {
+    let mut out = AccountOutcome::default();
+    let last = list.last().expect("grouped changes are not empty");
+    let deleted = last.info.is_none();
+    let wiped = deleted || list.iter().any(|c| c.storage_wiped);
+    // What the block overwrites (for the undo record) comes from the trie leaves on
+    // the paths the update walks anyway; the flat state is read only for a wiped
+    // storage (all of it goes into the undo record) and for a slot changed twice in
+    // the list (its second old value would be the first new one).
+    let mut previous = None;
+    if wiped {
+        previous = store.account(&address)?;
+        let had_storage = previous.is_some_and(|p| p.storage_root != EMPTY_ROOT_HASH);
+        // The whole old storage and storage trie go into the undo record (taking the
+        // block back wipes what it wrote, then restores them).
+        let (slots, nodes) = if had_storage {
+            (store.storage_slots(&address)?, store.trie_nodes_of(&owner)?)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        out.wiped = Some((
+            (address, slots),
+            (owner, nodes),
+            had_storage.then_some(owner),
+        ));
+    }
+    let Some(info) = last.info else {
+        accounts.remove(&owner).map_err(trie_err)?;
+        out.undo_account = Some((address, previous));
+        out.account = Some((address, None));
+        return Ok(out);
+    };
+    let mut storage = if wiped {
+        Trie::wiped(source, owner)
+    } else {
+        Trie::new(source, owner)
+    };
+    let mut storage_changed = wiped;
+    let single = list.len() == 1;
+    for change in list {
+        if change.storage_wiped {
+            storage = Trie::wiped(source, owner);
+        }
+        for (slot, value) in &change.storage {
+            let key = hashed_slot(slot);
+            let old = if value.is_zero() {
+                storage.remove(&key).map_err(trie_err)?
+            } else {
+                storage.insert(&key, slot_leaf(value)).map_err(trie_err)?
+            };
+            if !wiped {
+                let before = if single {
+                    old.map_or(Ok(U256::ZERO), |raw| decode_slot_leaf(&owner, &raw))?
+                } else {
+                    store.storage(&address, slot)?
+                };
+                out.slots.push((address, *slot, before));
+            }
+            storage_changed = true;
+        }
+    }
+    let new_storage_root = if storage_changed {
+        let commit = storage.commit().map_err(trie_err)?;
+        out.storage_writes = commit.writes;
+        out.keep_storage_undo = !wiped;
+        Some(commit.root)
+    } else {
+        None
+    };
+    let mut written = None;
+    let mut from_leaf = None;
+    accounts
+        .insert_with(&owner, |old| {
+            let before = old
+                .map(|raw| decode_account_leaf(&owner, raw))
+                .transpose()?;
+            let storage_root = new_storage_root
+                .unwrap_or_else(|| before.map_or(EMPTY_ROOT_HASH, |p| p.storage_root));
+            let account = Account {
+                nonce: info.nonce,
+                balance: info.balance,
+                code_hash: info.code_hash,
+                storage_root,
+            };
+            from_leaf = before;
+            written = Some(account);
+            Ok(account_leaf(&account))
+        })
+        .map_err(trie_err)?;
+    let account = written.expect("insert_with calls its closure once it returns Ok");
+    out.undo_account = Some((address, if wiped { previous } else { from_leaf }));
+    out.account = Some((address, Some(account)));
+    Ok(out)
+}
+
 /// Everything applying `changes` (one block's) to the state in `store` writes.
+///
+/// A block of at least [`PARALLEL_MIN_ACCOUNTS`] accounts over an account trie whose
+/// root is a branch is computed on [`state_root_workers`] threads: the accounts are
+/// split by the first nibble of their hashed address, each of the 16 top-level subtries
+/// (its accounts' storage tries included) is updated and hashed by one worker, and the
+/// root branch is put together from their references. The result (root, records, trie
+/// writes, undo record, and their order) is the same as on one thread.
 pub fn state_update(store: &Store, changes: &[AccountChange]) -> Result<StateUpdate, StoreError> {
+    state_update_with_workers(store, changes, state_root_workers())
+}
+
+/// [`state_update`] on at most `workers` threads (1: the calling thread alone).
+pub fn state_update_with_workers(
+    store: &Store,
+    changes: &[AccountChange],
+    workers: usize,
+) -> Result<StateUpdate, StoreError> {
+    let grouped = crate::vm::group_by_address(changes);
+    let owners: Vec<B256> = grouped.iter().map(|(a, _)| hashed_address(a)).collect();
+    let workers = workers.clamp(1, 16);
+    if workers > 1
+        && grouped.len() >= PARALLEL_MIN_ACCOUNTS
+        && let Some(update) = parallel_update(store, &grouped, &owners, workers)?
+    {
+        return Ok(update);
+    }
+    sequential_update(store, &grouped, &owners)
+}
+
+type Grouped<'c> = [(Address, Vec<&'c AccountChange>)];
+
+fn sequential_update(
+    store: &Store,
+    grouped: &Grouped<'_>,
+    owners: &[B256],
+) -> Result<StateUpdate, StoreError> {
     let source = StoreNodes(store);
     let mut update = StateUpdate::default();
-    let grouped = crate::vm::group_by_address(changes);
     let mut accounts = Trie::new(&source, ACCOUNT_TRIE);
-    for (address, list) in grouped {
-        let owner = hashed_address(&address);
-        let last = list.last().expect("grouped changes are not empty");
-        let deleted = last.info.is_none();
-        let wiped = deleted || list.iter().any(|c| c.storage_wiped);
-        // What the block overwrites (for the undo record) comes from the trie leaves on
-        // the paths the update walks anyway; the flat state is read only for a wiped
-        // storage (all of it goes into the undo record) and for a slot changed twice in
-        // the list (its second old value would be the first new one).
-        let mut previous = None;
-        if wiped {
-            previous = store.account(&address)?;
-            let had_storage = previous.is_some_and(|p| p.storage_root != EMPTY_ROOT_HASH);
-            // The whole old storage and storage trie go into the undo record (taking the
-            // block back wipes what it wrote, then restores them).
-            let (slots, nodes) = if had_storage {
-                (store.storage_slots(&address)?, store.trie_nodes_of(&owner)?)
-            } else {
-                (Vec::new(), Vec::new())
-            };
-            update.undo.wiped.push((address, slots));
-            update.undo.wiped_tries.push((owner, nodes));
-            if had_storage {
-                update.wiped_tries.push(owner);
-            }
-        }
-        let Some(info) = last.info else {
-            accounts.remove(&owner).map_err(trie_err)?;
-            update.undo.accounts.push((address, previous));
-            update.accounts.push((address, None));
-            continue;
-        };
-        let mut storage = if wiped {
-            Trie::wiped(&source, owner)
-        } else {
-            Trie::new(&source, owner)
-        };
-        let mut storage_changed = wiped;
-        let single = list.len() == 1;
-        for change in list {
-            if change.storage_wiped {
-                storage = Trie::wiped(&source, owner);
-            }
-            for (slot, value) in &change.storage {
-                let key = hashed_slot(slot);
-                let old = if value.is_zero() {
-                    storage.remove(&key).map_err(trie_err)?
-                } else {
-                    storage.insert(&key, slot_leaf(value)).map_err(trie_err)?
-                };
-                if !wiped {
-                    let before = if single {
-                        old.map_or(Ok(U256::ZERO), |raw| decode_slot_leaf(&owner, &raw))?
-                    } else {
-                        store.storage(&address, slot)?
-                    };
-                    update.undo.slots.push((address, *slot, before));
-                }
-                storage_changed = true;
-            }
-        }
-        let new_storage_root = if storage_changed {
-            let commit = storage.commit().map_err(trie_err)?;
-            for mut w in commit.writes {
-                // The old node goes to the undo record (moved, not copied).
-                let old = w.old.take();
-                if !wiped {
-                    update.undo.trie.push((owner, w.path.clone(), old));
-                }
-                update.trie_writes.push((owner, w));
-            }
-            Some(commit.root)
-        } else {
-            None
-        };
-        let mut written = None;
-        let mut from_leaf = None;
-        accounts
-            .insert_with(&owner, |old| {
-                let before = old
-                    .map(|raw| decode_account_leaf(&owner, raw))
-                    .transpose()?;
-                let storage_root = new_storage_root
-                    .unwrap_or_else(|| before.map_or(EMPTY_ROOT_HASH, |p| p.storage_root));
-                let account = Account {
-                    nonce: info.nonce,
-                    balance: info.balance,
-                    code_hash: info.code_hash,
-                    storage_root,
-                };
-                from_leaf = before;
-                written = Some(account);
-                Ok(account_leaf(&account))
-            })
-            .map_err(trie_err)?;
-        let account = written.expect("insert_with calls its closure once it returns Ok");
-        update
-            .undo
-            .accounts
-            .push((address, if wiped { previous } else { from_leaf }));
-        update.accounts.push((address, Some(account)));
+    for ((address, list), owner) in grouped.iter().zip(owners) {
+        update_account(store, &source, *address, *owner, list, &mut accounts)?
+            .append_to(*owner, &mut update);
     }
     let commit = accounts.commit().map_err(trie_err)?;
+    finish(&mut update, commit);
+    Ok(update)
+}
+
+/// The account trie's writes into the update and its undo record.
+fn finish(update: &mut StateUpdate, commit: moat_trie::TrieCommit) {
     for mut w in commit.writes {
         let old = w.old.take();
         update.undo.trie.push((ACCOUNT_TRIE, w.path.clone(), old));
         update.trie_writes.push((ACCOUNT_TRIE, w));
     }
     update.root = commit.root;
-    Ok(update)
+}
+
+/// One worker's share: subtries (by nibble) with the outcome of each of their accounts.
+type SubtrieWork = (SubtrieCommit, Vec<(usize, AccountOutcome)>);
+
+/// [`state_update`] on `workers` threads; `None` when the account trie's root is not a
+/// branch or would not stay one (the caller computes the block on one thread).
+fn parallel_update(
+    store: &Store,
+    grouped: &Grouped<'_>,
+    owners: &[B256],
+    workers: usize,
+) -> Result<Option<StateUpdate>, StoreError> {
+    let source = StoreNodes(store);
+    let Some(root) = RootBranch::read(&source, &ACCOUNT_TRIE).map_err(trie_err)? else {
+        return Ok(None);
+    };
+    let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); 16];
+    for (i, owner) in owners.iter().enumerate() {
+        buckets[(owner[0] >> 4) as usize].push(i);
+    }
+    // Largest subtries first, so that the last one a worker takes is a small one.
+    let mut tasks: Vec<usize> = (0..16).filter(|n| !buckets[*n].is_empty()).collect();
+    tasks.sort_by_key(|n| std::cmp::Reverse(buckets[*n].len()));
+    let next = AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let work = || -> Result<Vec<SubtrieWork>, StoreError> {
+        let mut done = Vec::new();
+        while !failed.load(Ordering::Relaxed) {
+            let Some(&nibble) = tasks.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                break;
+            };
+            let run = || -> Result<SubtrieWork, StoreError> {
+                let mut sub = Subtrie::new(&source, ACCOUNT_TRIE, nibble as u8);
+                let mut outcomes = Vec::with_capacity(buckets[nibble].len());
+                for &i in &buckets[nibble] {
+                    let (address, list) = &grouped[i];
+                    outcomes.push((
+                        i,
+                        update_account(store, &source, *address, owners[i], list, &mut sub)?,
+                    ));
+                }
+                Ok((sub.commit().map_err(trie_err)?, outcomes))
+            };
+            match run() {
+                Ok(w) => done.push(w),
+                Err(e) => {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done)
+    };
+    let threads = workers.min(tasks.len());
+    let results: Vec<Result<Vec<SubtrieWork>, StoreError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut results = vec![work()];
+        for h in handles {
+            results.push(
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        results
+    });
+    let mut subtries = Vec::with_capacity(tasks.len());
+    let mut outcomes: Vec<Option<AccountOutcome>> = Vec::new();
+    outcomes.resize_with(grouped.len(), || None);
+    for result in results {
+        for (commit, list) in result? {
+            subtries.push(commit);
+            for (i, outcome) in list {
+                outcomes[i] = Some(outcome);
+            }
+        }
+    }
+    let Some(commit) = root.commit(subtries).map_err(trie_err)? else {
+        return Ok(None);
+    };
+    let mut update = StateUpdate::default();
+    for (outcome, owner) in outcomes.into_iter().zip(owners) {
+        outcome
+            .expect("every account belongs to one subtrie")
+            .append_to(*owner, &mut update);
+    }
+    finish(&mut update, commit);
+    Ok(Some(update))
 }
 
 /// The nodes of `address`'s storage trie built from nothing over `slots`, checked against
