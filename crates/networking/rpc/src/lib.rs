@@ -484,9 +484,14 @@ pub fn module(
             dev_methods::anvil_set(&ctx, name, params).await
         })?;
     }
-    m.register_async_method("eth_sendRawTransaction", |params, ctx, _| async move {
+    m.register_async_method("eth_sendRawTransaction", |params, ctx, ext| async move {
         count("eth_sendRawTransaction");
-        eth::send_raw_transaction(&ctx, params).await
+        let result = eth::send_raw_transaction(&ctx, params).await;
+        // The connection's record decides the lane of its next requests.
+        if let Some(meta) = ext.get::<server::RequestMeta>() {
+            meta.conn.record.note(result.is_ok());
+        }
+        result
     })?;
     m.register_subscription(
         "eth_subscribe",
@@ -548,6 +553,8 @@ struct Shared {
     ws_connections: Arc<ConnTable>,
     methods: Methods,
     stop: StopHandle,
+    /// Admission lanes on (`BudgetConfig::lanes`).
+    lanes: bool,
 }
 
 /// Binds `addr` behind the access checks and request limits and starts serving; returns
@@ -595,6 +602,7 @@ async fn serve(
         name: if http { "http" } else { "ws" },
         timeouts: config.timeouts,
         table: shared.connections.clone(),
+        lanes: shared.lanes,
     };
     let (methods, stop) = (shared.methods.clone(), shared.stop.clone());
     tokio::spawn(server::run(
@@ -610,6 +618,7 @@ async fn serve(
 pub async fn start(config: RpcConfig, mut ctx: RpcContext) -> Result<RpcHandle, RpcError> {
     ctx.max_response_size = config.max_response_body_size as usize;
     let heads = ctx.heads.clone();
+    let lanes = ctx.pool.budgets().config().lanes;
     let methods = module(ctx, config.client_version.clone())?;
     for (flag, api) in [
         ("--http.api", &config.http_api),
@@ -633,6 +642,7 @@ pub async fn start(config: RpcConfig, mut ctx: RpcContext) -> Result<RpcHandle, 
         ws_connections: ConnTable::new(config.ws_connections),
         methods: methods.into(),
         stop,
+        lanes,
     };
     let shared_port = config.ws_addr == Some(config.http_addr);
     let (http_addr, ws_addr) = match (config.serve_http, config.ws_addr) {

@@ -31,6 +31,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, StopHandle};
+use moat_blockchain::mempool::lanes::{self, Lane, Record};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
@@ -232,6 +233,10 @@ pub struct Conn {
     _slot: ConnSlot,
     /// The WebSocket slot, once the connection is upgraded.
     ws_slot: Mutex<Option<ConnSlot>>,
+    /// What its `eth_sendRawTransaction` calls bought: a connection whose submissions are
+    /// mostly refused has its next requests served in the untrusted lane
+    /// (`moat_blockchain::mempool::lanes`).
+    pub record: Record,
 }
 
 /// What the request layers learn of the connection a request came on.
@@ -254,6 +259,7 @@ impl Conn {
             }),
             _slot: slot,
             ws_slot: Mutex::new(None),
+            record: Record::default(),
         }
     }
 
@@ -420,6 +426,8 @@ type ResponseFuture =
 struct PerRequest<S> {
     service: S,
     conn: Arc<Conn>,
+    /// Requests of a connection with a poor record run in the untrusted lane.
+    lanes: bool,
 }
 
 impl<S> hyper::service::Service<hyper::Request<hyper::body::Incoming>> for PerRequest<S>
@@ -440,8 +448,17 @@ where
             started,
         });
         let fut = self.service.clone().call(req);
+        let lane = match self.lanes {
+            true => self.conn.record.rpc_lane(),
+            false => Lane::Trusted,
+        };
         Box::pin(async move {
-            let response = fut.await;
+            let response = match lane {
+                Lane::Trusted => fut.await,
+                Lane::Untrusted => lanes::run(lane, fut)
+                    .await
+                    .unwrap_or_else(|| Err("request cancelled".into())),
+            };
             drop(guard);
             response
         })
@@ -455,6 +472,9 @@ pub struct ServeOptions {
     pub name: &'static str,
     pub timeouts: HttpTimeouts,
     pub table: Arc<ConnTable>,
+    /// Serve a connection whose transaction submissions are mostly refused in the
+    /// untrusted admission lane.
+    pub lanes: bool,
 }
 
 static REFUSED_LOG: Throttle = Throttle::new(Duration::from_secs(10));
@@ -541,6 +561,7 @@ where
             service,
             opts.timeouts,
             opts.name,
+            opts.lanes,
             stop.clone(),
         ));
     }
@@ -552,6 +573,7 @@ async fn serve_connection<S>(
     service: S,
     timeouts: HttpTimeouts,
     name: &'static str,
+    lanes: bool,
     stop: StopHandle,
 ) where
     S: Service<HttpRequest, Response = HttpResponse, Error = BoxError> + Clone + Send + 'static,
@@ -560,6 +582,7 @@ async fn serve_connection<S>(
     let per_request = PerRequest {
         service,
         conn: Arc::clone(&conn),
+        lanes,
     };
     let io = TokioIo::new(TrackedIo {
         io: stream,

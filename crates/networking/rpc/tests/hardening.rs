@@ -512,3 +512,46 @@ async fn the_engine_port_checks_the_jwt_then_the_host() {
     assert_eq!(status, 401, "the JWT is checked first, as geth does");
     handle.stop();
 }
+
+/// One call on a kept-alive connection; the result or error object.
+async fn call_on(s: &mut TcpStream, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}).to_string();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (status, _, body) = exchange(s, &head, &body).await;
+    assert_eq!(status, 200);
+    serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test]
+async fn a_connection_whose_submissions_are_mostly_refused_is_served_in_the_untrusted_lane() {
+    use moat_blockchain::mempool::lanes::{self, Lane};
+    let handle = server(RpcConfig::default()).await;
+    let addr = handle.http_addr().unwrap();
+    let mut flood = connect_from([127, 0, 0, 1], addr).await;
+    // 64 refused submissions are forgiven: the connection is still trusted.
+    for _ in 0..64 {
+        let v = call_on(&mut flood, "eth_sendRawTransaction", json!(["0x00"])).await;
+        assert!(v.get("error").is_some(), "{v}");
+    }
+    let before = lanes::units(Lane::Untrusted);
+    call_on(&mut flood, "eth_chainId", json!([])).await;
+    assert_eq!(lanes::units(Lane::Untrusted), before, "trusted after 64");
+    // The 65th makes its record poor: its next requests run in the untrusted lane,
+    // and are still answered.
+    call_on(&mut flood, "eth_sendRawTransaction", json!(["0x00"])).await;
+    for _ in 0..5 {
+        let v = call_on(&mut flood, "eth_chainId", json!([])).await;
+        assert_eq!(v["result"], "0x539");
+    }
+    assert!(lanes::units(Lane::Untrusted) >= before + 5);
+    // Another connection of the same client keeps its own record: trusted.
+    let mut honest = connect_from([127, 0, 0, 1], addr).await;
+    let at = lanes::units(Lane::Untrusted);
+    for _ in 0..5 {
+        call_on(&mut honest, "eth_chainId", json!([])).await;
+    }
+    assert_eq!(lanes::units(Lane::Untrusted), at);
+}

@@ -293,6 +293,8 @@ pub async fn start_engine(
         name: "engine",
         timeouts: config.timeouts,
         table: ConnTable::new(config.connections),
+        // The consensus client's calls, behind a JWT: always trusted.
+        lanes: false,
     };
     let stop2 = stop.clone();
     tokio::spawn(server::run(listener, opts, stop, move || {
