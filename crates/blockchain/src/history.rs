@@ -9,8 +9,8 @@ use crate::chain::{Chain, ChainError};
 use crate::undo::{UNDO_DEPTH, Undo};
 use crate::vm::{AccountInfo, StateReader, VmError};
 use alloy_primitives::{Address, B256, Bytes, U256};
-use moat_storage::{Account, Store, StoreError};
-use std::collections::{HashMap, HashSet};
+use moat_storage::{Account, Store, StoreError, trie_node_key, trie_node_path, trie_owner_bounds};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The state after one block: the store, plus what changed since. With no overlay it
 /// is the head state itself: the one adapter execution reads state through, for block
@@ -32,10 +32,12 @@ struct Overlay {
     storage: HashMap<Address, HashMap<B256, U256>>,
     /// Accounts that did not exist back then: no storage at all.
     absent: HashSet<Address>,
-    /// Trie nodes as they were (`None`: absent), by owner and path.
-    nodes: HashMap<(B256, Vec<u8>), Option<Vec<u8>>>,
-    /// Tries that were, back then, exactly these nodes.
-    tries: HashMap<B256, HashMap<Vec<u8>, Vec<u8>>>,
+    /// Trie nodes as they were (`None`: absent), by their key in the store's trie-node
+    /// table ([`trie_node_key`]): sorted as the table is, so a range of the old trie is
+    /// the table's range with these laid over it.
+    nodes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Tries that were, back then, exactly these nodes (by the same key).
+    tries: HashMap<B256, BTreeMap<Vec<u8>, Vec<u8>>>,
 }
 
 impl StateAtBlock {
@@ -45,6 +47,16 @@ impl StateAtBlock {
             store,
             overlay: None,
         }
+    }
+
+    /// The state that `records` (the undo records of the blocks above it, newest first)
+    /// take the store's head state back to.
+    pub fn with_undo(store: Store, records: impl IntoIterator<Item = Undo>) -> Self {
+        let mut state = Self::head(store);
+        for undo in records {
+            state.apply(undo);
+        }
+        state
     }
 
     /// Lays one undo record over what is there (records must come newest first).
@@ -66,13 +78,21 @@ impl StateAtBlock {
             o.slots.insert((address, slot), old);
         }
         for (owner, list) in &undo.wiped_tries {
-            o.nodes.retain(|(w, _), _| w != owner);
-            o.tries.insert(*owner, list.iter().cloned().collect());
+            let (start, end) = trie_owner_bounds(owner);
+            let newer: Vec<Vec<u8>> = o.nodes.range(start..=end).map(|(k, _)| k.clone()).collect();
+            for key in newer {
+                o.nodes.remove(&key);
+            }
+            let trie = list
+                .iter()
+                .map(|(path, node)| (trie_node_key(owner, path), node.clone()))
+                .collect();
+            o.tries.insert(*owner, trie);
         }
         for (owner, path, old) in undo.trie {
             // A wiped trie's nodes come whole from its list.
             if !undo.wiped_tries.iter().any(|(w, _)| *w == owner) {
-                o.nodes.insert((owner, path), old);
+                o.nodes.insert(trie_node_key(&owner, &path), old);
             }
         }
     }
@@ -80,14 +100,61 @@ impl StateAtBlock {
     /// The trie node at `path` of trie `owner` as it was.
     pub fn trie_node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(o) = &self.overlay {
-            if let Some(old) = o.nodes.get(&(*owner, path.to_vec())) {
+            let key = trie_node_key(owner, path);
+            if let Some(old) = o.nodes.get(&key) {
                 return Ok(old.clone());
             }
             if let Some(trie) = o.tries.get(owner) {
-                return Ok(trie.get(path).cloned());
+                return Ok(trie.get(&key).cloned());
             }
         }
         self.store.trie_node(owner, path)
+    }
+
+    /// The nodes of trie `owner` as they were, from `path`'s key on, in the order of the
+    /// trie-node table ([`Store::trie_nodes_from`]), until `visit` returns `false`. The
+    /// head state is one scan of the table; an older one is that scan (or, for a trie
+    /// dropped since, its old node list) merged with the nodes the blocks since changed,
+    /// their old node taking the place of the table's, their absence dropping it.
+    pub fn trie_nodes_from(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        mut visit: impl FnMut(Vec<u8>, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let Some(o) = &self.overlay else {
+            return self.store.trie_nodes_from(owner, path, visit);
+        };
+        let start = trie_node_key(owner, path);
+        let (_, end) = trie_owner_bounds(owner);
+        let mut merge = Merge {
+            changed: o.nodes.range(start.clone()..=end.clone()).peekable(),
+            visit: &mut visit,
+            stopped: false,
+            error: None,
+        };
+        match o.tries.get(owner) {
+            Some(trie) => {
+                for (key, node) in trie.range(start..=end) {
+                    if !merge.next(key, None, node) {
+                        break;
+                    }
+                }
+            }
+            None => {
+                self.store.trie_nodes_from(owner, path, |path, node| {
+                    let key = trie_node_key(owner, &path);
+                    merge.next(&key, Some(path), node)
+                })?;
+            }
+        }
+        if !merge.stopped {
+            merge.rest();
+        }
+        match merge.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     pub fn account(&self, address: &Address) -> Result<Option<Account>, StoreError> {
@@ -115,6 +182,68 @@ impl StateAtBlock {
 
     pub fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, StoreError> {
         self.store.code(code_hash)
+    }
+}
+
+/// A merge of a trie's base nodes (the table's, in key order) with the overlay's changed
+/// nodes of the same trie, the overlay winning on equal keys.
+struct Merge<'a, I: Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)>, F> {
+    changed: std::iter::Peekable<I>,
+    visit: F,
+    stopped: bool,
+    error: Option<StoreError>,
+}
+
+impl<'a, I, F> Merge<'a, I, F>
+where
+    I: Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)>,
+    F: FnMut(Vec<u8>, &[u8]) -> bool,
+{
+    /// Hands `visit` a changed node that exists; whether to go on.
+    fn changed(&mut self, key: &[u8], node: &Option<Vec<u8>>) -> bool {
+        let Some(node) = node else { return true };
+        match trie_node_path(key) {
+            Ok(path) => (self.visit)(path, node),
+            Err(e) => {
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// The base node `key` (with its path, when the caller has it): first the changed
+    /// nodes before it, then it or the changed node in its place. Whether to go on.
+    fn next(&mut self, key: &[u8], path: Option<Vec<u8>>, node: &[u8]) -> bool {
+        let go_on = self.step(key, path, node);
+        self.stopped |= !go_on;
+        go_on
+    }
+
+    fn step(&mut self, key: &[u8], path: Option<Vec<u8>>, node: &[u8]) -> bool {
+        while let Some((k, old)) = self.changed.next_if(|(k, _)| k.as_slice() < key) {
+            if !self.changed(k, old) {
+                return false;
+            }
+        }
+        if let Some((k, old)) = self.changed.next_if(|(k, _)| k.as_slice() == key) {
+            return self.changed(k, old);
+        }
+        match path.map_or_else(|| trie_node_path(key), Ok) {
+            Ok(path) => (self.visit)(path, node),
+            Err(e) => {
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// The changed nodes after the last base node.
+    fn rest(&mut self) {
+        while let Some((k, old)) = self.changed.next() {
+            if !self.changed(k, old) {
+                return;
+            }
+        }
     }
 }
 
@@ -231,13 +360,13 @@ impl Chain {
     /// [`UNDO_DEPTH`] blocks back. Older state is gone ([`ChainError::HistoryUnavailable`]).
     pub fn state_at(&self, number: u64) -> Result<StateAtBlock, ChainError> {
         let (head, _) = self.head()?;
-        let mut state = StateAtBlock::head(self.store().clone());
         if number >= head {
-            return Ok(state);
+            return Ok(StateAtBlock::head(self.store().clone()));
         }
         if head - number > UNDO_DEPTH {
             return Err(ChainError::HistoryUnavailable { number, head });
         }
+        let mut state = StateAtBlock::head(self.store().clone());
         for n in (number + 1..=head).rev() {
             let hash = self
                 .store()
@@ -259,5 +388,205 @@ impl moat_trie::NodeSource for StateAtBlock {
     fn node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, moat_trie::TrieError> {
         self.trie_node(owner, path)
             .map_err(|e| moat_trie::TrieError::Source(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moat_storage::WriteBatch;
+
+    /// Trie nodes by (owner, path).
+    type Nodes = BTreeMap<(B256, Vec<u8>), Vec<u8>>;
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn path(&mut self) -> Vec<u8> {
+            let len = match self.below(4) {
+                0 => self.below(4),
+                1 => 64,
+                _ => self.below(65),
+            };
+            (0..len).map(|_| self.below(16) as u8).collect()
+        }
+
+        fn node(&mut self) -> Vec<u8> {
+            let len = 1 + self.below(40) as usize;
+            (0..len).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    /// The owners: the account trie, a trie changed in place, one wiped and rebuilt in
+    /// block 1, one created in block 1, one deleted in block 2.
+    const KEPT: [B256; 2] = [B256::ZERO, B256::repeat_byte(1)];
+    const REBUILT: B256 = B256::repeat_byte(2);
+    const CREATED: B256 = B256::repeat_byte(3);
+    const DELETED: B256 = B256::repeat_byte(4);
+
+    fn fill(rng: &mut Rng, nodes: &mut Nodes, owner: B256, count: usize) {
+        for _ in 0..count {
+            nodes.insert((owner, rng.path()), rng.node());
+        }
+    }
+
+    /// `before` with some nodes of `owners` deleted, some changed and some added.
+    fn changed(rng: &mut Rng, before: &Nodes, owners: &[B256]) -> Nodes {
+        let mut after = before.clone();
+        for (owner, path) in before.keys() {
+            if !owners.contains(owner) {
+                continue;
+            }
+            match rng.below(4) {
+                0 => {
+                    after.remove(&(*owner, path.clone()));
+                }
+                1 => {
+                    after.insert((*owner, path.clone()), rng.node());
+                }
+                _ => {}
+            }
+        }
+        for owner in owners {
+            fill(rng, &mut after, *owner, 60);
+        }
+        after
+    }
+
+    /// The undo record of a block that took `before` to `after`, dropping `wiped` whole.
+    fn undo(before: &Nodes, after: &Nodes, wiped: &[B256]) -> Undo {
+        let mut undo = Undo::default();
+        let keys: HashSet<&(B256, Vec<u8>)> = before.keys().chain(after.keys()).collect();
+        for key in keys {
+            if before.get(key) != after.get(key) {
+                undo.trie
+                    .push((key.0, key.1.clone(), before.get(key).cloned()));
+            }
+        }
+        for owner in wiped {
+            let list = before
+                .iter()
+                .filter(|((o, _), _)| o == owner)
+                .map(|((_, p), n)| (p.clone(), n.clone()))
+                .collect();
+            undo.wiped_tries.push((*owner, list));
+        }
+        undo
+    }
+
+    /// The nodes of `owner` from `path`'s key on, in the table's order.
+    fn expected(nodes: &Nodes, owner: &B256, path: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let start = trie_node_key(owner, path);
+        let mut out: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = nodes
+            .iter()
+            .filter(|((o, _), _)| o == owner)
+            .map(|((o, p), n)| (trie_node_key(o, p), p.clone(), n.clone()))
+            .filter(|(k, _, _)| *k >= start)
+            .collect();
+        out.sort();
+        out.into_iter().map(|(_, p, n)| (p, n)).collect()
+    }
+
+    fn scanned(
+        state: &StateAtBlock,
+        owner: &B256,
+        path: &[u8],
+        most: usize,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        state
+            .trie_nodes_from(owner, path, |p, n| {
+                out.push((p, n.to_vec()));
+                out.len() < most
+            })
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn an_older_tries_nodes_are_the_tables_merged_with_the_undo_records() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut v0 = Nodes::new();
+        for owner in KEPT.iter().chain([&REBUILT, &DELETED]) {
+            fill(&mut rng, &mut v0, *owner, 300);
+        }
+        // Block 1 changes the kept tries, rebuilds one from nothing and creates one.
+        let mut v1 = changed(&mut rng, &v0, &KEPT);
+        v1.retain(|(o, _), _| *o != REBUILT);
+        fill(&mut rng, &mut v1, REBUILT, 200);
+        fill(&mut rng, &mut v1, CREATED, 100);
+        // Block 2 changes the kept and new tries and deletes one.
+        let mut v2 = changed(&mut rng, &v1, &[KEPT[0], KEPT[1], REBUILT, CREATED]);
+        v2.retain(|(o, _), _| *o != DELETED);
+        let undo1 = undo(&v0, &v1, &[REBUILT]);
+        let undo2 = undo(&v1, &v2, &[DELETED]);
+
+        let store = Store::in_memory();
+        let mut batch = WriteBatch::new();
+        for ((owner, path), node) in &v2 {
+            batch.set_trie_node(*owner, path.clone(), Some(node.clone()));
+        }
+        store.commit(batch).unwrap();
+
+        let cases = [
+            (StateAtBlock::head(store.clone()), &v2),
+            (StateAtBlock::with_undo(store.clone(), [undo2.clone()]), &v1),
+            (StateAtBlock::with_undo(store.clone(), [undo2, undo1]), &v0),
+        ];
+        let owners = [
+            KEPT[0],
+            KEPT[1],
+            REBUILT,
+            CREATED,
+            DELETED,
+            B256::repeat_byte(9),
+        ];
+        for (back, (state, want)) in cases.iter().enumerate() {
+            for owner in &owners {
+                let mut starts = vec![vec![], vec![15; 64], vec![8], vec![0; 64]];
+                for _ in 0..30 {
+                    starts.push(rng.path());
+                }
+                // Starts on the nodes themselves, stored and changed ones alike.
+                starts.extend(
+                    v0.keys()
+                        .chain(v2.keys())
+                        .filter(|(o, _)| o == owner)
+                        .take(20)
+                        .map(|(_, p)| p.clone()),
+                );
+                for start in &starts {
+                    let all = expected(want, owner, start);
+                    assert_eq!(
+                        scanned(state, owner, start, usize::MAX),
+                        all,
+                        "{back} blocks back, owner {owner}, from {start:?}"
+                    );
+                    // A visit that stops ends the scan there.
+                    for most in [1, 7] {
+                        let got = scanned(state, owner, start, most);
+                        assert_eq!(got, all[..all.len().min(most)]);
+                    }
+                }
+            }
+            // Point reads agree with the scan.
+            for (owner, path) in v0.keys().chain(v1.keys()).chain(v2.keys()) {
+                assert_eq!(
+                    state.trie_node(owner, path).unwrap(),
+                    want.get(&(*owner, path.clone())).cloned()
+                );
+            }
+        }
     }
 }

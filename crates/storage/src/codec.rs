@@ -33,7 +33,7 @@ pub(crate) fn storage_key(address: &Address, slot: &B256) -> [u8; 52] {
 /// Key of a trie node: owner ‖ the path's nibbles packed two a byte ‖ the path length.
 /// The length makes paths of odd and even length distinct; all keys of one owner share
 /// the owner as prefix.
-pub(crate) fn trie_node_key(owner: &B256, path: &[u8]) -> Vec<u8> {
+pub fn trie_node_key(owner: &B256, path: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(32 + path.len().div_ceil(2) + 1);
     key.extend_from_slice(owner.as_slice());
     for pair in path.chunks(2) {
@@ -44,7 +44,7 @@ pub(crate) fn trie_node_key(owner: &B256, path: &[u8]) -> Vec<u8> {
 }
 
 /// The path of a trie node key (inverse of [`trie_node_key`] after the owner).
-pub(crate) fn trie_node_path(key: &[u8]) -> Result<Vec<u8>, StoreError> {
+pub fn trie_node_path(key: &[u8]) -> Result<Vec<u8>, StoreError> {
     let bad = || StoreError::Corrupt(format!("trie node key of {} bytes", key.len()));
     let (len, packed) = key.get(32..).and_then(|k| k.split_last()).ok_or_else(bad)?;
     let len = *len as usize;
@@ -59,7 +59,7 @@ pub(crate) fn trie_node_path(key: &[u8]) -> Result<Vec<u8>, StoreError> {
 }
 
 /// First and last possible trie node key of `owner`, both inclusive.
-pub(crate) fn trie_owner_bounds(owner: &B256) -> (Vec<u8>, Vec<u8>) {
+pub fn trie_owner_bounds(owner: &B256) -> (Vec<u8>, Vec<u8>) {
     let mut end = owner.to_vec();
     end.extend_from_slice(&[0xff; 34]);
     (owner.to_vec(), end)

@@ -45,6 +45,8 @@ mod snap;
 mod tests;
 
 pub use batch::WriteBatch;
+/// The trie-node table's key layout: what [`Store::trie_nodes_from`] scans in order.
+pub use codec::{trie_node_key, trie_node_path, trie_owner_bounds};
 pub use error::StoreError;
 
 use alloy_primitives::{Address, B256, Bytes, KECCAK256_EMPTY, U256};

@@ -20,7 +20,6 @@ use alloy_rlp::Encodable;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::history::StateAtBlock;
 use moat_common::rlp::{self, Fields, RlpError};
-use moat_storage::Store;
 use moat_trie::{EMPTY_ROOT, NodeSource, TrieError, range};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -533,18 +532,19 @@ fn convert_account(input: &[u8], to_slim: bool) -> Result<Vec<u8>, RlpError> {
 const ACCOUNTS: B256 = B256::ZERO;
 
 /// Calls `f` with the leaves of trie `owner` from `origin` on, in key order, until it
-/// returns `false`. With `scan` (the store, when `state` is its head state) they are read
-/// with one range scan of the trie-node table: the leaf on the origin's own path first,
-/// then every leaf stored after the origin's key. Otherwise the trie is walked node by
-/// node (older states, seen through their undo records).
+/// returns `false`. With `scan` (the same state as `state`) they are read with one range
+/// scan of the trie-node table, merged for an older state with the nodes the blocks
+/// since changed ([`StateAtBlock::trie_nodes_from`]): the leaf on the origin's own path
+/// first, then every leaf stored after the origin's key. Without it the trie is walked
+/// node by node.
 fn leaves_from<S: NodeSource + ?Sized>(
     state: &S,
-    scan: Option<&Store>,
+    scan: Option<&StateAtBlock>,
     owner: &B256,
     origin: &B256,
     mut f: impl FnMut(B256, &[u8]) -> bool,
 ) -> Result<(), TrieError> {
-    let Some(store) = scan else {
+    let Some(scan) = scan else {
         return range::walk_from(state, owner, origin, f);
     };
     let mut last = None;
@@ -557,25 +557,24 @@ fn leaves_from<S: NodeSource + ?Sized>(
         last = Some(key);
     }
     let mut corrupt = false;
-    store
-        .trie_nodes_from(owner, &moat_trie::nibbles(origin), |mut path, rlp| {
-            let Some((rest, value)) = range::decode_leaf(rlp) else {
-                return true;
-            };
-            path.extend_from_slice(&rest);
-            if path.len() != 64 {
-                corrupt = true;
-                return false;
-            }
-            let key = range::key_of(&path);
-            // Nodes on the origin's path may sort after it (their length byte).
-            if key < *origin || last.is_some_and(|l| key <= l) {
-                return true;
-            }
-            last = Some(key);
-            f(key, &value)
-        })
-        .map_err(|e| TrieError::Source(e.to_string()))?;
+    scan.trie_nodes_from(owner, &moat_trie::nibbles(origin), |mut path, rlp| {
+        let Some((rest, value)) = range::decode_leaf(rlp) else {
+            return true;
+        };
+        path.extend_from_slice(&rest);
+        if path.len() != 64 {
+            corrupt = true;
+            return false;
+        }
+        let key = range::key_of(&path);
+        // Nodes on the origin's path may sort after it (their length byte).
+        if key < *origin || last.is_some_and(|l| key <= l) {
+            return true;
+        }
+        last = Some(key);
+        f(key, &value)
+    })
+    .map_err(|e| TrieError::Source(e.to_string()))?;
     if corrupt {
         return Err(TrieError::Corrupt {
             owner: *owner,
@@ -598,7 +597,7 @@ type RootIndex = Option<(B256, Vec<(B256, u64)>)>;
 /// of the origin and of the last account.
 pub fn account_range<S: NodeSource + ?Sized>(
     state: &S,
-    scan: Option<&Store>,
+    scan: Option<&StateAtBlock>,
     origin: &B256,
     limit: &B256,
     bytes: u64,
@@ -633,7 +632,7 @@ pub fn account_range<S: NodeSource + ?Sized>(
 /// that starts past zero or is cut short comes with its proof and ends the answer.
 pub fn storage_ranges<S: NodeSource + ?Sized>(
     state: &S,
-    scan: Option<&Store>,
+    scan: Option<&StateAtBlock>,
     accounts: &[B256],
     origin: &B256,
     limit: &B256,
@@ -813,9 +812,8 @@ const CACHED_STATES: usize = 4;
 
 impl SnapServer {
     /// The number of the newest of the last [`SERVED_ROOTS`] canonical blocks whose
-    /// state root is `root`, with the head hash it was found under and whether it is
-    /// the head.
-    fn block_of(&self, chain: &Chain, root: &B256) -> Option<(u64, B256, bool)> {
+    /// state root is `root`, with the head hash it was found under.
+    fn block_of(&self, chain: &Chain, root: &B256) -> Option<(u64, B256)> {
         let (head, head_hash) = chain.head().ok()?;
         let mut roots = self.roots.lock();
         if roots.as_ref().is_none_or(|(h, _)| *h != head_hash) {
@@ -830,7 +828,7 @@ impl SnapServer {
         let (_, list) = roots.as_ref()?;
         list.iter()
             .find(|(r, _)| r == root)
-            .map(|(_, n)| (*n, head_hash, *n == head))
+            .map(|(_, n)| (*n, head_hash))
     }
 
     /// The state after block `number` under head `head_hash`, from the cache or built.
@@ -874,11 +872,11 @@ impl SnapServer {
         msg: &SnapMessage,
         deadline: Instant,
     ) -> Option<(SnapMessage, bool)> {
-        // The head state's leaves are scanned from the store; older ones are walked.
+        // Leaves are scanned from the trie-node table, through the undo records for an
+        // older state.
         let state_for = |root: &B256| {
-            let (number, head_hash, is_head) = self.block_of(chain, root)?;
-            let scan = is_head.then(|| chain.store());
-            Some((self.state(chain, head_hash, number)?, head_hash, scan))
+            let (number, head_hash) = self.block_of(chain, root)?;
+            Some((self.state(chain, head_hash, number)?, head_hash))
         };
         let unchanged = |head_hash: B256| chain.head().ok().map(|(_, h)| h) == Some(head_hash);
         Some(match msg {
@@ -889,16 +887,15 @@ impl SnapServer {
                 limit,
                 bytes,
             } => {
-                let Some((state, head, scan)) = state_for(root) else {
+                let Some((state, head)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
-                let (accounts, proof) = account_range(
-                    &*state, scan, origin, limit, *bytes, deadline,
-                )
-                .unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "snap: account range not served");
-                    Default::default()
-                });
+                let (accounts, proof) =
+                    account_range(&*state, Some(&state), origin, limit, *bytes, deadline)
+                        .unwrap_or_else(|e| {
+                            tracing::warn!(error = %e, "snap: account range not served");
+                            Default::default()
+                        });
                 let answer = SnapMessage::AccountRange {
                     request_id: *request_id,
                     accounts,
@@ -914,15 +911,22 @@ impl SnapServer {
                 limit,
                 bytes,
             } => {
-                let Some((state, head, scan)) = state_for(root) else {
+                let Some((state, head)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
-                let (slots, proof) =
-                    storage_ranges(&*state, scan, accounts, origin, limit, *bytes, deadline)
-                        .unwrap_or_else(|e| {
-                            tracing::warn!(error = %e, "snap: storage ranges not served");
-                            Default::default()
-                        });
+                let (slots, proof) = storage_ranges(
+                    &*state,
+                    Some(&state),
+                    accounts,
+                    origin,
+                    limit,
+                    *bytes,
+                    deadline,
+                )
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "snap: storage ranges not served");
+                    Default::default()
+                });
                 let answer = SnapMessage::StorageRanges {
                     request_id: *request_id,
                     slots,
@@ -949,7 +953,7 @@ impl SnapServer {
                 paths,
                 bytes,
             } => {
-                let Some((state, head, _)) = state_for(root) else {
+                let Some((state, head)) = state_for(root) else {
                     return Some((empty_answer(msg)?, true));
                 };
                 let nodes = trie_nodes(&*state, paths, *bytes, deadline).unwrap_or_else(|e| {
@@ -1002,6 +1006,8 @@ pub fn empty_answer(msg: &SnapMessage) -> Option<SnapMessage> {
 mod tests {
     use super::*;
     use alloy_primitives::{U256, keccak256};
+    use moat_blockchain::undo::Undo;
+    use moat_storage::Store;
     use moat_trie::range::verify_range_proof;
     use moat_trie::{MemoryNodes, Trie};
 
@@ -1363,21 +1369,20 @@ mod tests {
     }
 
     /// The world's tries in a store, as the head state.
-    fn stored(w: &World) -> (Store, StateAtBlock) {
+    fn stored(w: &World) -> StateAtBlock {
         let store = Store::in_memory();
         let mut batch = moat_storage::WriteBatch::new();
         for ((owner, path), rlp) in &w.nodes.nodes {
             batch.set_trie_node(*owner, path.clone(), Some(rlp.clone()));
         }
         store.commit(batch).unwrap();
-        let head = StateAtBlock::head(store.clone());
-        (store, head)
+        StateAtBlock::head(store)
     }
 
     #[test]
     fn the_head_scan_gives_what_the_walk_gives() {
         let w = world();
-        let (store, head) = stored(&w);
+        let head = stored(&w);
         let max = B256::repeat_byte(0xff);
         let mut origins = vec![B256::ZERO, max];
         for (k, _) in w.accounts.iter().chain(&w.slots) {
@@ -1396,7 +1401,7 @@ mod tests {
             B256::repeat_byte(9),
         ] {
             for origin in &origins {
-                let collect = |scan: Option<&Store>| {
+                let collect = |scan: Option<&StateAtBlock>| {
                     let mut out = Vec::new();
                     leaves_from(&head, scan, &owner, origin, |k, v| {
                         out.push((k, v.to_vec()));
@@ -1405,17 +1410,13 @@ mod tests {
                     .unwrap();
                     out
                 };
-                assert_eq!(
-                    collect(Some(&store)),
-                    collect(None),
-                    "{owner} from {origin}"
-                );
+                assert_eq!(collect(Some(&head)), collect(None), "{owner} from {origin}");
             }
         }
         for bytes in [0, 1000, 1 << 20] {
             for origin in &origins[..40] {
                 let scanned =
-                    account_range(&head, Some(&store), origin, &max, bytes, later()).unwrap();
+                    account_range(&head, Some(&head), origin, &max, bytes, later()).unwrap();
                 let walked = account_range(&head, None, origin, &max, bytes, later()).unwrap();
                 assert_eq!(scanned, walked);
             }
@@ -1432,7 +1433,186 @@ mod tests {
             )
             .unwrap()
         };
-        assert_eq!(slots(Some(&store)), slots(None));
+        assert_eq!(slots(Some(&head)), slots(None));
+    }
+
+    /// The world one block later: accounts changed, created and deleted (account 9 with
+    /// its storage), slots of account 7 changed, created and deleted, and a new account
+    /// with storage. Its tries in a store, and the undo record that takes them back.
+    fn next_block(w: &World) -> (Store, Undo, MemoryNodes) {
+        let mut nodes = w.nodes.clone();
+        let mut slots = Trie::new(&w.nodes, w.storage_owner);
+        for (i, (k, _)) in w.slots.iter().enumerate() {
+            match i % 5 {
+                0 => {
+                    slots.remove(k).unwrap();
+                }
+                1 => {
+                    slots
+                        .insert(k, alloy_rlp::encode(U256::from(1000 + i)))
+                        .unwrap();
+                }
+                _ => {}
+            }
+        }
+        for i in 0..20u64 {
+            slots
+                .insert(
+                    &keccak256([i as u8, 2]),
+                    alloy_rlp::encode(U256::from(i + 7)),
+                )
+                .unwrap();
+        }
+        let changed_slots = slots.commit().unwrap();
+        nodes.apply(&w.storage_owner, &changed_slots);
+        let created_owner = keccak256([250u8]);
+        let created_slots: Vec<(B256, Vec<u8>)> = (0..30u64)
+            .map(|i| {
+                (
+                    keccak256([i as u8, 3]),
+                    alloy_rlp::encode(U256::from(i + 1)),
+                )
+            })
+            .collect();
+        let created_root = commit(&mut nodes, created_owner, &created_slots);
+        nodes.nodes.retain(|(owner, _), _| *owner != w.small_owner);
+        let mut accounts = Trie::new(&w.nodes, ACCOUNTS);
+        for (i, (k, _)) in w.accounts.iter().enumerate() {
+            if *k == w.small_owner || (i % 7 == 3 && *k != w.storage_owner) {
+                accounts.remove(k).unwrap();
+            } else if *k == w.storage_owner {
+                let leaf = full(8, 1, changed_slots.root, keccak256([1u8]));
+                accounts.insert(k, leaf).unwrap();
+            } else if i % 7 == 5 {
+                accounts
+                    .insert(k, full(1, 5000 + i as u64, EMPTY_ROOT, KECCAK256_EMPTY))
+                    .unwrap();
+            }
+        }
+        for i in 250..=255u8 {
+            let root = if i == 250 { created_root } else { EMPTY_ROOT };
+            accounts
+                .insert(&keccak256([i]), full(0, i as u64, root, KECCAK256_EMPTY))
+                .unwrap();
+        }
+        let changed_accounts = accounts.commit().unwrap();
+        nodes.apply(&ACCOUNTS, &changed_accounts);
+
+        let mut undo = Undo::default();
+        let mut batch = moat_storage::WriteBatch::new();
+        for ((owner, path), rlp) in &nodes.nodes {
+            batch.set_trie_node(*owner, path.clone(), Some(rlp.clone()));
+        }
+        for key in w.nodes.nodes.keys().chain(nodes.nodes.keys()) {
+            let (old, new) = (w.nodes.nodes.get(key), nodes.nodes.get(key));
+            if old != new && key.0 != w.small_owner {
+                undo.trie.push((key.0, key.1.clone(), old.cloned()));
+            }
+        }
+        let small: Vec<(Vec<u8>, Vec<u8>)> = w
+            .nodes
+            .nodes
+            .iter()
+            .filter(|((owner, _), _)| *owner == w.small_owner)
+            .map(|((_, path), rlp)| (path.clone(), rlp.clone()))
+            .collect();
+        undo.wiped_tries.push((w.small_owner, small));
+        let store = Store::in_memory();
+        store.commit(batch).unwrap();
+        (store, undo, nodes)
+    }
+
+    #[test]
+    fn an_older_root_is_served_as_its_own_trie_walked() {
+        let w = world();
+        let (store, undo, new_nodes) = next_block(&w);
+        let old = StateAtBlock::with_undo(store.clone(), [undo]);
+        let head = StateAtBlock::head(store);
+        assert_eq!(moat_trie::root(&old, &ACCOUNTS).unwrap(), w.root);
+        let new_root = moat_trie::root(&new_nodes, &ACCOUNTS).unwrap();
+        assert_ne!(new_root, w.root);
+        assert_eq!(moat_trie::root(&head, &ACCOUNTS).unwrap(), new_root);
+
+        let max = B256::repeat_byte(0xff);
+        let created = keccak256([250u8]);
+        let mut origins = vec![B256::ZERO, max];
+        let keys = w.accounts.iter().chain(&w.slots).map(|(k, _)| *k);
+        let new_keys = new_nodes.nodes.keys().filter(|(_, p)| p.len() == 64);
+        for k in keys
+            .chain(new_keys.map(|(_, p)| range::key_of(p)))
+            .step_by(3)
+        {
+            origins.push(k);
+            let mut up = k;
+            up[31] = up[31].wrapping_add(1);
+            origins.push(up);
+        }
+        // The old state scanned through its undo record against the old trie walked
+        // in memory; the head likewise against the new one.
+        for (state, truth) in [(&old, &w.nodes), (&head, &new_nodes)] {
+            for owner in [ACCOUNTS, w.storage_owner, w.small_owner, created] {
+                for origin in &origins {
+                    let collect = |source: &dyn NodeSource, scan: Option<&StateAtBlock>| {
+                        let mut out = Vec::new();
+                        leaves_from(source, scan, &owner, origin, |k, v| {
+                            out.push((k, v.to_vec()));
+                            true
+                        })
+                        .unwrap();
+                        out
+                    };
+                    assert_eq!(
+                        collect(state, Some(state)),
+                        collect(truth, None),
+                        "{owner} from {origin}"
+                    );
+                }
+            }
+            for bytes in [0, 700, 5000, 1 << 20] {
+                for origin in &origins[..60] {
+                    let served =
+                        account_range(state, Some(state), origin, &max, bytes, later()).unwrap();
+                    let walked = account_range(truth, None, origin, &max, bytes, later()).unwrap();
+                    assert_eq!(served, walked, "accounts from {origin}, {bytes} bytes");
+                }
+                for (origin, limit) in [(B256::ZERO, max), (w.slots[10].0, w.slots[30].0)] {
+                    let owners = [w.storage_owner, w.small_owner, created];
+                    let served = storage_ranges(
+                        state,
+                        Some(state),
+                        &owners,
+                        &origin,
+                        &limit,
+                        bytes,
+                        later(),
+                    )
+                    .unwrap();
+                    let walked =
+                        storage_ranges(truth, None, &owners, &origin, &limit, bytes, later())
+                            .unwrap();
+                    assert_eq!(served, walked, "slots from {origin}, {bytes} bytes");
+                }
+            }
+            let paths: Vec<Vec<Bytes>> = [vec![0x00], vec![0x13], vec![0x00, 0x45]]
+                .into_iter()
+                .map(|p| vec![Bytes::from(p)])
+                .chain([
+                    vec![Bytes::from(w.small_owner.to_vec()), Bytes::from(vec![0x00])],
+                    vec![Bytes::from(created.to_vec()), Bytes::from(vec![0x00])],
+                ])
+                .collect();
+            assert_eq!(
+                trie_nodes(state, &paths, 1 << 20, later()).unwrap(),
+                trie_nodes(truth, &paths, 1 << 20, later()).unwrap()
+            );
+        }
+        // The old range holds what the head lost and not what it gained.
+        let (all, proof) =
+            account_range(&old, Some(&old), &B256::ZERO, &max, 1 << 20, later()).unwrap();
+        assert_eq!(all.len(), 200);
+        assert!(all.iter().any(|(k, _)| *k == w.small_owner));
+        assert!(all.iter().all(|(k, _)| *k != created));
+        assert!(!verify_accounts(w.root, &B256::ZERO, &all, &proof));
     }
 
     #[test]
