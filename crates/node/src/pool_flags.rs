@@ -89,6 +89,10 @@ pub struct PoolArgs {
     /// which a peer that spent 100 ms in a window is dropped.
     #[arg(long = "txpool.uselesscpu", default_value_t = 2_000)]
     pub useless_cpu: u64,
+    /// Run all admission work at normal priority: no low-priority lane for new, poor or
+    /// over-budget peers and RPC connections (moat's).
+    #[arg(long = "txpool.nolanes")]
+    pub no_lanes: bool,
 }
 
 impl PoolArgs {
@@ -127,6 +131,7 @@ impl PoolArgs {
         }
         b.window = self.useless_window;
         b.useless_cpu_per_admitted_us = self.useless_cpu;
+        b.lanes = !self.no_lanes;
         cfg
     }
 
