@@ -32,6 +32,8 @@ enum Mode {
     Hostile(usize),
     /// Panics on the first snap request any such peer gets, answers honestly after.
     PanicsFirst,
+    /// Adds one more slot list (a copy of its last) to every storage answer.
+    ExtraSlotList,
 }
 
 /// Peers answering from one served chain: `modes[i]` is peer i's behaviour.
@@ -203,6 +205,17 @@ impl BlockSource for Served {
                 &mut answer,
                 self.spoiled[kind].fetch_add(1, Ordering::SeqCst),
             );
+        }
+        // A whole answer (every account asked, no proof) and one list more.
+        if self.mode(&peer) == Mode::ExtraSlotList
+            && let SnapMessage::GetStorageRanges { accounts, .. } = &msg
+            && let SnapMessage::StorageRanges { slots, proof, .. } = &mut answer
+            && slots.len() == accounts.len()
+            && proof.is_empty()
+            && let Some(last) = slots.last().cloned()
+        {
+            self.spoiled[1].fetch_add(1, Ordering::SeqCst);
+            slots.push(last);
         }
         if self.mode(&peer) == Mode::Lies
             && let SnapMessage::AccountRange { accounts, .. } = &mut answer
@@ -803,4 +816,55 @@ fn assert_healed(source: &Served, client: &Chain, old_root: B256) {
         with_storage += usize::from(!got.is_empty());
     }
     assert!(with_storage > 10, "{with_storage} accounts with storage");
+}
+
+/// After a pivot move, a peer whose storage answers carry more slot lists than accounts
+/// asked is survived: the answer is checked list by list against the accounts asked
+/// only (a list past them once made the sync index past its accounts and panic), and
+/// the sync ends at the new pivot's root.
+#[test]
+fn a_peer_sending_extra_slot_lists_after_a_pivot_move_cannot_panic_the_sync() {
+    let served = served_chain();
+    let rt = runtime();
+    let cfg = cfg();
+    let target = served.head().unwrap().1;
+    let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
+    sync_to(&rt, &fresh(), &baseline, target, &cfg).unwrap();
+    let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
+    let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
+    // A download cut early in its storage stage, whose pivot then goes stale.
+    let client = fresh();
+    let cut = Served::new(
+        served.clone(),
+        vec![Mode::Honest],
+        Some(accounts_asked + storage_asked / 4),
+    );
+    let err = sync_to(&rt, &client, &cut, target, &cfg);
+    assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
+    let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
+    assert_eq!(record.stage, Stage::Storage);
+    record.pivot_hash = B256::ZERO;
+    let mut batch = moat_storage::WriteBatch::new();
+    batch.set_snap_progress(Some(record.encode()));
+    client.store().commit(batch).unwrap();
+    // The new pivot is one block lower: most storage tries are the same at both, so
+    // whole answers with a list too many come back from the peers that add one.
+    let (head, _) = served.head().unwrap();
+    let new_target = served.store().canonical_hash(head - 1).unwrap().unwrap();
+    let mut modes = vec![Mode::ExtraSlotList; 4];
+    modes.push(Mode::Honest);
+    let source = Served::new(served.clone(), modes, None);
+    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
+    assert!(
+        source.spoiled[1].load(Ordering::SeqCst) >= 4,
+        "extra lists sent"
+    );
+    let pivot = head - 1 - PIVOT_DISTANCE;
+    let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
+    assert_eq!(client.head().unwrap(), (pivot, hash));
+    let header = client.header(&hash).unwrap().unwrap();
+    assert_eq!(
+        stored_state_root(client.store()).unwrap(),
+        header.state_root
+    );
 }
