@@ -71,8 +71,11 @@ use tokio::task::JoinSet;
 
 /// How far behind the target the pivot sits.
 pub const PIVOT_DISTANCE: u64 = 64;
-/// Chunks the account hash space is split into.
+/// Chunks the account hash space is split into: one per first nibble of the key, so
+/// that the account trie below path `[i]` is chunk `i`'s alone ([`ChunkTrie`]).
 const CHUNKS: usize = 16;
+/// Accounts read from the store at a time while the tries are built.
+const ACCOUNTS_PAGE: usize = 8192;
 /// Code hashes per bytecode request.
 const CODE_BATCH: usize = 256;
 /// Trie nodes per commit while the tries are built.
@@ -204,22 +207,27 @@ fn b256_after(h: &B256) -> Option<B256> {
         .map(|n| B256::from(n.to_be_bytes()))
 }
 
+/// The first key of chunk `i`: the keys whose first nibble is `i`.
+fn chunk_start(i: usize) -> B256 {
+    let mut b = [0u8; 32];
+    b[0] = (i as u8) << 4;
+    B256::from(b)
+}
+
+/// The last key of chunk `i`.
+fn chunk_limit(i: usize) -> B256 {
+    let mut b = [0xffu8; 32];
+    b[0] = ((i as u8) << 4) | 0x0f;
+    B256::from(b)
+}
+
 impl Progress {
     fn new(pivot: &SealedHeader) -> Self {
-        let step = U256::MAX / U256::from(CHUNKS);
         let chunks = (0..CHUNKS)
-            .map(|i| {
-                let start = step * U256::from(i);
-                let limit = if i + 1 == CHUNKS {
-                    U256::MAX
-                } else {
-                    step * U256::from(i + 1) - U256::from(1)
-                };
-                Chunk {
-                    next: B256::from(start.to_be_bytes()),
-                    limit: B256::from(limit.to_be_bytes()),
-                    done: false,
-                }
+            .map(|i| Chunk {
+                next: chunk_start(i),
+                limit: chunk_limit(i),
+                done: false,
             })
             .collect();
         Self {
@@ -235,6 +243,23 @@ impl Progress {
             bytes: 0,
             heal: false,
         }
+    }
+
+    /// Whether the store's tries below the root are no longer genesis': a record whose
+    /// chunks are the 16 first nibbles clears them in the commit that starts it (an
+    /// older record's chunks split the space otherwise, and its tries are replaced only
+    /// when they are built after the download). Genesis' state can then no longer be
+    /// executed on: the sync must finish by snap.
+    pub fn tries_replaced(&self) -> bool {
+        self.chunks.len() == CHUNKS
+            && (self.chunks.iter().enumerate()).all(|(i, c)| c.limit == chunk_limit(i))
+    }
+
+    /// Whether the account trie is built while the ranges come (below the root: each
+    /// chunk's subtrie with the accounts it writes): the tries are replaced and the
+    /// pivot never moved (healing builds the tries of a moved download whole).
+    pub fn trie_during_download(&self) -> bool {
+        !self.heal && self.tries_replaced()
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -424,8 +449,14 @@ pub async fn run<S: BlockSource>(
             let (pivot, top) = pick_pivot(source, target).await?;
             highest = top;
             let p = Progress::new(&pivot);
+            // Genesis' tries go (all but the account trie's root, which the store keeps
+            // as its head's until the pivot is the head): the account trie is built
+            // below it as the ranges come.
             let mut batch = WriteBatch::new();
-            batch.clear_snap_state().set_snap_progress(Some(p.encode()));
+            batch
+                .clear_snap_state()
+                .clear_tries_but_root()
+                .set_snap_progress(Some(p.encode()));
             store.commit(batch)?;
             tracing::info!(pivot = p.pivot_number, root = %p.state_root, "snap sync started");
             p
@@ -442,6 +473,7 @@ pub async fn run<S: BlockSource>(
         last_line: Instant::now(),
         resumed,
         highest,
+        tries: (0..CHUNKS).map(|_| None).collect(),
     };
     run.publish(&progress);
     if progress.stage == Stage::Accounts {
@@ -586,6 +618,8 @@ struct Run<'a, S> {
     /// The peer and work of each request in flight, by task: a task that ends without
     /// its answer (a panic) still gives its work back.
     asked: HashMap<tokio::task::Id, (PeerId, Work)>,
+    /// The account trie of each chunk under way, when built during the download.
+    tries: Vec<Option<ChunkTrie>>,
 }
 
 impl<S: BlockSource> Run<'_, S> {
@@ -852,6 +886,25 @@ impl<S: BlockSource> Run<'_, S> {
                     match last.and_then(|l| (more && l < c.limit).then(|| b256_after(&l))) {
                         Some(Some(next)) => chunk_ref.next = next,
                         _ => chunk_ref.done = true,
+                    }
+                    if p.trie_during_download() {
+                        // The chunk's trie nodes go in the commit of the accounts they
+                        // come from (a resumed chunk's builder is fed again from its
+                        // start up to where it was).
+                        let ours = decoded.iter().filter(|d| c.next <= d.0 && d.0 <= c.limit);
+                        let trie = self.chunk_trie(chunk, &c)?;
+                        for (hash, account) in ours {
+                            trie.push(hash, account)?;
+                        }
+                        let mut nodes: Vec<_> = trie.take().collect();
+                        if p.chunks[chunk].done
+                            && let Some(trie) = self.tries[chunk].take()
+                        {
+                            nodes.extend(trie.finish()?);
+                        }
+                        for (path, rlp) in nodes {
+                            batch.set_trie_node(B256::ZERO, path, Some(rlp));
+                        }
                     }
                     // Accounts outside the chunk's range (past its limit, or before its
                     // start in a whole trie sent without proof) are another's: counted once.
@@ -1135,6 +1188,38 @@ impl<S: BlockSource> Run<'_, S> {
 }
 
 impl<S: BlockSource> Run<'_, S> {
+    /// The trie builder of chunk `i` (at `c`, before the answer): made at its first
+    /// answer, and fed then with what the store holds of the chunk (from an earlier run)
+    /// up to `c.next`, the nodes it finishes meanwhile being stored already.
+    fn chunk_trie(&mut self, i: usize, c: &Chunk) -> Result<&mut ChunkTrie, SnapError> {
+        if self.tries[i].is_none() {
+            let mut trie = ChunkTrie::new(i as u8);
+            let mut from = chunk_start(i);
+            while from < c.next {
+                let mut page = Vec::with_capacity(ACCOUNTS_PAGE);
+                self.chain.store().snap_accounts_from(&from, |h, a| {
+                    if h >= c.next {
+                        return false;
+                    }
+                    page.push((h, a));
+                    page.len() < ACCOUNTS_PAGE
+                })?;
+                for (h, a) in &page {
+                    trie.push(h, a)?;
+                }
+                drop(trie.take());
+                match page.last().and_then(|l| b256_after(&l.0)) {
+                    Some(next) if page.len() == ACCOUNTS_PAGE => from = next,
+                    _ => break,
+                }
+            }
+            self.tries[i] = Some(trie);
+        }
+        self.tries[i]
+            .as_mut()
+            .ok_or_else(|| SnapError::Mismatch("no chunk trie".into()))
+    }
+
     /// Leaves the storage of account `i` of the storage stage's `list` to healing.
     fn skip_storage(
         &mut self,
@@ -1169,32 +1254,30 @@ impl<S: BlockSource> Run<'_, S> {
             };
             healed += self.heal_walk(p, vec![root]).await?;
         }
-        let mut accounts: Vec<(B256, Account)> = Vec::new();
-        store.snap_accounts_from(&B256::ZERO, |h, a| {
-            accounts.push((h, a));
-            true
-        })?;
         let mut tasks = Vec::new();
         let mut wipe = WriteBatch::new();
-        for (hash, a) in &accounts {
-            if a.storage_root == EMPTY_ROOT {
-                // Slots held of an account whose storage is empty now.
-                let mut any = false;
-                store.snap_slots_of(hash, |_, _| any = true)?;
-                if any {
-                    wipe.clear_snap_slots(*hash);
+        for_each_account_page(&store, |page| {
+            for (hash, a) in page {
+                if a.storage_root == EMPTY_ROOT {
+                    // Slots held of an account whose storage is empty now.
+                    let mut any = false;
+                    store.snap_slots_of(hash, |_, _| any = true)?;
+                    if any {
+                        wipe.clear_snap_slots(*hash);
+                    }
+                    continue;
                 }
-                continue;
+                let local = store.trie_node(hash, &[])?.map(|n| keccak256(&n));
+                if local != Some(a.storage_root) {
+                    tasks.push(HealTask {
+                        owner: *hash,
+                        path: Vec::new(),
+                        hash: a.storage_root,
+                    });
+                }
             }
-            let local = store.trie_node(hash, &[])?.map(|n| keccak256(&n));
-            if local != Some(a.storage_root) {
-                tasks.push(HealTask {
-                    owner: *hash,
-                    path: Vec::new(),
-                    hash: a.storage_root,
-                });
-            }
-        }
+            Ok(())
+        })?;
         store.commit(wipe)?;
         let storage_tries = tasks.len();
         healed += self.heal_walk(p, tasks).await?;
@@ -1548,12 +1631,15 @@ fn check_storage(
     Ok((out, more))
 }
 
-/// Builds every storage trie and the account trie from the downloaded ranges, checks
-/// their roots, and writes the pivot as the head; the last commit removes the record.
+/// Builds every storage trie and the account trie from the downloaded ranges (or only
+/// the account trie's root, when the download built the rest), checks their roots, and
+/// writes the pivot as the head; the last commit removes the record.
 fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Result<(), SnapError> {
     let started = Instant::now();
-    let (accounts, built) = build_all(store, Some(p.state_root))?;
-    let (storage_tries, _, mut batch) = built;
+    // The account trie below the root is held when the download built it and its root
+    // is a branch (fewer than two chunks with accounts: built whole).
+    let held = p.trie_during_download() && root_from_chunks(store)?.is_some();
+    let (accounts, (storage_tries, _, mut batch)) = build_all(store, Some(p.state_root), held)?;
     let header = &pivot.header;
     let hash = p.pivot_hash;
     batch
@@ -1565,7 +1651,12 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
     store.commit(batch)?;
     tracing::info!(
         storage_tries,
-        accounts = accounts.len(),
+        accounts,
+        account_trie = if held {
+            "built during the download"
+        } else {
+            "built now"
+        },
         secs = format!("{:.1}", started.elapsed().as_secs_f64()),
         "snap sync: tries built, root matches the pivot's"
     );
@@ -1576,11 +1667,11 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
 /// trie's root node is not written: the store keeps genesis' root until the healed
 /// tries are built checked); returns the account trie's root.
 fn build_unchecked(store: &moat_storage::Store, p: &Progress) -> Result<B256, SnapError> {
-    let (accounts, (storage_tries, root, batch)) = build_all(store, None)?;
+    let (accounts, (storage_tries, root, batch)) = build_all(store, None, false)?;
     store.commit(batch)?;
     tracing::info!(
         storage_tries,
-        accounts = accounts.len(),
+        accounts,
         pivot = p.pivot_number,
         "snap sync: tries of the download built, healing them to the pivot's root"
     );
@@ -1589,18 +1680,35 @@ fn build_unchecked(store: &moat_storage::Store, p: &Progress) -> Result<B256, Sn
 
 type Built = (u64, B256, WriteBatch);
 
-/// Every flat account, and the tries built from the flat state ([`build_nodes`]).
-#[allow(clippy::type_complexity)]
+/// Visits the downloaded accounts in key order, [`ACCOUNTS_PAGE`] at a time (no read
+/// held open while `visit` runs, and no more than a page in memory); returns how many.
+fn for_each_account_page(
+    store: &moat_storage::Store,
+    mut visit: impl FnMut(&[(B256, Account)]) -> Result<(), SnapError>,
+) -> Result<u64, SnapError> {
+    let (mut from, mut count) = (B256::ZERO, 0u64);
+    loop {
+        let mut page = Vec::with_capacity(ACCOUNTS_PAGE);
+        store.snap_accounts_from(&from, |h, a| {
+            page.push((h, a));
+            page.len() < ACCOUNTS_PAGE
+        })?;
+        count += page.len() as u64;
+        visit(&page)?;
+        match page.last().and_then(|l| b256_after(&l.0)) {
+            Some(next) if page.len() == ACCOUNTS_PAGE => from = next,
+            _ => return Ok(count),
+        }
+    }
+}
+
+/// The tries built from the flat state ([`build_nodes`]), their nodes committed on a
+/// thread of their own while the next ones are built; also how many accounts there are.
 fn build_all(
     store: &moat_storage::Store,
     expected: Option<B256>,
-) -> Result<(Vec<(B256, Account)>, Built), SnapError> {
-    let mut accounts: Vec<(B256, Account)> = Vec::new();
-    store.snap_accounts_from(&B256::ZERO, |h, a| {
-        accounts.push((h, a));
-        true
-    })?;
-    // Nodes are committed on a thread of their own while the next ones are built.
+    held: bool,
+) -> Result<(u64, Built), SnapError> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<WriteBatch>(2);
     let (built, written) = std::thread::scope(|scope| {
         let writer = scope.spawn(move || -> Result<(), StoreError> {
@@ -1609,93 +1717,110 @@ fn build_all(
             }
             Ok(())
         });
-        let built = build_nodes(store, expected, &accounts, tx);
+        let built = build_nodes(store, expected, held, tx);
         let written = writer
             .join()
             .unwrap_or_else(|_| Err(StoreError::Db("the trie writer panicked".into())));
         (built, written)
     });
     written?;
-    Ok((accounts, built?))
+    built
 }
 
-/// Builds the storage tries, then the account trie, of `accounts`, sending their nodes
-/// to `tx` in batches (the first also clears the by-address state and genesis' trie);
-/// returns how many storage tries there were, the account trie's root, and the last
-/// nodes (the account trie's root among them) for the caller's final commit. With
-/// `expected` (the pivot's state root) every root is checked and the last batch drops
-/// the by-address state; without, nothing is checked and the account trie's root node
-/// is left out.
+/// Builds the storage tries, then the account trie, of the downloaded accounts (read a
+/// page at a time), sending their nodes to `tx` in batches; returns how many accounts
+/// and storage tries there were, the account trie's root, and the last nodes (the
+/// account trie's root among them) for the caller's final commit. With `held` the
+/// account trie below its root was built during the download: only the root is made
+/// (from the 16 nodes at `[i]`), and nothing is cleared (genesis' tries went when the
+/// sync started); without, the first batch clears every trie but the account trie's
+/// root node. With `expected` (the pivot's state root) every root is checked and the
+/// last batch drops the by-address state; without, nothing is checked and the account
+/// trie's root node is left out.
 fn build_nodes(
     store: &moat_storage::Store,
     expected: Option<B256>,
-    accounts: &[(B256, Account)],
+    held: bool,
     tx: std::sync::mpsc::SyncSender<WriteBatch>,
-) -> Result<Built, SnapError> {
+) -> Result<(u64, Built), SnapError> {
     let gone = || SnapError::Store(StoreError::Db("the trie writer stopped".into()));
     // The store's trie must be exactly the pivot's: genesis' nodes go first, all but the
     // account trie's root, which stays until the last commit replaces it (a node killed
     // meanwhile opens at genesis' root and resumes this stage the same way). Genesis'
     // by-address state goes in that last commit.
-    let mut clear = WriteBatch::new();
-    clear.clear_tries_but_root();
-    tx.send(clear).map_err(|_| gone())?;
+    if !held {
+        let mut clear = WriteBatch::new();
+        clear.clear_tries_but_root();
+        tx.send(clear).map_err(|_| gone())?;
+    }
     let mut batch = WriteBatch::new();
     let mut in_batch = 0usize;
     let mut storage_tries = 0u64;
-    for (hash, account) in accounts {
-        if account.storage_root == EMPTY_ROOT {
-            continue;
+    let accounts = for_each_account_page(store, |page| {
+        for (hash, account) in page {
+            if account.storage_root == EMPTY_ROOT {
+                continue;
+            }
+            let mut builder = SortedBuilder::new();
+            let mut err = None;
+            store.snap_slots_of(hash, |slot, value| {
+                if err.is_none()
+                    && let Err(e) = builder.push(&slot, alloy_rlp::encode(value))
+                {
+                    err = Some(e.to_string());
+                }
+            })?;
+            if let Some(e) = err {
+                return Err(SnapError::Mismatch(e));
+            }
+            let (root, nodes) = builder.finish();
+            if expected.is_some() && root != account.storage_root {
+                return Err(SnapError::Mismatch(format!(
+                    "storage trie of {hash}: {root}, expected {}",
+                    account.storage_root
+                )));
+            }
+            storage_tries += 1;
+            in_batch += nodes.len();
+            for (path, rlp) in nodes {
+                batch.set_trie_node(*hash, path, Some(rlp));
+            }
+            if in_batch >= NODES_PER_COMMIT {
+                tx.send(std::mem::take(&mut batch)).map_err(|_| gone())?;
+                in_batch = 0;
+            }
         }
+        Ok(())
+    })?;
+    let (root, nodes) = if held {
+        let rlp = root_from_chunks(store)?
+            .ok_or_else(|| SnapError::Mismatch("no root branch over the chunks".into()))?;
+        (keccak256(&rlp), vec![(Vec::new(), rlp)])
+    } else {
         let mut builder = SortedBuilder::new();
-        let mut err = None;
-        store.snap_slots_of(hash, |slot, value| {
-            if err.is_none()
-                && let Err(e) = builder.push(&slot, alloy_rlp::encode(value))
-            {
-                err = Some(e.to_string());
+        for_each_account_page(store, |page| {
+            for (hash, account) in page {
+                builder
+                    .push(hash, account_leaf(account))
+                    .map_err(|e| SnapError::Mismatch(e.to_string()))?;
             }
+            if builder.pending_nodes() >= NODES_PER_COMMIT {
+                for (path, rlp) in builder.take_nodes() {
+                    batch.set_trie_node(B256::ZERO, path, Some(rlp));
+                }
+                tx.send(std::mem::take(&mut batch)).map_err(|_| gone())?;
+            }
+            Ok(())
         })?;
-        if let Some(e) = err {
-            return Err(SnapError::Mismatch(e));
-        }
-        let (root, nodes) = builder.finish();
-        if expected.is_some() && root != account.storage_root {
-            return Err(SnapError::Mismatch(format!(
-                "storage trie of {hash}: {root}, expected {}",
-                account.storage_root
-            )));
-        }
-        storage_tries += 1;
-        in_batch += nodes.len();
-        for (path, rlp) in nodes {
-            batch.set_trie_node(*hash, path, Some(rlp));
-        }
-        if in_batch >= NODES_PER_COMMIT {
-            tx.send(std::mem::take(&mut batch)).map_err(|_| gone())?;
-            in_batch = 0;
-        }
-    }
-    let mut builder = SortedBuilder::new();
-    for (hash, account) in accounts {
-        builder
-            .push(hash, account_leaf(account))
-            .map_err(|e| SnapError::Mismatch(e.to_string()))?;
-        if builder.pending_nodes() >= NODES_PER_COMMIT {
-            for (path, rlp) in builder.take_nodes() {
-                batch.set_trie_node(B256::ZERO, path, Some(rlp));
-            }
-            tx.send(std::mem::take(&mut batch)).map_err(|_| gone())?;
-        }
-    }
-    let (root, nodes) = builder.finish();
+        builder.finish()
+    };
     let Some(expected) = expected else {
         for (path, rlp) in nodes {
             if !path.is_empty() {
                 batch.set_trie_node(B256::ZERO, path, Some(rlp));
             }
         }
-        return Ok((storage_tries, root, batch));
+        return Ok((accounts, (storage_tries, root, batch)));
     };
     if root != expected {
         return Err(SnapError::Mismatch(format!(
@@ -1710,7 +1835,7 @@ fn build_nodes(
         batch.set_trie_node(B256::ZERO, path, Some(rlp));
     }
     batch.clear_flat_state();
-    Ok((storage_tries, root, batch))
+    Ok((accounts, (storage_tries, root, batch)))
 }
 
 /// The root of the storage trie the downloaded slots of `owner` build, and how many
@@ -1731,6 +1856,157 @@ fn local_storage_root(
         return Ok((B256::ZERO, slots));
     }
     Ok((builder.finish().0, slots))
+}
+
+/// The account trie below path `[nibble]`, built from chunk `nibble`'s accounts as they
+/// come in key order. A node the builder finishes at a path of one nibble or more is
+/// the whole trie's node at that path: everything below `[nibble]` is this chunk's, and
+/// where the builder placed it depends only on keys below it (a leaf one nibble below
+/// its longest common prefix with a neighbour: a neighbour in another chunk shares no
+/// nibble with it). Only the node at `[nibble]` itself may differ: over keys that share
+/// more than their first nibble the builder's top is an extension (or a single leaf)
+/// from the empty path, which in the whole trie starts one nibble lower, below the
+/// root branch. [`ChunkTrie::finish`] writes it there; the root branch is made from the
+/// 16 nodes at `[i]` when the tries are built ([`root_from_chunks`]).
+struct ChunkTrie {
+    nibble: u8,
+    builder: SortedBuilder,
+}
+
+impl ChunkTrie {
+    fn new(nibble: u8) -> Self {
+        Self {
+            nibble,
+            builder: SortedBuilder::new(),
+        }
+    }
+
+    /// Adds an account of the chunk (keys in strictly ascending order).
+    fn push(&mut self, hash: &B256, account: &Account) -> Result<(), SnapError> {
+        if hash.0[0] >> 4 != self.nibble {
+            return Err(SnapError::Mismatch(format!(
+                "account {hash} outside chunk {}",
+                self.nibble
+            )));
+        }
+        self.builder
+            .push(hash, account_leaf(account))
+            .map_err(|e| SnapError::Mismatch(e.to_string()))
+    }
+
+    /// The finished nodes below the root so far.
+    fn take(&mut self) -> impl Iterator<Item = moat_trie::sorted::BuiltNode> {
+        self.builder
+            .take_nodes()
+            .into_iter()
+            .filter(|(path, _)| !path.is_empty())
+    }
+
+    /// The chunk's last nodes, its node at `[nibble]` among them (none for a chunk
+    /// without accounts).
+    fn finish(self) -> Result<Vec<moat_trie::sorted::BuiltNode>, SnapError> {
+        let nibble = self.nibble;
+        let (_, nodes) = self.builder.finish();
+        let mut out = Vec::with_capacity(nodes.len() + 1);
+        let mut top = None;
+        for (path, rlp) in nodes {
+            if path.is_empty() {
+                top = Some(rlp);
+            } else {
+                out.push((path, rlp));
+            }
+        }
+        let bad = |why: &str| SnapError::Mismatch(format!("chunk {nibble}'s trie: {why}"));
+        let Some(top) = top else { return Ok(out) };
+        match view_node(&top).ok_or_else(|| bad("not a trie node"))? {
+            NodeView::Leaf(key, value) if key.first() == Some(&nibble) => {
+                out.push((vec![nibble], leaf_rlp(&key[1..], &value)));
+            }
+            // Over one nibble the extension's child is the branch at `[nibble]`, which
+            // the builder wrote at its own path.
+            NodeView::Extension(key, child) if key.first() == Some(&nibble) => {
+                if key.len() > 1 {
+                    out.push((vec![nibble], extension_rlp(&key[1..], &child)));
+                }
+            }
+            _ => return Err(bad("its top is not below its nibble")),
+        }
+        Ok(out)
+    }
+}
+
+/// The account trie's root branch over the 16 chunks' nodes at `[i]`; `None` when fewer
+/// than two chunks hold accounts (the root is then no branch: the caller builds the
+/// trie whole).
+fn root_from_chunks(store: &moat_storage::Store) -> Result<Option<Vec<u8>>, SnapError> {
+    let mut children = Vec::with_capacity(16);
+    for i in 0..16u8 {
+        let child = store.trie_node(&B256::ZERO, &[i])?;
+        children.push(
+            child
+                .map(|rlp| moat_trie::node_ref(&rlp))
+                .unwrap_or_default(),
+        );
+    }
+    if children.iter().filter(|c| !c.is_empty()).count() < 2 {
+        return Ok(None);
+    }
+    let empty = [alloy_rlp::EMPTY_STRING_CODE];
+    let mut items: Vec<&[u8]> = children
+        .iter()
+        .map(|c| {
+            if c.is_empty() {
+                &empty[..]
+            } else {
+                c.as_slice()
+            }
+        })
+        .collect();
+    items.push(&empty);
+    Ok(Some(rlp_list(&items)))
+}
+
+/// An RLP list of items already encoded.
+fn rlp_list(items: &[&[u8]]) -> Vec<u8> {
+    let payload_length = items.iter().map(|i| i.len()).sum();
+    let mut out = Vec::with_capacity(payload_length + 9);
+    alloy_rlp::Header {
+        list: true,
+        payload_length,
+    }
+    .encode(&mut out);
+    for i in items {
+        out.extend_from_slice(i);
+    }
+    out
+}
+
+/// A key's nibbles in hex-prefix form, with the leaf flag or not.
+fn hex_prefix(nibbles: &[u8], leaf: bool) -> Vec<u8> {
+    let flag = if leaf { 2 } else { 0 };
+    let mut out = Vec::with_capacity(nibbles.len() / 2 + 1);
+    let rest = if nibbles.len() % 2 == 1 {
+        out.push(((flag + 1) << 4) | nibbles[0]);
+        &nibbles[1..]
+    } else {
+        out.push(flag << 4);
+        nibbles
+    };
+    for pair in rest.chunks(2) {
+        out.push((pair[0] << 4) | pair.get(1).copied().unwrap_or(0));
+    }
+    out
+}
+
+fn leaf_rlp(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let key = alloy_rlp::encode(hex_prefix(key, true).as_slice());
+    rlp_list(&[&key, &alloy_rlp::encode(value)])
+}
+
+/// An extension over `key` to the child `child` (a reference as a parent holds it).
+fn extension_rlp(key: &[u8], child: &[u8]) -> Vec<u8> {
+    let key = alloy_rlp::encode(hex_prefix(key, false).as_slice());
+    rlp_list(&[&key, child])
 }
 
 #[cfg(test)]
@@ -1922,6 +2198,99 @@ mod tests {
         let mut slots = Vec::new();
         store.snap_slots_of(&owner, |s, _| slots.push(s)).unwrap();
         assert_eq!(slots, [0x00, 0x01, 0x5a].map(B256::repeat_byte));
+    }
+
+    /// The account trie built chunk by chunk (as the download does, nodes taken a few
+    /// accounts at a time), with its root made from the 16 nodes at `[i]`, is node for
+    /// node the trie built whole: chunks with no account, one account, keys sharing
+    /// more than their first nibble (an extension below the root) or only it.
+    #[test]
+    fn the_account_trie_built_by_chunks_is_the_whole_trie() {
+        let account = |i: u64| Account {
+            nonce: i,
+            balance: U256::from(i * 3 + 1),
+            storage_root: EMPTY_ROOT,
+            code_hash: KECCAK256_EMPTY,
+        };
+        let spread = |n: u64| {
+            (0..n)
+                .map(|i| keccak256(i.to_be_bytes()))
+                .collect::<Vec<_>>()
+        };
+        // Keys of one chunk sharing `prefix` (two nibbles or more).
+        let under = |prefix: &[u8], n: u64| {
+            (0..n)
+                .map(|i| {
+                    let mut k = keccak256((i + 1000).to_be_bytes()).0;
+                    k[..prefix.len()].copy_from_slice(prefix);
+                    B256::from(k)
+                })
+                .collect::<Vec<_>>()
+        };
+        let cases: Vec<Vec<B256>> = vec![
+            spread(3000),
+            spread(40),
+            // Chunk 3 one account, chunk 5 under 0x5a 0x7, chunk 9 under 0x9c, the rest empty.
+            [
+                under(&[0x30], 1),
+                under(&[0x5a, 0x70], 30),
+                under(&[0x9c], 7),
+            ]
+            .concat(),
+            // Two chunks of one account each.
+            [under(&[0x10], 1), under(&[0xe0], 1)].concat(),
+        ];
+        for mut keys in cases {
+            keys.sort();
+            keys.dedup();
+            let leaves: Vec<(B256, Account)> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (*k, account(i as u64)))
+                .collect();
+            let mut whole = SortedBuilder::new();
+            for (k, a) in &leaves {
+                whole.push(k, account_leaf(a)).unwrap();
+            }
+            let (root, nodes) = whole.finish();
+            let want: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = nodes.into_iter().collect();
+
+            let store = moat_storage::Store::in_memory();
+            let mut got = std::collections::BTreeMap::new();
+            for nibble in 0..16u8 {
+                let mut trie = ChunkTrie::new(nibble);
+                let mine: Vec<_> = leaves.iter().filter(|l| l.0.0[0] >> 4 == nibble).collect();
+                for part in mine.chunks(7) {
+                    for (k, a) in part {
+                        trie.push(k, a).unwrap();
+                    }
+                    got.extend(trie.take());
+                }
+                got.extend(trie.finish().unwrap());
+            }
+            let mut batch = WriteBatch::new();
+            for (path, rlp) in &got {
+                batch.set_trie_node(B256::ZERO, path.clone(), Some(rlp.clone()));
+            }
+            store.commit(batch).unwrap();
+            let top = root_from_chunks(&store).unwrap().unwrap();
+            assert_eq!(keccak256(&top), root);
+            got.insert(Vec::new(), top);
+            assert_eq!(got, want, "{} accounts", leaves.len());
+        }
+        // An account of another chunk is refused.
+        let mut trie = ChunkTrie::new(2);
+        assert!(trie.push(&B256::repeat_byte(0x31), &account(1)).is_err());
+        // One chunk alone makes no root branch (the trie is then built whole).
+        let store = moat_storage::Store::in_memory();
+        let mut trie = ChunkTrie::new(4);
+        trie.push(&B256::repeat_byte(0x44), &account(1)).unwrap();
+        let mut batch = WriteBatch::new();
+        for (path, rlp) in trie.finish().unwrap() {
+            batch.set_trie_node(B256::ZERO, path, Some(rlp));
+        }
+        store.commit(batch).unwrap();
+        assert!(root_from_chunks(&store).unwrap().is_none());
     }
 
     #[test]

@@ -593,9 +593,11 @@ impl<S: BlockSource> Syncer<S> {
             {
                 let store = self.chain.store();
                 let record = store.snap_progress().map_err(retry)?;
+                // Once genesis' tries are replaced (a record of this version, from its
+                // start) the sync finishes by snap, waiting for a snap peer.
                 let building = record
                     .and_then(|r| snap::Progress::decode(&r))
-                    .is_some_and(|p| p.stage == snap::Stage::Tries);
+                    .is_some_and(|p| p.stage == snap::Stage::Tries || p.tries_replaced());
                 if building {
                     return Err(retry("no snap peer to finish the snap sync"));
                 }
