@@ -117,6 +117,9 @@ pub(crate) struct PoolInner {
     /// Local (journaled) txs that left for room since the last drain: evicted for price
     /// or displaced by their sender's gap-filler. The journal keeps them.
     pub evicted_locals: Vec<Arc<PoolTx>>,
+    /// Inserts classified by [`PoolInner::classify_appended`] (for tests of that path).
+    #[cfg(test)]
+    pub appends_classified: u64,
 }
 
 fn priority(tx: &PoolTx, base_fee: u64) -> (u128, u128) {
@@ -158,6 +161,8 @@ impl PoolInner {
             next_seq: 0,
             newly_pending: Vec::new(),
             evicted_locals: Vec::new(),
+            #[cfg(test)]
+            appends_classified: 0,
         }
     }
 
@@ -469,10 +474,23 @@ impl PoolInner {
         );
         let cost = self.by_hash[&hash].tx.cost;
         let s = self.sender_mut(id);
+        let before = s.txs.last_key_value().map(|(n, h)| (*n, *h));
         s.txs.insert(nonce, hash);
         s.cost = s.cost.saturating_add(cost);
         s.local |= local;
-        self.reclassify(id);
+        // A new nonce past the sender's last, nothing else of its changed: only the
+        // newcomer needs a class (the others' depend only on the txs below them).
+        let appended = match before {
+            Some((last, last_hash)) => {
+                plan.replaces.is_none()
+                    && plan.displaces.is_none()
+                    && last < nonce
+                    && self.classify_appended(id, last_hash, last, hash)
+            None => false,
+        };
+        if !appended {
+            self.reclassify(id);
+        }
 
         for sub in SubPool::ALL {
             while self.over_limit(sub) {
@@ -581,6 +599,93 @@ impl PoolInner {
             }
         }
         Some(entry.tx)
+    }
+
+    /// Classifies `hash`, just inserted as sender `id`'s highest nonce, from the class of
+    /// the tx below it (`last`, nonce `last_nonce`): O(1) (and O(log n) for its eviction
+    /// key) where [`Self::reclassify`] walks the sender's whole run. Gives what
+    /// `reclassify` would. Declines (`false`, nothing changed) when the class below cannot
+    /// be read from its subpool (a blob tx in the blob subpool: its run may have ended
+    /// for either reason) or when the sender's local flag has changed since it was last
+    /// classified (its keys must move between the indices).
+    fn classify_appended(
+        &mut self,
+        id: SenderId,
+        last: B256,
+        last_nonce: u64,
+        hash: B256,
+    ) -> bool {
+        let s = self.senders[id.0 as usize].as_mut().expect("live sender");
+        if s.local != s.counted_local {
+            return false;
+        }
+        // The class the walk of `reclassify` carries past the tx below (`floor`).
+        let floor = match self.by_hash[&last].subpool {
+            SubPool::Blob => return false,
+            sub @ (SubPool::Pending | SubPool::BaseFee | SubPool::Queued) => sub,
+        };
+        let (base_fee, blob_base_fee) = (self.head.base_fee, self.head.blob_base_fee);
+        let entry = self
+            .by_hash
+            .get_mut(&hash)
+            .expect("the newcomer is indexed by hash");
+        let nonce = entry.tx.nonce();
+        let inner = entry.tx.tx.tx().tx();
+        // Below a pending or base-fee tx the run is unbroken from the state nonce and
+        // affordable, so the newcomer's own class needs only its nonce, the sender's
+        // total cost (everything it holds is at or below it) and its fee caps.
+        let own = if nonce != last_nonce + 1 || s.cost > s.balance {
+            SubPool::Queued
+        } else if inner.max_fee_per_gas() < u128::from(base_fee)
+            || inner
+                .max_fee_per_blob_gas()
+                .is_some_and(|f| f < blob_base_fee)
+        {
+            SubPool::BaseFee
+        } else {
+            SubPool::Pending
+        };
+        let floor = floor.max(own);
+        let sub = if entry.tx.is_blob() && floor != SubPool::Pending {
+            SubPool::Blob
+        } else {
+            floor
+        };
+        let size = entry.tx.size();
+        if entry.subpool != sub {
+            let from = &mut self.usage[entry.subpool as usize];
+            from.txs -= 1;
+            from.bytes -= size;
+            let to = &mut self.usage[sub as usize];
+            to.txs += 1;
+            to.bytes += size;
+            if sub == SubPool::Pending {
+                self.newly_pending.push(hash);
+            entry.subpool = sub;
+        }
+        // The highest nonce: the sender's new tail in its subpool.
+        let (tip, cap) = priority(&entry.tx, base_fee);
+        let key = (tip, cap, u64::MAX - entry.seq);
+        let indexed = if s.counted_local {
+            let total = &mut self.local_usage[sub as usize];
+            total.txs += 1;
+            total.bytes += size;
+            &mut self.local_tails[sub as usize]
+        } else {
+            &mut self.tails[sub as usize]
+        };
+        if let Some((old, _)) = s.tails[sub as usize].replace((key, nonce)) {
+            indexed.remove(&(old, id));
+        }
+        indexed.insert((key, id));
+        let own = &mut s.counts[sub as usize];
+        own.txs += 1;
+        own.bytes += size;
+        #[cfg(test)]
+        {
+            self.appends_classified += 1;
+        }
+        true
     }
 
     /// Re-derives the subpool of each of a sender's transactions and its eviction keys;
@@ -931,6 +1036,16 @@ impl PoolInner {
         }
     }
 
+    /// Every sender classified again by a whole walk ([`Self::reclassify`]): a test
+    /// compares the subpools before and after.
+    #[cfg(test)]
+    pub fn reclassify_all(&mut self) {
+        let ids: Vec<SenderId> = self.sender_ids.values().copied().collect();
+        for id in ids {
+            self.reclassify(id);
+        }
+    }
+
     #[cfg(test)]
     pub fn assert_consistent(&self) {
         let mut usage = [Usage::default(); 4];
@@ -977,6 +1092,22 @@ impl PoolInner {
             local, self.local_usage,
             "local usage is the local senders' txs"
         );
+        // Each sender's counts and tails are those of its txs' subpools as they stand
+        // (however they were derived: a whole walk or the append path).
+        let base_fee = self.head.base_fee;
+        for s in self.senders.iter().flatten() {
+            let mut counts = [Usage::default(); 4];
+            let mut tails: [Option<(EvictKey, u64)>; 4] = [None; 4];
+            for (nonce, h) in &s.txs {
+                let e = &self.by_hash[h];
+                let c = &mut counts[e.subpool as usize];
+                c.txs += 1;
+                c.bytes += e.tx.size();
+                let (tip, cap) = priority(&e.tx, base_fee);
+                tails[e.subpool as usize] = Some(((tip, cap, u64::MAX - e.seq), *nonce));
+            assert_eq!(s.counts, counts, "sender {}: counts", s.address);
+            assert_eq!(s.tails, tails, "sender {}: tails", s.address);
+        }
         let tails: usize = self
             .tails
             .iter()

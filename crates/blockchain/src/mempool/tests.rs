@@ -123,6 +123,75 @@ async fn fee_cap_below_base_fee_goes_to_basefee_and_its_descendants_too() {
     pool.assert_consistent();
 }
 
+/// Every pooled tx's subpool, by hash.
+fn subpools(pool: &Pool) -> Vec<(B256, SubPool)> {
+    let mut all: Vec<(B256, SubPool)> = pool
+        .content()
+        .into_iter()
+        .flat_map(|(_, txs)| txs.into_iter().map(|(t, sub)| (t.hash(), sub)))
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test]
+async fn an_append_to_a_senders_run_is_classified_without_walking_it() {
+    let (pool, state) = setup();
+    let mut h = head();
+    h.blob_base_fee = 100;
+    state.set_head(h);
+    pool.on_head_change(HeadUpdate {
+        head: h,
+        ..Default::default()
+    })
+    .await;
+    let class = |p: &PooledTransaction| {
+        let (pool, p) = (pool.clone(), p.clone());
+        async move { add(&pool, &p).await.unwrap().subpool }
+    };
+    let (a, b, c) = (funded(&state, 12), funded(&state, 13), funded(&state, 14));
+    // A long run: every tx past the first is an append.
+    for nonce in 0..300 {
+        assert_eq!(class(&tx1559(&a, nonce, 2, 100)).await, SubPool::Pending);
+    }
+    // A fee cap under the base fee: it waits for the fee, and so does what follows it.
+    let low = BASE_FEE as u128 - 1;
+    assert_eq!(class(&tx1559(&a, 300, 1, low)).await, SubPool::BaseFee);
+    assert_eq!(class(&tx1559(&a, 301, 2, 100)).await, SubPool::BaseFee);
+    // A gap: queued, and so is what follows it.
+    assert_eq!(class(&tx1559(&a, 303, 2, 100)).await, SubPool::Queued);
+    assert_eq!(class(&tx1559(&a, 304, 2, 100)).await, SubPool::Queued);
+    // A run the base fee has overtaken: an append joins it in the base-fee subpool.
+    for nonce in 0..5 {
+        assert_eq!(class(&tx1559(&b, nonce, 2, 8)).await, SubPool::Pending);
+    }
+    h.number += 1;
+    h.base_fee = 9;
+    pool.on_head_change(HeadUpdate {
+        head: h,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(class(&tx1559(&b, 5, 2, 100)).await, SubPool::BaseFee);
+    // Blob txs: one under the blob base fee waits in the blob subpool; after it the
+    // class below cannot be read from the subpool, so the whole run is walked.
+    assert_eq!(class(&blob_tx(&c, 0, 5, 100, 200)).await, SubPool::Pending);
+    assert_eq!(class(&blob_tx(&c, 1, 5, 100, 10)).await, SubPool::Blob);
+    assert_eq!(class(&blob_tx(&c, 2, 5, 100, 200)).await, SubPool::Blob);
+
+    // a: 299 + 4 appends; b: 4 + 1; c: 1 (its third tx was walked).
+    let mut inner = pool.shared.pool.lock();
+    assert_eq!(inner.appends_classified, 309);
+    // A whole walk of every sender finds what the appends found.
+    drop(inner);
+    let before = subpools(&pool);
+    inner = pool.shared.pool.lock();
+    inner.reclassify_all();
+    inner.assert_invariants();
+    drop(inner);
+    assert_eq!(subpools(&pool), before);
+}
+
 #[tokio::test]
 async fn funds_are_checked_with_what_is_already_pooled() {
     let (pool, state) = setup();
