@@ -407,11 +407,42 @@ pub struct Trie<'s, S: NodeSource + ?Sized> {
     owner: B256,
     /// The trie starts empty: the source's nodes of this owner are being dropped.
     wiped: bool,
-    nodes: HashMap<Vec<u8>, Option<Node>>,
+    nodes: HashMap<PathKey, Option<Node>>,
     /// What the source held at each path read.
-    original: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    original: HashMap<PathKey, Option<Vec<u8>>>,
     /// Paths written or deleted.
-    touched: HashSet<Vec<u8>>,
+    touched: HashSet<PathKey>,
+}
+
+/// A nibble path as the overlay's map key: packed two nibbles a byte on the stack, so
+/// that a map operation neither allocates nor compares a heap slice. Paths of a trie of
+/// 32-byte keys have at most 64 nibbles (nibbles past 64 are not packed; the length
+/// still tells such paths apart from shorter ones).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct PathKey {
+    packed: [u8; 32],
+    len: u8,
+}
+
+impl PathKey {
+    fn of(path: &[u8]) -> PathKey {
+        let mut packed = [0u8; 32];
+        for (slot, pair) in packed.iter_mut().zip(path.chunks(2)) {
+            *slot = (pair[0] << 4) | pair.get(1).copied().unwrap_or(0);
+        }
+        PathKey {
+            packed,
+            len: path.len().min(255) as u8,
+        }
+    }
+
+    fn nibbles(&self) -> Vec<u8> {
+        self.packed
+            .iter()
+            .flat_map(|b| [b >> 4, b & 0x0f])
+            .take(self.len as usize)
+            .collect()
+    }
 }
 
 impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
@@ -450,18 +481,22 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
 
     fn read_source(&mut self, path: &[u8]) -> Result<Option<Vec<u8>>, TrieError> {
         self.load_original(path)?;
-        Ok(self.original.get(path).cloned().flatten())
+        Ok(self.original.get(&PathKey::of(path)).cloned().flatten())
     }
 
     /// Makes sure `original` holds what the source has at `path`.
     fn load_original(&mut self, path: &[u8]) -> Result<(), TrieError> {
-        if !self.original.contains_key(path) {
+        self.load_original_at(PathKey::of(path), path)
+    }
+
+    fn load_original_at(&mut self, key: PathKey, path: &[u8]) -> Result<(), TrieError> {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.original.entry(key) {
             let raw = if self.wiped {
                 None
             } else {
                 self.source.node(&self.owner, path)?
             };
-            self.original.insert(path.to_vec(), raw);
+            slot.insert(raw);
         }
         Ok(())
     }
@@ -469,11 +504,12 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     /// Takes the node at `path` out of the overlay (reading the source on a miss); the
     /// caller puts it back with [`Self::keep`] or replaces it with [`Self::set`].
     fn take(&mut self, path: &[u8]) -> Result<Option<Node>, TrieError> {
-        if let Some(entry) = self.nodes.remove(path) {
+        let key = PathKey::of(path);
+        if let Some(entry) = self.nodes.remove(&key) {
             return Ok(entry);
         }
-        self.load_original(path)?;
-        match self.original.get(path) {
+        self.load_original_at(key, path)?;
+        match self.original.get(&key) {
             Some(Some(raw)) => decode_node(raw)
                 .map(Some)
                 .ok_or_else(|| self.corrupt(path, "undecodable node")),
@@ -483,12 +519,13 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
 
     /// Puts back what [`Self::take`] returned, unchanged.
     fn keep(&mut self, path: Vec<u8>, node: Option<Node>) {
-        self.nodes.insert(path, node);
+        self.nodes.insert(PathKey::of(&path), node);
     }
 
     fn set(&mut self, path: Vec<u8>, node: Option<Node>) {
-        self.touched.insert(path.clone());
-        self.nodes.insert(path, node);
+        let key = PathKey::of(&path);
+        self.touched.insert(key);
+        self.nodes.insert(key, node);
     }
 
     /// Sets `key` (32 bytes, hashed) to `value` (the leaf's payload: an account's or a
@@ -765,11 +802,12 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         path: &[u8],
         encoded: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Option<NodeRef>, TrieError> {
-        let Some(node) = self.nodes.remove(path) else {
+        let key = PathKey::of(path);
+        let Some(node) = self.nodes.remove(&key) else {
             return Err(self.corrupt(path, "a changed node is not in the overlay"));
         };
         let Some(mut node) = node else {
-            self.nodes.insert(path.to_vec(), None);
+            self.nodes.insert(key, None);
             return Ok(None);
         };
         match &mut node {
@@ -809,7 +847,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     /// hashes them in), then the removed ones by path.
     pub fn commit(mut self) -> Result<TrieCommit, TrieError> {
         let mut encoded = Vec::with_capacity(self.touched.len());
-        let root = if self.touched.contains(&Vec::new()) {
+        let root = if self.touched.contains(&PathKey::of(&[])) {
             match self.hash_at(&[], &mut encoded)? {
                 // The root is hashed last.
                 Some(_) => encoded.last().map(|(_, rlp)| keccak256(rlp)),
@@ -832,8 +870,9 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     ) -> Result<(Vec<TrieWrite>, Vec<TrieWrite>), TrieError> {
         let mut writes = Vec::with_capacity(encoded.len());
         for (path, rlp) in encoded {
-            self.load_original(&path)?;
-            let old = self.original.remove(&path).flatten();
+            let key = PathKey::of(&path);
+            self.load_original_at(key, &path)?;
+            let old = self.original.remove(&key).flatten();
             if old.as_deref() == Some(rlp.as_slice()) {
                 continue;
             }
@@ -846,11 +885,11 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         // What is left of the touched paths in the overlay: removed nodes (hashed
         // nodes left it); a changed node still there was not reachable from the root.
         let mut removed = Vec::new();
-        for path in std::mem::take(&mut self.touched) {
-            match self.nodes.get(&path) {
-                Some(None) => removed.push(path),
+        for key in std::mem::take(&mut self.touched) {
+            match self.nodes.get(&key) {
+                Some(None) => removed.push(key.nibbles()),
                 Some(Some(_)) => {
-                    return Err(self.corrupt(&path, "a changed node is unreachable"));
+                    return Err(self.corrupt(&key.nibbles(), "a changed node is unreachable"));
                 }
                 None => {}
             }
@@ -858,8 +897,9 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         removed.sort_unstable();
         let mut removals = Vec::new();
         for path in removed {
-            self.load_original(&path)?;
-            if let Some(old) = self.original.remove(&path).flatten() {
+            let key = PathKey::of(&path);
+            self.load_original_at(key, &path)?;
+            if let Some(old) = self.original.remove(&key).flatten() {
                 removals.push(TrieWrite {
                     path,
                     node: None,

@@ -163,7 +163,7 @@ impl<'s, S: NodeSource + ?Sized> Subtrie<'s, S> {
     pub fn commit(mut self) -> Result<SubtrieCommit, TrieError> {
         let path = [self.nibble];
         let mut encoded = Vec::with_capacity(self.trie.touched.len());
-        let touched = self.trie.touched.contains(path.as_slice());
+        let touched = self.trie.touched.contains(&PathKey::of(&path));
         let child = if touched {
             self.trie.hash_at(&path, &mut encoded)?
         } else {
