@@ -89,6 +89,10 @@ pub struct NodeArgs {
     /// (65,536).
     #[arg(long, default_value_t = 1024)]
     pub cache: usize,
+    /// Threads that compute a block's state root (the account trie's 16 top-level
+    /// subtries and their accounts' storage tries split among them); 0: one per core.
+    #[arg(long = "state-root-workers", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=16))]
+    pub state_root_workers: u16,
     /// Most gas an eth_call or eth_estimateGas may use (0: the block gas limit).
     #[arg(long = "rpc.gascap", default_value_t = moat_rpc::DEFAULT_GAS_CAP)]
     pub rpc_gascap: u64,
@@ -265,6 +269,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         }
         (None, false) => return Err("give --datadir".into()),
     };
+    moat_blockchain::state_root::set_state_root_workers(args.state_root_workers.into());
     let store =
         Store::open_with_cache(&datadir, None, args.cache << 20).map_err(|e| e.to_string())?;
     let chain = match genesis {
