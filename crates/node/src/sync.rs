@@ -31,6 +31,11 @@ impl SyncService for Sync {
             synced_accounts: p.snap.map_or(0, |s| s.accounts),
             synced_storage: p.snap.map_or(0, |s| s.slots),
             synced_bytecodes: p.snap.map_or(0, |s| s.codes),
+            healed_trienodes: p.snap.map_or(0, |s| s.heal.nodes),
+            healed_trienode_bytes: p.snap.map_or(0, |s| s.heal.node_bytes),
+            healed_bytecodes: p.snap.map_or(0, |s| s.heal.codes),
+            healing_trienodes: p.snap.map_or(0, |s| s.heal.pending_nodes),
+            healing_bytecode: p.snap.map_or(0, |s| s.heal.pending_codes),
         })
     }
 }

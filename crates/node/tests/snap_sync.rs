@@ -126,6 +126,17 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
             u64::from_str_radix(s["syncedAccounts"].as_str()?.trim_start_matches("0x"), 16).ok()?;
         (n > 0).then_some(n)
     });
+    // geth's healing fields, zero without a pivot move.
+    let s = b.call("eth_syncing", "[]");
+    for field in [
+        "healedTrienodes",
+        "healedTrienodeBytes",
+        "healedBytecodes",
+        "healingTrienodes",
+        "healingBytecode",
+    ] {
+        assert_eq!(s[field], "0x0", "{field}: {s}");
+    }
     assert_eq!(b.head(), Some(0), "still downloading when killed");
     b.kill9();
 

@@ -21,6 +21,13 @@ pub struct SyncStatus {
     pub synced_accounts: u64,
     pub synced_storage: u64,
     pub synced_bytecodes: u64,
+    /// What healing after a pivot move did and has left (geth's `healedTrienodes`,
+    /// `healedTrienodeBytes`, `healedBytecodes`, `healingTrienodes`, `healingBytecode`).
+    pub healed_trienodes: u64,
+    pub healed_trienode_bytes: u64,
+    pub healed_bytecodes: u64,
+    pub healing_trienodes: u64,
+    pub healing_bytecode: u64,
 }
 
 /// What the RPC and engine servers ask of the node's syncer.
@@ -51,5 +58,10 @@ pub fn syncing(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
         "syncedAccounts": q(s.synced_accounts),
         "syncedStorage": q(s.synced_storage),
         "syncedBytecodes": q(s.synced_bytecodes),
+        "healedTrienodes": q(s.healed_trienodes),
+        "healedTrienodeBytes": q(s.healed_trienode_bytes),
+        "healedBytecodes": q(s.healed_bytecodes),
+        "healingTrienodes": q(s.healing_trienodes),
+        "healingBytecode": q(s.healing_bytecode),
     }))
 }

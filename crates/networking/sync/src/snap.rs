@@ -5,9 +5,11 @@
 //! ```text
 //!  pivot      target − 64 (the target itself on a shorter chain): its header walked
 //!             back from the target by hash, its body fetched
-//!  accounts   the hash space in CHUNKS chunks, one GetAccountRange in flight per peer;
-//!             each answer checked against its boundary proof and the pivot's state
-//!             root, then written (snap_accounts) with the chunk's new start: one commit
+//!  accounts   the hash space in CHUNKS chunks (one per first nibble), one
+//!             GetAccountRange in flight per peer; each answer checked against its
+//!             boundary proof and the pivot's state root, then written (snap_accounts)
+//!             with the chunk's new start and the nodes of the account trie below the
+//!             root that it finishes (ChunkTrie): one commit
 //!  storage    accounts with a storage root, in hash order, up to 128 per
 //!             GetStorageRanges; every complete trie checked whole against its root,
 //!             a partial last one against its proof and continued alone in chunks;
@@ -17,8 +19,10 @@
 //!             then healed to the pivot's root with GetTrieNodes (see below), then the
 //!             codes of healed accounts
 //!  tries      per account, its storage trie over its slots (SortedBuilder), checked
-//!             against its storage root; then the account trie, checked against the
-//!             pivot's state root; the flat by-address state of genesis is dropped
+//!             against its storage root; then the account trie's root branch over the
+//!             16 chunks' nodes at [i] (the account trie built whole after a pivot
+//!             move), checked against the pivot's state root; the flat by-address state
+//!             of genesis is dropped
 //!  head       the pivot's header, body, canonical entry and the head: one commit that
 //!             also removes the progress record
 //! ```
@@ -342,6 +346,24 @@ pub struct SnapFigures {
     pub bytes: u64,
     /// Whether this sync took up a record left by an earlier run.
     pub resumed: bool,
+    /// Healing after a pivot move (zero without one).
+    pub heal: HealFigures,
+}
+
+/// What healing did and has left to do (geth's `healedTrienodes`, `healedTrienodeBytes`,
+/// `healedBytecodes`, `healingTrienodes`, `healingBytecode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HealFigures {
+    /// Trie nodes taken, and their bytes.
+    pub nodes: u64,
+    pub node_bytes: u64,
+    /// Codes of healed accounts taken.
+    pub codes: u64,
+    /// Trie nodes known to be needed and not yet taken: asked, queued, or found below
+    /// the nodes taken (more are found as healing goes down the tries).
+    pub pending_nodes: u64,
+    /// Codes of healed accounts not yet taken.
+    pub pending_codes: u64,
 }
 
 /// The figures of the snap sync running now, shared with the handle.
@@ -474,20 +496,35 @@ pub async fn run<S: BlockSource>(
         resumed,
         highest,
         tries: (0..CHUNKS).map(|_| None).collect(),
+        heal: HealFigures::default(),
+        healing: false,
     };
     run.publish(&progress);
+    let stage_done = |p: &Progress, run: &Run<'_, S>| {
+        tracing::info!(
+            stage = p.stage.name(),
+            accounts = p.accounts,
+            slots = p.slots,
+            codes = p.codes,
+            secs = format!("{:.1}", run.started.elapsed().as_secs_f64()),
+            "snap sync: stage done"
+        );
+    };
     if progress.stage == Stage::Accounts {
         run.accounts(&mut progress).await?;
+        stage_done(&progress, &run);
         progress.stage = Stage::Storage;
         run.save(&progress, WriteBatch::new())?;
     }
     if progress.stage == Stage::Storage {
         run.storage(&mut progress).await?;
+        stage_done(&progress, &run);
         progress.stage = Stage::Codes;
         run.save(&progress, WriteBatch::new())?;
     }
     if progress.stage == Stage::Codes {
         run.codes(&mut progress).await?;
+        stage_done(&progress, &run);
         progress.stage = Stage::Tries;
         run.save(&progress, WriteBatch::new())?;
     }
@@ -508,6 +545,7 @@ pub async fn run<S: BlockSource>(
             .await
             .map_err(|e| SnapError::Pivot(e.to_string()))??;
         run.heal(&progress, local_root).await?;
+        run.healing = true;
         run.codes(&mut progress).await?;
         run.save(&progress, WriteBatch::new())?;
     }
@@ -620,6 +658,9 @@ struct Run<'a, S> {
     asked: HashMap<tokio::task::Id, (PeerId, Work)>,
     /// The account trie of each chunk under way, when built during the download.
     tries: Vec<Option<ChunkTrie>>,
+    /// Healing's figures (and whether the codes stage runs for healed accounts).
+    heal: HealFigures,
+    healing: bool,
 }
 
 impl<S: BlockSource> Run<'_, S> {
@@ -633,6 +674,7 @@ impl<S: BlockSource> Run<'_, S> {
             codes: p.codes,
             bytes: p.bytes,
             resumed: self.resumed,
+            heal: self.heal,
         });
     }
 
@@ -825,30 +867,39 @@ impl<S: BlockSource> Run<'_, S> {
         self.rest(peer);
     }
 
+    /// Asks the chunks not done and not in flight of the idle peers.
+    fn ask_chunks(&mut self, set: &mut Requests, p: &Progress, in_flight: &mut HashSet<usize>) {
+        while let Some(i) =
+            (0..p.chunks.len()).find(|&i| !p.chunks[i].done && !in_flight.contains(&i))
+        {
+            let Some(peer) = self.idle_peer() else { break };
+            let c = p.chunks[i];
+            in_flight.insert(i);
+            let work = Work::Accounts {
+                chunk: i,
+                origin: c.next,
+                limit: c.limit,
+            };
+            self.spawn(set, peer, work, p.state_root);
+        }
+    }
+
     async fn accounts(&mut self, p: &mut Progress) -> Result<(), SnapError> {
         let mut set = Requests::new();
         let mut in_flight: HashSet<usize> = HashSet::new();
         let mut waited = Instant::now();
         while p.chunks.iter().any(|c| !c.done) {
-            while let Some(i) =
-                (0..p.chunks.len()).find(|&i| !p.chunks[i].done && !in_flight.contains(&i))
-            {
-                let Some(peer) = self.idle_peer() else { break };
-                let c = p.chunks[i];
-                in_flight.insert(i);
-                let work = Work::Accounts {
-                    chunk: i,
-                    origin: c.next,
-                    limit: c.limit,
-                };
-                self.spawn(&mut set, peer, work, p.state_root);
-            }
+            self.ask_chunks(&mut set, p, &mut in_flight);
             let Some(a) = self.next(&mut set, waited).await? else {
                 continue;
             };
             let Work::Accounts { chunk, .. } = a.work else {
                 continue;
             };
+            // Other chunks go to the idle peers (the one that answered among them)
+            // before this answer is checked and written: a single peer serves the next
+            // range meanwhile.
+            self.ask_chunks(&mut set, p, &mut in_flight);
             in_flight.remove(&chunk);
             let (accounts, proof) = match a.result {
                 Ok(SnapMessage::AccountRange {
@@ -1120,6 +1171,9 @@ impl<S: BlockSource> Run<'_, S> {
         }
         let total = wanted.len().max(1);
         let mut left = wanted.len();
+        if self.healing {
+            self.heal.pending_codes = left as u64;
+        }
         let mut queue: VecDeque<Work> = wanted
             .chunks(CODE_BATCH)
             .map(|c| Work::Codes { hashes: c.to_vec() })
@@ -1175,6 +1229,10 @@ impl<S: BlockSource> Run<'_, S> {
             self.useful();
             waited = Instant::now();
             left -= hashes.len() - missing.len();
+            if self.healing {
+                self.heal.codes += count;
+                self.heal.pending_codes = left as u64;
+            }
             if !missing.is_empty() {
                 queue.push_back(Work::Codes {
                     hashes: missing.into_iter().collect(),
@@ -1299,6 +1357,7 @@ impl<S: BlockSource> Run<'_, S> {
         let mut waited = Instant::now();
         let mut batch = WriteBatch::new();
         let (mut answers, mut healed) = (0usize, 0u64);
+        let walk_started = Instant::now();
         loop {
             while !todo.is_empty() {
                 let n = todo.len().min(HEAL_BATCH);
@@ -1342,8 +1401,10 @@ impl<S: BlockSource> Run<'_, S> {
             waited = Instant::now();
             for (node, t) in nodes.iter().zip(&tasks) {
                 heal_node(&store, t.owner, &t.path, node, &mut batch, &mut todo)?;
+                self.heal.node_bytes += node.len() as u64;
             }
             healed += nodes.len() as u64;
+            self.heal.nodes += nodes.len() as u64;
             if nodes.len() < tasks.len() {
                 queue.push_back(Work::Nodes {
                     tasks: tasks[nodes.len()..].to_vec(),
@@ -1353,12 +1414,26 @@ impl<S: BlockSource> Run<'_, S> {
             if answers % HEAL_COMMIT_EVERY == 0 {
                 store.commit_relaxed(std::mem::take(&mut batch))?;
             }
+            let queued: usize = (queue.iter().chain(self.asked.values().map(|a| &a.1)))
+                .map(|w| match w {
+                    Work::Nodes { tasks } => tasks.len(),
+                    _ => 0,
+                })
+                .sum();
+            self.heal.pending_nodes = (todo.len() + queued) as u64;
+            self.publish(p);
             if self.last_line.elapsed() >= self.cfg.progress_every {
                 self.last_line = Instant::now();
+                // At the rate so far, for the nodes known to be needed (more are found
+                // below them: a lower bound).
+                let rate = healed as f64 / walk_started.elapsed().as_secs_f64().max(0.001);
+                let eta = format!("{:.0}s", self.heal.pending_nodes as f64 / rate.max(1.0));
                 tracing::info!(
                     pivot = p.pivot_number,
                     healed,
-                    pending = todo.len() + queue.len() * HEAL_BATCH,
+                    pending = self.heal.pending_nodes,
+                    kib = self.heal.node_bytes >> 10,
+                    eta,
                     "snap sync: healing"
                 );
             }

@@ -392,6 +392,35 @@ fn sync_to(
     ))
 }
 
+/// A snap sync as [`sync_to`], returning the distinct figures it published.
+fn sync_watched(
+    rt: &tokio::runtime::Runtime,
+    client: &Chain,
+    source: &Arc<Served>,
+    target: B256,
+    cfg: &SnapConfig,
+) -> Vec<snap::SnapFigures> {
+    let status = SnapStatus::default();
+    let watch = status.clone();
+    rt.block_on(async {
+        let mut seen: Vec<snap::SnapFigures> = Vec::new();
+        let run = snap::run(client, source, target, cfg, &status);
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                r = &mut run => { r.unwrap(); return seen; }
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {
+                    if let Some(f) = *watch.lock()
+                        && seen.last() != Some(&f)
+                    {
+                        seen.push(f);
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// The pivot the client must take: 64 below the served head.
 fn pivot() -> (u64, B256) {
     let served = served_chain();
@@ -725,9 +754,28 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
     assert_eq!((cut_record.stage, cut_record.heal), (Stage::Tries, true));
     assert_eq!(cut.asked[2].load(Ordering::SeqCst), 20);
     assert_eq!(cut.asked[0].load(Ordering::SeqCst), 0);
-    // ...resumes: the tries built again and walked from the root.
+    // ...resumes: the tries built again and walked from the root, healing's figures
+    // published as it goes.
     let source = Served::new(served.clone(), vec![Mode::Honest; 2], None);
-    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
+    let seen = sync_watched(&rt, &client, &source, new_target, &cfg);
+    let healing: Vec<snap::HealFigures> = seen.iter().map(|f| f.heal).collect();
+    assert!(
+        healing.iter().any(|h| h.pending_nodes > 0),
+        "nodes left to heal shown"
+    );
+    assert!(
+        healing.windows(2).all(|w| w[0].nodes <= w[1].nodes),
+        "healed nodes only grow"
+    );
+    let last = healing.last().copied().unwrap_or_default();
+    assert!(
+        last.nodes > 0 && last.node_bytes > 32 * last.nodes,
+        "{last:?}"
+    );
+    assert!(
+        last.nodes <= 128 * source.asked[2].load(Ordering::SeqCst) as u64,
+        "no more nodes counted than asked"
+    );
     assert_eq!(source.asked[0].load(Ordering::SeqCst), 0);
     assert!(source.faults.lock().is_empty(), "no honest peer blamed");
     assert_healed(&source, &client, old_root);
@@ -867,4 +915,38 @@ fn a_peer_sending_extra_slot_lists_after_a_pivot_move_cannot_panic_the_sync() {
         stored_state_root(client.store()).unwrap(),
         header.state_root
     );
+}
+
+/// Healing cut short resumes without healing everything again: the flat state's patches
+/// committed before the cut make the tries built again match where they were healed,
+/// so the walk from the root asks only what was left (and the branches above it).
+#[test]
+fn healing_cut_short_asks_less_again_than_healing_from_the_start() {
+    let rt = runtime();
+    let cfg = cfg();
+    // Healing once, whole: how many trie-node requests it takes.
+    let (g, client, _) = moved_pivot(&rt, &cfg);
+    let served = g.chain().clone();
+    let new_target = served.head().unwrap().1;
+    let whole = Served::new(served.clone(), vec![Mode::Honest], None);
+    sync_to(&rt, &client, &whole, new_target, &cfg).unwrap();
+    let n = whole.asked[2].load(Ordering::SeqCst);
+    let cut_at = n * 3 / 4;
+    assert!(
+        cut_at > 2 * snap::HEAL_COMMIT_EVERY,
+        "{n} requests: too few to cut"
+    );
+    // The same download healed again, cut after three quarters of those requests...
+    let (g, client, old_root) = moved_pivot(&rt, &cfg);
+    let cut = Served::new(g.chain().clone(), vec![Mode::Honest], None);
+    cut.nodes_left.store(cut_at, Ordering::SeqCst);
+    let err = sync_to(&rt, &client, &cut, new_target, &cfg);
+    assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
+    // ...and resumed: fewer requests than healing from the start.
+    let source = Served::new(g.chain().clone(), vec![Mode::Honest], None);
+    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
+    let again = source.asked[2].load(Ordering::SeqCst);
+    eprintln!("healing: {n} requests whole, {again} after a cut at {cut_at}");
+    assert!(again < n, "{again} requests after the cut, {n} whole");
+    assert_healed(&source, &client, old_root);
 }
