@@ -495,7 +495,6 @@ pub async fn run<S: BlockSource>(
         last_line: Instant::now(),
         resumed,
         highest,
-        tries: (0..CHUNKS).map(|_| None).collect(),
         heal: HealFigures::default(),
         healing: false,
     };
@@ -656,8 +655,6 @@ struct Run<'a, S> {
     /// The peer and work of each request in flight, by task: a task that ends without
     /// its answer (a panic) still gives its work back.
     asked: HashMap<tokio::task::Id, (PeerId, Work)>,
-    /// The account trie of each chunk under way, when built during the download.
-    tries: Vec<Option<ChunkTrie>>,
     /// Healing's figures (and whether the codes stage runs for healed accounts).
     heal: HealFigures,
     healing: bool,
@@ -888,6 +885,13 @@ impl<S: BlockSource> Run<'_, S> {
         let mut set = Requests::new();
         let mut in_flight: HashSet<usize> = HashSet::new();
         let mut waited = Instant::now();
+        // The account trie's nodes are built and every answer committed on a thread of
+        // its own, in order, while the next answers are checked.
+        let mut writer = if p.trie_during_download() {
+            Some(TrieWriter::start(self.chain.store().clone())?)
+        } else {
+            None
+        };
         while p.chunks.iter().any(|c| !c.done) {
             self.ask_chunks(&mut set, p, &mut in_flight);
             let Some(a) = self.next(&mut set, waited).await? else {
@@ -938,37 +942,36 @@ impl<S: BlockSource> Run<'_, S> {
                         Some(Some(next)) => chunk_ref.next = next,
                         _ => chunk_ref.done = true,
                     }
-                    if p.trie_during_download() {
-                        // The chunk's trie nodes go in the commit of the accounts they
-                        // come from (a resumed chunk's builder is fed again from its
-                        // start up to where it was).
-                        let ours = decoded.iter().filter(|d| c.next <= d.0 && d.0 <= c.limit);
-                        let trie = self.chunk_trie(chunk, &c)?;
-                        for (hash, account) in ours {
-                            trie.push(hash, account)?;
-                        }
-                        let mut nodes: Vec<_> = trie.take().collect();
-                        if p.chunks[chunk].done
-                            && let Some(trie) = self.tries[chunk].take()
-                        {
-                            nodes.extend(trie.finish()?);
-                        }
-                        for (path, rlp) in nodes {
-                            batch.set_trie_node(B256::ZERO, path, Some(rlp));
-                        }
-                    }
                     // Accounts outside the chunk's range (past its limit, or before its
                     // start in a whole trie sent without proof) are another's: counted once.
-                    p.accounts += decoded
-                        .iter()
+                    let ours: Vec<(B256, Account)> = decoded
+                        .into_iter()
                         .filter(|d| c.next <= d.0 && d.0 <= c.limit)
-                        .count() as u64;
+                        .collect();
+                    p.accounts += ours.len() as u64;
                     p.bytes += size;
-                    self.save(p, batch)?;
+                    match &mut writer {
+                        Some(w) => {
+                            batch.set_snap_progress(Some(p.encode()));
+                            let done = p.chunks[chunk].done;
+                            w.send(TrieJob {
+                                chunk,
+                                at: c,
+                                accounts: ours,
+                                done,
+                                batch,
+                            })?;
+                            self.publish(p);
+                        }
+                        None => self.save(p, batch)?,
+                    }
                     let left = chunks_left(p);
                     self.line(p, left);
                 }
             }
+        }
+        if let Some(w) = writer {
+            w.finish()?;
         }
         Ok(())
     }
@@ -1246,38 +1249,6 @@ impl<S: BlockSource> Run<'_, S> {
 }
 
 impl<S: BlockSource> Run<'_, S> {
-    /// The trie builder of chunk `i` (at `c`, before the answer): made at its first
-    /// answer, and fed then with what the store holds of the chunk (from an earlier run)
-    /// up to `c.next`, the nodes it finishes meanwhile being stored already.
-    fn chunk_trie(&mut self, i: usize, c: &Chunk) -> Result<&mut ChunkTrie, SnapError> {
-        if self.tries[i].is_none() {
-            let mut trie = ChunkTrie::new(i as u8);
-            let mut from = chunk_start(i);
-            while from < c.next {
-                let mut page = Vec::with_capacity(ACCOUNTS_PAGE);
-                self.chain.store().snap_accounts_from(&from, |h, a| {
-                    if h >= c.next {
-                        return false;
-                    }
-                    page.push((h, a));
-                    page.len() < ACCOUNTS_PAGE
-                })?;
-                for (h, a) in &page {
-                    trie.push(h, a)?;
-                }
-                drop(trie.take());
-                match page.last().and_then(|l| b256_after(&l.0)) {
-                    Some(next) if page.len() == ACCOUNTS_PAGE => from = next,
-                    _ => break,
-                }
-            }
-            self.tries[i] = Some(trie);
-        }
-        self.tries[i]
-            .as_mut()
-            .ok_or_else(|| SnapError::Mismatch("no chunk trie".into()))
-    }
-
     /// Leaves the storage of account `i` of the storage stage's `list` to healing.
     fn skip_storage(
         &mut self,
@@ -2008,6 +1979,127 @@ impl ChunkTrie {
         }
         Ok(out)
     }
+}
+
+/// One checked account range for the [`TrieWriter`]: its chunk (`at`: where the chunk
+/// stood before it), its accounts in the chunk, whether it ends the chunk, and the batch
+/// of its writes and the record.
+struct TrieJob {
+    chunk: usize,
+    at: Chunk,
+    accounts: Vec<(B256, Account)>,
+    done: bool,
+    batch: WriteBatch,
+}
+
+/// The thread that builds the account trie's chunks during the download and commits
+/// each answer's batch with the nodes it finished, in the order sent (so the record
+/// never gets ahead of the writes it covers).
+struct TrieWriter {
+    tx: Option<std::sync::mpsc::SyncSender<TrieJob>>,
+    handle: Option<std::thread::JoinHandle<Result<(), SnapError>>>,
+}
+
+impl TrieWriter {
+    fn start(store: moat_storage::Store) -> Result<Self, SnapError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<TrieJob>(4);
+        let handle = std::thread::Builder::new()
+            .name("snap-trie".into())
+            .spawn(move || {
+                let mut tries: Vec<Option<ChunkTrie>> = (0..CHUNKS).map(|_| None).collect();
+                for mut job in rx {
+                    let trie = chunk_trie(&store, &mut tries, job.chunk, &job.at)?;
+                    for (hash, account) in &job.accounts {
+                        trie.push(hash, account)?;
+                    }
+                    let mut nodes: Vec<_> = trie.take().collect();
+                    if job.done
+                        && let Some(trie) = tries[job.chunk].take()
+                    {
+                        nodes.extend(trie.finish()?);
+                    }
+                    for (path, rlp) in nodes {
+                        job.batch.set_trie_node(B256::ZERO, path, Some(rlp));
+                    }
+                    store.commit_relaxed(job.batch)?;
+                }
+                Ok(())
+            })
+            .map_err(|e| SnapError::Store(StoreError::Db(format!("trie thread: {e}"))))?;
+        Ok(Self {
+            tx: Some(tx),
+            handle: Some(handle),
+        })
+    }
+
+    /// Hands over an answer (waiting while four are queued); a thread that stopped
+    /// gives its error.
+    fn send(&mut self, job: TrieJob) -> Result<(), SnapError> {
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());
+        if sent { Ok(()) } else { self.join() }
+    }
+
+    /// Waits until every answer sent is committed.
+    fn finish(mut self) -> Result<(), SnapError> {
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<(), SnapError> {
+        self.tx = None;
+        let stopped = || SnapError::Store(StoreError::Db("the trie thread stopped".into()));
+        match self.handle.take().map(|h| h.join()) {
+            Some(Ok(result)) => result.and(Ok(())),
+            Some(Err(_)) => Err(stopped()),
+            None => Err(stopped()),
+        }
+    }
+}
+
+impl Drop for TrieWriter {
+    /// A stage that ends early still waits for what it sent to be committed, so that no
+    /// write lands after the stage has returned.
+    fn drop(&mut self) {
+        if self.handle.is_some() {
+            let _ = self.join();
+        }
+    }
+}
+
+/// The trie builder of chunk `i` (at `c`, before the answer): made at its first
+/// answer, and fed then with what the store holds of the chunk (from an earlier run)
+/// up to `c.next`, the nodes it finishes meanwhile being stored already.
+fn chunk_trie<'t>(
+    store: &moat_storage::Store,
+    tries: &'t mut [Option<ChunkTrie>],
+    i: usize,
+    c: &Chunk,
+) -> Result<&'t mut ChunkTrie, SnapError> {
+    if tries[i].is_none() {
+        let mut trie = ChunkTrie::new(i as u8);
+        let mut from = chunk_start(i);
+        while from < c.next {
+            let mut page = Vec::with_capacity(ACCOUNTS_PAGE);
+            store.snap_accounts_from(&from, |h, a| {
+                if h >= c.next {
+                    return false;
+                }
+                page.push((h, a));
+                page.len() < ACCOUNTS_PAGE
+            })?;
+            for (h, a) in &page {
+                trie.push(h, a)?;
+            }
+            drop(trie.take());
+            match page.last().and_then(|l| b256_after(&l.0)) {
+                Some(next) if page.len() == ACCOUNTS_PAGE => from = next,
+                _ => break,
+            }
+        }
+        tries[i] = Some(trie);
+    }
+    tries[i]
+        .as_mut()
+        .ok_or_else(|| SnapError::Mismatch("no chunk trie".into()))
 }
 
 /// The account trie's root branch over the 16 chunks' nodes at `[i]`; `None` when fewer
