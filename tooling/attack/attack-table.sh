@@ -3,12 +3,25 @@
 # when GETH names a go-ethereum binary, against geth's dev mode (RPC form: geth's dev mode
 # has no p2p). Everything listens on 127.0.0.1 (attackers connect from 127.0.0.10-13); each
 # node is stopped at the end. SECONDS_PER_PHASE (default 5) and SCENARIOS (comma-separated)
-# pass through. blob-v1 runs on a second moat dev node with Osaka active (--dev.osaka).
+# pass through. Ports: 37391-37392 and 37591-37596 by default (P2P_PORT, HTTP_PORT,
+# WS_PORT, AUTH_PORT, METRICS_PORT for moat; GETH_P2P_PORT, GETH_HTTP_PORT,
+# GETH_AUTH_PORT for geth).
+# PEER_SENDERS (default 32): the dev-mode honest peer's senders (funded first). blob-v1
+# runs on a second moat dev node with Osaka active (--dev.osaka).
 # With GETH, the gossip form also runs on both nodes over the ethtest chain, a fresh node
 # per row (ETHTEST_ONLY=1: only that part).
 set -eu
 BIN=${BIN:-target/release}
 PHASE=${SECONDS_PER_PHASE:-5}
+P2P_PORT=${P2P_PORT:-37391}
+HTTP_PORT=${HTTP_PORT:-37591}
+WS_PORT=${WS_PORT:-37592}
+AUTH_PORT=${AUTH_PORT:-37593}
+METRICS_PORT=${METRICS_PORT:-37594}
+GETH_P2P_PORT=${GETH_P2P_PORT:-37392}
+GETH_HTTP_PORT=${GETH_HTTP_PORT:-37595}
+GETH_AUTH_PORT=${GETH_AUTH_PORT:-37596}
+PEER_SENDERS=${PEER_SENDERS:-32}
 SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,blob-v0,rpc-flood,announce,invalidation,blob-v1}
 # Dev keys 2-3 fund the blob spammers (blob txs must pass the balance check to reach KZG),
 # dev key 4 the invalidation storm's senders.
@@ -17,7 +30,9 @@ STORMKEY=0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a
 # Prague takes version-0 sidecars only, Osaka version-1 only: blob-v1 gets its own node.
 SCEN_MAIN=$(echo "$SCEN" | tr ',' '\n' | grep -v '^blob-v1$' | paste -sd, -)
 SCEN_OSAKA=$(echo "$SCEN" | tr ',' '\n' | grep '^blob-v1$' || true)
-DIR=$(mktemp -d /tmp/moat-attack-table.XXXXXX)
+# WORKDIR: where the nodes' datadirs go (default /tmp; /dev/shm takes the disk's fsync
+# latency out of the honest RPC calls, which return once the tx is journaled).
+DIR=$(mktemp -d "${WORKDIR:-/tmp}/moat-attack-table.XXXXXX")
 PIDS=""
 cleanup() {
     for p in $PIDS; do kill "$p" 2>/dev/null || true; done
@@ -42,19 +57,20 @@ wait_rpc() { # wait_rpc PORT
 moat_table() { # moat_table LABEL SCENARIOS [extra moat flags]
     label=$1; scen=$2; shift 2
     "$BIN/moat" --dev --dev.period 2 --maxpeers 50 --nodiscover --p2p.addr 127.0.0.1 \
-        --port 30391 --http.port 8591 --ws.port 8592 --authrpc.port 8593 --metrics.port 8594 \
+        --port $P2P_PORT --http.port $HTTP_PORT --ws.port $WS_PORT --authrpc.port $AUTH_PORT \
+        --metrics.port $METRICS_PORT \
         --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
         --http.api eth,net,web3,admin --metrics --datadir "$DIR/$label" "$@" > "$DIR/$label.log" 2>&1 &
     MOAT=$!
     PIDS="$PIDS $MOAT"
-    wait_rpc 8591
-    ENODE=$(rpc 8591 admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p')
+    wait_rpc $HTTP_PORT
+    ENODE=$(rpc $HTTP_PORT admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p')
     [ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; exit 1; }
-    "$BIN/moat-attack-table" --label "$label" --rpc 127.0.0.1:8591 --target "$ENODE" --pid "$MOAT" \
+    "$BIN/moat-attack-table" --label "$label" --rpc 127.0.0.1:$HTTP_PORT --target "$ENODE" --pid "$MOAT" \
         --peer-key 0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 \
         --rpc-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d \
-        --blob-keys "$BLOBKEYS" --storm-key "$STORMKEY" --metrics 127.0.0.1:8594 \
-        --seconds "$PHASE" --scenarios "$scen" || true
+        --blob-keys "$BLOBKEYS" --storm-key "$STORMKEY" --metrics 127.0.0.1:$METRICS_PORT \
+        --peer-senders "$PEER_SENDERS" --seconds "$PHASE" --scenarios "$scen" || true
     kill "$MOAT"; PIDS=""
     sleep 1
 }
@@ -66,14 +82,15 @@ fi
 if [ -n "${GETH:-}" ] && [ -z "${ETHTEST_ONLY:-}" ]; then
     # geth --dev funds its fixed developer key (cmd/utils DeveloperKey).
     "$GETH" --dev --dev.period 2 --datadir "$DIR/geth" --http --http.addr 127.0.0.1 \
-        --http.port 8595 --authrpc.port 8596 --port 0 --nodiscover --maxpeers 0 \
+        --http.port $GETH_HTTP_PORT --authrpc.port $GETH_AUTH_PORT --port $GETH_P2P_PORT \
+        --nodiscover --maxpeers 0 \
         --datadir.minfreedisk 1 \
         > "$DIR/geth.log" 2>&1 &
     GPID=$!
     PIDS="$GPID"
-    wait_rpc 8595
+    wait_rpc $GETH_HTTP_PORT
     DEVKEY=0xb71c71a67e1177ad4e901695e1b4b9ee17ae16c6668d313eac2f96dbcda3f291
-    "$BIN/moat-attack-table" --label go-ethereum --rpc 127.0.0.1:8595 --pid "$GPID" \
+    "$BIN/moat-attack-table" --label go-ethereum --rpc 127.0.0.1:$GETH_HTTP_PORT --pid "$GPID" \
         --peer-key $DEVKEY --rpc-key $DEVKEY --seconds "$PHASE" --scenarios "$SCEN" || true
     kill "$GPID"; PIDS=""
     sleep 1
@@ -99,7 +116,7 @@ if [ -n "${GETH:-}" ]; then
         [ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; return; }
         "$BIN/moat-attack-table" --label "$1" --rpc "127.0.0.1:$3" --target "$ENODE" --pid "$2" \
             --network "$T/genesis.json" --fcu "$T/headfcu.json" --engine "127.0.0.1:$4" --jwt-secret "$DIR/jwt.hex" \
-            --peer-key "$K1" --rpc-key "$K2" --blob-keys "$K34" --metrics 127.0.0.1:8594 \
+            --peer-key "$K1" --rpc-key "$K2" --blob-keys "$K34" --metrics 127.0.0.1:$METRICS_PORT \
             --peer-rate 50 --rpc-rate 20 --seconds "$PHASE" --scenarios "$5" || true
         kill "$2"; PIDS=""
         # The next row's node takes the same ports: wait until this one is gone (killed
@@ -113,26 +130,26 @@ if [ -n "${GETH:-}" ]; then
     for s in $(echo "$SCEN_GOSSIP" | tr ',' ' '); do
         rm -rf "$DIR/moat-ethtest"; cp -a "$DIR/moat-ethtest-base" "$DIR/moat-ethtest"
         "$BIN/moat" --network "$T/genesis.json" --datadir "$DIR/moat-ethtest" --maxpeers 50 \
-            --nodiscover --p2p.addr 127.0.0.1 --port 30391 --http --http.port 8591 \
-            --http.api eth,net,web3,admin --ws.port 8592 --authrpc.port 8593 \
-            --authrpc.jwtsecret "$DIR/jwt.hex" --metrics --metrics.port 8594 \
+            --nodiscover --p2p.addr 127.0.0.1 --port $P2P_PORT --http --http.port $HTTP_PORT \
+            --http.api eth,net,web3,admin --ws.port $WS_PORT --authrpc.port $AUTH_PORT \
+            --authrpc.jwtsecret "$DIR/jwt.hex" --metrics --metrics.port $METRICS_PORT \
             --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
             >> "$DIR/moat-ethtest.log" 2>&1 &
         MOAT=$!
         PIDS="$MOAT"
-        ethtest_table "moat (ethtest chain)" "$MOAT" 8591 8593 "$s"
+        ethtest_table "moat (ethtest chain)" "$MOAT" $HTTP_PORT $AUTH_PORT "$s"
     done
     "$GETH" init --datadir "$DIR/geth-ethtest-base" "$T/genesis.json" > "$DIR/geth-init.log" 2>&1
     "$GETH" import --datadir "$DIR/geth-ethtest-base" "$T/chain.rlp" > "$DIR/geth-import.log" 2>&1
     for s in $(echo "$SCEN_GOSSIP" | tr ',' ' '); do
         rm -rf "$DIR/geth-ethtest"; cp -a "$DIR/geth-ethtest-base" "$DIR/geth-ethtest"
         "$GETH" --datadir "$DIR/geth-ethtest" --syncmode full --nodiscover --nat none \
-            --netrestrict 127.0.0.0/8 --port 30392 --maxpeers 50 --http --http.addr 127.0.0.1 \
-            --http.port 8595 --http.api eth,net,web3,admin --authrpc.port 8596 \
+            --netrestrict 127.0.0.0/8 --port $GETH_P2P_PORT --maxpeers 50 --http --http.addr 127.0.0.1 \
+            --http.port $GETH_HTTP_PORT --http.api eth,net,web3,admin --authrpc.port $GETH_AUTH_PORT \
             --authrpc.jwtsecret "$DIR/jwt.hex" --datadir.minfreedisk 1 \
             >> "$DIR/geth-ethtest.log" 2>&1 &
         GPID=$!
         PIDS="$GPID"
-        ethtest_table "go-ethereum (ethtest chain)" "$GPID" 8595 8596 "$s"
+        ethtest_table "go-ethereum (ethtest chain)" "$GPID" $GETH_HTTP_PORT $GETH_AUTH_PORT "$s"
     done
 fi

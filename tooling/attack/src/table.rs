@@ -2,8 +2,10 @@
 //! and what the honest traffic got (`make attack-table`).
 //!
 //! Honest traffic, all the time:
-//! - one peer gossiping valid transfers of a funded key (`Transactions`, every 20 ms);
-//!   a second, silent peer (the observer) times each one from its send until the node
+//! - one peer gossiping valid transfers (`Transactions`, every 20 ms) of a funded key, or
+//!   in turn of `--peer-senders` fresh keys that key funds first (dev mode: a network's
+//!   gossip comes from many senders, and one sender at 200 tx/s runs into the pool's
+//!   per-sender limits once pending is half full); a second, silent peer (the observer) times each one from its send until the node
 //!   gossips it on, i.e. until it is pending;
 //! - one RPC client sending valid transfers of another funded key with
 //!   `eth_sendRawTransaction`, one at a time; its latency is the call's (the node answers
@@ -35,7 +37,11 @@
 //!   four transfers of each sender (8,000 txs, 1 gwei tip). The node's blocks (dev mode,
 //!   every 2 s) include the first ones and leave the rest unable to pay: each head change
 //!   revalidates the senders in bulk. With `--metrics` the head changes' revalidation
-//!   time and accounts read are printed beside the reference phase's.
+//!   time and accounts read are printed beside the reference phase's. No reorg: the dev
+//!   node's only way back, `evm_revert`, restores a snapshot's chain, state and pool
+//!   whole (the blocks' txs are dropped, not returned to the pool as a reorg returns
+//!   them, and the honest senders' later nonces are left behind a gap), so it measures
+//!   a reset, not a reorg.
 //!
 //! Without `--target` only the RPC forms run (honest RPC, `rpc-flood`): go-ethereum's dev
 //! mode has no p2p.
@@ -136,6 +142,12 @@ struct Args {
     /// Hex key of another funded account for the honest RPC client.
     #[arg(long)]
     rpc_key: String,
+    /// Senders of the honest peer's transfers. With more than one, `--peer-key` funds
+    /// that many fresh keys by RPC first and waits until a block has the funding (a node
+    /// that mines: dev mode), and the peer sends from each in turn, as gossip from a
+    /// network's many senders comes; with one, from `--peer-key` itself.
+    #[arg(long, default_value_t = 1)]
+    peer_senders: usize,
     #[arg(
         long,
         value_enum,
@@ -606,7 +618,8 @@ fn storm_material(
     (funding, storm)
 }
 
-/// Sends the storm's funding by RPC and waits (up to 60 s) until a block has it all.
+/// Sends funding transfers (the storm's, the honest peer's senders') by RPC and waits
+/// (up to 60 s) until a block has them all.
 async fn fund_storm(addr: SocketAddr, funder: Address, funding: &[Bytes]) -> Result<(), String> {
     let mut rpc = Rpc::connect(addr).await.map_err(|e| e.to_string())?;
     let q = format!(r#"["{funder}","latest"]"#);
@@ -804,6 +817,37 @@ async fn run(args: Args) -> Result<bool, String> {
         .collect();
     let mat = Arc::new(mat);
 
+    // The honest peer's senders: its own key, or fresh keys it funds first.
+    let mut peer_senders = vec![(peer_signer.clone(), nonces[0])];
+    if args.peer_senders > 1 && args.target.is_some() {
+        let keys: Vec<Signer> = (0..args.peer_senders as u64)
+            .map(|i| Signer::from_seed(0x4011_e570_0000 + i))
+            .collect();
+        // Each for 2,000 transfers at the most they may pay.
+        let value = U256::from(2_000 * (21_000 * FEE_CAP + 1));
+        let funding: Vec<Bytes> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let tx = Transaction::Eip1559(Eip1559Tx {
+                    chain_id,
+                    nonce: nonces[0] + i as u64,
+                    max_priority_fee_per_gas: TIP,
+                    max_fee_per_gas: FEE_CAP,
+                    gas_limit: 21_000,
+                    to: TxKind::Call(k.address()),
+                    value,
+                    input: Bytes::new(),
+                    access_list: vec![],
+                });
+                SignedTransaction::sign(tx, &peer_signer).encoded_2718().into()
+            })
+            .collect();
+        eprintln!("funding {} honest peer senders…", keys.len());
+        fund_storm(args.rpc, peer_signer.address(), &funding).await?;
+        peer_senders = keys.into_iter().map(|k| (k, 0)).collect();
+    }
+
     let stop = Arc::new(AtomicBool::new(false));
     let honest = Arc::new(Honest::default());
     let mut tasks = Vec::new();
@@ -886,15 +930,21 @@ async fn run(args: Args) -> Result<bool, String> {
         }));
         let (stop3, honest3) = (stop.clone(), honest.clone());
         let per_tick = (args.peer_rate / 50).max(1);
-        let mut nonce = nonces[0];
+        let mut senders = peer_senders;
+        let mut turn = 0;
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(20));
             while !stop3.load(Ordering::Relaxed) {
                 tick.tick().await;
                 let txs: Vec<Bytes> = (0..per_tick)
-                    .map(|i| transfer(chain_id, &peer_signer, nonce + i, FEE_CAP, TIP))
+                    .map(|_| {
+                        let n = senders.len();
+                        let (key, nonce) = &mut senders[turn % n];
+                        turn += 1;
+                        *nonce += 1;
+                        transfer(chain_id, key, *nonce - 1, FEE_CAP, TIP)
+                    })
                     .collect();
-                nonce += per_tick;
                 let now = Instant::now();
                 {
                     let mut sent = honest3.sent.lock();
