@@ -840,7 +840,9 @@ async fn run(args: Args) -> Result<bool, String> {
                     input: Bytes::new(),
                     access_list: vec![],
                 });
-                SignedTransaction::sign(tx, &peer_signer).encoded_2718().into()
+                SignedTransaction::sign(tx, &peer_signer)
+                    .encoded_2718()
+                    .into()
             })
             .collect();
         eprintln!("funding {} honest peer senders…", keys.len());
