@@ -23,7 +23,8 @@ use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
 use moat_storage::{Account, Store, StoreError, TrieNode, WriteBatch};
 use moat_trie::subtrie::{RootBranch, Subtrie, SubtrieCommit};
 use moat_trie::{NodeSource, Trie, TrieError, TrieWrite};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// The account trie's owner.
 pub const ACCOUNT_TRIE: B256 = B256::ZERO;
@@ -219,7 +220,11 @@ impl<S: NodeSource + ?Sized> AccountTrie for Subtrie<'_, S> {
 
 /// A dropped storage: the undo record's slots and trie nodes, and the trie to drop if it
 /// held anything.
-type Wiped = ((Address, Vec<(B256, U256)>), (B256, Vec<TrieNode>), Option<B256>);
+type Wiped = (
+    (Address, Vec<(B256, U256)>),
+    (B256, Vec<TrieNode>),
+    Option<B256>,
+);
 
 /// What one account's changes add to a [`StateUpdate`], appended in the block's account
 /// order whichever thread computed it.
@@ -421,8 +426,110 @@ fn finish(update: &mut StateUpdate, commit: moat_trie::TrieCommit) {
     update.root = commit.root;
 }
 
-/// One worker's share: subtries (by nibble) with the outcome of each of their accounts.
+/// One subtrie's share of a block: its commit and the outcome of each of its accounts.
 type SubtrieWork = (SubtrieCommit, Vec<(usize, AccountOutcome)>);
+
+/// A block's state root being computed by the calling thread and the helpers: what it
+/// changes (owned, so that helpers hold nothing borrowed), the subtries to update, and
+/// their results.
+struct RootJob {
+    store: Store,
+    changes: Vec<AccountChange>,
+    /// Per account, in block order: its address, hashed address and changes (indices
+    /// into `changes`).
+    accounts: Vec<(Address, B256, Vec<usize>)>,
+    /// The accounts (indices into `accounts`) of each nibble.
+    buckets: Vec<Vec<usize>>,
+    /// Nibbles to update, largest first.
+    tasks: Vec<usize>,
+    next: AtomicUsize,
+    failed: AtomicBool,
+    /// Results, and how many tasks have finished (taken and run, or skipped after a
+    /// failure).
+    done: Mutex<(Vec<Result<SubtrieWork, StoreError>>, usize)>,
+    finished: Condvar,
+}
+
+impl RootJob {
+    /// Takes tasks until none is left; every task taken is counted as finished.
+    fn run_tasks(&self) {
+        loop {
+            let Some(&nibble) = self.tasks.get(self.next.fetch_add(1, Ordering::AcqRel)) else {
+                return;
+            };
+            let result = if self.failed.load(Ordering::Acquire) {
+                None
+            } else {
+                let run = std::panic::AssertUnwindSafe(|| self.subtrie(nibble));
+                Some(std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                    Err(StoreError::Corrupt(format!(
+                        "the state-root worker of subtrie {nibble:x} panicked"
+                    )))
+                }))
+            };
+            if matches!(result, Some(Err(_))) {
+                self.failed.store(true, Ordering::Release);
+            }
+            let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+            done.0.extend(result);
+            done.1 += 1;
+            if done.1 == self.tasks.len() {
+                self.finished.notify_all();
+            }
+        }
+    }
+
+    fn subtrie(&self, nibble: usize) -> Result<SubtrieWork, StoreError> {
+        let source = StoreNodes(&self.store);
+        let mut sub = Subtrie::new(&source, ACCOUNT_TRIE, nibble as u8);
+        let mut outcomes = Vec::with_capacity(self.buckets[nibble].len());
+        let mut list = Vec::new();
+        for &i in &self.buckets[nibble] {
+            let (address, owner, changes) = &self.accounts[i];
+            list.clear();
+            list.extend(changes.iter().map(|&j| &self.changes[j]));
+            let outcome = update_account(&self.store, &source, *address, *owner, &list, &mut sub)?;
+            outcomes.push((i, outcome));
+        }
+        Ok((sub.commit().map_err(trie_err)?, outcomes))
+    }
+
+    /// Waits until every task has finished (the calling thread ran out of tasks to take:
+    /// what is left is being run by helpers, so this waits only for work under way).
+    fn wait(&self) -> Vec<Result<SubtrieWork, StoreError>> {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while done.1 < self.tasks.len() {
+            done = self.finished.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+        std::mem::take(&mut done.0)
+    }
+}
+
+/// The helper threads of the state root: started on first use, at most 15 for the whole
+/// process (with the calling thread, one per subtrie), each waiting for jobs on its own
+/// channel. A helper that wakes after the calling thread took every task finds nothing
+/// to do: a block never waits for a helper to be scheduled, only for the tasks helpers
+/// have taken.
+fn helpers(count: usize) -> Vec<std::sync::mpsc::Sender<Arc<RootJob>>> {
+    static HELPERS: Mutex<Vec<std::sync::mpsc::Sender<Arc<RootJob>>>> = Mutex::new(Vec::new());
+    let mut helpers = HELPERS.lock().unwrap_or_else(|p| p.into_inner());
+    while helpers.len() < count.min(15) {
+        let (tx, rx) = std::sync::mpsc::channel::<Arc<RootJob>>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("state-root-{}", helpers.len() + 1))
+            .spawn(move || {
+                for job in rx {
+                    job.run_tasks();
+                }
+            });
+        match spawned {
+            Ok(_) => helpers.push(tx),
+            // No thread to be had: the calling thread does the work.
+            Err(_) => break,
+        }
+    }
+    helpers.iter().take(count).cloned().collect()
+}
 
 /// [`state_update`] on `workers` threads; `None` when the account trie's root is not a
 /// branch or would not stay one (the caller computes the block on one thread).
@@ -432,68 +539,47 @@ fn parallel_update(
     owners: &[B256],
     workers: usize,
 ) -> Result<Option<StateUpdate>, StoreError> {
-    let source = StoreNodes(store);
-    let Some(root) = RootBranch::read(&source, &ACCOUNT_TRIE).map_err(trie_err)? else {
+    let Some(root) = RootBranch::read(&StoreNodes(store), &ACCOUNT_TRIE).map_err(trie_err)? else {
         return Ok(None);
     };
+    let mut changes = Vec::new();
+    let mut accounts = Vec::with_capacity(grouped.len());
     let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); 16];
-    for (i, owner) in owners.iter().enumerate() {
+    for (i, ((address, list), owner)) in grouped.iter().zip(owners).enumerate() {
+        let first = changes.len();
+        changes.extend(list.iter().map(|c| (*c).clone()));
+        accounts.push((*address, *owner, (first..changes.len()).collect()));
         buckets[(owner[0] >> 4) as usize].push(i);
     }
-    // Largest subtries first, so that the last one a worker takes is a small one.
+    // Largest subtries first, so that the last one a thread takes is a small one.
     let mut tasks: Vec<usize> = (0..16).filter(|n| !buckets[*n].is_empty()).collect();
     tasks.sort_by_key(|n| std::cmp::Reverse(buckets[*n].len()));
-    let next = AtomicUsize::new(0);
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let work = || -> Result<Vec<SubtrieWork>, StoreError> {
-        let mut done = Vec::new();
-        while !failed.load(Ordering::Relaxed) {
-            let Some(&nibble) = tasks.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                break;
-            };
-            let run = || -> Result<SubtrieWork, StoreError> {
-                let mut sub = Subtrie::new(&source, ACCOUNT_TRIE, nibble as u8);
-                let mut outcomes = Vec::with_capacity(buckets[nibble].len());
-                for &i in &buckets[nibble] {
-                    let (address, list) = &grouped[i];
-                    outcomes.push((
-                        i,
-                        update_account(store, &source, *address, owners[i], list, &mut sub)?,
-                    ));
-                }
-                Ok((sub.commit().map_err(trie_err)?, outcomes))
-            };
-            match run() {
-                Ok(w) => done.push(w),
-                Err(e) => {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(done)
-    };
-    let threads = workers.min(tasks.len());
-    let results: Vec<Result<Vec<SubtrieWork>, StoreError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
-        let mut results = vec![work()];
-        for h in handles {
-            results.push(
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            );
-        }
-        results
+    let helpers = helpers(workers.min(tasks.len()) - 1);
+    let job = Arc::new(RootJob {
+        store: store.clone(),
+        changes,
+        accounts,
+        buckets,
+        tasks,
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        done: Mutex::new((Vec::with_capacity(16), 0)),
+        finished: Condvar::new(),
     });
-    let mut subtries = Vec::with_capacity(tasks.len());
+    for helper in &helpers {
+        // A helper that is gone leaves its share to the others.
+        let _ = helper.send(job.clone());
+    }
+    job.run_tasks();
+    let results = job.wait();
+    let mut subtries = Vec::with_capacity(results.len());
     let mut outcomes: Vec<Option<AccountOutcome>> = Vec::new();
     outcomes.resize_with(grouped.len(), || None);
     for result in results {
-        for (commit, list) in result? {
-            subtries.push(commit);
-            for (i, outcome) in list {
-                outcomes[i] = Some(outcome);
-            }
+        let (commit, list) = result?;
+        subtries.push(commit);
+        for (i, outcome) in list {
+            outcomes[i] = Some(outcome);
         }
     }
     let Some(commit) = root.commit(subtries).map_err(trie_err)? else {
@@ -501,9 +587,12 @@ fn parallel_update(
     };
     let mut update = StateUpdate::default();
     for (outcome, owner) in outcomes.into_iter().zip(owners) {
-        outcome
-            .expect("every account belongs to one subtrie")
-            .append_to(*owner, &mut update);
+        let Some(outcome) = outcome else {
+            return Err(StoreError::Corrupt(
+                "an account of the block was in no subtrie".to_string(),
+            ));
+        };
+        outcome.append_to(*owner, &mut update);
     }
     finish(&mut update, commit);
     Ok(Some(update))
