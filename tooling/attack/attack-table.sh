@@ -6,6 +6,7 @@
 # pass through. Ports: 37391-37392 and 37591-37596 by default (P2P_PORT, HTTP_PORT,
 # WS_PORT, AUTH_PORT, METRICS_PORT for moat; GETH_P2P_PORT, GETH_HTTP_PORT,
 # GETH_AUTH_PORT for geth).
+# MOAT_FLAGS: more flags for every moat node (e.g. --txpool.nolanes).
 # PEER_SENDERS (default 32): the dev-mode honest peer's senders (funded first). blob-v1
 # runs on a second moat dev node with Osaka active (--dev.osaka).
 # With GETH, the gossip form also runs on both nodes over the ethtest chain, a fresh node
@@ -60,7 +61,8 @@ moat_table() { # moat_table LABEL SCENARIOS [extra moat flags]
         --port $P2P_PORT --http.port $HTTP_PORT --ws.port $WS_PORT --authrpc.port $AUTH_PORT \
         --metrics.port $METRICS_PORT \
         --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
-        --http.api eth,net,web3,admin --metrics --datadir "$DIR/$label" "$@" > "$DIR/$label.log" 2>&1 &
+        --http.api eth,net,web3,admin --metrics --datadir "$DIR/$label" ${MOAT_FLAGS:-} "$@" \
+        > "$DIR/$label.log" 2>&1 &
     MOAT=$!
     PIDS="$PIDS $MOAT"
     wait_rpc $HTTP_PORT
@@ -134,7 +136,7 @@ if [ -n "${GETH:-}" ]; then
             --http.api eth,net,web3,admin --ws.port $WS_PORT --authrpc.port $AUTH_PORT \
             --authrpc.jwtsecret "$DIR/jwt.hex" --metrics --metrics.port $METRICS_PORT \
             --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
-            >> "$DIR/moat-ethtest.log" 2>&1 &
+            ${MOAT_FLAGS:-} >> "$DIR/moat-ethtest.log" 2>&1 &
         MOAT=$!
         PIDS="$MOAT"
         ethtest_table "moat (ethtest chain)" "$MOAT" $HTTP_PORT $AUTH_PORT "$s"

@@ -345,16 +345,14 @@ mod tests {
 
     /// One unit of work: a few thousand hashes (a few hundred µs of CPU), noting which
     /// lane's thread ran it.
-    fn work(on_trusted: Arc<AtomicU64>) -> impl Future<Output = ()> + Send + 'static {
-        async move {
-            let mut x = [7u8; 32];
-            for _ in 0..2_000 {
-                x = *alloy_primitives::keccak256(std::hint::black_box(x));
-            }
-            std::hint::black_box(x);
-            if current() == Lane::Trusted {
-                on_trusted.fetch_add(1, Ordering::Relaxed);
-            }
+    async fn work(on_trusted: Arc<AtomicU64>) {
+        let mut x = [7u8; 32];
+        for _ in 0..2_000 {
+            x = *alloy_primitives::keccak256(std::hint::black_box(x));
+        }
+        std::hint::black_box(x);
+        if current() == Lane::Trusted {
+            on_trusted.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -229,3 +229,72 @@ async fn a_peer_repeating_one_tx_has_it_admitted_once_and_is_dropped_for_the_rea
     // record of what it sent.
     assert_eq!(pool.metrics().rejections("insufficient_funds"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peers_lane_follows_its_standing() {
+    use moat_blockchain::mempool::{Lane, Standing};
+    let honest_signer = Signer::from_seed(0x1a_7e5);
+    let (chain_id, net, pool, enode) = start_node(0x33, |state, _| {
+        state.set_balance(honest_signer.address(), U256::from(10u128.pow(21)));
+    })
+    .await;
+    let secp = secp256k1::Secp256k1::new();
+    let connect = |k: u8| {
+        let (enode, status) = (enode.clone(), net.status_for(70));
+        async move {
+            let sk = secp256k1::SecretKey::from_byte_array([k; 32]).unwrap();
+            Client::connect(&enode, sk, &[70], status).await.unwrap()
+        }
+    };
+    let id_of = |k: u8| {
+        let sk = secp256k1::SecretKey::from_byte_array([k; 32]).unwrap();
+        moat_p2p::rlpx::peer_id(&secp256k1::PublicKey::from_secret_key(&secp, &sk))
+    };
+    let standing = |k: u8| pool.budgets().standing(&id_of(k), Instant::now());
+    let lane = |k: u8| pool.budgets().lane(&id_of(k), Instant::now());
+    let mut honest = connect(0x44).await;
+    let mut flooder = connect(0x45).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while net.peer_count() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Both new: untrusted.
+    assert_eq!(standing(0x44), Standing::PeerNew);
+    assert_eq!(lane(0x45), Lane::Untrusted);
+    // The honest peer's transfers are admitted (in the untrusted lane: it is new); with
+    // a record of 8 it is proven and trusted.
+    let txs = (0..8)
+        .map(|n| transfer(chain_id, &honest_signer, n))
+        .collect();
+    honest.send(&EthMessage::Transactions(txs)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.sender_txs(&honest_signer.address()).len() < 8 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(pool.sender_txs(&honest_signer.address()).len(), 8);
+    assert_eq!(standing(0x44), Standing::PeerProven);
+    assert_eq!(lane(0x44), Lane::Trusted);
+    // The flooder's unfunded transfers are all refused: a poor record, untrusted (or
+    // over budget first: untrusted too).
+    let flood = (0..128u64)
+        .map(|i| transfer(chain_id, &Signer::from_seed(0x1a7e_0000 + i), 0))
+        .collect();
+    flooder
+        .send(&EthMessage::Transactions(flood))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while standing(0x45) == Standing::PeerNew && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        matches!(
+            standing(0x45),
+            Standing::PeerPoor | Standing::PeerOverBudget
+        ),
+        "{:?}",
+        standing(0x45)
+    );
+    assert_eq!(lane(0x45), Lane::Untrusted);
+    assert_eq!(lane(0x44), Lane::Trusted, "the honest peer keeps its lane");
+}

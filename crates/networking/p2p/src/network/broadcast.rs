@@ -15,17 +15,18 @@ const MAX_TXS_MESSAGE: usize = 100 * 1024;
 
 impl Network {
     pub(super) fn announce_pool_to(&self, peer: &Arc<Peer>) {
-        let pool = &self.inner.pool;
+        // One look at the pool (one lock), not three per transaction: a peer that
+        // reconnects again and again would otherwise hold the pool's lock against
+        // admission for the whole pool each time.
+        let content = self.inner.pool.content();
         let mut ann = Announcement::default();
         let mut known = peer.known.lock();
-        for hash in pool.hashes() {
-            let Some(tx) = pool.get(&hash) else { continue };
+        for (tx, sub) in content.iter().flat_map(|(_, txs)| txs) {
             // Pending non-blob txs, as geth does; blob txs travel by fresh announcements.
-            if tx.is_blob()
-                || pool.subpool_of(&hash) != Some(moat_blockchain::mempool::SubPool::Pending)
-            {
+            if tx.is_blob() || *sub != moat_blockchain::mempool::SubPool::Pending {
                 continue;
             }
+            let hash = tx.hash();
             known.insert(hash);
             ann.push(tx.tx.tx_type() as u8, tx.size() as u32, hash);
             if ann.len() >= MAX_ANNOUNCE {

@@ -302,8 +302,13 @@ impl Network {
         }
     }
 
-    /// The lane of a peer's next unit of work.
+    /// The lane of a peer's next unit of work. Until the node is synced everything is
+    /// trusted: no transactions are taken then, and the peers' work is the chain data
+    /// that sync waits for.
     pub(super) fn lane_of(&self, peer: &Peer) -> Lane {
+        if !self.inner.synced.load(Ordering::Acquire) {
+            return Lane::Trusted;
+        }
         self.inner
             .pool
             .budgets()

@@ -7,6 +7,7 @@
 use crate::eth::EthMessage;
 use crate::p2p::DisconnectReason;
 use crate::requests::MAX_IN_FLIGHT;
+use crate::rlpx::RlpxReader;
 use crate::serve;
 use crate::session::{self, Incoming, Session};
 use alloy_primitives::{B256, Bytes};
@@ -24,6 +25,10 @@ use super::ingress::AdmissionJob;
 use super::{Map, Network, PeerInfo, max_inbound, short};
 use moat_blockchain::mempool::Spent;
 use moat_blockchain::mempool::budget::thread_cpu_ns;
+use moat_blockchain::mempool::lanes::{self, Lane};
+
+/// The reading half of a peer's connection.
+type PeerReader = RlpxReader<tokio::io::ReadHalf<TcpStream>>;
 
 /// `Transactions` / `PooledTransactions` messages from one peer waiting for admission;
 /// past it the peer's reads wait (backpressure on its TCP stream).
@@ -262,8 +267,13 @@ impl Network {
         });
 
         let admission_task = tokio::spawn(self.clone().admission_worker(peer.clone(), admit_rx));
-        // A new peer hears of the pending transactions it may want.
-        self.announce_pool_to(&peer);
+        // A new peer hears of the pending transactions it may want (in its lane: a
+        // peer that reconnects again and again pays for it at low priority).
+        let (net, new_peer) = (self.clone(), peer.clone());
+        lanes::run(self.lane_of(&peer), async move {
+            net.announce_pool_to(&new_peer)
+        })
+        .await;
 
         // The reader's own CPU for the transaction messages a peer sends unasked
         // (`Transactions`, announcements: frame decryption and MAC, decompression,
@@ -272,7 +282,63 @@ impl Network {
         // size our requests bound; an honest blob tx's sidecar costs milliseconds to
         // read, which must not count as waste), chain data, snap and pings are not.
         let mut reader_cpu = ReaderCpu::default();
+        // The reader runs in the lane the peer's standing gives it (`mempool::lanes`):
+        // a new, poor or over-budget peer's frames are decrypted, decoded and handled on
+        // the untrusted lane's low-priority threads. It moves when its standing changes.
         let end = loop {
+            let lane = self.lane_of(&peer);
+            let part = self
+                .clone()
+                .read_in_lane(peer.clone(), reader, close_rx, reader_cpu, lane);
+            match lanes::run(lane, part).await {
+                Some((r, c, cpu, None)) => (reader, close_rx, reader_cpu) = (r, c, cpu),
+                Some((_, _, _, Some(end))) => break end,
+                None => break "reader stopped".to_string(),
+            }
+        };
+        self.inner.peers.write().remove(&remote_id);
+        self.inner
+            .pool
+            .budgets()
+            .detach_peer(&remote_id, Instant::now());
+        // Callers waiting for its answers learn now that none will come.
+        peer.pending.lock().clear();
+        admission_task.abort();
+        self.inner.fetcher.lock().remove_peer(remote_id);
+        metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
+        // Let the writer send a pending Disconnect, then stop it.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            peer.disconnect(DisconnectReason::Requested);
+            let _ = writer_task.await;
+        })
+        .await;
+        // A peer that left in good standing is let in first next time.
+        if peer.reputation.load(Ordering::Relaxed) >= 0 {
+            self.inner.gate.remember(addr.ip());
+        }
+        tracing::info!(peer = %short(&remote_id), %addr, why = %end, "peer disconnected");
+        metrics::counter!("moat_p2p_disconnects_total").increment(1);
+    }
+
+    /// The reader's loop, while the peer's lane stays `lane`: hands the reader back with
+    /// `None` when the lane changes, or the reason the peer is done.
+    async fn read_in_lane(
+        self,
+        peer: Arc<Peer>,
+        mut reader: PeerReader,
+        mut close_rx: watch::Receiver<Option<DisconnectReason>>,
+        mut reader_cpu: ReaderCpu,
+        lane: Lane,
+    ) -> (
+        PeerReader,
+        watch::Receiver<Option<DisconnectReason>>,
+        ReaderCpu,
+        Option<String>,
+    ) {
+        let end = loop {
+            if self.lane_of(&peer) != lane {
+                return (reader, close_rx, reader_cpu, None);
+            }
             if reader_cpu.due() && !self.charge_reader(&peer, &mut reader_cpu).await {
                 break "dropped: its admission CPU buys almost no transactions".to_string();
             }
@@ -292,7 +358,7 @@ impl Network {
                 }
             };
             let started = thread_cpu_ns();
-            let decoded = framing.decode(&payload);
+            let decoded = peer.framing.decode(&payload);
             message_ns += thread_cpu_ns().saturating_sub(started);
             let msg = match decoded {
                 Ok(m) => m,
@@ -309,7 +375,7 @@ impl Network {
             }
             match msg {
                 Incoming::Ping => {
-                    peer.send(framing.pong());
+                    peer.send(peer.framing.pong());
                 }
                 Incoming::Pong => {}
                 Incoming::Disconnect(r) => {
@@ -338,33 +404,12 @@ impl Network {
                     let (chain, snap) = (self.inner.chain.clone(), self.inner.snap.clone());
                     let answer = tokio::task::spawn_blocking(move || snap.answer(&chain, &m)).await;
                     if let Ok(Some(answer)) = answer {
-                        peer.send(framing.snap(&answer));
+                        peer.send(peer.framing.snap(&answer));
                     }
                 }
             }
         };
-        self.inner.peers.write().remove(&remote_id);
-        self.inner
-            .pool
-            .budgets()
-            .detach_peer(&remote_id, Instant::now());
-        // Callers waiting for its answers learn now that none will come.
-        peer.pending.lock().clear();
-        admission_task.abort();
-        self.inner.fetcher.lock().remove_peer(remote_id);
-        metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
-        // Let the writer send a pending Disconnect, then stop it.
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            peer.disconnect(DisconnectReason::Requested);
-            let _ = writer_task.await;
-        })
-        .await;
-        // A peer that left in good standing is let in first next time.
-        if peer.reputation.load(Ordering::Relaxed) >= 0 {
-            self.inner.gate.remember(addr.ip());
-        }
-        tracing::info!(peer = %short(&remote_id), %addr, why = %end, "peer disconnected");
-        metrics::counter!("moat_p2p_disconnects_total").increment(1);
+        (reader, close_rx, reader_cpu, Some(end))
     }
 
     /// Charges what the reader spent since the last charge to the peer's budget, then
