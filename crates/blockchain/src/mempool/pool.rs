@@ -486,6 +486,7 @@ impl PoolInner {
                     && plan.displaces.is_none()
                     && last < nonce
                     && self.classify_appended(id, last_hash, last, hash)
+            }
             None => false,
         };
         if !appended {
@@ -608,13 +609,7 @@ impl PoolInner {
     /// be read from its subpool (a blob tx in the blob subpool: its run may have ended
     /// for either reason) or when the sender's local flag has changed since it was last
     /// classified (its keys must move between the indices).
-    fn classify_appended(
-        &mut self,
-        id: SenderId,
-        last: B256,
-        last_nonce: u64,
-        hash: B256,
-    ) -> bool {
+    fn classify_appended(&mut self, id: SenderId, last: B256, last_nonce: u64, hash: B256) -> bool {
         let s = self.senders[id.0 as usize].as_mut().expect("live sender");
         if s.local != s.counted_local {
             return false;
@@ -661,6 +656,7 @@ impl PoolInner {
             to.bytes += size;
             if sub == SubPool::Pending {
                 self.newly_pending.push(hash);
+            }
             entry.subpool = sub;
         }
         // The highest nonce: the sender's new tail in its subpool.
@@ -1105,6 +1101,7 @@ impl PoolInner {
                 c.bytes += e.tx.size();
                 let (tip, cap) = priority(&e.tx, base_fee);
                 tails[e.subpool as usize] = Some(((tip, cap, u64::MAX - e.seq), *nonce));
+            }
             assert_eq!(s.counts, counts, "sender {}: counts", s.address);
             assert_eq!(s.tails, tails, "sender {}: tails", s.address);
         }
