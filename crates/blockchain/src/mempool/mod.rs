@@ -467,11 +467,19 @@ impl Pool {
         if let Some(wait) = self.shared.budgets.rpc_wait(Instant::now()) {
             tokio::time::sleep(wait).await;
         }
+        // Announced to the journal while admitted, so that a batch being synced waits
+        // for it; the wire bytes are its record (they are the tx's network form).
+        let coming = self.shared.journal.get().map(Journal::announce);
+        let wire = match &input {
+            TxInput::Raw(bytes) | TxInput::Hashed(bytes, _) => Some(bytes.clone()),
+            TxInput::Decoded(_) => None,
+        };
         let mut meter = CpuMeter::start();
         let result = self.add_metered(input, TxOrigin::Local, &mut meter).await;
         self.charge(TxOrigin::Local, meter);
         if let Ok(added) = &result {
-            self.journal_record(&added.hash).await;
+            self.journal_append(&added.hash, wire.as_ref().map(|b| &b[..]), coming)
+                .await;
         }
         result
     }
@@ -598,11 +606,33 @@ impl Pool {
     /// concurrent submissions share one sync): when the RPC call returns, the tx
     /// survives a crash.
     async fn journal_record(&self, hash: &B256) {
-        let (Some(journal), Some(tx)) = (self.shared.journal.get(), self.get(hash)) else {
+        self.journal_append(hash, None, None).await;
+    }
+
+    /// [`Pool::journal_record`] of a tx whose network bytes the caller has (`wire`), or
+    /// announced to the journal (`coming`).
+    async fn journal_append(
+        &self,
+        hash: &B256,
+        wire: Option<&[u8]>,
+        coming: Option<journal::Coming>,
+    ) {
+        let Some(journal) = self.shared.journal.get() else {
             return;
         };
+        let encoded;
+        let bytes = match wire {
+            Some(bytes) => bytes,
+            None => match self.get(hash) {
+                Some(tx) => {
+                    encoded = tx.tx.encoded_2718();
+                    &encoded
+                }
+                None => return,
+            },
+        };
         // A failed write costs durability, not the transaction: it stays pooled.
-        if let Err(e) = journal.append(&tx.tx.encoded_2718()).await {
+        if let Err(e) = journal.append_announced(bytes, coming).await {
             tracing::warn!(%hash, error = %e, "journal write failed");
         }
     }
