@@ -112,49 +112,87 @@ impl StateAtBlock {
     }
 
     /// The nodes of trie `owner` as they were, from `path`'s key on, in the order of the
-    /// trie-node table ([`Store::trie_nodes_from`]), until `visit` returns `false`. The
-    /// head state is one scan of the table; an older one is that scan (or, for a trie
-    /// dropped since, its old node list) merged with the nodes the blocks since changed,
-    /// their old node taking the place of the table's, their absence dropping it.
+    /// trie-node table ([`Store::trie_nodes_from`]), until `visit` returns `false`.
     pub fn trie_nodes_from(
         &self,
         owner: &B256,
         path: &[u8],
         mut visit: impl FnMut(Vec<u8>, &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        let mut bad = None;
+        self.trie_node_entries_from(owner, path, |key, node| match trie_node_path(key) {
+            Ok(path) => visit(path, node),
+            Err(e) => {
+                bad = Some(e);
+                false
+            }
+        })?;
+        bad.map_or(Ok(()), Err)
+    }
+
+    /// [`StateAtBlock::trie_nodes_from`] with each node's table key ([`trie_node_key`])
+    /// rather than its path. The head state is one scan of the table; an older one is
+    /// that scan (or, for a trie dropped since, its old node list) merged in key order
+    /// with the nodes the blocks since changed, their old node taking the place of the
+    /// table's at the same key, their absence dropping it.
+    pub fn trie_node_entries_from(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
         let Some(o) = &self.overlay else {
-            return self.store.trie_nodes_from(owner, path, visit);
+            return self.store.trie_node_entries_from(owner, path, visit);
         };
         let start = trie_node_key(owner, path);
         let (_, end) = trie_owner_bounds(owner);
-        let mut merge = Merge {
-            changed: o.nodes.range(start.clone()..=end.clone()).peekable(),
-            visit: &mut visit,
-            stopped: false,
-            error: None,
+        let mut changed = o.nodes.range(start.clone()..=end.clone()).peekable();
+        // The base node `key`: first the changed nodes before it, then it or the
+        // changed node in its place. Whether to go on.
+        let mut next = |key: &[u8], node: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool| {
+            while let Some((k, old)) = changed.next_if(|(k, _)| k.as_slice() < key) {
+                if let Some(old) = old
+                    && !visit(k, old)
+                {
+                    return false;
+                }
+            }
+            match changed.next_if(|(k, _)| k.as_slice() == key) {
+                Some((k, Some(old))) => visit(k, old),
+                Some((_, None)) => true,
+                None => visit(key, node),
+            }
         };
+        let mut stopped = false;
         match o.tries.get(owner) {
             Some(trie) => {
                 for (key, node) in trie.range(start..=end) {
-                    if !merge.next(key, None, node) {
+                    if !next(key, node, &mut visit) {
+                        stopped = true;
                         break;
                     }
                 }
             }
             None => {
-                self.store.trie_nodes_from(owner, path, |path, node| {
-                    let key = trie_node_key(owner, &path);
-                    merge.next(&key, Some(path), node)
-                })?;
+                self.store
+                    .trie_node_entries_from(owner, path, |key, node| {
+                        let go_on = next(key, node, &mut visit);
+                        stopped |= !go_on;
+                        go_on
+                    })?;
             }
         }
-        if !merge.stopped {
-            merge.rest();
+        if !stopped {
+            // The changed nodes after the last base node.
+            for (k, old) in changed {
+                if let Some(old) = old
+                    && !visit(k, old)
+                {
+                    break;
+                }
+            }
         }
-        match merge.error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     pub fn account(&self, address: &Address) -> Result<Option<Account>, StoreError> {
@@ -182,68 +220,6 @@ impl StateAtBlock {
 
     pub fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, StoreError> {
         self.store.code(code_hash)
-    }
-}
-
-/// A merge of a trie's base nodes (the table's, in key order) with the overlay's changed
-/// nodes of the same trie, the overlay winning on equal keys.
-struct Merge<'a, I: Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)>, F> {
-    changed: std::iter::Peekable<I>,
-    visit: F,
-    stopped: bool,
-    error: Option<StoreError>,
-}
-
-impl<'a, I, F> Merge<'a, I, F>
-where
-    I: Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)>,
-    F: FnMut(Vec<u8>, &[u8]) -> bool,
-{
-    /// Hands `visit` a changed node that exists; whether to go on.
-    fn changed(&mut self, key: &[u8], node: &Option<Vec<u8>>) -> bool {
-        let Some(node) = node else { return true };
-        match trie_node_path(key) {
-            Ok(path) => (self.visit)(path, node),
-            Err(e) => {
-                self.error = Some(e);
-                false
-            }
-        }
-    }
-
-    /// The base node `key` (with its path, when the caller has it): first the changed
-    /// nodes before it, then it or the changed node in its place. Whether to go on.
-    fn next(&mut self, key: &[u8], path: Option<Vec<u8>>, node: &[u8]) -> bool {
-        let go_on = self.step(key, path, node);
-        self.stopped |= !go_on;
-        go_on
-    }
-
-    fn step(&mut self, key: &[u8], path: Option<Vec<u8>>, node: &[u8]) -> bool {
-        while let Some((k, old)) = self.changed.next_if(|(k, _)| k.as_slice() < key) {
-            if !self.changed(k, old) {
-                return false;
-            }
-        }
-        if let Some((k, old)) = self.changed.next_if(|(k, _)| k.as_slice() == key) {
-            return self.changed(k, old);
-        }
-        match path.map_or_else(|| trie_node_path(key), Ok) {
-            Ok(path) => (self.visit)(path, node),
-            Err(e) => {
-                self.error = Some(e);
-                false
-            }
-        }
-    }
-
-    /// The changed nodes after the last base node.
-    fn rest(&mut self) {
-        while let Some((k, old)) = self.changed.next() {
-            if !self.changed(k, old) {
-                return;
-            }
-        }
     }
 }
 

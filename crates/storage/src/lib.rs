@@ -342,13 +342,33 @@ impl Store {
         path: &[u8],
         mut visit: impl FnMut(Vec<u8>, &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        let mut bad = None;
+        self.trie_node_entries_from(owner, path, |key, value| match codec::trie_node_path(key) {
+            Ok(path) => visit(path, value),
+            Err(e) => {
+                bad = Some(e);
+                false
+            }
+        })?;
+        bad.map_or(Ok(()), Err)
+    }
+
+    /// [`Store::trie_nodes_from`] with each node's table key ([`trie_node_key`]) as it
+    /// is stored, not decoded into a path: what a merge in key order and the snap
+    /// server's leaf scan read.
+    pub fn trie_node_entries_from(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
         let start = codec::trie_node_key(owner, path);
         let (_, end) = codec::trie_owner_bounds(owner);
         let mut stopped = false;
         let result = self
             .backend
             .scan(Table::TrieNodes, &start, Some(&end), |key, value| {
-                if visit(codec::trie_node_path(key)?, value) {
+                if visit(key, value) {
                     Ok(())
                 } else {
                     stopped = true;

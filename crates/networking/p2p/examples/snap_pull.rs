@@ -1,11 +1,12 @@
 //! Pulls a node's whole account trie over snap/1 and times it: `GetAccountRange` from
 //! zero to the end at the node's head root, every answer checked with the range-proof
 //! verifier, as a syncing node would. For by-hand measurements of snap serving (moat or
-//! any other client); loopback or a node you run yourself only.
+//! any other client); loopback or a node you run yourself only. `--behind N` pulls the
+//! state root of the block N below the head instead (a snap sync's pivot is 64 below).
 //!
 //! ```sh
 //! cargo run --release -p moat-p2p --example snap_pull -- \
-//!     --enode enode://…@127.0.0.1:30303 --genesis genesis.json [--bytes 524288] [--max-requests 100000]
+//!     --enode enode://…@127.0.0.1:30303 --genesis genesis.json [--bytes 524288] [--max-requests 100000] [--behind 64]
 //! ```
 
 use alloy_primitives::{B256, U256};
@@ -39,6 +40,9 @@ async fn main() -> Result<(), String> {
     let max_requests: u64 = arg("--max-requests")
         .map_or(Ok(100_000), |b| b.parse())
         .map_err(|_| "--max-requests")?;
+    let behind: u64 = arg("--behind")
+        .map_or(Ok(0), |b| b.parse())
+        .map_err(|_| "--behind")?;
     let genesis_hash = genesis.header().hash();
     // The fork id with every scheduled fork passed: what a node at the tip announces.
     let far = 1u64 << 62;
@@ -66,26 +70,39 @@ async fn main() -> Result<(), String> {
         return Err("the node does not offer snap/1".into());
     }
     let head = peer.remote_status().head;
-    peer.send(&EthMessage::GetBlockHeaders {
-        request_id: 1,
-        origin: HashOrNumber::Hash(head),
-        amount: 1,
-        skip: 0,
-        reverse: false,
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    let header = peer
-        .wait_for(Duration::from_secs(10), |m| match m {
-            EthMessage::BlockHeaders { headers, .. } => headers.first().cloned(),
-            _ => None,
+    // The head's header, then (with --behind) the one that many blocks below it.
+    let mut header = None;
+    for (request_id, origin) in [(1, HashOrNumber::Hash(head)), (2, HashOrNumber::Number(0))] {
+        let origin = match (origin, &header) {
+            (HashOrNumber::Hash(h), _) => HashOrNumber::Hash(h),
+            (_, Some(moat_common::block::Header { number, .. })) if behind > 0 => {
+                HashOrNumber::Number(number.saturating_sub(behind))
+            }
+            _ => break,
+        };
+        peer.send(&EthMessage::GetBlockHeaders {
+            request_id,
+            origin,
+            amount: 1,
+            skip: 0,
+            reverse: false,
         })
         .await
-        .ok_or("no head header")?;
-    let header = moat_common::block::Header::decode(&mut &header[..]).map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?;
+        let rlp = peer
+            .wait_for(Duration::from_secs(10), |m| match m {
+                EthMessage::BlockHeaders { headers, .. } => headers.first().cloned(),
+                _ => None,
+            })
+            .await
+            .ok_or("no header")?;
+        header =
+            Some(moat_common::block::Header::decode(&mut &rlp[..]).map_err(|e| e.to_string())?);
+    }
+    let header = header.ok_or("no header")?;
     let root = header.state_root;
     println!(
-        "head #{} root {root}, {bytes} bytes a request",
+        "block #{} root {root}, {bytes} bytes a request",
         header.number
     );
 

@@ -479,7 +479,61 @@ impl SnapMessage {
 /// The slim form of an account's RLP (`[nonce, balance, root, codeHash]`): the empty
 /// storage root and the empty code hash become empty strings.
 pub fn slim_account(full: &[u8]) -> Result<Vec<u8>, RlpError> {
-    convert_account(full, true)
+    match slim_by_copy(full) {
+        Some(slim) => Ok(slim),
+        None => convert_account(full, true),
+    }
+}
+
+/// The slim form of a well-formed full account, copied rather than decoded and encoded
+/// again (what serving a million accounts does): nonce and balance as they stand, once
+/// checked minimal, and the two hashes, the last 66 bytes. `None` for anything else,
+/// which [`convert_account`] then reads (or refuses) as before.
+fn slim_by_copy(full: &[u8]) -> Option<Vec<u8>> {
+    let mut buf = full;
+    let mut items = rlp::list(&mut buf, "account").ok()?;
+    if !buf.is_empty() {
+        return None;
+    }
+    let nonce = items.raw_item("nonce").ok()?;
+    let balance = items.raw_item("balance").ok()?;
+    let hashes = items.remaining();
+    if !minimal_uint(nonce, 8)
+        || !minimal_uint(balance, 32)
+        || hashes.len() != 66
+        || hashes[0] != 0xa0
+        || hashes[33] != 0xa0
+    {
+        return None;
+    }
+    let mut p = Vec::with_capacity(nonce.len() + balance.len() + 66);
+    p.extend_from_slice(nonce);
+    p.extend_from_slice(balance);
+    for (item, empty) in [
+        (&hashes[..33], EMPTY_ROOT),
+        (&hashes[33..], KECCAK256_EMPTY),
+    ] {
+        if item[1..] == empty[..] {
+            p.push(alloy_rlp::EMPTY_STRING_CODE);
+        } else {
+            p.extend_from_slice(item);
+        }
+    }
+    let mut out = Vec::with_capacity(p.len() + 2);
+    rlp::encode_list_payload(&p, &mut out);
+    Some(out)
+}
+
+/// Whether `item` is the minimal RLP of an unsigned integer of at most `max` bytes.
+fn minimal_uint(item: &[u8], max: usize) -> bool {
+    match item {
+        [] => false,
+        [b] => *b == alloy_rlp::EMPTY_STRING_CODE || (1..0x80).contains(b),
+        [h, first, ..] => {
+            let n = usize::from(*h).wrapping_sub(0x80);
+            n == item.len() - 1 && n <= max && n <= 55 && *first != 0 && (n > 1 || *first >= 0x80)
+        }
+    }
 }
 
 /// The account RLP that the trie holds, from its slim form.
@@ -557,22 +611,20 @@ fn leaves_from<S: NodeSource + ?Sized>(
         last = Some(key);
     }
     let mut corrupt = false;
-    scan.trie_nodes_from(owner, &moat_trie::nibbles(origin), |mut path, rlp| {
-        let Some((rest, value)) = range::decode_leaf(rlp) else {
+    scan.trie_node_entries_from(owner, &moat_trie::nibbles(origin), |stored, rlp| {
+        let Some((compact, value)) = leaf_parts(rlp) else {
             return true;
         };
-        path.extend_from_slice(&rest);
-        if path.len() != 64 {
+        let Some(key) = leaf_key(stored, compact) else {
             corrupt = true;
             return false;
-        }
-        let key = range::key_of(&path);
+        };
         // Nodes on the origin's path may sort after it (their length byte).
         if key < *origin || last.is_some_and(|l| key <= l) {
             return true;
         }
         last = Some(key);
-        f(key, &value)
+        f(key, value)
     })
     .map_err(|e| TrieError::Source(e.to_string()))?;
     if corrupt {
@@ -583,6 +635,60 @@ fn leaves_from<S: NodeSource + ?Sized>(
         });
     }
     Ok(())
+}
+
+/// The compact path and the value of a leaf node's RLP, read in place (a scan meets a
+/// million nodes: no allocation, and a branch is told apart by its item count without
+/// decoding its children); `None` for a branch, an extension or what does not decode.
+/// Matches [`range::decode_leaf`] on every well-formed node.
+fn leaf_parts(rlp: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut buf = rlp;
+    let mut items = rlp::list(&mut buf, "trie node").ok()?;
+    if !buf.is_empty() || items.next_is_list() {
+        return None;
+    }
+    let compact = items.bytes("leaf path").ok()?;
+    if items.next_is_list() {
+        return None;
+    }
+    let value = items.bytes("leaf value").ok()?;
+    if !items.is_empty() {
+        return None;
+    }
+    match compact.first().map(|b| (b >> 4, b & 0x0f)) {
+        Some((2, 0) | (3, _)) => Some((compact, value)),
+        _ => None,
+    }
+}
+
+/// The full key of the leaf stored under table key `stored` (owner, packed path, path
+/// length: [`moat_storage::trie_node_key`]) with the compact path `compact` of a leaf;
+/// `None` unless the two spell exactly 64 nibbles.
+fn leaf_key(stored: &[u8], compact: &[u8]) -> Option<B256> {
+    let (&len, packed) = stored.get(32..)?.split_last()?;
+    let len = len as usize;
+    let (&flag, rest) = compact.split_first()?;
+    let odd = flag >> 4 == 3;
+    if packed.len() != len.div_ceil(2) || len + 2 * rest.len() + usize::from(odd) != 64 {
+        return None;
+    }
+    let mut out = B256::ZERO;
+    let mut at = 0usize;
+    let mut put = |nibble: u8| {
+        out[at / 2] |= if at.is_multiple_of(2) { nibble << 4 } else { nibble };
+        at += 1;
+    };
+    for i in 0..len {
+        put((packed[i / 2] >> if i.is_multiple_of(2) { 4 } else { 0 }) & 0x0f);
+    }
+    if odd {
+        put(flag & 0x0f);
+    }
+    for b in rest {
+        put(b >> 4);
+        put(b & 0x0f);
+    }
+    Some(out)
 }
 
 /// Leaves of a range as (hashed key, value) pairs.
@@ -1241,6 +1347,71 @@ mod tests {
             slim_account(&slim).is_err(),
             "a slim account is not a trie leaf"
         );
+        // The copying path gives what decoding and encoding again gives.
+        let big = U256::MAX;
+        for nonce in [0, 1, 127, 128, 255, 256, u64::MAX] {
+            for balance in [
+                U256::ZERO,
+                U256::from(1),
+                U256::from(0x80),
+                U256::from(1u64 << 40),
+                big,
+            ] {
+                for (root, code) in [
+                    (EMPTY_ROOT, KECCAK256_EMPTY),
+                    (B256::repeat_byte(1), KECCAK256_EMPTY),
+                    (EMPTY_ROOT, B256::repeat_byte(2)),
+                ] {
+                    let mut p = Vec::new();
+                    nonce.encode(&mut p);
+                    balance.encode(&mut p);
+                    root.encode(&mut p);
+                    code.encode(&mut p);
+                    let mut plain = Vec::new();
+                    rlp::encode_list_payload(&p, &mut plain);
+                    let copied = slim_by_copy(&plain).unwrap();
+                    assert_eq!(copied, convert_account(&plain, true).unwrap());
+                    assert_eq!(full_account(&copied).unwrap(), plain);
+                }
+            }
+        }
+        // Not minimal, or not hashes at the end: left to the decoder, which refuses.
+        for bad in [
+            vec![0xe3, 0x00, 0x80, 0xa0],
+            [vec![0xf8, 0x45, 0x81, 0x05, 0x80], vec![0xa0; 66]].concat(),
+            [vec![0xf8, 0x46, 0x82, 0x00, 0x05, 0x80], vec![0xa0; 66]].concat(),
+        ] {
+            assert_eq!(slim_by_copy(&bad), None);
+            assert!(slim_account(&bad).is_err());
+        }
+    }
+
+    #[test]
+    fn leaves_are_read_in_place_as_the_decoder_reads_them() {
+        let w = world();
+        let mut leaves = 0;
+        for ((owner, path), rlp) in &w.nodes.nodes {
+            let decoded = range::decode_leaf(rlp);
+            let parts = leaf_parts(rlp);
+            assert_eq!(
+                parts.map(|(_, v)| v.to_vec()),
+                decoded.clone().map(|(_, v)| v),
+                "{owner} {path:?}"
+            );
+            if let (Some((compact, _)), Some((rest, _))) = (parts, decoded) {
+                let stored = moat_storage::trie_node_key(owner, path);
+                let full = [path.clone(), rest].concat();
+                assert_eq!(leaf_key(&stored, compact), Some(range::key_of(&full)));
+                // A key of the wrong length is no leaf key.
+                let short =
+                    moat_storage::trie_node_key(owner, &path[..path.len().saturating_sub(1)]);
+                if !path.is_empty() {
+                    assert_eq!(leaf_key(&short, compact), None);
+                }
+                leaves += 1;
+            }
+        }
+        assert_eq!(leaves, 200 + 50 + 3);
     }
 
     #[test]
