@@ -13,6 +13,10 @@
 //! wipe (SELFDESTRUCT of an account with storage, or its deletion) reads the whole of
 //! that account's storage and storage trie, to keep them in the undo record.
 //!
+//! A block of many accounts is computed on several threads (the account trie's 16
+//! top-level subtries, each with its accounts' storage tries, as tasks; see
+//! [`state_update`]), with the single-threaded result.
+//!
 //! [`StateUpdate::write`] puts everything in the block's own batch: flat accounts and
 //! slots (written by the caller), trie nodes, wipes; a crash leaves all or nothing.
 

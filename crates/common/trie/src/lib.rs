@@ -26,6 +26,8 @@
 //! root with the writes to apply and, for each written path, what the store held before
 //! (the undo of the change). Cost: O(changed keys × depth) reads and hashes.
 //!
+//! [`subtrie`] updates the 16 subtries below a root branch independently (on worker
+//! threads) and merges them into the root, with the sequential commit's writes.
 //! [`proof`] gives the nodes on a key's path, as `eth_getProof` (EIP-1186) wants them.
 //! [`range`] serves and verifies the ranges of snap/1: leaves in key order from an
 //! origin, boundary proofs, and the range-proof verifier a syncing node checks them with.
