@@ -234,7 +234,36 @@ fn node_items(mut rlp: &[u8]) -> Option<([&[u8]; 17], usize)> {
     Some((items, n))
 }
 
+/// A branch whose 16 children are each empty or a hash and whose value is empty (every
+/// branch of a trie of hashed keys but one with an inline child), read in one pass over
+/// its bytes: the general item walk below decodes each of the 17 items' headers, and full
+/// branches are most of what a large trie's update decodes. `None` for anything else,
+/// which the general walk decodes; what this accepts, the walk decodes the same way.
+fn decode_plain_branch(rlp: &[u8]) -> Option<Box<[Child; 16]>> {
+    let mut body = rlp;
+    let header = Header::decode(&mut body).ok()?;
+    if !header.list || header.payload_length != body.len() {
+        return None;
+    }
+    let mut children = empty_children();
+    let mut at = 0;
+    for slot in children.iter_mut() {
+        match *body.get(at)? {
+            alloy_rlp::EMPTY_STRING_CODE => at += 1,
+            0xa0 => {
+                *slot = Child::Stored(NodeRef::from_item(body.get(at..at + 33)?)?);
+                at += 33;
+            }
+            _ => return None,
+        }
+    }
+    (body.get(at..)? == [alloy_rlp::EMPTY_STRING_CODE]).then_some(children)
+}
+
 fn decode_node(rlp: &[u8]) -> Option<Node> {
+    if let Some(children) = decode_plain_branch(rlp) {
+        return Some(Node::Branch { children });
+    }
     let (items, n) = node_items(rlp)?;
     match n {
         2 => {
@@ -997,3 +1026,65 @@ impl NodeSource for MemoryNodes {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod decode_tests {
+    use super::*;
+
+    /// The general walk alone (what `decode_node` did before the fast path).
+    fn general(rlp: &[u8]) -> Option<Node> {
+        let (items, n) = node_items(rlp)?;
+        if n != 17 {
+            return None;
+        }
+        let mut children = empty_children();
+        for (slot, item) in children.iter_mut().zip(&items[..16]) {
+            *slot = child_of(item)?;
+        }
+        Some(Node::Branch { children })
+    }
+
+    #[test]
+    fn the_branch_fast_path_decodes_as_the_general_walk() {
+        let hash = NodeRef::to_node(&[0x55; 40]);
+        let inline = NodeRef::to_node(&[0xc2, 0x20, 0x01]);
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let mut fast_taken = 0;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut children = empty_children();
+            for (i, slot) in children.iter_mut().enumerate() {
+                *slot = match (x >> (i * 2)) & 3 {
+                    0 | 1 => Child::Empty,
+                    2 => Child::Stored(hash),
+                    _ if x & (1 << 40) != 0 => Child::Stored(inline),
+                    _ => Child::Stored(hash),
+                };
+            }
+            let rlp = encode_node(&Node::Branch { children });
+            let fast = decode_plain_branch(&rlp).map(|children| Node::Branch { children });
+            if let Some(fast) = &fast {
+                assert_eq!(Some(fast), general(&rlp).as_ref());
+                fast_taken += 1;
+            }
+            assert_eq!(decode_node(&rlp), general(&rlp));
+            // Damaged copies: whatever the fast path accepts, the walk gives the same.
+            for cut in [1, 2, 33, rlp.len() / 2] {
+                let short = &rlp[..rlp.len().saturating_sub(cut)];
+                if let Some(children) = decode_plain_branch(short) {
+                    assert_eq!(Some(Node::Branch { children }), general(short));
+                }
+            }
+            let mut flipped = rlp.clone();
+            let at = (x as usize) % flipped.len();
+            flipped[at] ^= 0x20;
+            if let Some(children) = decode_plain_branch(&flipped) {
+                assert_eq!(Some(Node::Branch { children }), general(&flipped));
+            }
+        }
+        // Branches of hashes only take the fast path; those with an inline child do not.
+        assert!(fast_taken > 500 && fast_taken < 2000, "{fast_taken}");
+    }
+}
