@@ -437,7 +437,9 @@ type SubtrieWork = (SubtrieCommit, Vec<(usize, AccountOutcome)>);
 /// changes (owned, so that helpers hold nothing borrowed), the subtries to update, and
 /// their results.
 struct RootJob {
-    store: Store,
+    /// Taken out once every task has finished, so that a helper that picks the job up
+    /// late holds no handle on the database.
+    store: Mutex<Option<Store>>,
     changes: Vec<AccountChange>,
     /// Per account, in block order: its address, hashed address and changes (indices
     /// into `changes`).
@@ -461,19 +463,24 @@ impl RootJob {
             let Some(&nibble) = self.tasks.get(self.next.fetch_add(1, Ordering::AcqRel)) else {
                 return;
             };
-            let result = if self.failed.load(Ordering::Acquire) {
-                None
-            } else {
-                let run = std::panic::AssertUnwindSafe(|| self.subtrie(nibble));
-                Some(std::panic::catch_unwind(run).unwrap_or_else(|_| {
-                    Err(StoreError::Corrupt(format!(
-                        "the state-root worker of subtrie {nibble:x} panicked"
-                    )))
-                }))
+            // The store handle is dropped before the task counts as finished.
+            let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let result = match &store {
+                Some(_) if self.failed.load(Ordering::Acquire) => None,
+                None => None,
+                Some(store) => {
+                    let run = std::panic::AssertUnwindSafe(|| self.subtrie(store, nibble));
+                    Some(std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                        Err(StoreError::Corrupt(format!(
+                            "the state-root worker of subtrie {nibble:x} panicked"
+                        )))
+                    }))
+                }
             };
             if matches!(result, Some(Err(_))) {
                 self.failed.store(true, Ordering::Release);
             }
+            drop(store);
             let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
             done.0.extend(result);
             done.1 += 1;
@@ -483,8 +490,8 @@ impl RootJob {
         }
     }
 
-    fn subtrie(&self, nibble: usize) -> Result<SubtrieWork, StoreError> {
-        let source = StoreNodes(&self.store);
+    fn subtrie(&self, store: &Store, nibble: usize) -> Result<SubtrieWork, StoreError> {
+        let source = StoreNodes(store);
         let mut sub = Subtrie::new(&source, ACCOUNT_TRIE, nibble as u8);
         let mut outcomes = Vec::with_capacity(self.buckets[nibble].len());
         let mut list = Vec::new();
@@ -492,7 +499,7 @@ impl RootJob {
             let (address, owner, changes) = &self.accounts[i];
             list.clear();
             list.extend(changes.iter().map(|&j| &self.changes[j]));
-            let outcome = update_account(&self.store, &source, *address, *owner, &list, &mut sub)?;
+            let outcome = update_account(store, &source, *address, *owner, &list, &mut sub)?;
             outcomes.push((i, outcome));
         }
         Ok((sub.commit().map_err(trie_err)?, outcomes))
@@ -560,7 +567,7 @@ fn parallel_update(
     tasks.sort_by_key(|n| std::cmp::Reverse(buckets[*n].len()));
     let helpers = helpers(workers.min(tasks.len()) - 1);
     let job = Arc::new(RootJob {
-        store: store.clone(),
+        store: Mutex::new(Some(store.clone())),
         changes,
         accounts,
         buckets,
@@ -576,6 +583,7 @@ fn parallel_update(
     }
     job.run_tasks();
     let results = job.wait();
+    job.store.lock().unwrap_or_else(|p| p.into_inner()).take();
     let mut subtries = Vec::with_capacity(results.len());
     let mut outcomes: Vec<Option<AccountOutcome>> = Vec::new();
     outcomes.resize_with(grouped.len(), || None);

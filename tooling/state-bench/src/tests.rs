@@ -88,6 +88,7 @@ fn root_runs_on_a_datadir_initialised_from_it() {
         json: true,
         cache: 64,
         no_node_cache: false,
+        workers: 2,
     };
     let outcome = root(&args);
     // More slots than the contracts hold is refused.
