@@ -971,7 +971,12 @@ impl<S: BlockSource> Run<'_, S> {
             }
         }
         if let Some(w) = writer {
-            w.finish()?;
+            let (build, commit) = w.finish()?;
+            tracing::info!(
+                build_secs = format!("{:.1}", build.as_secs_f64()),
+                commit_secs = format!("{:.1}", commit.as_secs_f64()),
+                "snap sync: account trie built during the download"
+            );
         }
         Ok(())
     }
@@ -1992,65 +1997,104 @@ struct TrieJob {
     batch: WriteBatch,
 }
 
-/// The thread that builds the account trie's chunks during the download and commits
-/// each answer's batch with the nodes it finished, in the order sent (so the record
-/// never gets ahead of the writes it covers).
+/// The threads that build the account trie's chunks during the download and commit
+/// each answer's batch with the nodes it finished: one builds, the other commits, in
+/// the order sent (so the record never gets ahead of the writes it covers).
 struct TrieWriter {
     tx: Option<std::sync::mpsc::SyncSender<TrieJob>>,
-    handle: Option<std::thread::JoinHandle<Result<(), SnapError>>>,
+    handle: Option<std::thread::JoinHandle<Result<Busy, SnapError>>>,
+}
+
+/// How long the builder and the committer worked.
+type Busy = (Duration, Duration);
+
+fn trie_thread_stopped() -> SnapError {
+    SnapError::Store(StoreError::Db("the trie thread stopped".into()))
 }
 
 impl TrieWriter {
     fn start(store: moat_storage::Store) -> Result<Self, SnapError> {
+        let spawn = |name: &str| std::thread::Builder::new().name(name.into());
+        let spawn_err = |e: std::io::Error| SnapError::Store(StoreError::Db(format!("{e}")));
         let (tx, rx) = std::sync::mpsc::sync_channel::<TrieJob>(4);
-        let handle = std::thread::Builder::new()
-            .name("snap-trie".into())
-            .spawn(move || {
-                let mut tries: Vec<Option<ChunkTrie>> = (0..CHUNKS).map(|_| None).collect();
-                for mut job in rx {
-                    let trie = chunk_trie(&store, &mut tries, job.chunk, &job.at)?;
-                    for (hash, account) in &job.accounts {
-                        trie.push(hash, account)?;
-                    }
-                    let mut nodes: Vec<_> = trie.take().collect();
-                    if job.done
-                        && let Some(trie) = tries[job.chunk].take()
-                    {
-                        nodes.extend(trie.finish()?);
-                    }
-                    for (path, rlp) in nodes {
-                        job.batch.set_trie_node(B256::ZERO, path, Some(rlp));
-                    }
-                    store.commit_relaxed(job.batch)?;
+        let (ctx, crx) = std::sync::mpsc::sync_channel::<WriteBatch>(4);
+        let store2 = store.clone();
+        let committer = spawn("snap-commit")
+            .spawn(move || -> Result<Duration, SnapError> {
+                let mut busy = Duration::ZERO;
+                for batch in crx {
+                    let t = Instant::now();
+                    store2.commit_relaxed(batch)?;
+                    busy += t.elapsed();
                 }
-                Ok(())
+                Ok(busy)
             })
-            .map_err(|e| SnapError::Store(StoreError::Db(format!("trie thread: {e}"))))?;
+            .map_err(spawn_err)?;
+        let handle = spawn("snap-trie")
+            .spawn(move || -> Result<Busy, SnapError> {
+                let mut busy = Duration::ZERO;
+                let mut tries: Vec<Option<ChunkTrie>> = (0..CHUNKS).map(|_| None).collect();
+                let mut built = Ok(());
+                for mut job in rx {
+                    let t = Instant::now();
+                    let r = (|| {
+                        let trie = chunk_trie(&store, &mut tries, job.chunk, &job.at)?;
+                        for (hash, account) in &job.accounts {
+                            trie.push(hash, account)?;
+                        }
+                        let mut nodes: Vec<_> = trie.take().collect();
+                        if job.done
+                            && let Some(trie) = tries[job.chunk].take()
+                        {
+                            nodes.extend(trie.finish()?);
+                        }
+                        for (path, rlp) in nodes {
+                            job.batch.set_trie_node(B256::ZERO, path, Some(rlp));
+                        }
+                        ctx.send(job.batch).map_err(|_| trie_thread_stopped())
+                    })();
+                    busy += t.elapsed();
+                    if r.is_err() {
+                        built = r;
+                        break;
+                    }
+                }
+                // What was sent is committed before the thread ends.
+                drop(ctx);
+                let committed = committer
+                    .join()
+                    .unwrap_or_else(|_| Err(trie_thread_stopped()));
+                built?;
+                Ok((busy, committed?))
+            })
+            .map_err(spawn_err)?;
         Ok(Self {
             tx: Some(tx),
             handle: Some(handle),
         })
     }
 
-    /// Hands over an answer (waiting while four are queued); a thread that stopped
-    /// gives its error.
+    /// Hands over an answer (waiting while four are queued); threads that stopped give
+    /// their error.
     fn send(&mut self, job: TrieJob) -> Result<(), SnapError> {
         let sent = self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());
-        if sent { Ok(()) } else { self.join() }
+        if sent {
+            return Ok(());
+        }
+        self.join()?;
+        Err(trie_thread_stopped())
     }
 
-    /// Waits until every answer sent is committed.
-    fn finish(mut self) -> Result<(), SnapError> {
+    /// Waits until every answer sent is committed; how long building and committing took.
+    fn finish(mut self) -> Result<Busy, SnapError> {
         self.join()
     }
 
-    fn join(&mut self) -> Result<(), SnapError> {
+    fn join(&mut self) -> Result<Busy, SnapError> {
         self.tx = None;
-        let stopped = || SnapError::Store(StoreError::Db("the trie thread stopped".into()));
         match self.handle.take().map(|h| h.join()) {
-            Some(Ok(result)) => result.and(Ok(())),
-            Some(Err(_)) => Err(stopped()),
-            None => Err(stopped()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) | None => Err(trie_thread_stopped()),
         }
     }
 }
