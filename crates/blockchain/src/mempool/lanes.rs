@@ -420,6 +420,64 @@ mod tests {
         }
     }
 
+    /// [`trusted_unit_waits_behind`] with real admissions: 4 attacking peers' fresh
+    /// unfunded transfers (an ECDSA each) flood the pool while an honest funded transfer
+    /// is admitted; how many flood admissions ran on the node's runtime thread between
+    /// its arrival and its admission.
+    fn trusted_admission_waits_behind(untrusted: Lane) -> u64 {
+        use crate::mempool::bench_support::{funded_state, roomy_config, signed_transfers};
+        use crate::mempool::{Pool, TxInput, TxOrigin};
+        let flood = signed_transfers(200, 0xf100d, 2);
+        let honest = signed_transfers(1, 0x40e57, 2);
+        let pool = Pool::new(roomy_config(), funded_state(&[&honest]));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let on_trusted = Arc::new(AtomicU64::new(0));
+            let mut attackers = Vec::new();
+            for (a, part) in flood.chunks(50).enumerate() {
+                let (pool, part, on_trusted) = (pool.clone(), part.to_vec(), on_trusted.clone());
+                let origin = TxOrigin::Peer(alloy_primitives::B512::repeat_byte(a as u8 + 1));
+                attackers.push(tokio::spawn(async move {
+                    for tx in part {
+                        let (pool, on_trusted) = (pool.clone(), on_trusted.clone());
+                        let unit = async move {
+                            let r = pool.add_transaction(TxInput::Raw(tx.raw), origin).await;
+                            if current() == Lane::Trusted {
+                                on_trusted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            r.is_err()
+                        };
+                        assert_eq!(run(untrusted, unit).await, Some(true), "unfunded");
+                        tokio::task::yield_now().await;
+                    }
+                }));
+            }
+            tokio::task::yield_now().await;
+            let before = on_trusted.load(Ordering::Relaxed);
+            let tx = honest[0].raw.clone();
+            let p = pool.clone();
+            let admitted = tokio::spawn(run(Lane::Trusted, async move {
+                p.add_transaction(TxInput::Raw(tx), TxOrigin::Local).await
+            }));
+            let admitted = admitted.await.unwrap().unwrap();
+            let waited = on_trusted.load(Ordering::Relaxed) - before;
+            assert!(admitted.is_ok(), "{admitted:?}");
+            for a in attackers {
+                a.await.unwrap();
+            }
+            waited
+        })
+    }
+
+    #[test]
+    fn an_untrusted_flood_does_not_delay_a_trusted_admission() {
+        assert_eq!(trusted_admission_waits_behind(Lane::Untrusted), 0);
+        assert!(trusted_admission_waits_behind(Lane::Trusted) >= 4);
+    }
+
     #[test]
     fn the_untrusted_lane_runs_on_lowered_threads_and_counts_its_units() {
         let rt = tokio::runtime::Builder::new_current_thread()
