@@ -432,15 +432,17 @@ impl Fetcher {
             s.delivered += accepted.len() as u64;
             s.undelivered += (request.hashes.len() - accepted.len()) as u64;
         }
+        let mut missing = Vec::new();
         for hash in &request.hashes {
             if accepted.contains(hash) {
                 if let Some(h) = self.hashes.get_mut(hash) {
                     h.fetch = Fetch::Importing(peer);
                 }
             } else {
-                self.drop_announcer(hash, peer);
+                missing.push(*hash);
             }
         }
+        self.drop_announcer_of(&missing, peer);
         verdict.map(|()| accepted)
     }
 
@@ -499,10 +501,31 @@ impl Fetcher {
         self.drop_announcer(hash, peer);
     }
 
+    /// [`Self::drop_announcer`] for many hashes of one peer: its list of announced
+    /// hashes is walked once, not once per hash (a timed-out request of 256 hashes from a
+    /// peer with 4,096 announced was a million comparisons under the fetcher's lock).
+    fn drop_announcer_of(&mut self, hashes: &[B256], peer: PeerId) {
+        if hashes.is_empty() {
+            return;
+        }
+        let gone: std::collections::HashSet<&B256> = hashes.iter().collect();
+        if let Some(s) = self.peers.get_mut(&peer) {
+            s.announced.retain(|x| !gone.contains(x));
+        }
+        for hash in hashes {
+            self.forget_announcer(hash, peer);
+        }
+    }
+
     fn drop_announcer(&mut self, hash: &B256, peer: PeerId) {
         if let Some(s) = self.peers.get_mut(&peer) {
             s.announced.retain(|x| x != hash);
         }
+        self.forget_announcer(hash, peer);
+    }
+
+    /// The hash's side of dropping `peer` as its announcer.
+    fn forget_announcer(&mut self, hash: &B256, peer: PeerId) {
         let Some(h) = self.hashes.get_mut(hash) else {
             return;
         };
@@ -533,9 +556,7 @@ impl Fetcher {
             if let Some(s) = self.peers.get_mut(peer) {
                 s.undelivered += hashes.len() as u64;
             }
-            for hash in hashes {
-                self.drop_announcer(hash, *peer);
-            }
+            self.drop_announcer_of(hashes, *peer);
         }
         late.into_iter().map(|(p, _)| p).collect()
     }
@@ -550,8 +571,9 @@ impl Fetcher {
         if let Some(r) = state.request {
             hashes.extend(r.hashes);
         }
+        // Its own list went with it: only the hashes' side is left.
         for hash in hashes {
-            self.drop_announcer(&hash, peer);
+            self.forget_announcer(&hash, peer);
         }
     }
 }
