@@ -20,27 +20,35 @@ impl Network {
         // admission for the whole pool each time.
         let content = self.inner.pool.content();
         let mut ann = Announcement::default();
-        let mut known = peer.known.lock();
         for (tx, sub) in content.iter().flat_map(|(_, txs)| txs) {
             // Pending non-blob txs, as geth does; blob txs travel by fresh announcements.
             if tx.is_blob() || *sub != moat_blockchain::mempool::SubPool::Pending {
                 continue;
             }
-            let hash = tx.hash();
-            known.insert(hash);
-            ann.push(tx.tx.tx_type() as u8, tx.size() as u32, hash);
+            ann.push(tx.tx.tx_type() as u8, tx.size() as u32, tx.hash());
             if ann.len() >= MAX_ANNOUNCE {
-                peer.send(peer.framing.eth(&EthMessage::NewPooledTransactionHashes(
-                    std::mem::take(&mut ann),
-                )));
+                self.announce_new(peer, std::mem::take(&mut ann));
             }
         }
         if !ann.is_empty() {
-            peer.send(
-                peer.framing
-                    .eth(&EthMessage::NewPooledTransactionHashes(ann)),
-            );
+            self.announce_new(peer, ann);
         }
+    }
+
+    /// One announcement of the pool to a new peer: its hashes made known (one short
+    /// lock per message: the broadcaster takes the same lock for every tx it gossips),
+    /// then sent.
+    fn announce_new(&self, peer: &Peer, ann: Announcement) {
+        {
+            let mut known = peer.known.lock();
+            for hash in &ann.hashes {
+                known.insert(*hash);
+            }
+        }
+        peer.send(
+            peer.framing
+                .eth(&EthMessage::NewPooledTransactionHashes(ann)),
+        );
     }
 
     /// Gossips new pending transactions: whole to ⌈√peers⌉ peers (small non-blob ones),

@@ -122,20 +122,25 @@ impl Network {
 
     pub(super) fn on_announcement(&self, peer: &Arc<Peer>, a: Announcement) {
         let pool = &self.inner.pool;
-        let mut entries = Vec::with_capacity(a.len());
+        // The peer's known set is locked for the inserts alone: the broadcaster locks it
+        // too, for every tx it gossips, and must not wait out the pool lookups below
+        // (done in this peer's lane, maybe at low priority).
         {
             let mut known = peer.known.lock();
-            for ((hash, ty), size) in a.hashes.iter().zip(&a.types).zip(&a.sizes) {
+            for hash in &a.hashes {
                 known.insert(*hash);
-                if !pool.is_known_or_importing(hash) {
-                    entries.push((
-                        *hash,
-                        Meta {
-                            ty: *ty,
-                            size: *size,
-                        },
-                    ));
-                }
+            }
+        }
+        let mut entries = Vec::with_capacity(a.len());
+        for ((hash, ty), size) in a.hashes.iter().zip(&a.types).zip(&a.sizes) {
+            if !pool.is_known_or_importing(hash) {
+                entries.push((
+                    *hash,
+                    Meta {
+                        ty: *ty,
+                        size: *size,
+                    },
+                ));
             }
         }
         let requests = {
@@ -217,33 +222,36 @@ impl Network {
         // KZG: a malformed or mismatched sidecar costs the peer its connection.
         let rules = self.blob_rules();
         let mut admit = Vec::with_capacity(inputs.len());
+        // Known first, in one short lock (the broadcaster takes it too); the sidecars'
+        // checks below run without it.
         {
             let mut known = peer.known.lock();
-            for (hash, env) in inputs {
-                known.insert(hash);
-                if env.first() != Some(&(TxType::Eip4844 as u8)) {
-                    admit.push((Some(hash), TxInput::Hashed(env, hash)));
-                    continue;
-                }
-                let checked = PooledTransaction::decode_2718(&env)
-                    .map_err(|e| e.to_string())
-                    .and_then(|tx| match rules {
-                        None => Ok(tx),
-                        Some(r) => match tx.validate_cheap(&r) {
-                            Ok(()) => Ok(tx),
-                            Err(e) if e.is_peer_fault() => Err(e.to_string()),
-                            Err(_) => Ok(tx), // wrong version for the fork: the pool says so
-                        },
-                    });
-                match checked {
-                    Ok(tx) => admit.push((Some(hash), TxInput::Decoded(Box::new(tx)))),
-                    Err(why) => {
-                        drop(known);
-                        self.inner.fetcher.lock().peer_fault(peer.info.id, &hash);
-                        self.fault(peer, "bad sidecar", &format!("blob tx {hash}: {why}"));
-                        self.reschedule();
-                        return;
-                    }
+            for (hash, _) in &inputs {
+                known.insert(*hash);
+            }
+        }
+        for (hash, env) in inputs {
+            if env.first() != Some(&(TxType::Eip4844 as u8)) {
+                admit.push((Some(hash), TxInput::Hashed(env, hash)));
+                continue;
+            }
+            let checked = PooledTransaction::decode_2718(&env)
+                .map_err(|e| e.to_string())
+                .and_then(|tx| match rules {
+                    None => Ok(tx),
+                    Some(r) => match tx.validate_cheap(&r) {
+                        Ok(()) => Ok(tx),
+                        Err(e) if e.is_peer_fault() => Err(e.to_string()),
+                        Err(_) => Ok(tx), // wrong version for the fork: the pool says so
+                    },
+                });
+            match checked {
+                Ok(tx) => admit.push((Some(hash), TxInput::Decoded(Box::new(tx)))),
+                Err(why) => {
+                    self.inner.fetcher.lock().peer_fault(peer.info.id, &hash);
+                    self.fault(peer, "bad sidecar", &format!("blob tx {hash}: {why}"));
+                    self.reschedule();
+                    return;
                 }
             }
         }
