@@ -255,4 +255,13 @@ mod tests {
         let long = Cli::parse_from(["moat", "--miner.extradata", &"x".repeat(33)]);
         assert!(long.pool.miner_config(false).is_err());
     }
+
+    #[test]
+    fn admission_lanes_are_on_unless_turned_off() {
+        let chain = ChainConfig::all_forks_at_genesis(1, moat_common::config::Fork::Prague);
+        let on = Cli::parse_from(["moat"]).pool.pool_config(chain.clone());
+        assert!(on.budget.lanes);
+        let off = Cli::parse_from(["moat", "--txpool.nolanes"]).pool.pool_config(chain);
+        assert!(!off.budget.lanes);
+    }
 }
