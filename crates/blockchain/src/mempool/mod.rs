@@ -546,7 +546,7 @@ impl Pool {
         // known already is left out before any worker starts; the workers then run the
         // admission's own stages 2-6 ([`Shared::screen`]) on the rest.
         let mut seen = FastSet::with_capacity_and_hasher(raw.len(), Default::default());
-        let candidates: Vec<(B256, Bytes)> = raw
+        let unknown: Vec<&(B256, Bytes)> = raw
             .iter()
             .filter(|(h, b)| {
                 b.first() != Some(&(TxType::Eip4844 as u8))
@@ -554,10 +554,17 @@ impl Pool {
                     && !s.failures.contains(h)
                     && !s.sender_cache.contains(h)
                     && !s.in_flight.contains(h)
-                    && !s.pool.lock().contains(h)
             })
-            .cloned()
             .collect();
+        // The pool is looked at once for the batch (one lock, not one per tx).
+        let candidates: Vec<(B256, Bytes)> = {
+            let pool = s.pool.lock();
+            unknown
+                .into_iter()
+                .filter(|(h, _)| !pool.contains(h))
+                .cloned()
+                .collect()
+        };
         if candidates.len() < MIN_BATCH {
             return;
         }
