@@ -2,6 +2,9 @@
 //! states of 10k and 1M accounts (100k with `--quick`), measured by the same binaries and
 //! commands as docs/BENCHMARKS.md's state-at-scale section: `moat-state-bench genesis`,
 //! `moat init`, then `moat-state-bench root --json` (the median of 20 runs on one block).
+//! The update runs on one thread (`--workers 1`): the rows gate the work a block costs,
+//! which the baseline measured so; what a second thread saves depends on an idle core,
+//! which a shared machine does not promise (docs/BENCHMARKS.md has both).
 //! The binaries are looked up beside this one (`make bench-table` builds them); the
 //! datadirs live in a temporary directory removed afterwards.
 
@@ -31,7 +34,7 @@ fn measure_at(bin: &Path, work: &Path, accounts: u64) -> Result<f64, String> {
         .arg("--datadir")
         .arg(&datadir))?;
     let out = run(Command::new(bin.join("moat-state-bench"))
-        .args(["root", "--json", "--datadir"])
+        .args(["root", "--json", "--workers", "1", "--datadir"])
         .arg(&datadir))?;
     let line: serde_json::Value =
         serde_json::from_slice(&out).map_err(|e| format!("root --json: {e}"))?;
