@@ -50,6 +50,57 @@ const GROWTH_FACTOR: u64 = 4;
 const MIN_ROTATE_SIZE: u64 = 64 << 20;
 /// The file is grown ahead of its records in zeroed steps of this size.
 pub const PREALLOCATE: u64 = 1 << 20;
+/// Held entries (see [`Journal::hold_more`]) kept at most, in count and in bytes; past
+/// either the oldest are forgotten.
+pub const MAX_HELD: usize = 4_096;
+pub const MAX_HELD_BYTES: usize = 64 << 20;
+
+/// Entries kept though the pool does not hold them, oldest first, within bounds.
+#[derive(Debug)]
+struct Held {
+    entries: std::collections::VecDeque<Vec<u8>>,
+    bytes: usize,
+    max: usize,
+    max_bytes: usize,
+    /// Entries forgotten at the bounds since the journal was opened.
+    forgotten: u64,
+}
+
+impl Held {
+    fn new() -> Self {
+        Self {
+            entries: Default::default(),
+            bytes: 0,
+            max: MAX_HELD,
+            max_bytes: MAX_HELD_BYTES,
+            forgotten: 0,
+        }
+    }
+
+    /// Adds `entries` after the others, then forgets the oldest until within bounds;
+    /// returns how many were forgotten.
+    fn extend(&mut self, entries: Vec<Vec<u8>>) -> usize {
+        for e in entries {
+            self.bytes += e.len();
+            self.entries.push_back(e);
+        }
+        let mut gone = 0;
+        while self.entries.len() > self.max || self.bytes > self.max_bytes {
+            let Some(e) = self.entries.pop_front() else {
+                break;
+            };
+            self.bytes -= e.len();
+            gone += 1;
+        }
+        self.forgotten += gone as u64;
+        gone
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+}
 
 /// What the journal file held when it was opened.
 #[derive(Debug, Default)]
@@ -81,7 +132,7 @@ struct Inner {
     commands: Mutex<Option<mpsc::Sender<Command>>>,
     /// Entries kept though the pool did not take them back (a transient refusal such as
     /// a full pool): each rotation writes them again.
-    held: Mutex<Vec<Vec<u8>>>,
+    held: Mutex<Held>,
     /// Current file size, and the size right after the last rotation.
     size: Arc<AtomicU64>,
     rotated_size: Arc<AtomicU64>,
@@ -163,7 +214,7 @@ impl Journal {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 commands: Mutex::new(Some(tx)),
-                held: Mutex::new(Vec::new()),
+                held: Mutex::new(Held::new()),
                 size,
                 rotated_size,
                 gate,
@@ -241,7 +292,7 @@ impl Journal {
     /// Rewrites the file from `snapshot` (taken on the writer thread, see the module
     /// docs) plus the held entries; returns the number of records written.
     pub async fn rotate(&self, snapshot: Snapshot) -> io::Result<usize> {
-        let held = self.inner.held.lock().clone();
+        let held: Vec<Vec<u8>> = self.inner.held.lock().entries.iter().cloned().collect();
         // Held entries first: at a reload the later of two entries with one sender and
         // nonce wins, and the pool's (a replacement submitted since) is the newer.
         let snapshot: Snapshot = Box::new(move || {
@@ -256,19 +307,38 @@ impl Journal {
     }
 
     /// Keeps `entries` in the journal across rotations although the pool does not hold
-    /// them (they are offered to the pool again at the next start).
-    pub fn hold(&self, entries: Vec<Vec<u8>>) {
-        *self.inner.held.lock() = entries;
+    /// them (they are offered to the pool again at the next start), instead of those
+    /// held so far; within [`MAX_HELD`] and [`MAX_HELD_BYTES`] as [`Journal::hold_more`].
+    pub fn hold(&self, entries: Vec<Vec<u8>>) -> usize {
+        let mut held = self.inner.held.lock();
+        held.clear();
+        held.extend(entries)
     }
 
     /// Keeps `entries` too (local txs the pool let go for room since the last reload).
-    pub fn hold_more(&self, entries: Vec<Vec<u8>>) {
-        self.inner.held.lock().extend(entries);
+    /// The held list is bounded: past [`MAX_HELD`] entries or [`MAX_HELD_BYTES`], the
+    /// oldest held entries are forgotten (the next rotation no longer writes them, so
+    /// the next start does not offer them). Returns how many were forgotten.
+    pub fn hold_more(&self, entries: Vec<Vec<u8>>) -> usize {
+        self.inner.held.lock().extend(entries)
     }
 
     /// Entries held back at the last reload, and since then by [`Journal::hold_more`].
     pub fn held(&self) -> usize {
-        self.inner.held.lock().len()
+        self.inner.held.lock().entries.len()
+    }
+
+    /// Held entries forgotten at the bounds since the journal was opened.
+    pub fn held_forgotten(&self) -> u64 {
+        self.inner.held.lock().forgotten
+    }
+
+    /// Bounds of the held list other than [`MAX_HELD`] and [`MAX_HELD_BYTES`] (tests).
+    #[cfg(test)]
+    fn bound_held(&self, max: usize, max_bytes: usize) {
+        let mut held = self.inner.held.lock();
+        held.max = max;
+        held.max_bytes = max_bytes;
     }
 
     /// Batches written and synced since the journal was opened.
@@ -808,6 +878,35 @@ mod tests {
             .collect();
         got.sort_unstable();
         assert_eq!(got, (0..200).collect::<Vec<_>>());
+    }
+
+    /// The held list keeps the newest entries within its count and its bytes: past
+    /// either bound the oldest are forgotten, and a rotation writes only those kept.
+    #[test]
+    fn held_entries_are_bounded_in_count_and_bytes_oldest_forgotten() {
+        let tmp = temp("held-bound");
+        let path = tmp.path.clone();
+        let rt = rt();
+        let (j, _) = Journal::open(&path).unwrap();
+        j.bound_held(3, 1 << 20);
+        assert_eq!(j.hold(vec![vec![1; 10], vec![2; 10]]), 0);
+        assert_eq!(j.hold_more(vec![vec![3; 10], vec![4; 10]]), 1);
+        assert_eq!((j.held(), j.held_forgotten()), (3, 1));
+        // Bytes: 25 allow two of these entries, the newest.
+        j.bound_held(10, 25);
+        assert_eq!(j.hold_more(vec![vec![5; 10]]), 2);
+        assert_eq!((j.held(), j.held_forgotten()), (2, 3));
+        // One entry larger than the whole bound is not kept at all.
+        assert_eq!(j.hold_more(vec![vec![6; 30]]), 3);
+        assert_eq!(j.held(), 0);
+        j.hold_more(vec![vec![7; 10]]);
+        let n = rt
+            .block_on(j.rotate(Box::new(|| vec![vec![8; 5]])))
+            .unwrap();
+        assert_eq!(n, 2);
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, vec![vec![7; 10], vec![8; 5]]);
     }
 
     #[test]
