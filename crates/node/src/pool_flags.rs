@@ -49,6 +49,11 @@ pub struct PoolArgs {
     #[arg(long = "txpool.localshare", default_value_t = 50,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     pub local_share: u8,
+    /// Transactions let go for room that the pool remembers (oldest forgotten first), so
+    /// that a later nonce of their sender can bring them back as a package worth its
+    /// room; 0 turns it off (moat's: geth forgets them).
+    #[arg(long = "txpool.letgo", default_value_t = 16_384)]
+    pub let_go: usize,
     /// Bytes of blob transactions (sidecars included) the pool holds.
     #[arg(long = "blobpool.datacap", default_value_t = 10 * 1024 * 1024 * 1024 / 4)]
     pub blob_datacap: usize,
@@ -112,6 +117,7 @@ impl PoolArgs {
         cfg.local_account_slots = self.local_slots;
         cfg.local_account_queue = self.local_queue;
         cfg.local_share = usize::from(self.local_share);
+        cfg.let_go.max_txs = self.let_go;
         cfg.blob.max_bytes = self.blob_datacap;
         cfg.blob_price_bump = self.blob_price_bump;
         let b = &mut cfg.budget;
@@ -190,6 +196,8 @@ mod tests {
             "--txpool.nolocals",
             "--txpool.localshare",
             "25",
+            "--txpool.letgo",
+            "0",
             "--blobpool.datacap",
             "1000",
             "--blobpool.pricebump",
@@ -224,6 +232,7 @@ mod tests {
         assert_eq!(cfg.locals.len(), 2);
         assert!(cfg.no_locals);
         assert_eq!(cfg.local_share, 25);
+        assert_eq!(cfg.let_go.max_txs, 0);
         assert_eq!(cfg.blob.max_bytes, 1000);
         assert_eq!(cfg.blob_price_bump, 50);
         let b = &cfg.budget;

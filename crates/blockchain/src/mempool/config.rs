@@ -66,6 +66,10 @@ pub struct PoolConfig {
     pub max_kzg_batch: usize,
     /// CPU budgets of admission per origin (see [`super::budget`]).
     pub budget: super::BudgetConfig,
+    /// Txs let go for room that the pool remembers, count and bytes (oldest forgotten
+    /// first), so that a later nonce of their sender can bring them back as a package
+    /// worth its room. Zero txs turns this off.
+    pub let_go: SubPoolLimit,
 }
 
 impl PoolConfig {
@@ -96,6 +100,7 @@ impl PoolConfig {
             max_in_flight_per_origin: 256,
             max_kzg_batch: 32,
             budget: super::BudgetConfig::for_this_machine(),
+            let_go: SubPoolLimit::new(16_384, 8 << 20),
         }
     }
 

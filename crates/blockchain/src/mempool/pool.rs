@@ -26,6 +26,8 @@ use alloy_primitives::{Address, B256, U256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod revive;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct SenderId(u32);
 
@@ -112,6 +114,8 @@ pub(crate) struct PoolInner {
     /// Authority → pooled authorizations that name it.
     authorities: HashMap<Address, usize>,
     next_seq: u64,
+    /// Txs let go for room, remembered so a package can bring them back ([`revive`]).
+    let_go: revive::LetGo,
     /// Hashes that became pending since the last drain; published after the lock is released.
     pub newly_pending: Vec<B256>,
     /// Local (journaled) txs that left for room since the last drain: evicted for price
@@ -159,6 +163,7 @@ impl PoolInner {
             blob_index: HashMap::default(),
             authorities: HashMap::default(),
             next_seq: 0,
+            let_go: Default::default(),
             newly_pending: Vec::new(),
             evicted_locals: Vec::new(),
             #[cfg(test)]
@@ -430,6 +435,9 @@ impl PoolInner {
             Ok(p) => p,
             Err(e) => return (Err(e), Vec::new()),
         };
+        // Txs let go earlier that complete the newcomer's package come back first.
+        let plan = self.revive(&tx, account, plan);
+        let sender = tx.sender;
         let id = match self.sender_ids.get(&tx.sender) {
             Some(id) => *id,
             None => self.new_sender(tx.sender, account),
@@ -509,6 +517,7 @@ impl PoolInner {
                 evicted.into_iter().filter(|h| *h != hash).collect(),
             );
         }
+        self.let_go.forget(&sender, nonce);
         let subpool = self.by_hash[&hash].subpool;
         (
             Ok(Added {
@@ -541,6 +550,7 @@ impl PoolInner {
     }
 
     fn note_evicted(&mut self, tx: Arc<PoolTx>) {
+        self.let_go.remember(Arc::clone(&tx), self.cfg.let_go);
         if tx.origin.is_local() {
             self.evicted_locals.push(tx);
         }

@@ -1595,4 +1595,5 @@ mod sender_rules {
     }
 }
 
+mod let_go;
 mod prop;
