@@ -6,6 +6,8 @@
 # under $WORK (default /tmp/pool-quality), loopback only, discovery off; the tool sends the
 # local part of the stream over RPC and the remote part over RLPx from its peers, then
 # builds one payload. The datadir is removed afterwards; the tool's output stays there.
+# Ports: HTTP_PORT, AUTH_PORT, P2P_PORT (defaults 18545, 18551, 30399); NODE_ARGS adds
+# flags to the node's command line (e.g. NODE_ARGS="--txpool.letgo 0" for moat).
 set -u
 NODE=$1; SEED=$2; shift 2
 MODE=plain; EXTRA=()
@@ -18,17 +20,18 @@ D=$WORK/$NODE-$MODE-$SEED; rm -rf "$D"; mkdir -p "$D"
 G=$WORK/genesis-$MODE.json
 JWT=$WORK/jwt.hex; [ -f "$JWT" ] || openssl rand -hex 32 > "$JWT"
 "$TOOL" "${EXTRA[@]}" --write-genesis "$G" >/dev/null || exit 1
-HTTP=18545; AUTH=18551; P2P=30399
+HTTP=${HTTP_PORT:-18545}; AUTH=${AUTH_PORT:-18551}; P2P=${P2P_PORT:-30399}
+read -r -a NODE_EXTRA <<< "${NODE_ARGS:-}"
 if [ "$NODE" = geth ]; then
   "$GETH" --datadir "$D/db" init "$G" > "$D/init.log" 2>&1
   "$GETH" --datadir "$D/db" --http --http.addr 127.0.0.1 --http.port $HTTP --http.api eth,txpool,admin \
     --authrpc.addr 127.0.0.1 --authrpc.port $AUTH --authrpc.jwtsecret "$JWT" --port $P2P --nodiscover \
-    --nat none --maxpeers 20 --ipcdisable --syncmode full > "$D/node.log" 2>&1 &
+    --nat none --maxpeers 20 --ipcdisable --syncmode full "${NODE_EXTRA[@]}" > "$D/node.log" 2>&1 &
 else
   "$MOAT" init --datadir "$D/db" --network "$G" > "$D/init.log" 2>&1
   "$MOAT" --datadir "$D/db" --network "$G" --http --http.addr 127.0.0.1 --http.port $HTTP \
     --http.api eth,txpool,admin --authrpc.addr 127.0.0.1 --authrpc.port $AUTH \
-    --authrpc.jwtsecret "$JWT" --port $P2P --nodiscover --maxpeers 20 > "$D/node.log" 2>&1 &
+    --authrpc.jwtsecret "$JWT" --port $P2P --nodiscover --maxpeers 20 "${NODE_EXTRA[@]}" > "$D/node.log" 2>&1 &
 fi
 PID=$!
 E=

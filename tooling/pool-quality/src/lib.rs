@@ -708,6 +708,16 @@ pub const BLOCK_TIME: u64 = 212;
 /// programming over (txs, blobs). Value: Σ effective tip × gas (the block value; blob fees
 /// are burned).
 pub fn ideal_value(stream: &[StreamTx], senders: &[(Signer, U256)], block: &BlockLimits) -> U256 {
+    ideal_block(stream, senders, block).0
+}
+
+/// [`ideal_value`] with the block itself: per sender (index) the length of the prefix of
+/// its run that the most valuable block takes (senders it takes nothing of are left out).
+pub fn ideal_block(
+    stream: &[StreamTx],
+    senders: &[(Signer, U256)],
+    block: &BlockLimits,
+) -> (U256, BTreeMap<usize, usize>) {
     let base_fee = block.base_fee;
     let cap = (block.gas_limit / TRANSFER_GAS) as usize;
     let blob_cap = if stream.iter().any(|t| t.blobs > 0) {
@@ -747,6 +757,9 @@ pub fn ideal_value(stream: &[StreamTx], senders: &[(Signer, U256)], block: &Bloc
     // dp[txs * width + blobs]: the best value with exactly that many txs and blobs.
     let mut dp = vec![None::<u128>; (cap + 1) * width];
     dp[0] = Some(0);
+    // Per sender with a run: the prefix (txs, blobs) taken to reach each cell, for the
+    // walk back.
+    let mut taken: Vec<(usize, Vec<(u16, u16)>)> = Vec::new();
     for (i, (_, balance)) in senders.iter().enumerate() {
         // (txs, blobs, value) of each prefix of the sender's run.
         let mut prefix = vec![(0usize, 0usize, 0u128)];
@@ -775,6 +788,7 @@ pub fn ideal_value(stream: &[StreamTx], senders: &[(Signer, U256)], block: &Bloc
             continue;
         }
         let mut next = dp.clone();
+        let mut choice = vec![(0u16, 0u16); (cap + 1) * width];
         for used in 0..=cap {
             for blobs in 0..width {
                 let Some(have) = dp[used * width + blobs] else {
@@ -784,14 +798,29 @@ pub fn ideal_value(stream: &[StreamTx], senders: &[(Signer, U256)], block: &Bloc
                     if used + n > cap || blobs + b > blob_cap {
                         break;
                     }
-                    let cell = &mut next[(used + n) * width + blobs + b];
-                    *cell = Some(cell.unwrap_or(0).max(have + v));
+                    let at = (used + n) * width + blobs + b;
+                    if next[at].is_none_or(|c| have + v > c) {
+                        next[at] = Some(have + v);
+                        choice[at] = (n as u16, b as u16);
+                    }
                 }
             }
         }
         dp = next;
+        taken.push((i, choice));
     }
-    U256::from(dp.into_iter().flatten().max().unwrap_or(0))
+    let best = (0..dp.len()).max_by_key(|at| dp[*at]).unwrap_or(0);
+    let value = dp[best].unwrap_or(0);
+    let mut chosen = BTreeMap::new();
+    let mut at = best;
+    for (i, choice) in taken.iter().rev() {
+        let (n, b) = choice[at];
+        if n > 0 {
+            chosen.insert(*i, n as usize);
+            at -= n as usize * width + b as usize;
+        }
+    }
+    (U256::from(value), chosen)
 }
 
 /// Blob gas of one blob.
@@ -830,6 +859,9 @@ pub struct Outcome {
     /// In process: per stream tx in order, whether the pool held it at the end (so
     /// [`ideal_value`] over these alone tells what a perfect builder makes of the pool).
     pub held_each: Vec<bool>,
+    /// In process: the least tip (wei) of a sender's last pending tx at the end (what
+    /// eviction would take next), and how many pending txs tip less than that.
+    pub pending_under_bar: (u128, usize),
 }
 
 impl Outcome {
@@ -895,6 +927,31 @@ pub async fn run_in_process(
             out.by_class.entry(tx.class).or_default().held += 1;
         }
     }
+    // What holds the pending slots: the eviction bar is the least tip of a sender's last
+    // pending tx (eviction takes tails); txs below it stay only under a richer tail.
+    let base_fee = pool.head().base_fee;
+    let runs: Vec<Vec<u128>> = pool
+        .content()
+        .into_iter()
+        .map(|(_, txs)| {
+            txs.iter()
+                .take_while(|(_, sub)| *sub == moat_blockchain::mempool::SubPool::Pending)
+                .map(|(t, _)| t.tx.tx().tx().effective_tip_per_gas(base_fee).unwrap_or(0))
+                .collect::<Vec<u128>>()
+        })
+        .filter(|r| !r.is_empty())
+        .collect();
+    let bar = runs
+        .iter()
+        .filter_map(|r| r.last())
+        .min()
+        .copied()
+        .unwrap_or(0);
+    let under: usize = runs
+        .iter()
+        .map(|r| r.iter().filter(|t| **t < bar).count())
+        .sum();
+    out.pending_under_bar = (bar, under);
     let status = pool.status();
     out.subpools = [
         status.pending.txs,

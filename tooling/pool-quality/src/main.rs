@@ -27,8 +27,8 @@ use moat_p2p::eth::{Announcement, EthMessage, Status};
 use moat_p2p::session::Incoming;
 use moat_pool_quality::{
     BlobCache, BlockLimits, Class, Outcome, PEERS, StreamParams, StreamTx, blob_stream,
-    blob_stream_estimate, genesis, ideal_value, osaka_genesis, peer_of, run_in_process, senders,
-    stream,
+    blob_stream_estimate, genesis, ideal_block, ideal_value, osaka_genesis, peer_of,
+    run_in_process, senders, stream,
 };
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -89,6 +89,10 @@ struct Args {
     /// pool's, 10000; a node's flag defaults to 1024]
     #[arg(long)]
     globalqueue: Option<usize>,
+    /// In process: how many txs let go for room the pool remembers for packages to bring
+    /// back (0: none). [default: the pool's, 16384]
+    #[arg(long)]
+    letgo: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -161,7 +165,7 @@ fn run(args: Args) -> Result<(), String> {
         } else {
             stream(&params, chain_id, limits.base_fee, &senders)
         };
-        let ideal = ideal_value(&s, &senders, &limits);
+        let (ideal, ideal_runs) = ideal_block(&s, &senders, &limits);
         let out = match args.rpc {
             None => runtime.block_on(run_in_process(&genesis, &s, |cfg| {
                 cfg.no_locals = args.nolocals;
@@ -174,6 +178,9 @@ fn run(args: Args) -> Result<(), String> {
                 }
                 if let Some(n) = args.globalqueue {
                     cfg.queued.max_txs = n;
+                }
+                if let Some(n) = args.letgo {
+                    cfg.let_go.max_txs = n;
                 }
             }))?,
             Some(rpc) => runtime.block_on(external(&args, &genesis, rpc, &s))?,
@@ -195,7 +202,12 @@ fn run(args: Args) -> Result<(), String> {
                 ideal_value(&held, &senders, &limits),
                 out.payload_value
             );
-            explain_losses(&s, &out);
+            explain_losses(&s, &out, &ideal_runs);
+            let (bar, under) = out.pending_under_bar;
+            eprintln!(
+                "  seed {seed}: eviction bar at the end {} gwei; {under} pending txs tip less, kept under richer tails",
+                bar / 1_000_000_000
+            );
         }
         let ratio = if ideal.is_zero() {
             1.0
@@ -636,8 +648,14 @@ async fn external(
 /// Where the pool's runs fall short of the stream's: per sender, the first nonce of the
 /// stream's valid run (its first includable tx per nonce) that the pool does not hold,
 /// why (refused and the reason, or taken then evicted), and the tips of the rich txs (in
-/// the top tenth of tips) stranded above it. Printed to stderr.
-fn explain_losses(s: &[StreamTx], out: &Outcome) {
+/// the top tenth of tips) stranded above it. Then the ideal block's txs the pool did not
+/// hold at the end, by why the sender's run was cut below or at them: how many, their
+/// tips, and the tips of the txs at the cuts. Printed to stderr.
+fn explain_losses(
+    s: &[StreamTx],
+    out: &Outcome,
+    ideal_runs: &std::collections::BTreeMap<usize, usize>,
+) {
     let mut tips: Vec<u128> = s.iter().filter(|t| t.includable).map(|t| t.tip).collect();
     tips.sort_unstable();
     let rich = tips.get(tips.len() * 9 / 10).copied().unwrap_or(0);
@@ -693,6 +711,48 @@ fn explain_losses(s: &[StreamTx], out: &Outcome) {
     for (reason, (senders, gwei)) in why {
         eprintln!(
             "  runs cut short by {reason}: {senders} senders, rich tips stranded above the cut {gwei} gwei"
+        );
+    }
+    // The ideal block's txs lost: (senders, txs, their tips, the cut txs' tips), gwei.
+    let mut lost: std::collections::BTreeMap<String, (usize, usize, u128, u128)> =
+        Default::default();
+    let mut ideal_tips = 0u128;
+    for (sender, len) in ideal_runs {
+        let Some(nonces) = by_sender.get(sender) else {
+            continue;
+        };
+        let tip = |n: u64| nonces.get(&n).map_or(0, |e| e.2 / 1_000_000_000);
+        ideal_tips += (0..*len as u64).map(tip).sum::<u128>();
+        let Some(cut) = (0..*len as u64).find(|n| !nonces.get(n).is_some_and(|e| e.0)) else {
+            continue;
+        };
+        let reason = nonces
+            .get(&cut)
+            .and_then(|e| e.1.clone())
+            .unwrap_or_default();
+        if std::env::var_os("TRACE_LOST").is_some() {
+            eprintln!("  lost sender {sender} (ideal run {len}, cut at {cut}, {reason}):");
+            for (i, t) in s.iter().enumerate().filter(|(_, t)| t.sender == *sender) {
+                eprintln!(
+                    "    #{i} nonce {} tip {} gwei {:?} refused {:?} held {}",
+                    t.nonce,
+                    t.tip / 1_000_000_000,
+                    t.class,
+                    out.refusal_each[i],
+                    out.held_each[i]
+                );
+            }
+        }
+        let e = lost.entry(reason).or_default();
+        e.0 += 1;
+        e.1 += *len - cut as usize;
+        e.2 += (cut..*len as u64).map(tip).sum::<u128>();
+        e.3 += tip(cut);
+    }
+    for (reason, (senders, txs, gwei, cut_gwei)) in lost {
+        eprintln!(
+            "  ideal block's txs not held, cut by {reason}: {senders} senders, {txs} txs, tips {gwei} gwei of {ideal_tips} ({:.4}), cut txs' tips {cut_gwei} gwei",
+            gwei as f64 / ideal_tips.max(1) as f64
         );
     }
 }
