@@ -270,7 +270,9 @@ mod tests {
         let chain = ChainConfig::all_forks_at_genesis(1, moat_common::config::Fork::Prague);
         let on = Cli::parse_from(["moat"]).pool.pool_config(chain.clone());
         assert!(on.budget.lanes);
-        let off = Cli::parse_from(["moat", "--txpool.nolanes"]).pool.pool_config(chain);
+        let off = Cli::parse_from(["moat", "--txpool.nolanes"])
+            .pool
+            .pool_config(chain);
         assert!(!off.budget.lanes);
     }
 }
