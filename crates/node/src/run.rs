@@ -592,6 +592,21 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn state_root_workers_default_to_the_cores_and_stop_at_16() {
+        use clap::Parser;
+        #[derive(Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            node: super::NodeArgs,
+        }
+        assert_eq!(Cli::parse_from(["moat"]).node.state_root_workers, 0);
+        let one = Cli::parse_from(["moat", "--state-root-workers", "1"]);
+        assert_eq!(one.node.state_root_workers, 1);
+        assert!(Cli::try_parse_from(["moat", "--state-root-workers", "17"]).is_err());
+        assert!(Cli::try_parse_from(["moat", "--state-root-workers", "-1"]).is_err());
+    }
+
+    #[test]
     fn durations_parse_as_geth_writes_them() {
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse_duration("1h0m0s").unwrap(), Duration::from_secs(3600));
