@@ -74,7 +74,8 @@ moat_table() { # moat_table LABEL SCENARIOS [extra moat flags]
         --blob-keys "$BLOBKEYS" --storm-key "$STORMKEY" --metrics 127.0.0.1:$METRICS_PORT \
         --peer-senders "$PEER_SENDERS" --seconds "$PHASE" --scenarios "$scen" || true
     kill "$MOAT"; PIDS=""
-    sleep 1
+    # The next node takes the same ports: wait until this one is gone.
+    wait "$MOAT" 2>/dev/null || true
 }
 if [ -z "${ETHTEST_ONLY:-}" ]; then
 [ -n "$SCEN_MAIN" ] && moat_table moat "$SCEN_MAIN"
@@ -95,7 +96,8 @@ if [ -n "${GETH:-}" ] && [ -z "${ETHTEST_ONLY:-}" ]; then
     "$BIN/moat-attack-table" --label go-ethereum --rpc 127.0.0.1:$GETH_HTTP_PORT --pid "$GPID" \
         --peer-key $DEVKEY --rpc-key $DEVKEY --seconds "$PHASE" --scenarios "$SCEN" || true
     kill "$GPID"; PIDS=""
-    sleep 1
+    # The gossip form's geth takes the same ports: wait until this one is gone.
+    wait "$GPID" 2>/dev/null || true
 fi
 
 if [ -n "${GETH:-}" ]; then
