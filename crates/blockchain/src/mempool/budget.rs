@@ -23,6 +23,9 @@
 //! - a peer that leaves hands its bucket and window to its IPv4 /24 (IPv6 /64): a new
 //!   identity from there starts with that history, not a clean slate;
 //! - local RPC has its own bucket, which no peer can drain.
+//!
+//! What a peer's account says also decides where its work runs: [`Budgets::lane`] reads
+//! its record and budget state through the table of [`super::lanes`].
 
 use super::lanes::{Lane, Standing};
 use alloy_primitives::B512;

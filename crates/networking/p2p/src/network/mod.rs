@@ -23,7 +23,9 @@
 //! thread CPU clock and charged to the peer's budget in the pool
 //! (`moat_blockchain::mempool::budget`); before each chunk the network asks the budget
 //! and obeys: go on, wait (its reader then stops reading), or drop a peer whose CPU buys
-//! almost no admitted transactions.
+//! almost no admitted transactions. Where a peer's work runs (its reader, its admission,
+//! its announcements) is its lane, from its standing (`moat_blockchain::mempool::lanes`):
+//! new, poor and over-budget peers on low-priority threads, proven ones on the runtime.
 //!
 //! The service and its peer table live here (listening, dialling, static peers, the
 //! handshake); the rest is split by job:
