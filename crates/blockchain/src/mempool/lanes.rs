@@ -247,7 +247,9 @@ impl<F: Future> Future for Metered<F> {
         let started = super::budget::thread_cpu_ns();
         let r = self.inner.as_mut().poll(cx);
         self.ns += super::budget::thread_cpu_ns().saturating_sub(started);
-        if r.is_ready() {
+        // Counted by the millisecond while it runs (a peer's reader may run for hours),
+        // and the rest at its end.
+        if r.is_ready() || self.ns >= 1_000_000 {
             let us = self.ns / 1_000;
             self.ns = 0;
             CPU_US[self.lane.index()].fetch_add(us, Ordering::Relaxed);
