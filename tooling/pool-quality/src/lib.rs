@@ -1172,6 +1172,11 @@ mod tests {
             ideal_value(&s, &senders, &limits(TRANSFER_GAS, 0)),
             U256::from(60 * g)
         );
+        // The block itself: per sender the prefix of its run it takes.
+        let (_, runs) = ideal_block(&s, &senders, &limits(2 * TRANSFER_GAS, 0));
+        assert_eq!(runs, BTreeMap::from([(0, 2)]));
+        let (_, runs) = ideal_block(&s, &senders, &limits(3 * TRANSFER_GAS, 0));
+        assert_eq!(runs, BTreeMap::from([(0, 2), (1, 1)]));
     }
 
     #[test]

@@ -204,10 +204,12 @@ fn run(args: Args) -> Result<(), String> {
             );
             explain_losses(&s, &out, &ideal_runs);
             let (bar, under) = out.pending_under_bar;
-            eprintln!(
-                "  seed {seed}: eviction bar at the end {} gwei; {under} pending txs tip less, kept under richer tails",
-                bar / 1_000_000_000
-            );
+            if args.rpc.is_none() {
+                eprintln!(
+                    "  seed {seed}: eviction bar at the end {} gwei; {under} pending txs tip less, kept under richer tails",
+                    bar / 1_000_000_000
+                );
+            }
         }
         let ratio = if ideal.is_zero() {
             1.0
@@ -509,6 +511,9 @@ async fn external(
         let c = out.by_class.entry(tx.class).or_default();
         c.sent += 1;
         if tx.remote && !peers.is_empty() && !tx.class.peer_fault() {
+            // No answer over RLPx: whether it was taken shows only in what is held.
+            out.refusal_each
+                .push(Some("over RLPx (refused, lost or evicted)".into()));
             let i = peer_of(tx.sender);
             if let Err(e) = deliver(&mut peers[i], tx).await {
                 redial(args, genesis, &mut peers[i], &mut redials, i, &e).await?;
@@ -518,9 +523,11 @@ async fn external(
             let c = out.by_class.entry(tx.class).or_default();
             if r.get("result").is_some() {
                 c.accepted += 1;
+                out.refusal_each.push(None);
             } else {
                 c.refused += 1;
                 let reason = r["error"]["message"].as_str().unwrap_or("?").to_string();
+                out.refusal_each.push(Some(reason.clone()));
                 *out.reasons.entry(reason).or_default() += 1;
             }
         }
@@ -568,7 +575,13 @@ async fn external(
     if redials > 0 {
         eprintln!("the node dropped the tool's peers {redials} times");
     }
-    // What the pool holds, per class.
+    // What the pool holds, per class and per tx.
+    let index: HashMap<B256, Vec<usize>> =
+        s.iter().enumerate().fold(HashMap::new(), |mut m, (i, t)| {
+            m.entry(t.hash).or_default().push(i);
+            m
+        });
+    out.held_each = vec![false; s.len()];
     let own: Vec<&StreamTx> = s.iter().filter(|t| t.class.own_hash()).collect();
     for chunk in own.chunks(500) {
         let calls: Vec<Value> = chunk
@@ -587,6 +600,9 @@ async fn external(
                 && a.get("result").is_some()
             {
                 out.by_class.entry(t.class).or_default().held += 1;
+                for j in index.get(&t.hash).into_iter().flatten() {
+                    out.held_each[*j] = true;
+                }
             }
         }
     }
