@@ -675,7 +675,11 @@ fn leaf_key(stored: &[u8], compact: &[u8]) -> Option<B256> {
     let mut out = B256::ZERO;
     let mut at = 0usize;
     let mut put = |nibble: u8| {
-        out[at / 2] |= if at.is_multiple_of(2) { nibble << 4 } else { nibble };
+        out[at / 2] |= if at.is_multiple_of(2) {
+            nibble << 4
+        } else {
+            nibble
+        };
         at += 1;
     };
     for i in 0..len {
