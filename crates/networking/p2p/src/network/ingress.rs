@@ -415,14 +415,19 @@ impl Network {
         loop {
             tick.tick().await;
             let now = Instant::now();
-            let requests = {
-                let mut f = self.inner.fetcher.lock();
+            // On a blocking thread: an untrusted peer's work may hold the fetcher's lock
+            // at low priority, and a runtime worker must not wait for it.
+            let net = self.clone();
+            let requests = tokio::task::spawn_blocking(move || {
+                let mut f = net.inner.fetcher.lock();
                 let late = f.expire(now);
                 if !late.is_empty() {
                     metrics::counter!("moat_p2p_fetch_timeouts_total").increment(late.len() as u64);
                 }
                 f.schedule(now)
-            };
+            })
+            .await
+            .unwrap_or_default();
             self.send_requests(requests);
         }
     }

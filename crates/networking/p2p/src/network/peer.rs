@@ -304,7 +304,17 @@ impl Network {
         // Callers waiting for its answers learn now that none will come.
         peer.pending.lock().clear();
         admission_task.abort();
-        self.inner.fetcher.lock().remove_peer(remote_id);
+        // Its announcements leave the fetcher; if the fetcher is busy (maybe with an
+        // untrusted peer's work at low priority), on a blocking thread, not this worker.
+        match self.inner.fetcher.try_lock() {
+            Some(mut f) => f.remove_peer(remote_id),
+            None => {
+                let net = self.clone();
+                tokio::task::spawn_blocking(move || {
+                    net.inner.fetcher.lock().remove_peer(remote_id)
+                });
+            }
+        }
         metrics::gauge!("moat_p2p_peers").set(self.inner.peers.read().len() as f64);
         // Let the writer send a pending Disconnect, then stop it.
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
