@@ -885,8 +885,8 @@ impl<S: BlockSource> Run<'_, S> {
         let mut set = Requests::new();
         let mut in_flight: HashSet<usize> = HashSet::new();
         let mut waited = Instant::now();
-        // The account trie's nodes are built and every answer committed on a thread of
-        // its own, in order, while the next answers are checked.
+        // The account trie's nodes are built and every answer committed on threads of
+        // their own, in order, while the next answers are checked.
         let mut writer = if p.trie_during_download() {
             Some(TrieWriter::start(self.chain.store().clone())?)
         } else {
