@@ -155,15 +155,25 @@ impl Network {
     }
 
     pub(super) fn send_requests(&self, requests: Vec<FetchRequest>) {
-        let peers = self.inner.peers.read();
-        for r in requests {
-            if let Some(p) = peers.get(&r.peer) {
-                metrics::counter!("moat_p2p_fetch_requests_total").increment(1);
-                p.send(p.framing.eth(&EthMessage::GetPooledTransactions {
-                    request_id: r.request_id,
-                    hashes: r.hashes,
-                }));
-            }
+        if requests.is_empty() {
+            return;
+        }
+        // The peer table's lock for the look-ups alone, not for the encoding: this may
+        // run for an untrusted peer at low priority, and a peer leaving (a writer of the
+        // table, on the runtime) would wait for it.
+        let targets: Vec<_> = {
+            let peers = self.inner.peers.read();
+            requests
+                .into_iter()
+                .filter_map(|r| Some((peers.get(&r.peer)?.clone(), r)))
+                .collect()
+        };
+        for (p, r) in targets {
+            metrics::counter!("moat_p2p_fetch_requests_total").increment(1);
+            p.send(p.framing.eth(&EthMessage::GetPooledTransactions {
+                request_id: r.request_id,
+                hashes: r.hashes,
+            }));
         }
     }
 
