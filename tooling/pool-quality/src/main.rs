@@ -93,6 +93,10 @@ struct Args {
     /// back (0: none). [default: the pool's, 16384]
     #[arg(long)]
     letgo: Option<usize>,
+    /// In process: eviction takes the sender suffix with the least average tip
+    /// (`PoolConfig::evict_by_package`) instead of the least single tail.
+    #[arg(long)]
+    evict_by_package: bool,
 }
 
 fn main() -> ExitCode {
@@ -182,6 +186,7 @@ fn run(args: Args) -> Result<(), String> {
                 if let Some(n) = args.letgo {
                     cfg.let_go.max_txs = n;
                 }
+                cfg.evict_by_package = args.evict_by_package;
             }))?,
             Some(rpc) => runtime.block_on(external(&args, &genesis, rpc, &s))?,
         };

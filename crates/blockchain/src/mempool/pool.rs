@@ -811,6 +811,11 @@ impl PoolInner {
         };
         let (_, down_to) =
             self.sender(id).tails[sub as usize].expect("a sender in tails has a tail");
+        let (id, down_to) = if sub == SubPool::Pending && self.cfg.evict_by_package {
+            self.package_victim().unwrap_or((id, down_to))
+        } else {
+            (id, down_to)
+        };
         let doomed: Vec<B256> = self
             .sender(id)
             .txs

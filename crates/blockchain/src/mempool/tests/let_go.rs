@@ -178,12 +178,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Senders sending their nonces in order at random tips into a small full pool with a
-    /// small memory: after every add the invariants hold, the memory is within its
-    /// bounds and holds nothing the pool holds at that nonce, and a sender loses txs only
-    /// from its top (a package coming back never breaks a run).
+    /// small memory, evicting by single tail or by package: after every add the
+    /// invariants hold, the memory is within its bounds and holds nothing the pool holds
+    /// at that nonce, and a sender loses txs only from its top (neither a package coming
+    /// back nor a package evicted breaks a run).
     #[test]
     fn packages_coming_back_keep_the_pools_rules(
-        ops in proptest::collection::vec((0usize..5, 1u128..100), 1..120)
+        ops in proptest::collection::vec((0usize..5, 1u128..100), 1..120),
+        by_package in any::<bool>(),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {
@@ -193,6 +195,7 @@ proptest! {
                 c.pending.max_txs = 5;
                 c.queued.max_txs = 4;
                 c.let_go = SubPoolLimit::new(4, 1 << 20);
+                c.evict_by_package = by_package;
             });
             let senders: Vec<Signer> = (0..5).map(|i| funded(&state, 740 + i)).collect();
             let mut next = [0u64; 5];
@@ -230,4 +233,35 @@ fn by_nonce(pool: &Pool, s: &Signer) -> BTreeMap<u64, B256> {
         .iter()
         .map(|t| (t.nonce(), t.hash()))
         .collect()
+}
+
+/// Eviction by package (`evict_by_package`): a sender's cheap run under one rich tail
+/// (tips 1, 1, 1, 90: 23 on average) goes before a lone tx at 50, which eviction by the
+/// least single tail takes instead.
+#[tokio::test]
+async fn eviction_by_package_takes_the_cheapest_suffix_not_the_cheapest_tail() {
+    for by_package in [false, true] {
+        let (pool, state) = setup_with(|c| {
+            c.pending = SubPoolLimit::new(5, 1 << 20);
+            c.evict_by_package = by_package;
+        });
+        let a = funded(&state, 760);
+        for (n, tip) in [1, 1, 1, 90].into_iter().enumerate() {
+            add(&pool, &tx1559(&a, n as u64, tip, 200)).await.unwrap();
+        }
+        let b = funded(&state, 761);
+        add(&pool, &tx1559(&b, 0, 50, 200)).await.unwrap();
+        let c = funded(&state, 762);
+        add(&pool, &tx1559(&c, 0, 60, 200)).await.unwrap();
+        let (a_left, b_left) = (
+            pool.sender_txs(&a.address()).len(),
+            pool.sender_txs(&b.address()).len(),
+        );
+        if by_package {
+            assert_eq!((a_left, b_left), (0, 1), "a's whole run went");
+        } else {
+            assert_eq!((a_left, b_left), (4, 0), "b's tail went");
+        }
+        pool.shared.pool.lock().assert_invariants();
+    }
 }
