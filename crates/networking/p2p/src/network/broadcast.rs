@@ -92,7 +92,18 @@ impl Network {
             let mut sent_full = 0;
             let env = whole.then(|| Bytes::from(tx.tx.encoded_2718()));
             for (i, p) in peers.iter().enumerate() {
-                if TxOrigin::Peer(p.info.id) == tx.origin || !p.known.lock().insert(*hash) {
+                if TxOrigin::Peer(p.info.id) == tx.origin {
+                    continue;
+                }
+                // A peer whose set is locked right now (its own work inserting into it,
+                // maybe at low priority in the untrusted lane) is sent the tx without
+                // the check rather than made to hold up gossip to everyone: at worst it
+                // hears of a tx twice.
+                let fresh = match p.known.try_lock() {
+                    Some(mut known) => known.insert(*hash),
+                    None => true,
+                };
+                if !fresh {
                     continue;
                 }
                 match &env {

@@ -54,7 +54,6 @@ use crate::rlpx::{PeerId, RlpxStream};
 use crate::session::{self, LocalIdentity, Session, check_status};
 use alloy_primitives::B256;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::lanes::{self, Lane};
 use moat_blockchain::mempool::{PeerBudget, Pool};
 use moat_common::config::ForkFilter;
 use moat_common::transaction::BlobRules;
@@ -485,30 +484,17 @@ impl Network {
             tokio::spawn(async move {
                 let _ = stream.set_nodelay(true);
                 let timeout = permit.timeout;
-                // The whole handshake, RLPx to Status, within the gate's time; in the
-                // untrusted lane once synced (whoever connects is new), so a crowd of
-                // reconnecting identities pays its ECDH at low priority.
-                let lane = match net.inner.synced.load(Ordering::Acquire)
-                    && net.inner.pool.budgets().config().lanes
-                {
-                    true => Lane::Untrusted,
-                    false => Lane::Trusted,
-                };
-                let handshake = net.clone();
-                let session = lanes::run(lane, async move {
-                    tokio::time::timeout(timeout, async {
-                        let rlpx = RlpxStream::accept(stream, &handshake.inner.local.key)
-                            .await
-                            .map_err(|e| format!("rlpx: {e}"))?;
-                        handshake
-                            .session(rlpx, addr, true)
-                            .await
-                            .ok_or_else(String::new)
-                    })
-                    .await
+                // The whole handshake, RLPx to Status, within the gate's time. It stays
+                // in the trusted lane: at the lowest priority a busy node would starve
+                // every newcomer's handshake past the gate's timeout (the gate and the
+                // useless-subnet refusal bound what reconnecting identities cost).
+                let session = tokio::time::timeout(timeout, async {
+                    let rlpx = RlpxStream::accept(stream, &net.inner.local.key)
+                        .await
+                        .map_err(|e| format!("rlpx: {e}"))?;
+                    net.session(rlpx, addr, true).await.ok_or_else(String::new)
                 })
-                .await
-                .unwrap_or(Ok(Err(String::from("handshake task stopped"))));
+                .await;
                 // The slot is free as soon as the handshake is over.
                 drop(permit);
                 match session {
