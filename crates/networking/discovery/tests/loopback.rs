@@ -68,9 +68,11 @@ async fn three_nodes_find_each_other_through_one_bootnode() {
     assert_eq!(boot.udp, a.local_addr().port());
     let b = Discv4::spawn(config(2, vec![boot.clone()])).await.unwrap();
     let mut events = b.subscribe();
+    let knows = |d: &Discv4, id: NodeId| d.random_nodes(100).iter().any(|n| n.id == id);
+    // B may have added its bootnode before it was subscribed to: its event then went by.
+    let b_knew_a = knows(&b, a.local_id());
     let c = Discv4::spawn(config(3, vec![boot])).await.unwrap();
     let ids = [a.local_id(), b.local_id(), c.local_id()];
-    let knows = |d: &Discv4, id: NodeId| d.random_nodes(100).iter().any(|n| n.id == id);
     wait_for("every node to know the others", 20, || {
         [&a, &b, &c].iter().enumerate().all(|(i, d)| {
             ids.iter()
@@ -93,7 +95,8 @@ async fn three_nodes_find_each_other_through_one_bootnode() {
     while let Ok(n) = events.try_recv() {
         seen.push(n.id);
     }
-    assert!(seen.contains(&a.local_id()) && seen.contains(&c.local_id()));
+    assert!(b_knew_a || seen.contains(&a.local_id()));
+    assert!(seen.contains(&c.local_id()));
     // Our own record carries the fork id and endpoints.
     let enr = a.local_enr();
     assert_eq!(enr.eth_fork_id(), Some(FORK));
