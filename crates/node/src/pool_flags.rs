@@ -2,7 +2,7 @@
 //! pool's and the block builder's configuration.
 
 use alloy_primitives::{Address, Bytes};
-use moat_blockchain::mempool::PoolConfig;
+use moat_blockchain::mempool::{JournalOptions, PoolConfig};
 use moat_blockchain::payload::MinerConfig;
 use moat_common::config::ChainConfig;
 use std::time::Duration;
@@ -98,9 +98,46 @@ pub struct PoolArgs {
     /// over-budget peers and RPC connections (moat's).
     #[arg(long = "txpool.nolanes")]
     pub no_lanes: bool,
+    /// Longest a batch of the journal waits for local transactions being admitted when it
+    /// starts, so that they share its sync (Go-style duration: 200us, 1ms; 0 turns the
+    /// wait off) (moat's).
+    #[arg(long = "txpool.journal.gather", default_value = "200us", value_parser = parse_short_duration)]
+    pub journal_gather: Duration,
+    /// Batches of the journal being synced at once: the next batch is written and synced
+    /// while earlier syncs are on the disk, answered after them (moat's).
+    #[arg(long = "txpool.journal.syncs", default_value_t = 2,
+          value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub journal_syncs: u8,
+}
+
+/// A Go-style duration down to microseconds (`200us`, `1ms`, `1.5ms` not: integers
+/// only), or `0`.
+fn parse_short_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("not a duration: {text:?} (use e.g. 200us, 1ms, 0)");
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let digits = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let n: u64 = text[..digits].parse().map_err(|_| bad())?;
+    match &text[digits..] {
+        "ns" => Ok(Duration::from_nanos(n)),
+        "us" | "µs" => Ok(Duration::from_micros(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        _ => Err(bad()),
+    }
 }
 
 impl PoolArgs {
+    /// How the journal's writers batch and sync.
+    pub fn journal_options(&self) -> JournalOptions {
+        JournalOptions {
+            gather: self.journal_gather,
+            syncs_in_flight: usize::from(self.journal_syncs),
+        }
+    }
+
     /// The pool's configuration for `chain` with these flags.
     pub fn pool_config(&self, chain: ChainConfig) -> PoolConfig {
         let mut cfg = PoolConfig::new(chain);
@@ -173,6 +210,27 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         pool: PoolArgs,
+    }
+
+    #[test]
+    fn the_journal_flags_set_its_options() {
+        let cli = Cli::parse_from(["moat"]);
+        assert_eq!(cli.pool.journal_options(), JournalOptions::default());
+        let cli = Cli::parse_from([
+            "moat",
+            "--txpool.journal.gather",
+            "0",
+            "--txpool.journal.syncs",
+            "1",
+        ]);
+        let o = cli.pool.journal_options();
+        assert_eq!((o.gather, o.syncs_in_flight), (Duration::ZERO, 1));
+        let cli = Cli::parse_from(["moat", "--txpool.journal.gather", "1ms"]);
+        assert_eq!(cli.pool.journal_options().gather, Duration::from_millis(1));
+        for bad in ["200", "1.5ms", "-1us", "2x"] {
+            assert!(parse_short_duration(bad).is_err(), "{bad}");
+        }
+        assert!(Cli::try_parse_from(["moat", "--txpool.journal.syncs", "0"]).is_err());
     }
 
     #[test]

@@ -458,7 +458,7 @@ async fn reload_journal(
     pool: &Pool,
 ) -> Result<Journal, String> {
     let path = datadir.join(&args.txpool_journal);
-    let (journal, mut contents) = Journal::open(&path)
+    let (journal, mut contents) = Journal::open_with(&path, args.pool.journal_options())
         .map_err(|e| format!("cannot open the pool journal {}: {e}", path.display()))?;
     let legacy = store.journal().unwrap_or_default();
     if !legacy.is_empty() {

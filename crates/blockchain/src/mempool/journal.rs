@@ -3,14 +3,20 @@
 //!
 //! It is an append-only file of records, `len: u32 LE | crc32(tx): u32 LE | tx`, each tx
 //! in its network form (blob sidecar included). One writer thread owns the file:
-//! - **Group commit.** Appends queue on a channel; the writer takes everything queued,
+//! - **Group commit.** Appends queue on a channel; a writer takes everything queued,
 //!   writes it in one `write`, makes it durable with one `fdatasync`, and only then
 //!   answers each append. Concurrent submissions share one sync: the batch is whatever
-//!   arrived while the previous sync was in flight, and the records announced
+//!   arrived while the writers were busy, and the records announced
 //!   ([`Journal::announce`]: local txs being admitted) when it starts: it waits for them
-//!   up to [`GATHER_MAX`] (`MOAT_JOURNAL_GATHER_US` overrides it, 0 turns it off), woken
-//!   once when the last is queued or withdrawn, so that they share this sync instead of
-//!   each waiting behind it for the next.
+//!   up to [`JournalOptions::gather`] (zero: no wait), woken once when the last is queued
+//!   or withdrawn, so that they share this sync instead of each waiting for the next.
+//! - **Pipelined syncs.** Up to [`JournalOptions::syncs_in_flight`] writer threads take
+//!   turns at the queue: one takes a batch and writes it, lets the queue go, then syncs,
+//!   so the next batch is written and its sync started while the first is still on the
+//!   disk. Answers keep the batches' order: a batch is answered once its own sync and
+//!   every earlier batch's have returned (a record is read back only if every record
+//!   before it is intact, so a later batch is not durable before the earlier ones are).
+//!   Submitters never wait for a writer: the queue is unbounded.
 //! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
 //!   [`PREALLOCATE`] (written and synced once), and records overwrite those zeros in
 //!   place. A batch's `fdatasync` then changes no file size and writes the data block
@@ -54,6 +60,27 @@ pub const PREALLOCATE: u64 = 1 << 20;
 /// either the oldest are forgotten.
 pub const MAX_HELD: usize = 4_096;
 pub const MAX_HELD_BYTES: usize = 64 << 20;
+
+/// Batches being synced at once by default: a batch need not wait for the sync before it.
+pub const SYNCS_IN_FLIGHT: usize = 2;
+
+/// How the journal's writers batch and sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalOptions {
+    /// Longest a batch waits for the records announced when it starts (zero: no wait).
+    pub gather: Duration,
+    /// Batches being synced at once, at most (at least one).
+    pub syncs_in_flight: usize,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        Self {
+            gather: GATHER_MAX,
+            syncs_in_flight: SYNCS_IN_FLIGHT,
+        }
+    }
+}
 
 /// Entries kept though the pool does not hold them, oldest first, within bounds.
 #[derive(Debug)]
@@ -138,7 +165,25 @@ struct Inner {
     rotated_size: Arc<AtomicU64>,
     /// Records announced and not yet queued ([`Journal::announce`]).
     gate: Arc<Gate>,
-    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What the writer threads share, and the threads.
+    writers: Arc<Writers>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Inner {
+    /// Stops the writers after what is queued is written, then cuts off the free space,
+    /// so the file ends with its last record (once; later calls do nothing).
+    fn stop(&self) {
+        self.commands.lock().take();
+        let threads = std::mem::take(&mut *self.threads.lock());
+        if threads.is_empty() {
+            return;
+        }
+        for handle in threads {
+            let _ = handle.join();
+        }
+        self.writers.trim();
+    }
 }
 
 /// The journal: a handle on the writer thread. Cloning shares it.
@@ -158,8 +203,16 @@ impl std::fmt::Debug for Journal {
 
 impl Journal {
     /// Opens (or creates) the journal at `path`, reads its records, cuts off a damaged
-    /// tail, and starts the writer thread.
+    /// tail, and starts the writer threads, with the default [`JournalOptions`].
     pub fn open(path: &Path) -> io::Result<(Journal, JournalContents)> {
+        Self::open_with(path, JournalOptions::default())
+    }
+
+    /// [`Journal::open`] with `options`.
+    pub fn open_with(
+        path: &Path,
+        options: JournalOptions,
+    ) -> io::Result<(Journal, JournalContents)> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -195,21 +248,37 @@ impl Journal {
         let rotated_size = Arc::new(AtomicU64::new(good as u64));
         let gate = Arc::new(Gate::default());
         gate.gather_ns
-            .store(gather_max().as_nanos() as u64, Ordering::Relaxed);
+            .store(options.gather.as_nanos() as u64, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
-        let writer = Writer {
+        let writers = Arc::new(Writers {
             path: path.to_path_buf(),
-            file,
-            end: good as u64,
-            allocated: good as u64,
+            commands: Mutex::new(rx),
+            file: Mutex::new(FileState {
+                file: Arc::new(file),
+                end: good as u64,
+                allocated: good as u64,
+                next_batch: 0,
+            }),
+            acks: Mutex::new(Acks::default()),
             size: Arc::clone(&size),
             rotated_size: Arc::clone(&rotated_size),
             gate: Arc::clone(&gate),
-        };
-        let handle = std::thread::Builder::new()
-            .name("pool-journal".into())
-            .spawn(move || writer.run(rx))?;
-        let _ = gate.writer.set(handle.thread().clone());
+            #[cfg(test)]
+            test: Default::default(),
+        });
+        let mut threads = Vec::new();
+        for _ in 0..options.syncs_in_flight.max(1) {
+            let w = Arc::clone(&writers);
+            let spawned = std::thread::Builder::new()
+                .name("pool-journal".into())
+                .spawn(move || w.run());
+            match spawned {
+                Ok(handle) => threads.push(handle),
+                // At least one writer, else no journal.
+                Err(e) if threads.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
         let journal = Journal {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
@@ -218,7 +287,8 @@ impl Journal {
                 size,
                 rotated_size,
                 gate,
-                writer: Mutex::new(Some(handle)),
+                writers,
+                threads: Mutex::new(threads),
             }),
         };
         Ok((
@@ -346,21 +416,15 @@ impl Journal {
         self.inner.gate.syncs.load(Ordering::Relaxed)
     }
 
-    /// Stops the writer after what is queued is written (appends after this fail).
+    /// Stops the writers after what is queued is written (appends after this fail).
     pub fn close(&self) {
-        self.inner.commands.lock().take();
-        if let Some(handle) = self.inner.writer.lock().take() {
-            let _ = handle.join();
-        }
+        self.inner.stop();
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.commands.lock().take();
-        if let Some(handle) = self.writer.lock().take() {
-            let _ = handle.join();
-        }
+        self.stop();
     }
 }
 
@@ -373,9 +437,9 @@ struct Gate {
     settled: AtomicU64,
     /// While a batch gathers: the `settled` count it waits for (0: none).
     target: AtomicU64,
-    /// The writer thread: unparked when the count is reached, not by each record (a
-    /// wakeup per record would cost more than the syncs it saves).
-    writer: std::sync::OnceLock<std::thread::Thread>,
+    /// The writer thread gathering a batch: unparked when the count is reached, not by
+    /// each record (a wakeup per record would cost more than the syncs it saves).
+    gatherer: Mutex<Option<std::thread::Thread>>,
     /// Longest a batch gathers (ns; 0: it does not).
     gather_ns: AtomicU64,
     /// Batches synced.
@@ -389,7 +453,7 @@ impl Gate {
         let target = self.target.load(Ordering::Acquire);
         if target != 0
             && settled >= target
-            && let Some(writer) = self.writer.get()
+            && let Some(writer) = self.gatherer.lock().as_ref()
         {
             writer.unpark();
         }
@@ -411,17 +475,10 @@ impl Drop for Coming {
     }
 }
 
-/// Longest a batch waits for announced records. Records that are being admitted when a
-/// batch starts reach the writer within tens of µs; a sync costs the writer ~50 µs of
-/// CPU (the disk's requests) and ~100 µs or more of wall time.
+/// Longest a batch waits for announced records by default. Records that are being
+/// admitted when a batch starts reach the writer within tens of µs; a sync costs the
+/// writer ~50 µs of CPU (the disk's requests) and ~100 µs or more of wall time.
 pub const GATHER_MAX: Duration = Duration::from_micros(200);
-
-fn gather_max() -> Duration {
-    std::env::var("MOAT_JOURNAL_GATHER_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(GATHER_MAX, Duration::from_micros)
-}
 
 fn encode_record(tx: &[u8]) -> Vec<u8> {
     let mut record = Vec::with_capacity(RECORD_HEADER + tx.len());
@@ -452,23 +509,70 @@ fn parse_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize) {
     (entries, at)
 }
 
-struct Writer {
+/// What the writer threads share.
+struct Writers {
     path: PathBuf,
-    file: File,
+    /// The queue. The thread holding it takes the next batch and writes it, and lets it
+    /// go before its sync, so that another thread writes and syncs the next batch.
+    commands: Mutex<mpsc::Receiver<Command>>,
+    file: Mutex<FileState>,
+    /// Batches synced and not yet answered (an earlier one is still syncing).
+    acks: Mutex<Acks>,
+    size: Arc<AtomicU64>,
+    rotated_size: Arc<AtomicU64>,
+    gate: Arc<Gate>,
+    #[cfg(test)]
+    test: TestHooks,
+}
+
+/// The file and where its next batch goes.
+struct FileState {
+    file: Arc<File>,
     /// Where the next record goes: the end of the last one.
     end: u64,
     /// The file's length: records up to `end`, zeros after.
     allocated: u64,
-    size: Arc<AtomicU64>,
-    rotated_size: Arc<AtomicU64>,
-    gate: Arc<Gate>,
+    /// Number of the next batch written (batches are answered in this order).
+    next_batch: u64,
 }
 
-impl Writer {
-    fn run(mut self, commands: mpsc::Receiver<Command>) {
+/// A batch written and waiting for its sync.
+struct Batch {
+    number: u64,
+    file: Arc<File>,
+    written: io::Result<()>,
+    records: usize,
+    waiting: Vec<oneshot::Sender<io::Result<()>>>,
+}
+
+/// Synced batches held back until every earlier batch is synced too.
+#[derive(Default)]
+struct Acks {
+    /// The batch to answer next.
+    next: u64,
+    synced: std::collections::BTreeMap<u64, (io::Result<()>, Vec<oneshot::Sender<io::Result<()>>>)>,
+}
+
+#[cfg(test)]
+#[derive(Default)]
+struct TestHooks {
+    /// A delay before each sync, by batch number.
+    delays: Mutex<std::collections::HashMap<u64, Duration>>,
+    /// Syncs running now, and the most seen at once.
+    syncing: AtomicUsize,
+    most_syncing: AtomicUsize,
+}
+
+impl Writers {
+    fn run(self: Arc<Self>) {
+        let me = std::thread::current();
         let mut records = Vec::new();
         let mut waiting = Vec::new();
-        while let Ok(first) = commands.recv() {
+        loop {
+            let commands = self.commands.lock();
+            let Ok(first) = commands.recv() else {
+                break;
+            };
             let gather = Duration::from_nanos(self.gate.gather_ns.load(Ordering::Relaxed));
             let mut next = Some(first);
             // The batch waits for the records announced when it started, until they are
@@ -483,7 +587,9 @@ impl Writer {
                             waiting.push(done);
                         }
                         Command::Rotate { snapshot, done } => {
-                            self.flush(&mut records, &mut waiting);
+                            if let Some(batch) = self.write(&mut records, &mut waiting) {
+                                self.sync(batch);
+                            }
                             let _ = done.send(self.rotate(snapshot));
                         }
                     }
@@ -502,6 +608,7 @@ impl Writer {
                         if coming == 0 {
                             break;
                         }
+                        *gate.gatherer.lock() = Some(me.clone());
                         gate.target.store(settled + coming, Ordering::Release);
                         *deadline.insert(Instant::now() + gather)
                     }
@@ -514,60 +621,104 @@ impl Writer {
                 std::thread::park_timeout(left);
             }
             self.gate.target.store(0, Ordering::Release);
-            self.flush(&mut records, &mut waiting);
+            let batch = self.write(&mut records, &mut waiting);
+            // The next batch may be taken and written while this one syncs.
+            drop(commands);
+            if let Some(batch) = batch {
+                self.sync(batch);
+            }
         }
-        // Closed: the free space is cut off, the file ends with its last record.
-        if self.allocated > self.end
-            && let Err(e) = self
-                .file
-                .set_len(self.end)
-                .and_then(|()| self.file.sync_all())
+    }
+
+    /// Writes the batch after the last one (one write), growing the zeroed space first
+    /// when it does not fit in it; the sync comes after, without the file's lock.
+    fn write(
+        &self,
+        records: &mut Vec<u8>,
+        waiting: &mut Vec<oneshot::Sender<io::Result<()>>>,
+    ) -> Option<Batch> {
+        if waiting.is_empty() {
+            return None;
+        }
+        let mut f = self.file.lock();
+        let written = f.write(records);
+        if written.is_ok() {
+            self.size.store(f.end, Ordering::Relaxed);
+        }
+        let number = f.next_batch;
+        f.next_batch += 1;
+        records.clear();
+        Some(Batch {
+            number,
+            file: Arc::clone(&f.file),
+            written,
+            records: waiting.len(),
+            waiting: std::mem::take(waiting),
+        })
+    }
+
+    /// Makes `batch` durable, then answers every batch whose own sync and all earlier
+    /// ones' have returned.
+    fn sync(&self, batch: Batch) {
+        #[cfg(test)]
+        let delay = self.test.delays.lock().remove(&batch.number);
+        #[cfg(test)]
+        {
+            let now = self.test.syncing.fetch_add(1, Ordering::AcqRel) + 1;
+            self.test.most_syncing.fetch_max(now, Ordering::AcqRel);
+            if let Some(delay) = delay {
+                std::thread::sleep(delay);
+            }
+        }
+        let result = batch.written.and_then(|()| batch.file.sync_data());
+        #[cfg(test)]
+        self.test.syncing.fetch_sub(1, Ordering::AcqRel);
+        match &result {
+            Ok(()) => {
+                self.gate.syncs.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("moat_pool_journal_syncs_total").increment(1);
+                metrics::counter!("moat_pool_journal_records_total")
+                    .increment(batch.records as u64);
+            }
+            Err(e) => tracing::warn!(error = %e, "pool journal write failed"),
+        }
+        let mut answer = Vec::new();
+        {
+            let mut acks = self.acks.lock();
+            acks.synced.insert(batch.number, (result, batch.waiting));
+            loop {
+                let next = acks.next;
+                let Some(done) = acks.synced.remove(&next) else {
+                    break;
+                };
+                acks.next += 1;
+                answer.push(done);
+            }
+        }
+        for (result, waiting) in answer {
+            for done in waiting {
+                let _ = done.send(match &result {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                });
+            }
+        }
+    }
+
+    /// Cuts off the free space after the last record (the writers have stopped).
+    fn trim(&self) {
+        let f = self.file.lock();
+        if f.allocated > f.end
+            && let Err(e) = f.file.set_len(f.end).and_then(|()| f.file.sync_all())
         {
             tracing::warn!(error = %e, "pool journal: cannot trim its preallocated space");
         }
     }
 
-    /// One write and one sync for the whole batch, then every append is answered.
-    fn flush(&mut self, records: &mut Vec<u8>, waiting: &mut Vec<oneshot::Sender<io::Result<()>>>) {
-        if waiting.is_empty() {
-            return;
-        }
-        let written = self.write_batch(records);
-        match &written {
-            Ok(()) => {
-                self.end += records.len() as u64;
-                self.size.store(self.end, Ordering::Relaxed);
-                self.gate.syncs.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("moat_pool_journal_syncs_total").increment(1);
-                metrics::counter!("moat_pool_journal_records_total")
-                    .increment(waiting.len() as u64);
-            }
-            Err(e) => tracing::warn!(error = %e, "pool journal write failed"),
-        }
-        for done in waiting.drain(..) {
-            let _ = done.send(match &written {
-                Ok(()) => Ok(()),
-                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-            });
-        }
-        records.clear();
-    }
-
-    /// Writes `records` at the end of the last record and makes them durable; grows the
-    /// zeroed space first when they do not fit in it (that sync then covers both).
-    fn write_batch(&mut self, records: &[u8]) -> io::Result<()> {
-        let need = self.end + records.len() as u64;
-        if need > self.allocated {
-            let grown = need.div_ceil(PREALLOCATE) * PREALLOCATE;
-            let zeros = vec![0u8; (grown - self.allocated) as usize];
-            self.file.write_all_at(&zeros, self.allocated)?;
-            self.allocated = grown;
-        }
-        self.file.write_all_at(records, self.end)?;
-        self.file.sync_data()
-    }
-
-    fn rotate(&mut self, snapshot: Snapshot) -> io::Result<usize> {
+    /// Rewrites the file from `snapshot`. The thread holds the queue: no batch is being
+    /// written, and those still syncing hold the old file, whose records are in the
+    /// snapshot (a record is queued after its tx is pooled).
+    fn rotate(&self, snapshot: Snapshot) -> io::Result<usize> {
         let entries = snapshot();
         let mut unique = std::collections::HashSet::with_capacity(entries.len());
         let mut bytes = Vec::new();
@@ -590,13 +741,32 @@ impl Writer {
         {
             d.sync_all()?;
         }
-        self.file = OpenOptions::new().read(true).write(true).open(&self.path)?;
-        self.end = bytes.len() as u64;
-        self.allocated = self.end;
+        let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        let mut f = self.file.lock();
+        f.file = Arc::new(file);
+        f.end = bytes.len() as u64;
+        f.allocated = f.end;
         self.size.store(bytes.len() as u64, Ordering::Relaxed);
         self.rotated_size
             .store(bytes.len() as u64, Ordering::Relaxed);
         Ok(count)
+    }
+}
+
+impl FileState {
+    /// Writes `records` at the end of the last record, growing the zeroed space first
+    /// when they do not fit in it (the batch's sync then covers both).
+    fn write(&mut self, records: &[u8]) -> io::Result<()> {
+        let need = self.end + records.len() as u64;
+        if need > self.allocated {
+            let grown = need.div_ceil(PREALLOCATE) * PREALLOCATE;
+            let zeros = vec![0u8; (grown - self.allocated) as usize];
+            self.file.write_all_at(&zeros, self.allocated)?;
+            self.allocated = grown;
+        }
+        self.file.write_all_at(records, self.end)?;
+        self.end = need;
+        Ok(())
     }
 }
 
@@ -964,6 +1134,96 @@ mod tests {
             contents.entries,
             vec![vec![1; 10], vec![2; 10], vec![3; 10]]
         );
+    }
+
+    /// A batch is written and its sync started while an earlier batch's sync is still
+    /// running, and its answer waits for that earlier sync: a record is only read back
+    /// when every record before it is intact.
+    #[test]
+    fn the_next_batch_syncs_while_one_is_in_flight_and_answers_keep_their_order() {
+        let tmp = temp("pipeline");
+        let path = tmp.path.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let options = JournalOptions {
+            gather: Duration::ZERO,
+            syncs_in_flight: 2,
+        };
+        let (j, _) = Journal::open_with(&path, options).unwrap();
+        let slow = Duration::from_millis(400);
+        j.inner.writers.test.delays.lock().insert(0, slow);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let append = |n: u8| {
+            let (j, order) = (j.clone(), Arc::clone(&order));
+            rt.spawn(async move {
+                j.append(&[n; 10]).await.unwrap();
+                order.lock().push(n);
+            })
+        };
+        let first = append(1);
+        // The first batch is in its (slow) sync.
+        let started = Instant::now();
+        while j.inner.writers.test.syncing.load(Ordering::Acquire) == 0 {
+            assert!(started.elapsed() < slow, "the first sync never started");
+            std::thread::yield_now();
+        }
+        let second = append(2);
+        // The second batch's sync runs and returns during the first one's...
+        while j.syncs() == 0 {
+            assert!(
+                started.elapsed() < slow * 10,
+                "the second batch never synced"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(j.inner.writers.test.most_syncing.load(Ordering::Acquire), 2);
+        // ...but it is answered after the first.
+        rt.block_on(async {
+            first.await.unwrap();
+            second.await.unwrap();
+        });
+        assert_eq!(*order.lock(), vec![1, 2]);
+        assert_eq!(j.syncs(), 2);
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, vec![vec![1; 10], vec![2; 10]]);
+    }
+
+    /// With one sync in flight, a batch waits for the sync before it.
+    #[test]
+    fn one_sync_in_flight_keeps_syncs_one_at_a_time() {
+        let tmp = temp("serial");
+        let path = tmp.path.clone();
+        let rt = rt();
+        let options = JournalOptions {
+            gather: Duration::ZERO,
+            syncs_in_flight: 1,
+        };
+        let (j, _) = Journal::open_with(&path, options).unwrap();
+        j.inner
+            .writers
+            .test
+            .delays
+            .lock()
+            .insert(0, Duration::from_millis(50));
+        let tasks: Vec<_> = (0..20u8)
+            .map(|n| {
+                let j = j.clone();
+                rt.spawn(async move { j.append(&[n; 4]).await })
+            })
+            .collect();
+        rt.block_on(async {
+            for t in tasks {
+                t.await.unwrap().unwrap();
+            }
+        });
+        assert_eq!(j.inner.writers.test.most_syncing.load(Ordering::Acquire), 1);
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries.len(), 20);
     }
 
     #[test]

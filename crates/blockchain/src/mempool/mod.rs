@@ -23,7 +23,9 @@ pub use budget::{
 };
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, PeerCost, Rejection, SubPool};
-pub use journal::{Journal, JournalContents, JournalReload, ReloadFate, Snapshot};
+pub use journal::{
+    Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot,
+};
 pub use lanes::{Lane, Standing};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;
@@ -39,7 +41,7 @@ use moat_common::transaction::{
     validate_stateless,
 };
 use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use pool::PoolInner;
 use shields::InFlightClaim;
 use smallvec::SmallVec;
@@ -192,7 +194,7 @@ const BAD_SIDECARS_CAPACITY: usize = 4096;
 struct Shared {
     cfg: Arc<PoolConfig>,
     state: Arc<dyn StateView>,
-    pool: Mutex<PoolInner>,
+    pool: lanes::CeilingMutex<PoolInner>,
     rules: RwLock<Rules>,
     sender_cache: SenderCache,
     failures: RecentFailures,
@@ -401,7 +403,7 @@ impl Pool {
         let metrics = Arc::new(PoolMetrics::default());
         let shared = Shared {
             rules: RwLock::new(Rules::at(&cfg, &head)),
-            pool: Mutex::new(PoolInner::new(Arc::clone(&cfg), head)),
+            pool: lanes::CeilingMutex::new(PoolInner::new(Arc::clone(&cfg), head)),
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
