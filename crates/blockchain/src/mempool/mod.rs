@@ -41,7 +41,7 @@ use moat_common::transaction::{
     validate_stateless,
 };
 use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use pool::PoolInner;
 use shields::InFlightClaim;
 use smallvec::SmallVec;
@@ -194,7 +194,7 @@ const BAD_SIDECARS_CAPACITY: usize = 4096;
 struct Shared {
     cfg: Arc<PoolConfig>,
     state: Arc<dyn StateView>,
-    pool: lanes::CeilingMutex<PoolInner>,
+    pool: Mutex<PoolInner>,
     rules: RwLock<Rules>,
     sender_cache: SenderCache,
     failures: RecentFailures,
@@ -403,7 +403,7 @@ impl Pool {
         let metrics = Arc::new(PoolMetrics::default());
         let shared = Shared {
             rules: RwLock::new(Rules::at(&cfg, &head)),
-            pool: lanes::CeilingMutex::new(PoolInner::new(Arc::clone(&cfg), head)),
+            pool: Mutex::new(PoolInner::new(Arc::clone(&cfg), head)),
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
