@@ -6,6 +6,7 @@
 //!  snap_accounts  keccak(address) → account (the flat layout of `accounts`)
 //!  snap_storage   keccak(address) ‖ keccak(slot) → non-zero value
 //!  meta           "snap_progress" → the syncer's record (opaque here)
+//!  meta           "snap_heal"     → what healing has left to ask (opaque here)
 //! ```
 //!
 //! The syncer writes each verified range together with the progress that covers it in
@@ -23,6 +24,8 @@ use alloy_primitives::{B256, U256, keccak256};
 
 /// Meta key of the snap sync progress record.
 const META_SNAP_PROGRESS: &[u8] = b"snap_progress";
+/// Meta key of healing's record (the trie nodes it has still to ask).
+const META_SNAP_HEAL: &[u8] = b"snap_heal";
 
 fn slot_key(owner: &B256, slot: &B256) -> [u8; 64] {
     let mut key = [0u8; 64];
@@ -63,7 +66,17 @@ impl WriteBatch {
 
     /// Writes (or with `None` removes) the snap sync progress record.
     pub fn set_snap_progress(&mut self, record: Option<Vec<u8>>) -> &mut Self {
-        let key = META_SNAP_PROGRESS.to_vec();
+        self.set_snap_meta(META_SNAP_PROGRESS, record)
+    }
+
+    /// Writes (or with `None` removes) healing's record: written in the same commit as
+    /// the flat state's patches it goes with.
+    pub fn set_snap_heal(&mut self, record: Option<Vec<u8>>) -> &mut Self {
+        self.set_snap_meta(META_SNAP_HEAL, record)
+    }
+
+    fn set_snap_meta(&mut self, key: &[u8], record: Option<Vec<u8>>) -> &mut Self {
+        let key = key.to_vec();
         self.snap.push(match record {
             Some(value) => Op::Put {
                 table: Table::Meta,
@@ -166,6 +179,11 @@ impl Store {
     /// The snap sync progress record, if a snap sync was started and not finished.
     pub fn snap_progress(&self) -> Result<Option<Vec<u8>>, StoreError> {
         self.raw(Table::Meta, META_SNAP_PROGRESS)
+    }
+
+    /// Healing's record, if healing was under way ([`WriteBatch::set_snap_heal`]).
+    pub fn snap_heal(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(Table::Meta, META_SNAP_HEAL)
     }
 
     /// A downloaded account by hashed address.

@@ -50,9 +50,11 @@
 //! branch slot, off an extension's key, another key under a leaf; an account's slots
 //! with it) are deleted. The account trie first, then every storage trie whose stored
 //! root is not its account's. The patches are committed every [`HEAL_COMMIT_EVERY`]
-//! answers; a node killed while healing builds the tries again and walks from the root
-//! (correct, as patches only ever move the flat state towards the new root, but it
-//! asks again what the last walk had asked). Then the codes stage runs again and the
+//! answers, each commit with healing's record ([`HealRecord`]: the root, the phase, and
+//! every node asked for, queued or found and not yet taken). A node killed while
+//! healing resumes from that record: the tries built unchecked are still stored (the
+//! record is written only after they are), so it neither builds them again nor asks
+//! again a node whose patches were committed. Then the codes stage runs again and the
 //! tries are built checked as without a move.
 
 use crate::source::BlockSource;
@@ -110,6 +112,9 @@ pub struct SnapConfig {
     pub snap_peer_wait: Duration,
     /// Accounts per storage request.
     pub storage_batch: usize,
+    /// Healed answers between two commits of the flat state's patches and healing's
+    /// record ([`HEAL_COMMIT_EVERY`]).
+    pub heal_commit_every: usize,
 }
 
 impl Default for SnapConfig {
@@ -120,6 +125,7 @@ impl Default for SnapConfig {
             give_up_after: Duration::from_secs(60),
             snap_peer_wait: Duration::from_secs(10),
             storage_batch: 128,
+            heal_commit_every: HEAL_COMMIT_EVERY,
         }
     }
 }
@@ -394,11 +400,101 @@ enum Work {
 
 /// A trie node healing asks for: its trie (owner), path (nibbles), and the hash its
 /// parent names.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct HealTask {
     owner: B256,
     path: Vec<u8>,
     hash: B256,
+}
+
+/// Where healing stands, committed with the flat state's patches it goes with: the
+/// nodes of the walk under way still to take (asked, queued or found), so that a node
+/// killed while healing asks only those again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealRecord {
+    /// The pivot's state root being healed to: a record for another root is ignored.
+    root: B256,
+    phase: HealPhase,
+    tasks: Vec<HealTask>,
+}
+
+/// The walks of healing, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HealPhase {
+    /// The account trie's walk; then the storage tries are listed.
+    Accounts,
+    /// The walk of the storage tries whose stored root is not their account's.
+    Storage,
+    /// Both walks finished: the codes of healed accounts are next.
+    Done,
+}
+
+/// Version byte of healing's record.
+const HEAL_RECORD_VERSION: u8 = 1;
+
+impl HealRecord {
+    /// The nodes the record says are still to take.
+    pub fn nodes_left(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether both walks are finished.
+    pub fn done(&self) -> bool {
+        self.phase == HealPhase::Done
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(38 + self.tasks.len() * 72);
+        out.push(HEAL_RECORD_VERSION);
+        out.extend_from_slice(self.root.as_slice());
+        out.push(match self.phase {
+            HealPhase::Accounts => 0,
+            HealPhase::Storage => 1,
+            HealPhase::Done => 2,
+        });
+        out.extend_from_slice(&(self.tasks.len() as u32).to_be_bytes());
+        for t in &self.tasks {
+            out.extend_from_slice(t.owner.as_slice());
+            out.extend_from_slice(t.hash.as_slice());
+            out.push(t.path.len() as u8);
+            out.extend_from_slice(&t.path);
+        }
+        out
+    }
+
+    /// `None` for a record that does not decode (healing then starts over, as without
+    /// one).
+    pub fn decode(mut b: &[u8]) -> Option<Self> {
+        fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+            let (head, rest) = b.split_at_checked(n)?;
+            *b = rest;
+            Some(head)
+        }
+        if take(&mut b, 1)?[0] != HEAL_RECORD_VERSION {
+            return None;
+        }
+        let root = B256::from_slice(take(&mut b, 32)?);
+        let phase = match take(&mut b, 1)?[0] {
+            0 => HealPhase::Accounts,
+            1 => HealPhase::Storage,
+            2 => HealPhase::Done,
+            _ => return None,
+        };
+        let n = u32::from_be_bytes(take(&mut b, 4)?.try_into().ok()?) as usize;
+        // Each task takes at least 65 bytes: no allocation beyond what the record holds.
+        let mut tasks = Vec::with_capacity(n.min(b.len() / 65));
+        for _ in 0..n {
+            let owner = B256::from_slice(take(&mut b, 32)?);
+            let hash = B256::from_slice(take(&mut b, 32)?);
+            let len = take(&mut b, 1)?[0] as usize;
+            let path = take(&mut b, len)?.to_vec();
+            if len >= 64 || path.iter().any(|n| *n > 0x0f) {
+                return None;
+            }
+            tasks.push(HealTask { owner, path, hash });
+        }
+        b.is_empty().then_some(Self { root, phase, tasks })
+    }
 }
 
 /// The requests in flight of a stage.
@@ -537,13 +633,31 @@ pub async fn run<S: BlockSource>(
     if progress.heal {
         // The tries of what is held (they do not build the pivot's root), then the
         // flat state patched from the pivot's trie until it builds that root; codes of
-        // healed accounts after. A node killed here builds and walks again.
-        let store2 = store.clone();
-        let p2 = progress.clone();
-        let local_root = tokio::task::spawn_blocking(move || build_unchecked(&store2, &p2))
-            .await
-            .map_err(|e| SnapError::Pivot(e.to_string()))??;
-        run.heal(&progress, local_root).await?;
+        // healed accounts after. A node killed here resumes from healing's record (the
+        // tries built unchecked are stored before the first record is written).
+        let record = store
+            .snap_heal()?
+            .and_then(|r| HealRecord::decode(&r))
+            .filter(|r| r.root == progress.state_root);
+        let start = match record {
+            Some(r) => {
+                tracing::info!(
+                    phase = ?r.phase,
+                    nodes = r.tasks.len(),
+                    "snap sync: healing resumed from its record"
+                );
+                HealStart::Resume(r)
+            }
+            None => {
+                let store2 = store.clone();
+                let p2 = progress.clone();
+                let local_root = tokio::task::spawn_blocking(move || build_unchecked(&store2, &p2))
+                    .await
+                    .map_err(|e| SnapError::Pivot(e.to_string()))??;
+                HealStart::Fresh(local_root)
+            }
+        };
+        run.heal(&progress, start).await?;
         run.healing = true;
         run.codes(&mut progress).await?;
         run.save(&progress, WriteBatch::new())?;
@@ -1274,20 +1388,52 @@ impl<S: BlockSource> Run<'_, S> {
     }
 
     /// Heals the flat state to the pivot's root: the account trie walked from the root,
-    /// then every storage trie whose stored root is not its account's. `local_root` is
-    /// the root the held accounts build (its node is not stored).
-    async fn heal(&mut self, p: &Progress, local_root: B256) -> Result<(), SnapError> {
-        let store = self.chain.store().clone();
+    /// then every storage trie whose stored root is not its account's. `start`: the
+    /// root the held accounts build (its node is not stored), or healing's record.
+    async fn heal(&mut self, p: &Progress, start: HealStart) -> Result<(), SnapError> {
         let started = Instant::now();
         let mut healed = 0u64;
-        if local_root != p.state_root {
-            let root = HealTask {
-                owner: B256::ZERO,
-                path: Vec::new(),
-                hash: p.state_root,
-            };
-            healed += self.heal_walk(p, vec![root]).await?;
-        }
+        let storage_todo = match start {
+            HealStart::Fresh(local_root) => {
+                if local_root != p.state_root {
+                    let root = HealTask {
+                        owner: B256::ZERO,
+                        path: Vec::new(),
+                        hash: p.state_root,
+                    };
+                    healed += self.heal_walk(p, HealPhase::Accounts, vec![root]).await?;
+                }
+                None
+            }
+            HealStart::Resume(r) => match r.phase {
+                HealPhase::Accounts => {
+                    healed += self.heal_walk(p, HealPhase::Accounts, r.tasks).await?;
+                    None
+                }
+                HealPhase::Storage => Some(r.tasks),
+                HealPhase::Done => return Ok(()),
+            },
+        };
+        let tasks = match storage_todo {
+            Some(tasks) => tasks,
+            None => self.storage_heal_tasks(p)?,
+        };
+        let storage_tries = tasks.len();
+        healed += self.heal_walk(p, HealPhase::Storage, tasks).await?;
+        tracing::info!(
+            healed,
+            storage_tries,
+            secs = format!("{:.1}", started.elapsed().as_secs_f64()),
+            "snap sync: healed to the pivot's root"
+        );
+        Ok(())
+    }
+
+    /// The roots of the storage tries to heal (every one whose stored root is not its
+    /// account's), committed as healing's record with the slots of accounts whose
+    /// storage is empty now dropped.
+    fn storage_heal_tasks(&mut self, p: &Progress) -> Result<Vec<HealTask>, SnapError> {
+        let store = self.chain.store().clone();
         let mut tasks = Vec::new();
         let mut wipe = WriteBatch::new();
         for_each_account_page(&store, |page| {
@@ -1312,21 +1458,26 @@ impl<S: BlockSource> Run<'_, S> {
             }
             Ok(())
         })?;
+        let record = HealRecord {
+            root: p.state_root,
+            phase: HealPhase::Storage,
+            tasks: tasks.clone(),
+        };
+        wipe.set_snap_heal(Some(record.encode()));
         store.commit(wipe)?;
-        let storage_tries = tasks.len();
-        healed += self.heal_walk(p, tasks).await?;
-        tracing::info!(
-            healed,
-            storage_tries,
-            secs = format!("{:.1}", started.elapsed().as_secs_f64()),
-            "snap sync: healed to the pivot's root"
-        );
-        Ok(())
+        Ok(tasks)
     }
 
     /// Asks for the nodes of `tasks` and every node below them that the local tries
     /// lack, patching the flat state from them; returns how many nodes came.
-    async fn heal_walk(&mut self, p: &Progress, mut todo: Vec<HealTask>) -> Result<u64, SnapError> {
+    /// Each commit carries healing's record: the nodes not yet taken, so that a node
+    /// killed here asks only those again.
+    async fn heal_walk(
+        &mut self,
+        p: &Progress,
+        phase: HealPhase,
+        mut todo: Vec<HealTask>,
+    ) -> Result<u64, SnapError> {
         let store = self.chain.store().clone();
         let mut queue: VecDeque<Work> = VecDeque::new();
         let mut set = Requests::new();
@@ -1387,7 +1538,20 @@ impl<S: BlockSource> Run<'_, S> {
                 });
             }
             answers += 1;
-            if answers % HEAL_COMMIT_EVERY == 0 {
+            if answers % self.cfg.heal_commit_every.max(1) == 0 {
+                // What is not taken yet: found, queued, or asked and in flight.
+                let mut left = todo.clone();
+                for w in queue.iter().chain(self.asked.values().map(|a| &a.1)) {
+                    if let Work::Nodes { tasks } = w {
+                        left.extend_from_slice(tasks);
+                    }
+                }
+                let record = HealRecord {
+                    root: p.state_root,
+                    phase,
+                    tasks: left,
+                };
+                batch.set_snap_heal(Some(record.encode()));
                 store.commit_relaxed(std::mem::take(&mut batch))?;
             }
             let queued: usize = (queue.iter().chain(self.asked.values().map(|a| &a.1)))
@@ -1414,9 +1578,28 @@ impl<S: BlockSource> Run<'_, S> {
                 );
             }
         }
+        // The walk is done. After the account trie's, a record with nothing left says
+        // so (a node killed before the storage tries are listed lists them again);
+        // after the storage tries', healing is over.
+        let next = match phase {
+            HealPhase::Accounts => HealPhase::Accounts,
+            HealPhase::Storage | HealPhase::Done => HealPhase::Done,
+        };
+        let record = HealRecord {
+            root: p.state_root,
+            phase: next,
+            tasks: Vec::new(),
+        };
+        batch.set_snap_heal(Some(record.encode()));
         store.commit(batch)?;
         Ok(healed)
     }
+}
+
+/// How healing starts: fresh, with the root the held accounts build, or from its record.
+enum HealStart {
+    Fresh(B256),
+    Resume(HealRecord),
 }
 
 /// What of the flat state under a path a healed node keeps.
@@ -1698,7 +1881,8 @@ fn build_tries(store: &moat_storage::Store, p: &Progress, pivot: &Block) -> Resu
         .put_body(hash, pivot.encode_body())
         .set_canonical(header.number, hash)
         .set_head(header.number, hash)
-        .set_snap_progress(None);
+        .set_snap_progress(None)
+        .set_snap_heal(None);
     store.commit(batch)?;
     tracing::info!(
         storage_tries,
@@ -2243,6 +2427,51 @@ mod tests {
         let commit = trie.commit().unwrap();
         nodes.apply(&owner, &commit);
         (nodes, commit.root, slots)
+    }
+
+    #[test]
+    fn the_heal_record_comes_back_and_bad_ones_are_refused() {
+        let record = HealRecord {
+            root: B256::repeat_byte(7),
+            phase: HealPhase::Storage,
+            tasks: vec![
+                HealTask {
+                    owner: B256::ZERO,
+                    path: vec![],
+                    hash: B256::repeat_byte(1),
+                },
+                HealTask {
+                    owner: B256::repeat_byte(2),
+                    path: vec![0x0f, 0, 3],
+                    hash: B256::repeat_byte(3),
+                },
+            ],
+        };
+        let bytes = record.encode();
+        assert_eq!(HealRecord::decode(&bytes), Some(record.clone()));
+        assert_eq!(record.nodes_left(), 2);
+        assert!(!record.done());
+        // Every truncation, a trailing byte, another version or phase, a nibble out of
+        // range: refused (healing then starts over), never a panic.
+        for n in 0..bytes.len() {
+            assert_eq!(HealRecord::decode(&bytes[..n]), None, "cut at {n}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(HealRecord::decode(&longer), None);
+        let mut spoiled = bytes.clone();
+        spoiled[0] = 9;
+        assert_eq!(HealRecord::decode(&spoiled), None);
+        let mut spoiled = bytes.clone();
+        spoiled[33] = 3;
+        assert_eq!(HealRecord::decode(&spoiled), None);
+        let mut spoiled = bytes.clone();
+        *spoiled.last_mut().unwrap() = 0x10;
+        assert_eq!(HealRecord::decode(&spoiled), None);
+        // A count larger than the record holds.
+        let mut spoiled = bytes;
+        spoiled[34..38].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(HealRecord::decode(&spoiled), None);
     }
 
     fn proof(nodes: &MemoryNodes, owner: B256, origin: &B256, last: &B256) -> Vec<Bytes> {

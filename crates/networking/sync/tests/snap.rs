@@ -754,8 +754,7 @@ fn a_moved_pivot_is_healed_without_downloading_the_accounts_again() {
     assert_eq!((cut_record.stage, cut_record.heal), (Stage::Tries, true));
     assert_eq!(cut.asked[2].load(Ordering::SeqCst), 20);
     assert_eq!(cut.asked[0].load(Ordering::SeqCst), 0);
-    // ...resumes: the tries built again and walked from the root, healing's figures
-    // published as it goes.
+    // ...resumes from healing's record, healing's figures published as it goes.
     let source = Served::new(served.clone(), vec![Mode::Honest; 2], None);
     let seen = sync_watched(&rt, &client, &source, new_target, &cfg);
     let healing: Vec<snap::HealFigures> = seen.iter().map(|f| f.heal).collect();
@@ -917,13 +916,18 @@ fn a_peer_sending_extra_slot_lists_after_a_pivot_move_cannot_panic_the_sync() {
     );
 }
 
-/// Healing cut short resumes without healing everything again: the flat state's patches
-/// committed before the cut make the tries built again match where they were healed,
-/// so the walk from the root asks only what was left (and the branches above it).
+/// Healing cut short resumes from its record: the nodes whose patches were committed
+/// before the cut are not asked again, only those left (found, queued or in flight at
+/// the last commit), and the tries are not built again.
 #[test]
-fn healing_cut_short_asks_less_again_than_healing_from_the_start() {
+fn healing_cut_short_resumes_from_its_record() {
     let rt = runtime();
-    let cfg = cfg();
+    // Every healed answer committed with the record, so that the cut falls just after
+    // a commit.
+    let cfg = SnapConfig {
+        heal_commit_every: 1,
+        ..cfg()
+    };
     // Healing once, whole: how many trie-node requests it takes.
     let (g, client, _) = moved_pivot(&rt, &cfg);
     let served = g.chain().clone();
@@ -932,21 +936,30 @@ fn healing_cut_short_asks_less_again_than_healing_from_the_start() {
     sync_to(&rt, &client, &whole, new_target, &cfg).unwrap();
     let n = whole.asked[2].load(Ordering::SeqCst);
     let cut_at = n * 3 / 4;
-    assert!(
-        cut_at > 2 * snap::HEAL_COMMIT_EVERY,
-        "{n} requests: too few to cut"
-    );
+    assert!(cut_at > 8, "{n} requests: too few to cut");
     // The same download healed again, cut after three quarters of those requests...
     let (g, client, old_root) = moved_pivot(&rt, &cfg);
     let cut = Served::new(g.chain().clone(), vec![Mode::Honest], None);
     cut.nodes_left.store(cut_at, Ordering::SeqCst);
     let err = sync_to(&rt, &client, &cut, new_target, &cfg);
     assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
-    // ...and resumed: fewer requests than healing from the start.
+    let record = client.store().snap_heal().unwrap().unwrap();
+    let record = snap::HealRecord::decode(&record).unwrap();
+    assert!(!record.done() && record.nodes_left() > 0, "{record:?}");
+    // ...and resumed: only what was left is asked (no request of those answered
+    // before the cut again; fewer still when the nodes left fill fewer requests).
     let source = Served::new(g.chain().clone(), vec![Mode::Honest], None);
     sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
     let again = source.asked[2].load(Ordering::SeqCst);
     eprintln!("healing: {n} requests whole, {again} after a cut at {cut_at}");
-    assert!(again < n, "{again} requests after the cut, {n} whole");
+    assert!(
+        again <= n - cut_at,
+        "{again} requests after the cut at {cut_at}, {n} whole"
+    );
+    assert_eq!(
+        client.store().snap_heal().unwrap(),
+        None,
+        "the record is removed with the progress record"
+    );
     assert_healed(&source, &client, old_root);
 }
