@@ -93,10 +93,10 @@ struct Args {
     /// back (0: none). [default: the pool's, 16384]
     #[arg(long)]
     letgo: Option<usize>,
-    /// In process: eviction takes the sender suffix with the least average tip
-    /// (`PoolConfig::evict_by_package`) instead of the least single tail.
+    /// In process: pending eviction takes the least single tail instead of the sender
+    /// suffix with the least average tip (`PoolConfig::evict_by_package`, the default).
     #[arg(long)]
-    evict_by_package: bool,
+    evict_by_tail: bool,
 }
 
 fn main() -> ExitCode {
@@ -186,7 +186,9 @@ fn run(args: Args) -> Result<(), String> {
                 if let Some(n) = args.letgo {
                     cfg.let_go.max_txs = n;
                 }
-                cfg.evict_by_package = args.evict_by_package;
+                if args.evict_by_tail {
+                    cfg.evict_by_package = false;
+                }
             }))?,
             Some(rpc) => runtime.block_on(external(&args, &genesis, rpc, &s))?,
         };

@@ -70,10 +70,11 @@ pub struct PoolConfig {
     /// first), so that a later nonce of their sender can bring them back as a package
     /// worth its room. Zero txs turns this off.
     pub let_go: SubPoolLimit,
-    /// Eviction's victim is the sender's suffix (from a pending tx to its top) with the
-    /// least average tip, as Bitcoin Core evicts by descendant score, instead of the
-    /// sender's last tx with the least tip. Off by default: it scans every sender per
-    /// eviction (docs/BENCHMARKS.md, "packages brought back", measures it).
+    /// In the pending subpool, eviction's victim is the sender's suffix (from a pending
+    /// tx to its top) with the least average tip, as Bitcoin Core evicts by descendant
+    /// score, instead of the sender's last tx with the least tip. On by default: each
+    /// sender's least suffix is kept as its txs come and go, so an eviction finds it in
+    /// O(log n) (docs/BENCHMARKS.md, "packages brought back", measures what it gains).
     pub evict_by_package: bool,
 }
 
@@ -106,7 +107,7 @@ impl PoolConfig {
             max_kzg_batch: 32,
             budget: super::BudgetConfig::for_this_machine(),
             let_go: SubPoolLimit::new(16_384, 8 << 20),
-            evict_by_package: false,
+            evict_by_package: true,
         }
     }
 

@@ -16,6 +16,11 @@
 //! ever created below a pooled transaction. Local senders are left out of that choice
 //! while their transactions in the subpool are within the local share of its limits
 //! ([`PoolConfig::local_share`]); past it they are candidates like any other.
+//!
+//! In the pending subpool eviction goes by package by default
+//! ([`PoolConfig::evict_by_package`]): the victim is the sender's pending suffix with the
+//! least average tip, which [`packages`] keeps per sender and the pool indexes as it
+//! indexes the tails.
 
 use super::FastMap as HashMap;
 use super::PoolTx;
@@ -26,6 +31,7 @@ use alloy_primitives::{Address, B256, U256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod packages;
 mod revive;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,6 +39,10 @@ pub(crate) struct SenderId(u32);
 
 /// Eviction order, worst first: tip at the current base fee, then fee cap, then the newest.
 type EvictKey = (u128, u128, u64);
+
+/// Eviction order by package, worst first: the least average tip of a pending suffix of
+/// the sender (rounded down), then the newest pending tail (as [`EvictKey`] orders ties).
+type PackageKey = (u128, u64);
 
 pub(crate) struct Entry {
     pub tx: Arc<PoolTx>,
@@ -59,6 +69,11 @@ struct Sender {
     /// Whether `counts` are in the pool's local usage and `tails` in the local tails
     /// (`local` as of the last classification).
     counted_local: bool,
+    /// The tips of this sender's pending txs, as the stack of [`packages`].
+    suffixes: packages::Suffixes,
+    /// This sender's key in the packages (the local ones if `counted_local`): see
+    /// [`PackageKey`].
+    package: Option<PackageKey>,
 }
 
 /// The first nonce missing from `s`'s txs at or after `state_nonce`: where its executable
@@ -107,6 +122,11 @@ pub(crate) struct PoolInner {
     tails: [BTreeSet<(EvictKey, SenderId)>; 4],
     /// The same for local senders: candidates only while locals pass their share.
     local_tails: [BTreeSet<(EvictKey, SenderId)>; 4],
+    /// Remote senders with pending txs by the least average tip of a pending suffix
+    /// (worst first): eviction by package takes the first.
+    packages: BTreeSet<(PackageKey, SenderId)>,
+    /// The same for local senders: candidates only while locals pass their share.
+    local_packages: BTreeSet<(PackageKey, SenderId)>,
     usage: [Usage; 4],
     /// What local senders' txs hold of each subpool.
     local_usage: [Usage; 4],
@@ -158,6 +178,8 @@ impl PoolInner {
             free_ids: Vec::new(),
             tails: Default::default(),
             local_tails: Default::default(),
+            packages: BTreeSet::new(),
+            local_packages: BTreeSet::new(),
             usage: [Usage::default(); 4],
             local_usage: [Usage::default(); 4],
             blob_index: HashMap::default(),
@@ -568,6 +590,8 @@ impl PoolInner {
             tails: [None; 4],
             counts: [Usage::default(); 4],
             counted_local: false,
+            suffixes: Default::default(),
+            package: None,
         };
         let id = match self.free_ids.pop() {
             Some(i) => {
@@ -687,6 +711,22 @@ impl PoolInner {
         let own = &mut s.counts[sub as usize];
         own.txs += 1;
         own.bytes += size;
+        // One more pending tx: the sender's least suffix average may move.
+        if sub == SubPool::Pending {
+            s.suffixes.push(tip);
+            let packages = if s.counted_local {
+                &mut self.local_packages
+            } else {
+                &mut self.packages
+            };
+            if let Some(old) = s.package.take() {
+                packages.remove(&(old, id));
+            }
+            s.package = s.suffixes.least().map(|(average, _)| (average, key.2));
+            if let Some(k) = s.package {
+                packages.insert((k, id));
+            }
+        }
         #[cfg(test)]
         {
             self.appends_classified += 1;
@@ -710,6 +750,15 @@ impl PoolInner {
                 indexed[sub].remove(&(key, id));
             }
         }
+        if let Some(k) = s.package.take() {
+            let packages = if s.counted_local {
+                &mut self.local_packages
+            } else {
+                &mut self.packages
+            };
+            packages.remove(&(k, id));
+        }
+        s.suffixes.clear();
         if s.counted_local {
             for (total, own) in self.local_usage.iter_mut().zip(&s.counts) {
                 total.txs -= own.txs;
@@ -731,6 +780,7 @@ impl PoolInner {
         let mut floor = SubPool::Pending;
         let mut tails: [Option<(EvictKey, u64)>; 4] = [None; 4];
         let mut counts = [Usage::default(); 4];
+        let mut suffixes = std::mem::take(&mut s.suffixes);
         for (nonce, hash) in &s.txs {
             let entry = self
                 .by_hash
@@ -775,24 +825,53 @@ impl PoolInner {
             let c = &mut counts[sub as usize];
             c.txs += 1;
             c.bytes += entry.tx.size();
+            if sub == SubPool::Pending {
+                suffixes.push(tip);
+            }
         }
         s.tails = tails;
         s.counts = counts;
         s.counted_local = s.local;
-        let indexed = if s.local {
+        s.package = suffixes
+            .least()
+            .zip(tails[SubPool::Pending as usize])
+            .map(|((average, _), ((_, _, newest), _))| (average, newest));
+        s.suffixes = suffixes;
+        let (indexed, packages) = if s.local {
             for (total, own) in self.local_usage.iter_mut().zip(&counts) {
                 total.txs += own.txs;
                 total.bytes += own.bytes;
             }
-            &mut self.local_tails
+            (&mut self.local_tails, &mut self.local_packages)
         } else {
-            &mut self.tails
+            (&mut self.tails, &mut self.packages)
         };
         for (sub, tail) in tails.iter().enumerate() {
             if let Some((key, _)) = tail {
                 indexed[sub].insert((*key, id));
             }
         }
+        if let Some(k) = s.package {
+            packages.insert((k, id));
+        }
+    }
+
+    /// The sender whose pending suffix (its pending txs from some nonce to its last) has
+    /// the least average tip at the current base fee, among remote senders and, while
+    /// locals pass their share, local ones: the victim of eviction by package. O(log n):
+    /// the first of the packages' indices.
+    fn package_victim(&self) -> Option<SenderId> {
+        let remote = self.packages.first().copied();
+        let local = if self.locals_over_share(SubPool::Pending) {
+            self.local_packages.first().copied()
+        } else {
+            None
+        };
+        let (_, id) = match (remote, local) {
+            (Some(r), Some(l)) => r.min(l),
+            (r, l) => r.or(l)?,
+        };
+        Some(id)
     }
 
     /// Evicts the worst sender's transactions from its top nonce down to its last one in
@@ -809,13 +888,15 @@ impl PoolInner {
             (Some(r), Some(l)) => r.min(l),
             (r, l) => r.or(l)?,
         };
+        // By package, the victim is the sender with the cheapest pending suffix; it loses
+        // its pending tail, as by the least tail, and the next eviction looks again (the
+        // rest of its cheap suffix is then likely the victim, unless the room is made).
+        let id = match sub {
+            SubPool::Pending if self.cfg.evict_by_package => self.package_victim().unwrap_or(id),
+            _ => id,
+        };
         let (_, down_to) =
             self.sender(id).tails[sub as usize].expect("a sender in tails has a tail");
-        let (id, down_to) = if sub == SubPool::Pending && self.cfg.evict_by_package {
-            self.package_victim().unwrap_or((id, down_to))
-        } else {
-            (id, down_to)
-        };
         let doomed: Vec<B256> = self
             .sender(id)
             .txs
@@ -1135,6 +1216,44 @@ impl PoolInner {
         assert_eq!(
             tails, sender_tails,
             "one indexed tail per sender and subpool"
+        );
+        // Each sender's least pending suffix is the one a scan of its pending tips finds,
+        // and it is indexed once, in the packages of its kind (local or remote).
+        let mut indexed = 0;
+        for (id, s) in self.senders.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let tips: Vec<u128> = s
+                .txs
+                .values()
+                .map(|h| &self.by_hash[h])
+                .take_while(|e| e.subpool == SubPool::Pending)
+                .map(|e| priority(&e.tx, base_fee).0)
+                .collect();
+            let least = packages::least_by_scan(&tips);
+            assert_eq!(s.suffixes.least(), least, "sender {}: suffixes", s.address);
+            let newest = s.tails[SubPool::Pending as usize].map(|((_, _, n), _)| n);
+            assert_eq!(
+                s.package,
+                least.zip(newest).map(|((a, _), n)| (a, n)),
+                "sender {}: package key",
+                s.address
+            );
+            let (mine, other) = if s.local {
+                (&self.local_packages, &self.packages)
+            } else {
+                (&self.packages, &self.local_packages)
+            };
+            if let Some(k) = s.package {
+                let key = (k, SenderId(id as u32));
+                assert!(mine.contains(&key), "sender {}: indexed", s.address);
+                assert!(!other.contains(&key), "sender {}: once", s.address);
+                indexed += 1;
+            }
+        }
+        assert_eq!(
+            self.packages.len() + self.local_packages.len(),
+            indexed,
+            "one indexed package per sender with pending txs"
         );
     }
 }

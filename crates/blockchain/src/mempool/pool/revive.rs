@@ -241,43 +241,6 @@ impl PoolInner {
         }
     }
 
-    /// The pending suffix with the least average tip at the current base fee (a
-    /// sender's pending txs from some nonce to its last), among remote senders and, while
-    /// locals pass their share, local ones: the victim of [`PoolConfig::evict_by_package`]
-    /// eviction, as (sender, first nonce). O(pending txs): every sender is scanned.
-    ///
-    /// [`PoolConfig::evict_by_package`]: crate::mempool::PoolConfig::evict_by_package
-    pub(super) fn package_victim(&self) -> Option<(SenderId, u64)> {
-        let locals_too = self.locals_over_share(SubPool::Pending);
-        let base_fee = self.head.base_fee;
-        let mut best: Option<(u128, SenderId, u64)> = None;
-        let mut run: Vec<(u64, u128)> = Vec::new();
-        for (i, s) in self.senders.iter().enumerate() {
-            let Some(s) = s else { continue };
-            if s.local && !locals_too {
-                continue;
-            }
-            run.clear();
-            run.extend(
-                s.txs
-                    .iter()
-                    .map(|(n, h)| (*n, &self.by_hash[h]))
-                    .take_while(|(_, e)| e.subpool == SubPool::Pending)
-                    .map(|(n, e)| (n, priority(&e.tx, base_fee).0)),
-            );
-            let (mut sum, mut count) = (0u128, 0u128);
-            for (n, tip) in run.iter().rev() {
-                sum = sum.saturating_add(*tip);
-                count += 1;
-                let average = sum / count;
-                if best.is_none_or(|(b, _, _)| average < b) {
-                    best = Some((average, SenderId(i as u32), *n));
-                }
-            }
-        }
-        best.map(|(_, id, n)| (id, n))
-    }
-
     /// Indexes `tx` as one of sender `id`'s txs (provisionally queued; the caller
     /// classifies the sender).
     fn place(&mut self, id: SenderId, tx: Arc<PoolTx>) {

@@ -235,9 +235,10 @@ fn by_nonce(pool: &Pool, s: &Signer) -> BTreeMap<u64, B256> {
         .collect()
 }
 
-/// Eviction by package (`evict_by_package`): a sender's cheap run under one rich tail
-/// (tips 1, 1, 1, 90: 23 on average) goes before a lone tx at 50, which eviction by the
-/// least single tail takes instead.
+/// Eviction by package (`evict_by_package`, the default): the victim is the sender whose
+/// pending suffix has the least average tip. A cheap run under one rich tail (tips 1, 1,
+/// 1, 90: 23 on average) loses its tail, then its cheap txs, before a lone tx at 50,
+/// which eviction by the least single tail takes instead.
 #[tokio::test]
 async fn eviction_by_package_takes_the_cheapest_suffix_not_the_cheapest_tail() {
     for by_package in [false, true] {
@@ -253,14 +254,21 @@ async fn eviction_by_package_takes_the_cheapest_suffix_not_the_cheapest_tail() {
         add(&pool, &tx1559(&b, 0, 50, 200)).await.unwrap();
         let c = funded(&state, 762);
         add(&pool, &tx1559(&c, 0, 60, 200)).await.unwrap();
-        let (a_left, b_left) = (
-            pool.sender_txs(&a.address()).len(),
-            pool.sender_txs(&b.address()).len(),
-        );
+        let left = |s: &Signer| pool.sender_txs(&s.address()).len();
         if by_package {
-            assert_eq!((a_left, b_left), (0, 1), "a's whole run went");
+            assert_eq!((left(&a), left(&b)), (3, 1), "a's rich tail went");
         } else {
-            assert_eq!((a_left, b_left), (4, 0), "b's tail went");
+            assert_eq!((left(&a), left(&b)), (4, 0), "b's tail went");
+        }
+        // By package, a tx at 40 (cheaper than every other sender's) still gets in: a's
+        // cheap run goes on shrinking from its top. By tail it is the worst: refused.
+        let d = funded(&state, 763);
+        let r = add(&pool, &tx1559(&d, 0, 40, 200)).await;
+        if by_package {
+            assert!(r.is_ok(), "{r:?}");
+            assert_eq!((left(&a), left(&b)), (2, 1), "a's top went again");
+        } else {
+            assert_eq!(r, Err(Rejection::Underpriced));
         }
         pool.shared.pool.lock().assert_invariants();
     }
