@@ -60,6 +60,15 @@ pub struct OpsArgs {
     /// block.
     #[arg(long, value_enum, default_value_t = SyncMode::Snap, help_heading = "ETHEREUM")]
     pub syncmode: SyncMode,
+    /// Snap sync: the byte budget asked of a peer per request (snap/1's
+    /// `responseBytes`; servers cap it at 2 MiB, as geth does).
+    #[arg(
+        long = "snap.responsebytes",
+        default_value_t = 512 * 1024,
+        value_parser = clap::value_parser!(u64).range(1..=2 * 1024 * 1024),
+        help_heading = "ETHEREUM"
+    )]
+    pub snap_response_bytes: u64,
     /// Log format: `terminal` or `json` (one object a line).
     #[arg(long = "log.format", value_enum, default_value_t = LogFormat::Terminal, help_heading = "LOGGING AND DEBUGGING")]
     pub log_format: LogFormat,
@@ -200,9 +209,8 @@ impl Visit for JsonFields {
 pub fn heading_of(long: &str) -> Option<&'static str> {
     let prefix = long.split('.').next().unwrap_or(long);
     Some(match prefix {
-        "datadir" | "network" | "networkid" | "mainnet" | "sepolia" | "hoodi" | "syncmode" => {
-            "ETHEREUM"
-        }
+        "datadir" | "network" | "networkid" | "mainnet" | "sepolia" | "hoodi" | "syncmode"
+        | "snap" => "ETHEREUM",
         "http" | "ws" | "authrpc" | "rpc" | "graphql" => "API AND CONSOLE",
         "port" | "p2p" | "bootnodes" | "maxpeers" | "maxpendpeers" | "nodekey" | "nodekeyhex"
         | "nodiscover" | "discovery" | "nat" | "netrestrict" => "NETWORKING",
@@ -346,6 +354,12 @@ mod tests {
         assert!(cli.node.ops.snap_sync());
         assert!(parse(&[]).unwrap().node.ops.snap_sync());
         assert!(!parse(&["--syncmode", "full"]).unwrap().node.ops.snap_sync());
+        assert_eq!(parse(&[]).unwrap().node.ops.snap_response_bytes, 512 * 1024);
+        let small = parse(&["--snap.responsebytes", "2048"]).unwrap();
+        assert_eq!(small.node.ops.snap_response_bytes, 2048);
+        for bad in ["0", "2097153", "lots"] {
+            assert!(parse(&["--snap.responsebytes", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -355,6 +369,7 @@ mod tests {
             sepolia: false,
             hoodi: false,
             syncmode,
+            snap_response_bytes: 512 * 1024,
             log_format: LogFormat::Terminal,
         };
         let mut network = None;

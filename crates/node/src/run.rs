@@ -319,7 +319,8 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     // the state at a pivot first).
     let sync = network.as_ref().map(|net| {
         let snap = args.ops.snap_sync();
-        crate::sync::start(&chain, net, synced.clone(), ctx.clone(), snap)
+        let bytes = args.ops.snap_response_bytes;
+        crate::sync::start(&chain, net, synced.clone(), ctx.clone(), snap, bytes)
     });
     if let Some(sync) = &sync {
         ctx = ctx.with_sync(sync.clone());

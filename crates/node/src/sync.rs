@@ -40,28 +40,17 @@ impl SyncService for Sync {
     }
 }
 
-/// The snap stage's settings; `MOAT_SNAP_RESPONSE_BYTES` sets the byte budget of each
-/// request (tests use small answers to make a download long enough to interrupt).
-fn snap_config() -> SnapConfig {
-    let mut cfg = SnapConfig::default();
-    if let Some(bytes) = std::env::var("MOAT_SNAP_RESPONSE_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        cfg.response_bytes = bytes;
-    }
-    cfg
-}
-
 /// Starts the syncer over the network's peers; `synced` is the node's "at the head"
 /// flag, which it clears while behind and sets once at the target. With `snap`, a
-/// datadir at genesis downloads the state at a pivot first (`--syncmode snap`).
+/// datadir at genesis downloads the state at a pivot first (`--syncmode snap`), asking
+/// `snap_response_bytes` per request (`--snap.responsebytes`).
 pub fn start(
     chain: &Chain,
     net: &Network,
     synced: Arc<AtomicBool>,
     rpc: RpcContext,
     snap: bool,
+    snap_response_bytes: u64,
 ) -> Arc<Sync> {
     let handle = moat_sync::spawn(
         chain.clone(),
@@ -72,7 +61,10 @@ pub fn start(
             // recovers them into it ahead of the importer.
             senders: Some(rpc.pool.sender_cache().clone()),
             snap,
-            snap_cfg: snap_config(),
+            snap_cfg: SnapConfig {
+                response_bytes: snap_response_bytes,
+                ..SnapConfig::default()
+            },
             ..SyncConfig::default()
         },
     );

@@ -22,8 +22,8 @@ const BLOCKS: u64 = 80;
 /// A node on `genesis`; small snap answers, so that the download takes long enough to
 /// be interrupted.
 fn start(dir: &Path, genesis: &Path, p2p: u16, key: u8, extra: &[&str]) -> Moat {
-    let env = [("MOAT_SNAP_RESPONSE_BYTES", "2048")];
-    Moat::start(dir, genesis, p2p, key, extra, &env, WAIT)
+    let extra = [extra, &["--snap.responsebytes", "2048"]].concat();
+    Moat::start(dir, genesis, p2p, key, &extra, &[], WAIT)
 }
 
 fn forkchoice(node: &Moat, head: &str) -> String {
