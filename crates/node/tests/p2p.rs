@@ -439,6 +439,57 @@ async fn status_propagation_and_invalid_txs() {
             .is_some()
     );
 
+    // A tip under the node's price limit is our policy, not a fault (geth neither drops
+    // nor slows such a peer): thirty zero-tip txs, more than the twenty invalid ones
+    // that drop a peer below, cost the relayer nothing, and none is pooled.
+    let mut relayer = moat.peer(6).await;
+    let zero_tips: Vec<SignedTransaction> = (1..=30)
+        .map(|i| {
+            tx_with(chain_id, a, n + i, |t| {
+                t.max_priority_fee_per_gas = 0;
+            })
+        })
+        .collect();
+    relayer
+        .send(&EthMessage::Transactions(
+            zero_tips.iter().map(env).collect(),
+        ))
+        .await
+        .unwrap();
+    // A valid tx after them from the same peer: once it is pooled, they were judged.
+    let after = transfer(chain_id, a, n + 1);
+    relayer
+        .send(&EthMessage::Transactions(vec![env(&after)]))
+        .await
+        .unwrap();
+    wait_for("the relayer's valid tx", || {
+        moat.pooled(after.hash()).then_some(())
+    });
+    relayer
+        .send(&EthMessage::GetBlockHeaders {
+            request_id: 8,
+            origin: HashOrNumber::Number(1),
+            amount: 1,
+            skip: 0,
+            reverse: false,
+        })
+        .await
+        .unwrap();
+    assert!(
+        relayer
+            .wait_for(WAIT, |m| matches!(
+                m,
+                EthMessage::BlockHeaders { request_id: 8, .. }
+            )
+            .then_some(()))
+            .await
+            .is_some(),
+        "the relayer of zero tips is still served"
+    );
+    for t in &zero_tips {
+        assert!(!moat.pooled(t.hash()), "a zero-tip peer tx was pooled");
+    }
+
     // Txs that their own bytes prove invalid cost reputation: twenty signed for another
     // chain bring the peer to the floor, and it is dropped as useless.
     let mut spammer = moat.peer(4).await;

@@ -207,8 +207,26 @@ impl Rejection {
             // does not allow is not the peer's doing (forks move under it): none.
             // The hash does not commit to the sidecar.
             Rejection::Sidecar(e) => (if e.is_peer_fault() { Fault } else { None }, false),
+            // A tip under our `--txpool.pricelimit`: our price policy, not a fault (geth
+            // counts it as underpriced, neither drops nor throttles the peer, and only
+            // does not fetch the hash again for a while). The bytes decide it.
+            Rejection::Stateless(StatelessError::TipBelowMinimum { .. }) => (None, true),
             // Against the fork's rules: no honest peer relays it.
-            Rejection::Stateless(_) => (Penalty, true),
+            Rejection::Stateless(
+                StatelessError::ChainId { .. }
+                | StatelessError::TypeNotActive { .. }
+                | StatelessError::TooLarge { .. }
+                | StatelessError::IntrinsicGas { .. }
+                | StatelessError::FloorDataGas { .. }
+                | StatelessError::InitCodeTooLarge { .. }
+                | StatelessError::GasLimitAboveCap { .. }
+                | StatelessError::GasLimitAboveBlock { .. }
+                | StatelessError::TipAboveFeeCap { .. }
+                | StatelessError::NoBlobHashes
+                | StatelessError::TooManyBlobs { .. }
+                | StatelessError::EmptyAuthorizationList
+                | StatelessError::NonceMax,
+            ) => (Penalty, true),
             // A signature recovering no sender: no honest peer relays it.
             Rejection::InvalidSender(_) => (Penalty, true),
             // Mined since the peer learned of it: a race, not a fault. The state nonce
@@ -303,6 +321,24 @@ mod tests {
             ),
             (Rejection::AlreadyKnown, PeerCost::None, false),
             (Rejection::Underpriced, PeerCost::None, false),
+            (Rejection::ReplacementUnderpriced, PeerCost::None, false),
+            // A tip under our price limit: policy, like underpriced (the hash decides it).
+            (
+                Rejection::Stateless(StatelessError::TipBelowMinimum { tip: 0, min: 1 }),
+                PeerCost::None,
+                true,
+            ),
+            // The fork's rules: no honest peer relays such a tx.
+            (
+                Rejection::Stateless(StatelessError::ChainId { have: 1, want: 2 }),
+                PeerCost::Penalty,
+                true,
+            ),
+            (
+                Rejection::Stateless(StatelessError::IntrinsicGas { have: 1, need: 2 }),
+                PeerCost::Penalty,
+                true,
+            ),
             (Rejection::Busy, PeerCost::None, false),
             (
                 Rejection::InsufficientFunds {
