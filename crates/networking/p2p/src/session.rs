@@ -7,11 +7,11 @@
 
 use crate::eth::{self, EthDecodeError, EthMessage, Status};
 use crate::p2p::{self, Capability, DisconnectReason, FrameError, Hello};
+use crate::rlpx::Split;
 use crate::rlpx::{PeerId, RlpxError, RlpxReader, RlpxStream, RlpxWriter};
 use crate::snap::{self, SnapDecodeError, SnapMessage};
 use moat_common::config::{ForkFilter, ForkIdError};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 
 /// How long each handshake step may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -248,16 +248,16 @@ impl Framing {
 }
 
 /// A connection past the Status exchange.
-pub struct Session<S> {
-    pub reader: RlpxReader<ReadHalf<S>>,
-    pub writer: RlpxWriter<WriteHalf<S>>,
+pub struct Session<S: Split> {
+    pub reader: RlpxReader<S::Read>,
+    pub writer: RlpxWriter<S::Write>,
     pub framing: Framing,
     pub hello: Hello,
     pub status: Status,
     pub remote_id: PeerId,
 }
 
-impl<S> std::fmt::Debug for Session<S> {
+impl<S: Split> std::fmt::Debug for Session<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("remote_id", &self.remote_id)
@@ -287,7 +287,7 @@ pub async fn handshake<S>(
     check: impl FnOnce(&Status, &Status) -> Result<(), StatusError>,
 ) -> Result<Session<S>, SessionError>
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: Split,
 {
     let remote_id = rlpx.remote_id();
     let (mut reader, mut writer) = rlpx.split();

@@ -28,7 +28,7 @@ use moat_blockchain::mempool::budget::thread_cpu_ns;
 use moat_blockchain::mempool::lanes::{self, Lane};
 
 /// The reading half of a peer's connection.
-type PeerReader = RlpxReader<tokio::io::ReadHalf<TcpStream>>;
+type PeerReader = RlpxReader<tokio::net::tcp::OwnedReadHalf>;
 
 /// `Transactions` / `PooledTransactions` messages from one peer waiting for admission;
 /// past it the peer's reads wait (backpressure on its TCP stream).

@@ -43,7 +43,7 @@ use alloy_primitives::B512;
 use secp256k1::PublicKey;
 
 pub use codec::MAX_FRAME_SIZE;
-pub use stream::{RlpxReader, RlpxStream, RlpxWriter};
+pub use stream::{RlpxReader, RlpxStream, RlpxWriter, Split};
 
 /// A node's identity: its uncompressed secp256k1 public key without the leading
 /// `0x04` byte (64 bytes, `x || y`).

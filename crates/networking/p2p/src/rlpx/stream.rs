@@ -3,7 +3,11 @@
 use std::fmt;
 
 use secp256k1::SecretKey;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{
+    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf,
+};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::codec::{BLOCK, FrameDecoder, FrameEncoder, HEADER_LEN, Secrets, padded_len};
 use super::{PeerId, RlpxError, handshake};
@@ -11,6 +15,36 @@ use super::{PeerId, RlpxError, handshake};
 /// Body bytes are buffered in steps of this size, so that a peer announcing a large
 /// frame gets memory only as fast as it actually sends data.
 const READ_CHUNK: usize = 64 * 1024;
+
+/// A byte stream that splits into a reading and a writing half for two tasks.
+///
+/// A `TcpStream` splits into owned halves that share no lock. `tokio::io::split` (what
+/// other streams get) holds one mutex across every read and write of either half: a
+/// peer's reader, run on the untrusted admission lane's lowest-priority threads, could
+/// be preempted inside a read while holding it, and the peer's writer, on a runtime
+/// worker, would block that worker (and every task queued on it) until the reader ran
+/// again.
+pub trait Split: AsyncRead + AsyncWrite + Unpin + Send {
+    type Read: AsyncRead + Unpin + Send;
+    type Write: AsyncWrite + Unpin + Send;
+    fn split_io(self) -> (Self::Read, Self::Write);
+}
+
+impl Split for TcpStream {
+    type Read = OwnedReadHalf;
+    type Write = OwnedWriteHalf;
+    fn split_io(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        self.into_split()
+    }
+}
+
+impl Split for DuplexStream {
+    type Read = ReadHalf<DuplexStream>;
+    type Write = WriteHalf<DuplexStream>;
+    fn split_io(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
+    }
+}
 
 /// An established RLPx connection over `S` (typically a `TcpStream`).
 ///
@@ -76,8 +110,11 @@ where
     }
 
     /// Splits the connection into halves that can be used from different tasks.
-    pub fn split(self) -> (RlpxReader<ReadHalf<S>>, RlpxWriter<WriteHalf<S>>) {
-        let (read, write) = tokio::io::split(self.io);
+    pub fn split(self) -> (RlpxReader<S::Read>, RlpxWriter<S::Write>)
+    where
+        S: Split,
+    {
+        let (read, write) = self.io.split_io();
         (
             RlpxReader {
                 io: read,
