@@ -27,9 +27,9 @@
 //! What a peer's account says also decides where its work runs: [`Budgets::lane`] reads
 //! its record and budget state through the table of [`super::lanes`].
 
+use super::lanes::CeilingMutex;
 use super::lanes::{Lane, Standing};
 use alloy_primitives::B512;
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -395,7 +395,7 @@ struct Ledger {
 #[derive(Debug)]
 pub struct Budgets {
     cfg: BudgetConfig,
-    ledger: Mutex<Ledger>,
+    ledger: CeilingMutex<Ledger>,
 }
 
 impl Budgets {
@@ -409,7 +409,7 @@ impl Budgets {
         };
         Self {
             cfg,
-            ledger: Mutex::new(ledger),
+            ledger: CeilingMutex::new(ledger),
         }
     }
 

@@ -168,6 +168,188 @@ impl Record {
 thread_local! {
     /// Set on the untrusted lane's threads.
     static UNTRUSTED_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// Set on the untrusted lane's threads that run at `SCHED_IDLE` and can be raised
+    /// back to normal priority ([`Raised`]).
+    static RAISABLE: Cell<bool> = const { Cell::new(false) };
+    /// [`Raised`] guards alive on this thread.
+    static RAISED_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Normal priority for as long as it lives, on an untrusted lane's thread (elsewhere it
+/// does nothing): held across a critical section of a lock that trusted work takes too
+/// (the pool's, the budgets' ledger, the fetcher's). At `SCHED_IDLE` a thread preempted
+/// inside such a section would keep the lock until no normal thread wanted a core, and
+/// a trusted thread waiting for it would wait that long: a priority inversion. Raised,
+/// the holder competes as an equal and leaves the section within a time slice. Costs
+/// two `sched_setscheduler` calls (under 1 µs together here) per outermost section on
+/// those threads only. Guards nest; declare the guard before the lock's guard, so that
+/// the lock is released first.
+#[must_use]
+pub struct Raised(());
+
+impl Raised {
+    pub fn new() -> Self {
+        if RAISABLE.with(Cell::get) {
+            let depth = RAISED_DEPTH.with(|d| {
+                let v = d.get();
+                d.set(v + 1);
+                v
+            });
+            if depth == 0 {
+                set_idle(false);
+            }
+        }
+        Raised(())
+    }
+}
+
+impl Default for Raised {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Raised {
+    fn drop(&mut self) {
+        if RAISABLE.with(Cell::get) {
+            let depth = RAISED_DEPTH.with(|d| {
+                let v = d.get().saturating_sub(1);
+                d.set(v);
+                v
+            });
+            if depth == 0 {
+                set_idle(true);
+            }
+        }
+    }
+}
+
+/// A mutex whose sections run at normal priority on any thread ([`Raised`]): for state
+/// that the untrusted lane's threads and trusted work both lock.
+#[derive(Debug, Default)]
+pub struct CeilingMutex<T>(parking_lot::Mutex<T>);
+
+/// The lock of a [`CeilingMutex`]; the priority goes back down after the lock is free.
+pub struct CeilingGuard<'a, T> {
+    // Field order is drop order: the lock first, then the priority.
+    guard: parking_lot::MutexGuard<'a, T>,
+    _raised: Raised,
+}
+
+impl<T> CeilingMutex<T> {
+    pub fn new(value: T) -> Self {
+        Self(parking_lot::Mutex::new(value))
+    }
+
+    pub fn lock(&self) -> CeilingGuard<'_, T> {
+        let raised = Raised::new();
+        CeilingGuard {
+            guard: self.0.lock(),
+            _raised: raised,
+        }
+    }
+
+    pub fn try_lock(&self) -> Option<CeilingGuard<'_, T>> {
+        let raised = Raised::new();
+        Some(CeilingGuard {
+            guard: self.0.try_lock()?,
+            _raised: raised,
+        })
+    }
+}
+
+impl<T> std::ops::Deref for CeilingGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for CeilingGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+/// A read-write lock whose sections run at normal priority on any thread ([`Raised`]):
+/// the peer table, which the untrusted lane reads and the runtime writes (a peer
+/// arriving or leaving). A writer waiting for a preempted reader would hold up every
+/// later reader behind it.
+#[derive(Debug, Default)]
+pub struct CeilingRwLock<T>(parking_lot::RwLock<T>);
+
+/// A read lock of a [`CeilingRwLock`].
+pub struct CeilingReadGuard<'a, T> {
+    guard: parking_lot::RwLockReadGuard<'a, T>,
+    _raised: Raised,
+}
+
+/// A write lock of a [`CeilingRwLock`].
+pub struct CeilingWriteGuard<'a, T> {
+    guard: parking_lot::RwLockWriteGuard<'a, T>,
+    _raised: Raised,
+}
+
+impl<T> CeilingRwLock<T> {
+    pub fn new(value: T) -> Self {
+        Self(parking_lot::RwLock::new(value))
+    }
+
+    pub fn read(&self) -> CeilingReadGuard<'_, T> {
+        let raised = Raised::new();
+        CeilingReadGuard {
+            guard: self.0.read(),
+            _raised: raised,
+        }
+    }
+
+    pub fn write(&self) -> CeilingWriteGuard<'_, T> {
+        let raised = Raised::new();
+        CeilingWriteGuard {
+            guard: self.0.write(),
+            _raised: raised,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for CeilingReadGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::Deref for CeilingWriteGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for CeilingWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+/// Sets the calling thread's policy: `SCHED_IDLE` when `idle`, else `SCHED_OTHER`.
+fn set_idle(idle: bool) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        let policy = if idle {
+            libc::SCHED_IDLE
+        } else {
+            libc::SCHED_OTHER
+        };
+        // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+        unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = idle;
+        false
+    }
 }
 
 /// The lane the calling thread belongs to.
@@ -213,6 +395,12 @@ fn untrusted_runtime() -> Option<&'static tokio::runtime::Runtime> {
                 UNTRUSTED_THREAD.with(|t| t.set(true));
                 if !lower_this_thread() {
                     tracing::warn!("untrusted admission lane: thread priority not lowered");
+                } else if set_idle(false) && set_idle(true) {
+                    // Back to normal priority and down again works: critical sections
+                    // can be raised (`Raised`). Where it is refused (an unprivileged
+                    // process past its RLIMIT_NICE, or nice 19 instead of SCHED_IDLE),
+                    // they run at the lane's priority.
+                    RAISABLE.with(|r| r.set(true));
                 }
             })
             .enable_time()
@@ -286,8 +474,17 @@ where
     };
     match (lane, untrusted_runtime()) {
         (Lane::Untrusted, Some(rt)) if current() == Lane::Trusted => {
-            let mut task = AbortOnDrop(rt.spawn(metered));
-            (&mut task.0).await.ok()
+            // The result comes back through a channel whose send is raised: waking the
+            // waiting task takes the node runtime's scheduler locks, which its workers
+            // take too (a JoinHandle's wake would come from the task's harness, past
+            // any section this code can raise).
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let _task = AbortOnDrop(rt.spawn(async move {
+                let out = metered.await;
+                let _raised = Raised::new();
+                let _ = tx.send(out);
+            }));
+            rx.await.ok()
         }
         _ => Some(metered.await),
     }
@@ -478,6 +675,61 @@ mod tests {
     fn an_untrusted_flood_does_not_delay_a_trusted_admission() {
         assert_eq!(trusted_admission_waits_behind(Lane::Untrusted), 0);
         assert!(trusted_admission_waits_behind(Lane::Trusted) >= 4);
+    }
+
+    /// The calling thread's scheduling policy.
+    #[cfg(target_os = "linux")]
+    fn policy() -> i32 {
+        // SAFETY: a plain syscall about the calling thread.
+        unsafe { libc::sched_getscheduler(0) }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_lock_held_on_the_untrusted_lane_is_held_at_normal_priority() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let lock = Arc::new(CeilingMutex::new(0u32));
+        let table = Arc::new(CeilingRwLock::new(0u32));
+        let (l, t) = (lock.clone(), table.clone());
+        let seen = rt
+            .block_on(run(Lane::Untrusted, async move {
+                let idle = policy() == libc::SCHED_IDLE;
+                if !RAISABLE.with(Cell::get) {
+                    // Raising refused (no privilege): nothing to check. Root may.
+                    // SAFETY: geteuid has no preconditions.
+                    assert_ne!(unsafe { libc::geteuid() }, 0, "root could not raise");
+                    return None;
+                }
+                let mut seen = vec![policy()];
+                {
+                    let mut g = l.lock();
+                    *g += 1;
+                    seen.push(policy());
+                    // Nested sections raise once and lower once, at the outermost.
+                    {
+                        let _r = t.read();
+                        seen.push(policy());
+                    }
+                    seen.push(policy());
+                }
+                seen.push(policy());
+                *t.write() += 1;
+                seen.push(policy());
+                Some((idle, seen))
+            }))
+            .unwrap();
+        let Some((idle, seen)) = seen else { return };
+        assert!(idle);
+        let (i, o) = (libc::SCHED_IDLE, libc::SCHED_OTHER);
+        assert_eq!(seen, vec![i, o, o, o, i, i]);
+        assert_eq!((*lock.lock(), *table.read()), (1, 1));
+        // On a trusted thread a guard changes nothing.
+        let before = policy();
+        let _g = lock.lock();
+        assert_eq!(policy(), before);
     }
 
     #[test]

@@ -23,9 +23,7 @@ pub use budget::{
 };
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, PeerCost, Rejection, SubPool};
-pub use journal::{
-    Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot,
-};
+pub use journal::{Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot};
 pub use lanes::{Lane, Standing};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;
@@ -41,7 +39,7 @@ use moat_common::transaction::{
     validate_stateless,
 };
 use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use pool::PoolInner;
 use shields::InFlightClaim;
 use smallvec::SmallVec;
@@ -194,7 +192,7 @@ const BAD_SIDECARS_CAPACITY: usize = 4096;
 struct Shared {
     cfg: Arc<PoolConfig>,
     state: Arc<dyn StateView>,
-    pool: Mutex<PoolInner>,
+    pool: lanes::CeilingMutex<PoolInner>,
     rules: RwLock<Rules>,
     sender_cache: SenderCache,
     failures: RecentFailures,
@@ -291,6 +289,9 @@ impl Shared {
         };
         lap(Stage::Decode);
 
+        // Stages 3 and 4 take locks that trusted work takes too: at normal priority on
+        // the untrusted lane's threads (`lanes::Raised`), one raise for all of them.
+        let raised = lanes::Raised::new();
         // 3. Recent failures (a reorg may legitimately revive a "nonce too low").
         if origin != Some(TxOrigin::Reorg) && self.failures.contains(&hash) {
             if origin.is_some() {
@@ -311,6 +312,7 @@ impl Shared {
             }
             None => None,
         };
+        drop(raised);
         lap(Stage::Dedup);
 
         // Stage 2's decoding proper, for what got past the cheap filters.
@@ -366,6 +368,7 @@ impl Shared {
     /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
     fn fail(&self, hash: B256, e: Rejection) -> Rejection {
         if e.is_hash_determined() {
+            let _raised = lanes::Raised::new();
             self.failures.insert(hash, Instant::now());
             self.metrics.inc(Counter::failure_cache_inserts);
         }
@@ -403,7 +406,7 @@ impl Pool {
         let metrics = Arc::new(PoolMetrics::default());
         let shared = Shared {
             rules: RwLock::new(Rules::at(&cfg, &head)),
-            pool: Mutex::new(PoolInner::new(Arc::clone(&cfg), head)),
+            pool: lanes::CeilingMutex::new(PoolInner::new(Arc::clone(&cfg), head)),
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
@@ -586,6 +589,7 @@ impl Pool {
                     };
                     shared.metrics.inc(Counter::sender_recoveries);
                     if let Ok(sender) = screened.recover_sender() {
+                        let _raised = lanes::Raised::new();
                         shared.sender_cache.insert(hash, sender);
                     }
                 }
@@ -783,8 +787,13 @@ impl Pool {
         let is_blob = screened.pooled.tx_type() == TxType::Eip4844;
         let auths = screened.pooled.tx().tx().authorization_list();
 
-        // 7. Sender: the cache, else ECDSA.
-        let sender = match s.sender_cache.get(&hash) {
+        // 7. Sender: the cache, else ECDSA. The cache's locks at normal priority
+        //    (`lanes::Raised`), the ECDSA at the lane's.
+        let cached = {
+            let _raised = lanes::Raised::new();
+            s.sender_cache.get(&hash)
+        };
+        let sender = match cached {
             Some(sender) => {
                 m.inc(Counter::sender_cache_hits);
                 sender
@@ -795,6 +804,7 @@ impl Pool {
                 let sender = screened
                     .recover_sender()
                     .map_err(|e| self.fail(hash, Rejection::InvalidSender(e)))?;
+                let _raised = lanes::Raised::new();
                 s.sender_cache.insert(hash, sender);
                 sender
             }
@@ -907,6 +917,8 @@ impl Pool {
     }
 
     fn publish(&self, hashes: impl IntoIterator<Item = B256>) {
+        // The channel's lock is the broadcaster's too.
+        let _raised = lanes::Raised::new();
         for h in hashes {
             // No subscriber is not an error.
             let _ = self.shared.pending_events.send(h);

@@ -54,10 +54,11 @@ use crate::rlpx::{PeerId, RlpxStream};
 use crate::session::{self, LocalIdentity, Session, check_status};
 use alloy_primitives::B256;
 use moat_blockchain::chain::Chain;
+use moat_blockchain::mempool::lanes::{CeilingMutex, CeilingRwLock};
 use moat_blockchain::mempool::{PeerBudget, Pool};
 use moat_common::config::ForkFilter;
 use moat_common::transaction::BlobRules;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -142,8 +143,8 @@ struct Inner {
     synced: Arc<AtomicBool>,
     filter: ForkFilter,
     genesis_timestamp: u64,
-    peers: RwLock<Map<PeerId, Arc<Peer>>>,
-    fetcher: Mutex<Fetcher>,
+    peers: CeilingRwLock<Map<PeerId, Arc<Peer>>>,
+    fetcher: CeilingMutex<Fetcher>,
     static_peers: Mutex<StaticPeers>,
     listen_addr: Mutex<Option<SocketAddr>>,
     gate: HandshakeGate,
@@ -221,7 +222,7 @@ impl Network {
         .with_snap();
         let gate_cfg = cfg.handshakes;
         let inner = Arc::new(Inner {
-            fetcher: Mutex::new(Fetcher::new(cfg.fetcher)),
+            fetcher: CeilingMutex::new(Fetcher::new(cfg.fetcher)),
             static_peers: Mutex::new(StaticPeers::default()),
             cfg,
             local,
@@ -230,7 +231,7 @@ impl Network {
             synced,
             filter,
             genesis_timestamp: genesis.timestamp,
-            peers: RwLock::new(Map::default()),
+            peers: CeilingRwLock::new(Map::default()),
             listen_addr: Mutex::new(listen_addr),
             gate: HandshakeGate::new(gate_cfg),
             blob_rules: Mutex::new((B256::ZERO, None)),
