@@ -108,6 +108,11 @@ pub struct PoolArgs {
     #[arg(long = "txpool.journal.syncs", default_value_t = 2,
           value_parser = clap::value_parser!(u8).range(1..=16))]
     pub journal_syncs: u8,
+    /// Age a journal sync in flight must reach before the next batch's sync starts beside
+    /// it (Go-style duration: 200us, 1ms; 0: at once); until then the batch waits for it
+    /// and grows (moat's).
+    #[arg(long = "txpool.journal.overlap", default_value = "200us", value_parser = parse_short_duration)]
+    pub journal_overlap: Duration,
 }
 
 /// A Go-style duration down to microseconds (`200us`, `1ms`, `1.5ms` not: integers
@@ -135,6 +140,7 @@ impl PoolArgs {
         JournalOptions {
             gather: self.journal_gather,
             syncs_in_flight: usize::from(self.journal_syncs),
+            overlap_after: self.journal_overlap,
         }
     }
 
@@ -222,9 +228,14 @@ mod tests {
             "0",
             "--txpool.journal.syncs",
             "1",
+            "--txpool.journal.overlap",
+            "0",
         ]);
         let o = cli.pool.journal_options();
-        assert_eq!((o.gather, o.syncs_in_flight), (Duration::ZERO, 1));
+        assert_eq!(
+            (o.gather, o.syncs_in_flight, o.overlap_after),
+            (Duration::ZERO, 1, Duration::ZERO)
+        );
         let cli = Cli::parse_from(["moat", "--txpool.journal.gather", "1ms"]);
         assert_eq!(cli.pool.journal_options().gather, Duration::from_millis(1));
         for bad in ["200", "1.5ms", "-1us", "2x"] {

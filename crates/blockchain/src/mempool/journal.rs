@@ -16,6 +16,9 @@
 //!   disk. Answers keep the batches' order: a batch is answered once its own sync and
 //!   every earlier batch's have returned (a record is read back only if every record
 //!   before it is intact, so a later batch is not durable before the earlier ones are).
+//!   A batch's sync starts beside one in flight only once that one is
+//!   [`JournalOptions::overlap_after`] old (most syncs return by then, and one sync for
+//!   both batches costs less CPU than two); until then the batch waits for it and grows.
 //!   Submitters never wait for a writer: the queue is unbounded.
 //! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
 //!   [`PREALLOCATE`] (the first at open; each written and synced once), and records
@@ -65,6 +68,10 @@ pub const MAX_HELD_BYTES: usize = 64 << 20;
 /// Batches being synced at once by default: a batch need not wait for the sync before it.
 pub const SYNCS_IN_FLIGHT: usize = 2;
 
+/// Age a sync must reach by default before the next batch's sync starts beside it: on
+/// this kind of disk most syncs return within ~200 µs, some take milliseconds.
+pub const OVERLAP_AFTER: Duration = Duration::from_micros(200);
+
 /// How the journal's writers batch and sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalOptions {
@@ -72,6 +79,9 @@ pub struct JournalOptions {
     pub gather: Duration,
     /// Batches being synced at once, at most (at least one).
     pub syncs_in_flight: usize,
+    /// Age a sync in flight must reach before the next batch's sync starts beside it
+    /// (zero: at once). Before that the next batch waits for it, and grows.
+    pub overlap_after: Duration,
 }
 
 impl Default for JournalOptions {
@@ -79,6 +89,7 @@ impl Default for JournalOptions {
         Self {
             gather: GATHER_MAX,
             syncs_in_flight: SYNCS_IN_FLIGHT,
+            overlap_after: OVERLAP_AFTER,
         }
     }
 }
@@ -268,6 +279,8 @@ impl Journal {
             size: Arc::clone(&size),
             rotated_size: Arc::clone(&rotated_size),
             gate: Arc::clone(&gate),
+            in_flight: InFlight::default(),
+            overlap_after: options.overlap_after,
             #[cfg(test)]
             test: Default::default(),
         });
@@ -526,8 +539,44 @@ struct Writers {
     size: Arc<AtomicU64>,
     rotated_size: Arc<AtomicU64>,
     gate: Arc<Gate>,
+    /// Syncs running, and the thread waiting for them with the next batch.
+    in_flight: InFlight,
+    /// Age a sync in flight must reach before the next batch's sync starts beside it.
+    overlap_after: Duration,
     #[cfg(test)]
     test: TestHooks,
+}
+
+/// The syncs running: when each started, by batch number.
+#[derive(Default)]
+struct InFlight {
+    started: Mutex<std::collections::BTreeMap<u64, Instant>>,
+    /// A batch waiting for a sync to return or to grow old (unparked when one returns).
+    waiter: Mutex<Option<std::thread::Thread>>,
+}
+
+impl InFlight {
+    fn oldest(&self) -> Option<Instant> {
+        self.started.lock().values().next().copied()
+    }
+
+    fn wait_by(&self, me: &std::thread::Thread) {
+        let mut waiter = self.waiter.lock();
+        if waiter.as_ref().is_none_or(|w| w.id() != me.id()) {
+            *waiter = Some(me.clone());
+        }
+    }
+
+    fn start(&self, batch: u64) {
+        self.started.lock().insert(batch, Instant::now());
+    }
+
+    fn end(&self, batch: u64) {
+        self.started.lock().remove(&batch);
+        if let Some(waiter) = self.waiter.lock().take() {
+            waiter.unpark();
+        }
+    }
 }
 
 /// The file and where its next batch goes.
@@ -583,6 +632,7 @@ impl Writers {
             // The batch waits for the records announced when it started, until they are
             // settled or the deadline passes.
             let mut deadline: Option<Instant> = None;
+            let mut gathered = gather.is_zero();
             loop {
                 // Everything queued by now goes in this batch; a rotation closes it.
                 while let Some(command) = next.take().or_else(|| commands.try_recv().ok()) {
@@ -599,31 +649,55 @@ impl Writers {
                         }
                     }
                 }
-                if waiting.is_empty() || gather.is_zero() {
+                if waiting.is_empty() {
                     break;
                 }
-                let gate = &self.gate;
-                let until = match deadline {
-                    Some(until) => until,
-                    None => {
-                        // `settled` before `coming`: a record settled in between is
-                        // counted in neither, so the target errs low, never high.
-                        let settled = gate.settled.load(Ordering::Acquire);
-                        let coming = gate.coming.load(Ordering::Acquire) as u64;
-                        if coming == 0 {
-                            break;
+                let now = Instant::now();
+                let mut until: Option<Instant> = None;
+                if !gathered {
+                    let gate = &self.gate;
+                    let end = match deadline {
+                        Some(end) => Some(end),
+                        None => {
+                            // `settled` before `coming`: a record settled in between is
+                            // counted in neither, so the target errs low, never high.
+                            let settled = gate.settled.load(Ordering::Acquire);
+                            let coming = gate.coming.load(Ordering::Acquire) as u64;
+                            (coming > 0).then(|| {
+                                *gate.gatherer.lock() = Some(me.clone());
+                                gate.target.store(settled + coming, Ordering::Release);
+                                *deadline.insert(now + gather)
+                            })
                         }
-                        *gate.gatherer.lock() = Some(me.clone());
-                        gate.target.store(settled + coming, Ordering::Release);
-                        *deadline.insert(Instant::now() + gather)
+                    };
+                    match end {
+                        Some(end)
+                            if now < end
+                                && gate.settled.load(Ordering::Acquire)
+                                    < gate.target.load(Ordering::Acquire) =>
+                        {
+                            until = Some(end)
+                        }
+                        _ => {
+                            gathered = true;
+                            gate.target.store(0, Ordering::Release);
+                        }
                     }
-                };
-                let target = gate.target.load(Ordering::Acquire);
-                let left = until.saturating_duration_since(Instant::now());
-                if gate.settled.load(Ordering::Acquire) >= target || left.is_zero() {
-                    break;
                 }
-                std::thread::park_timeout(left);
+                // A sync in flight for less than `overlap_after`: the batch waits for it
+                // (taking what comes meanwhile), as most syncs return by then and one
+                // sync for both costs less CPU than two; a slower one is overlapped.
+                if let Some(oldest) = self.in_flight.oldest() {
+                    let at = oldest + self.overlap_after;
+                    if now < at {
+                        self.in_flight.wait_by(&me);
+                        until = Some(until.map_or(at, |u| u.min(at)));
+                    }
+                }
+                let Some(until) = until else {
+                    break;
+                };
+                std::thread::park_timeout(until - now);
             }
             self.gate.target.store(0, Ordering::Release);
             let batch = self.write(&mut records, &mut waiting);
@@ -652,6 +726,8 @@ impl Writers {
         }
         let number = f.next_batch;
         f.next_batch += 1;
+        // In flight from now: a batch taken after the queue is let go sees it.
+        self.in_flight.start(number);
         records.clear();
         Some(Batch {
             number,
@@ -678,6 +754,7 @@ impl Writers {
         let result = batch.written.and_then(|()| batch.file.sync_data());
         #[cfg(test)]
         self.test.syncing.fetch_sub(1, Ordering::AcqRel);
+        self.in_flight.end(batch.number);
         match &result {
             Ok(()) => {
                 self.gate.syncs.fetch_add(1, Ordering::Relaxed);
@@ -1167,6 +1244,7 @@ mod tests {
         let options = JournalOptions {
             gather: Duration::ZERO,
             syncs_in_flight: 2,
+            overlap_after: Duration::from_millis(50),
         };
         let (j, _) = Journal::open_with(&path, options).unwrap();
         let slow = Duration::from_millis(400);
@@ -1211,6 +1289,64 @@ mod tests {
         assert_eq!(contents.entries, vec![vec![1; 10], vec![2; 10]]);
     }
 
+    /// A batch waits for a sync in flight that is younger than `overlap_after` (and
+    /// takes what comes meanwhile) instead of starting its own beside it.
+    #[test]
+    fn a_young_sync_in_flight_is_waited_for_not_overlapped() {
+        let tmp = temp("overlap");
+        let path = tmp.path.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let options = JournalOptions {
+            gather: Duration::ZERO,
+            syncs_in_flight: 2,
+            overlap_after: Duration::from_secs(30),
+        };
+        let (j, _) = Journal::open_with(&path, options).unwrap();
+        j.inner
+            .writers
+            .test
+            .delays
+            .lock()
+            .insert(0, Duration::from_millis(200));
+        let first = rt.spawn({
+            let j = j.clone();
+            async move { j.append(&[1; 10]).await }
+        });
+        let started = Instant::now();
+        while j.inner.writers.test.syncing.load(Ordering::Acquire) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no sync started"
+            );
+            std::thread::yield_now();
+        }
+        let later: Vec<_> = (2..6u8)
+            .map(|n| {
+                let j = j.clone();
+                rt.spawn(async move { j.append(&[n; 10]).await })
+            })
+            .collect();
+        rt.block_on(async {
+            first.await.unwrap().unwrap();
+            for t in later {
+                t.await.unwrap().unwrap();
+            }
+        });
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the batch waited out the age"
+        );
+        assert_eq!(j.inner.writers.test.most_syncing.load(Ordering::Acquire), 1);
+        // The first batch, then the four that waited for its sync, in one.
+        assert_eq!(j.syncs(), 2);
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries.len(), 5);
+    }
+
     /// With one sync in flight, a batch waits for the sync before it.
     #[test]
     fn one_sync_in_flight_keeps_syncs_one_at_a_time() {
@@ -1220,6 +1356,7 @@ mod tests {
         let options = JournalOptions {
             gather: Duration::ZERO,
             syncs_in_flight: 1,
+            overlap_after: Duration::ZERO,
         };
         let (j, _) = Journal::open_with(&path, options).unwrap();
         j.inner
