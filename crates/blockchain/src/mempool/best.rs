@@ -52,8 +52,11 @@ pub struct BlockBudget {
     pub gas_limit: u64,
     /// Max blob gas of the block (blob count × 2^17).
     pub max_blob_gas: u64,
-    /// Least effective tip a transaction must pay to be included (geth's
-    /// `--miner.gasprice`); a sender whose next tx pays less is skipped.
+    /// Least effective tip per gas for inclusion (geth's `--miner.gasprice`), applied to
+    /// a sender's run as its order key is: its next tx goes in when the best average tip
+    /// over its next txs pays it, so a tx under it (a local zero tip) goes in ahead of the
+    /// txs of its sender that pay for it, and a sender whose next txs pay less on average
+    /// is skipped. Blob txs must each pay it.
     pub min_tip: u128,
 }
 
@@ -145,31 +148,37 @@ impl BestTransactions {
         }
     }
 
-    /// The effective tip `tx` pays in this block, if it may go in at all (fee cap over
-    /// the base fee, blob fee cap over the blob base fee, tip at least the least tip).
-    fn includable_tip(&self, tx: &PoolTx) -> Option<u128> {
+    /// The effective tip `tx` pays in this block, if its fee caps let it in at all (fee
+    /// cap over the base fee, blob fee cap over the blob base fee).
+    fn paid_tip(&self, tx: &PoolTx) -> Option<u128> {
         let inner = tx.tx.tx().tx();
         let tip = inner.effective_tip_per_gas(self.budget.base_fee)?;
         let blob_ok = inner
             .max_fee_per_blob_gas()
             .is_none_or(|f| f >= self.budget.blob_base_fee);
-        (tip >= self.budget.min_tip && blob_ok).then_some(tip)
+        blob_ok.then_some(tip)
+    }
+
+    /// [`Self::paid_tip`], if it is at least the least tip (for blob txs, each of which
+    /// must pay it).
+    fn includable_tip(&self, tx: &PoolTx) -> Option<u128> {
+        self.paid_tip(tx).filter(|tip| *tip >= self.budget.min_tip)
     }
 
     /// The best average tip per gas over the sender's next txs (the first `k`, for the
     /// best `k` up to [`LOOKAHEAD`] whose gas still fits the block): a cheap tx that opens
     /// the way to rich ones is worth what the run is worth, and once it is taken the rest
     /// of that run averages at least as much, so the run goes in whole. `None` when the
-    /// head cannot go in (fees, least tip) or does not fit.
+    /// head cannot go in (fees) or does not fit, or the key is under the least tip.
     fn key(&self, group: usize) -> Option<u128> {
         let head = self.groups[group].front()?;
-        let head_tip = self.includable_tip(head)?;
+        let head_tip = self.paid_tip(head)?;
         if head.tx.tx().tx().gas_limit() > self.gas_left {
             return None;
         }
         let (mut paid, mut gas, mut best) = (0u128, 0u128, head_tip);
         for tx in self.groups[group].iter().take(LOOKAHEAD) {
-            let Some(tip) = self.includable_tip(tx) else {
+            let Some(tip) = self.paid_tip(tx) else {
                 break;
             };
             let g = u128::from(tx.tx.tx().tx().gas_limit().max(1));
@@ -180,7 +189,7 @@ impl BestTransactions {
             gas += g;
             best = best.max(paid / gas);
         }
-        Some(best)
+        (best >= self.budget.min_tip).then_some(best)
     }
 
     /// Queues the sender's next tx under its [`Self::key`], or drops the sender when its

@@ -771,6 +771,40 @@ async fn best_transactions_order_by_the_runs_worth_and_nonce() {
     assert_eq!(rest, vec![b0.hash(), c0.hash(), c1.hash()]);
 }
 
+/// The least tip (`--miner.gasprice`) applies to a sender's run as its key does: a tx
+/// under it goes in ahead of the txs of its sender that pay for it (a local zero tip then
+/// does not block its sender's later txs), never alone or at a run's end.
+#[tokio::test]
+async fn the_least_tip_lets_a_cheap_tx_in_when_its_run_pays_for_it() {
+    let (pool, state) = setup();
+    let (a, b, c, d) = (
+        funded(&state, 55),
+        funded(&state, 56),
+        funded(&state, 57),
+        funded(&state, 58),
+    );
+    // a: a local zero tip, then 30 (15 on average); b: 10; c: 3 then 12 (7.5); d: 20,
+    // then a local zero tip.
+    let a0 = tx1559(&a, 0, 0, 100);
+    let a1 = tx1559(&a, 1, 30, 100);
+    let b0 = tx1559(&b, 0, 10, 100);
+    let c0 = tx1559(&c, 0, 3, 100);
+    let c1 = tx1559(&c, 1, 12, 100);
+    let d0 = tx1559(&d, 0, 20, 100);
+    let d1 = tx1559(&d, 1, 0, 100);
+    for t in [&a0, &a1, &b0, &c0, &c1, &d0, &d1] {
+        pool.add_transaction(raw(t), TxOrigin::Local).await.unwrap();
+    }
+    let least_10 = BlockBudget {
+        min_tip: 10,
+        ..budget()
+    };
+    let order: Vec<B256> = pool.best_transactions(least_10).map(|t| t.hash()).collect();
+    assert_eq!(order, vec![d0.hash(), a0.hash(), a1.hash(), b0.hash()]);
+    // With no least tip, every tx goes in.
+    assert_eq!(pool.best_transactions(budget()).count(), 7);
+}
+
 #[tokio::test]
 async fn best_transactions_respect_blob_gas() {
     let (pool, state) = setup();
