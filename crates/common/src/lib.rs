@@ -8,6 +8,7 @@
 //! - [`config`]: geth-style genesis files, fork schedules, blob parameters and the EIP-2124
 //!   fork id, with mainnet, sepolia and hoodi built in.
 //! - [`rlp`]: the strict RLP reader the decoders share.
+//! - [`throttle`]: a log line at most once per period (the p2p and RPC servers').
 //!
 //! Data flows one way: bytes from a peer or an RPC client → [`rlp`] → typed values that
 //! hash themselves at decode time. Nothing in this crate touches state; anything that
@@ -21,6 +22,7 @@ pub mod genesis_block;
 pub mod receipt;
 pub mod rlp;
 pub mod testing;
+pub mod throttle;
 pub mod transaction;
 
 pub use transaction::{

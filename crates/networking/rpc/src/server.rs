@@ -173,38 +173,7 @@ impl Drop for ConnSlot {
     }
 }
 
-/// A warning logged at most once per period; the ones held back are counted into the
-/// next.
-#[derive(Debug)]
-pub struct Throttle {
-    period: Duration,
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl Throttle {
-    pub const fn new(period: Duration) -> Self {
-        Self {
-            period,
-            state: Mutex::new((None, 0)),
-        }
-    }
-
-    /// `Some(how many were held back since the last one)` when this one may be logged.
-    pub fn allow(&self) -> Option<u64> {
-        let mut s = self.state.lock();
-        let now = Instant::now();
-        match s.0 {
-            Some(last) if now.duration_since(last) < self.period => {
-                s.1 += 1;
-                None
-            }
-            _ => {
-                s.0 = Some(now);
-                Some(std::mem::take(&mut s.1))
-            }
-        }
-    }
-}
+pub use moat_common::throttle::Throttle;
 
 /// Where a connection is between requests, for its watchdog.
 #[derive(Debug, Clone, Copy)]
@@ -672,16 +641,6 @@ mod tests {
         assert_ne!(client_key(x), client_key(z));
         let mapped: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
         assert_eq!(client_key(mapped), "10.1.2.3".parse::<IpAddr>().unwrap());
-    }
-
-    #[test]
-    fn throttle_counts_what_it_holds_back() {
-        let t = Throttle::new(Duration::from_secs(3600));
-        assert_eq!(t.allow(), Some(0));
-        assert_eq!(t.allow(), None);
-        assert_eq!(t.allow(), None);
-        t.state.lock().0 = Some(Instant::now() - Duration::from_secs(7200));
-        assert_eq!(t.allow(), Some(2));
     }
 
     /// A connection from 127.0.0.1 in a table of one.

@@ -57,6 +57,7 @@ use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::lanes::{CeilingMutex, CeilingRwLock};
 use moat_blockchain::mempool::{PeerBudget, Pool};
 use moat_common::config::ForkFilter;
+use moat_common::throttle::Throttle;
 use moat_common::transaction::BlobRules;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -643,36 +644,6 @@ impl StaticPeers {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("too many static peers (at most {0})")]
 pub struct StaticPeersFull(pub usize);
-
-/// A log line at most once per period; the ones held back are counted into the next.
-struct Throttle {
-    period: Duration,
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl Throttle {
-    const fn new(period: Duration) -> Self {
-        Self {
-            period,
-            state: Mutex::new((None, 0)),
-        }
-    }
-
-    fn allow(&self) -> Option<u64> {
-        let mut s = self.state.lock();
-        let now = Instant::now();
-        match s.0 {
-            Some(last) if now.duration_since(last) < self.period => {
-                s.1 += 1;
-                None
-            }
-            _ => {
-                s.0 = Some(now);
-                Some(std::mem::take(&mut s.1))
-            }
-        }
-    }
-}
 
 /// Inbound peers may take all slots but a third, kept for the peers this node dials
 /// (geth's dial ratio): a crowd of inbound connections cannot lock out static peers.
