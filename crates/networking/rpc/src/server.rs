@@ -424,7 +424,7 @@ where
         Box::pin(async move {
             let response = match lane {
                 Lane::Trusted => fut.await,
-                Lane::Untrusted => lanes::run(lane, fut)
+                Lane::Untrusted => lanes::run_rpc_untrusted(fut)
                     .await
                     .unwrap_or_else(|| Err("request cancelled".into())),
             };
