@@ -105,7 +105,7 @@ pub struct PoolArgs {
     pub journal_gather: Duration,
     /// Batches of the journal being synced at once: the next batch is written and synced
     /// while earlier syncs are on the disk, answered after them (moat's).
-    #[arg(long = "txpool.journal.syncs", default_value_t = 2,
+    #[arg(long = "txpool.journal.syncs", default_value_t = 3,
           value_parser = clap::value_parser!(u8).range(1..=16))]
     pub journal_syncs: u8,
     /// Age a journal sync in flight must reach before the next batch's sync starts beside

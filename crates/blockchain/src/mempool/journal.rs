@@ -66,7 +66,7 @@ pub const MAX_HELD: usize = 4_096;
 pub const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// Batches being synced at once by default: a batch need not wait for the sync before it.
-pub const SYNCS_IN_FLIGHT: usize = 2;
+pub const SYNCS_IN_FLIGHT: usize = 3;
 
 /// Age a sync must reach by default before the next batch's sync starts beside it: on
 /// this kind of disk most syncs return within ~200 µs, some take milliseconds.
