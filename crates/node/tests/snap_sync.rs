@@ -45,9 +45,15 @@ fn datadir(tag: &str) -> PathBuf {
 
 /// The generated chain in `dir` (genesis.json, chain.rlp); the senders' addresses.
 fn generate(dir: &Path) -> Vec<Address> {
+    generate_parts(dir, SENDERS, &[("chain.rlp", BLOCKS)])
+}
+
+/// A chain generated over `senders` funded accounts: genesis.json, and for each
+/// `(file, blocks)` of `parts` the chain from block 1 up to `blocks`.
+fn generate_parts(dir: &Path, senders: usize, parts: &[(&str, u64)]) -> Vec<Address> {
     std::fs::create_dir_all(dir).unwrap();
     let mut g = Generator::new(Params {
-        senders: SENDERS,
+        senders,
         txs_per_block: 40,
         deploy_percent: 25,
         call_percent: 35,
@@ -55,23 +61,31 @@ fn generate(dir: &Path) -> Vec<Address> {
         ..Params::default()
     })
     .unwrap();
-    let mut rlp = Vec::new();
-    for _ in 0..BLOCKS {
-        rlp.extend_from_slice(&g.next_block().unwrap().encode());
+    let (mut rlp, mut made) = (Vec::new(), 0);
+    for (file, blocks) in parts {
+        for _ in made..*blocks {
+            rlp.extend_from_slice(&g.next_block().unwrap().encode());
+        }
+        made = *blocks;
+        std::fs::write(dir.join(file), &rlp).unwrap();
     }
     std::fs::write(
         dir.join("genesis.json"),
         serde_json::to_string(g.genesis()).unwrap(),
     )
     .unwrap();
-    std::fs::write(dir.join("chain.rlp"), rlp).unwrap();
     g.senders().iter().map(|s| s.address()).collect()
 }
 
 fn import(datadir: &Path, gen_dir: &Path) {
+    import_file(datadir, gen_dir, "chain.rlp");
+}
+
+/// Imports `file` of `gen_dir` (blocks already held are skipped).
+fn import_file(datadir: &Path, gen_dir: &Path, file: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_moat"))
         .arg("import")
-        .arg(gen_dir.join("chain.rlp"))
+        .arg(gen_dir.join(file))
         .arg("--network")
         .arg(gen_dir.join("genesis.json"))
         .arg("--datadir")
@@ -178,6 +192,112 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
                 b.call("eth_getStorageAt", &params),
                 a.call("eth_getStorageAt", &params),
                 "slot {slot} of {c}"
+            );
+        }
+    }
+    drop((a, b));
+    for d in [gen_dir, a_dir, b_dir] {
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_file(d.with_extension("jwt"));
+    }
+}
+
+/// A field of `eth_syncing` as a number (0 when absent).
+fn syncing_field(node: &Moat, field: &str) -> u64 {
+    let s = node.call("eth_syncing", "[]");
+    s[field]
+        .as_str()
+        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0)
+}
+
+/// A node killed with SIGKILL while healing resumes from healing's record. B's first
+/// download (pivot #6 of A's 70 blocks) is cut halfway; A then imports 70 more blocks,
+/// so that pivot is past the 128 states A serves: B, restarted towards A's new head,
+/// finds it stale, moves to pivot #76, downloads the rest there and heals what it held
+/// from the old pivot. Killed while healing, B restarts, resumes healing from its record
+/// without building the tries again, and ends at A's head with A's state root and
+/// balances. B asks 1 byte an answer (one account or trie node each), so that both the
+/// download and healing last long enough to be killed in.
+#[test]
+fn a_node_killed_while_healing_resumes_from_its_record() {
+    const FIRST: u64 = 70;
+    const ALL: u64 = 140;
+    let gen_dir = datadir("heal-gen");
+    let senders = generate_parts(&gen_dir, 6_000, &[("first.rlp", FIRST), ("all.rlp", ALL)]);
+    let genesis = gen_dir.join("genesis.json");
+    let a_dir = datadir("heal-a");
+    import_file(&a_dir, &gen_dir, "first.rlp");
+    let a_port = free_port();
+    let a_enode = enode(0x63, a_port);
+    let a = start(&a_dir, &genesis, a_port, 0x63, &["--syncmode", "full"]);
+    let first_head = a.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    assert_eq!(a.head(), Some(FIRST));
+
+    // B's download at the first pivot, cut halfway (the store's relaxed commits are
+    // durable within a second: what B held a second before the kill stays).
+    let b_dir = datadir("heal-b");
+    let b_port = free_port();
+    let b_args = ["--bootnodes", &a_enode, "--snap.responsebytes", "1"];
+    let start_b = || Moat::start(&b_dir, &genesis, b_port, 0x64, &b_args, &[], WAIT);
+    let b = start_b();
+    b.wait("B to connect to A", || one_peer(&b));
+    let hash = first_head["hash"].as_str().unwrap();
+    assert_eq!(forkchoice(&b, hash), "SYNCING");
+    b.wait("B to download 3,000 accounts", || {
+        (syncing_field(&b, "syncedAccounts") > 3_000).then_some(())
+    });
+    assert_eq!(b.head(), Some(0), "still downloading when killed");
+    b.kill9();
+
+    // A moves on past the 128 states it serves from B's pivot.
+    drop(a);
+    import_file(&a_dir, &gen_dir, "all.rlp");
+    let a = start(&a_dir, &genesis, a_port, 0x63, &["--syncmode", "full"]);
+    assert_eq!(a.head(), Some(ALL));
+    let head = a.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    let hash = head["hash"].as_str().unwrap().to_string();
+
+    // B: the old pivot stale, a new one, then healing, killed while it heals, once
+    // more answers came than one commit of healing's record takes (the figures are
+    // published after each answer's commit).
+    let b = start_b();
+    b.wait("B to reconnect to A", || one_peer(&b));
+    assert_eq!(forkchoice(&b, &hash), "SYNCING");
+    let committed = 2 * moat_sync::snap::HEAL_COMMIT_EVERY as u64;
+    let healed = b.wait("B to heal some trie nodes", || {
+        let n = syncing_field(&b, "healedTrienodes");
+        (n > committed).then_some(n)
+    });
+    let left = syncing_field(&b, "healingTrienodes");
+    assert_eq!(b.head(), Some(0), "still healing when killed");
+    let log = b.log();
+    assert!(log.contains("the download goes on and is healed"), "{log}");
+    b.kill9();
+
+    let b = start_b();
+    b.wait("B to reconnect to A", || one_peer(&b));
+    assert_eq!(forkchoice(&b, &hash), "SYNCING");
+    b.wait("B to reach A's head", || (b.head()? == ALL).then_some(()));
+    let log = b.log();
+    assert!(log.contains("healing resumed from its record"), "{log}");
+    assert!(
+        !log.contains("tries of the download built"),
+        "the tries are not built again: {log}"
+    );
+    assert!(log.contains("snap sync complete"), "{log}");
+    eprintln!("killed after {healed} healed trie nodes ({left} known left), resumed");
+
+    let ours = b.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    assert_eq!(ours["hash"], head["hash"]);
+    assert_eq!(ours["stateRoot"], head["stateRoot"]);
+    for s in senders.iter().step_by(61) {
+        let params = format!(r#"["{s}", "latest"]"#);
+        for method in ["eth_getBalance", "eth_getTransactionCount"] {
+            assert_eq!(
+                b.call(method, &params),
+                a.call(method, &params),
+                "{method} {s}"
             );
         }
     }

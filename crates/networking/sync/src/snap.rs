@@ -1552,7 +1552,9 @@ impl<S: BlockSource> Run<'_, S> {
                     tasks: left,
                 };
                 batch.set_snap_heal(Some(record.encode()));
-                store.commit_relaxed(std::mem::take(&mut batch))?;
+                // Durable at once (one sync per that many answers): a node killed
+                // after this commit does not ask these answers' nodes again.
+                store.commit(std::mem::take(&mut batch))?;
             }
             let queued: usize = (queue.iter().chain(self.asked.values().map(|a| &a.1)))
                 .map(|w| match w {
