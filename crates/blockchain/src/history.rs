@@ -112,7 +112,8 @@ impl StateAtBlock {
     }
 
     /// The nodes of trie `owner` as they were, from `path`'s key on, in the order of the
-    /// trie-node table ([`Store::trie_nodes_from`]), until `visit` returns `false`.
+    /// trie-node table ([`Store::trie_node_entries_from`]), until `visit` returns
+    /// `false`.
     pub fn trie_nodes_from(
         &self,
         owner: &B256,

@@ -45,7 +45,7 @@ mod snap;
 mod tests;
 
 pub use batch::WriteBatch;
-/// The trie-node table's key layout: what [`Store::trie_nodes_from`] scans in order.
+/// The trie-node table's key layout: what [`Store::trie_node_entries_from`] scans in order.
 pub use codec::{trie_node_key, trie_node_path, trie_owner_bounds};
 pub use error::StoreError;
 
@@ -333,29 +333,10 @@ impl Store {
 
     /// The nodes of trie `owner` whose key is at or after that of `path`, in key order
     /// (the path packed two nibbles a byte, then its length: a node sorts after every
-    /// node left of it, so leaves come in the order of their keys), read from one
-    /// snapshot of the database, until `visit` returns `false`. What serving a range of
-    /// the head state reads instead of one lookup per node.
-    pub fn trie_nodes_from(
-        &self,
-        owner: &B256,
-        path: &[u8],
-        mut visit: impl FnMut(Vec<u8>, &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        let mut bad = None;
-        self.trie_node_entries_from(owner, path, |key, value| match codec::trie_node_path(key) {
-            Ok(path) => visit(path, value),
-            Err(e) => {
-                bad = Some(e);
-                false
-            }
-        })?;
-        bad.map_or(Ok(()), Err)
-    }
-
-    /// [`Store::trie_nodes_from`] with each node's table key ([`trie_node_key`]) as it
-    /// is stored, not decoded into a path: what a merge in key order and the snap
-    /// server's leaf scan read.
+    /// node left of it, so leaves come in the order of their keys), each with its table
+    /// key ([`trie_node_key`]) as stored, read from one snapshot of the database, until
+    /// `visit` returns `false`. What serving a range of the head state reads instead of
+    /// one lookup per node, and what a merge in key order reads.
     pub fn trie_node_entries_from(
         &self,
         owner: &B256,

@@ -588,7 +588,7 @@ const ACCOUNTS: B256 = B256::ZERO;
 /// Calls `f` with the leaves of trie `owner` from `origin` on, in key order, until it
 /// returns `false`. With `scan` (the same state as `state`) they are read with one range
 /// scan of the trie-node table, merged for an older state with the nodes the blocks
-/// since changed ([`StateAtBlock::trie_nodes_from`]): the leaf on the origin's own path
+/// since changed ([`StateAtBlock::trie_node_entries_from`]): the leaf on the origin's own path
 /// first, then every leaf stored after the origin's key. Without it the trie is walked
 /// node by node.
 fn leaves_from<S: NodeSource + ?Sized>(
