@@ -612,39 +612,45 @@ fn a_sync_cut_short_resumes_from_its_record() {
     assert_state_at_pivot(&client);
 }
 
-#[test]
-fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
-    let served = served_chain();
-    let rt = runtime();
-    let cfg = cfg();
-    let target = served.head().unwrap().1;
+/// A fresh client of `served`'s genesis (`fresh`) whose download towards `target` was
+/// cut in its storage stage after `share` (numerator, denominator) of the storage
+/// requests a whole download asks, and whose pivot then went stale (as the syncer marks
+/// it); also that cut download's record (its state root is the old pivot's).
+fn cut_in_storage_and_stale(
+    rt: &tokio::runtime::Runtime,
+    served: &Chain,
+    fresh: impl Fn() -> Chain,
+    target: B256,
+    cfg: &SnapConfig,
+    share: (usize, usize),
+) -> (Chain, Progress) {
     // What a whole download of the pivot asks.
     let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
-    let client = fresh();
-    sync_to(&rt, &client, &baseline, target, &cfg).unwrap();
+    sync_to(rt, &fresh(), &baseline, target, cfg).unwrap();
     let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
     let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
     assert!(storage_asked >= 4, "{storage_asked} storage requests");
-
-    // A download cut in its storage stage, whose pivot then goes stale.
+    // The accounts and part of the storage, then the peer is gone.
     let client = fresh();
-    let budget = accounts_asked + storage_asked / 2;
+    let budget = accounts_asked + storage_asked * share.0 / share.1;
     let cut = Served::new(served.clone(), vec![Mode::Honest], Some(budget));
-    let err = sync_to(&rt, &client, &cut, target, &cfg);
+    let err = sync_to(rt, &client, &cut, target, cfg);
     assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
-    let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
+    let record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
     assert_eq!(record.stage, Stage::Storage);
+    (client, record)
+}
+
+/// Marks the pivot of `client`'s record stale, as the syncer does.
+fn mark_stale(client: &Chain, mut record: Progress) {
     record.pivot_hash = B256::ZERO;
     let mut batch = moat_storage::WriteBatch::new();
     batch.set_snap_progress(Some(record.encode()));
     client.store().commit(batch).unwrap();
+}
 
-    // The new target is one block lower: its pivot is one block lower too.
-    let (head, _) = served.head().unwrap();
-    let new_target = served.store().canonical_hash(head - 1).unwrap().unwrap();
-    let source = Served::new(served.clone(), vec![Mode::Honest], None);
-    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
-    let pivot = head - 1 - PIVOT_DISTANCE;
+/// `client`'s head is `served`'s block `pivot`, with its state root stored.
+fn assert_head_at(client: &Chain, served: &Chain, pivot: u64) {
     let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
     assert_eq!(client.head().unwrap(), (pivot, hash));
     let header = client.header(&hash).unwrap().unwrap();
@@ -652,6 +658,24 @@ fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
         stored_state_root(client.store()).unwrap(),
         header.state_root
     );
+}
+
+#[test]
+fn a_new_pivot_keeps_the_storage_tries_that_still_prove_out() {
+    let served = served_chain();
+    let rt = runtime();
+    let cfg = cfg();
+    let target = served.head().unwrap().1;
+    // A download cut in its storage stage, whose pivot then goes stale.
+    let (client, record) = cut_in_storage_and_stale(&rt, served, fresh, target, &cfg, (1, 2));
+    mark_stale(&client, record);
+
+    // The new target is one block lower: its pivot is one block lower too.
+    let (head, _) = served.head().unwrap();
+    let new_target = served.store().canonical_hash(head - 1).unwrap().unwrap();
+    let source = Served::new(served.clone(), vec![Mode::Honest], None);
+    sync_to(&rt, &client, &source, new_target, &cfg).unwrap();
+    assert_head_at(&client, served, head - 1 - PIVOT_DISTANCE);
     // The accounts held are not asked again (the pivot moved back a block: accounts
     // and storage of its last block are healed away); the storage tries held that still
     // prove out are not asked again, the rest is asked or healed.
@@ -707,34 +731,15 @@ fn moved_pivot(rt: &tokio::runtime::Runtime, cfg: &SnapConfig) -> (Generator, Ch
     let served = g.chain().clone();
     let target = served.head().unwrap().1;
     let fresh = || Chain::init(Store::in_memory(), g.genesis()).unwrap();
-    // What a whole download of the first pivot asks.
-    let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
-    sync_to(rt, &fresh(), &baseline, target, cfg).unwrap();
-    let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
-    let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
-
-    // The accounts and part of the storage at the first pivot, then the peer is gone.
-    let client = fresh();
-    let cut = Served::new(
-        served.clone(),
-        vec![Mode::Honest],
-        Some(accounts_asked + storage_asked / 2),
-    );
-    let err = sync_to(rt, &client, &cut, target, cfg);
-    assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
-    let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
-    assert_eq!(record.stage, Stage::Storage);
+    let (client, record) = cut_in_storage_and_stale(rt, &served, fresh, target, cfg, (1, 2));
     let old_root = record.state_root;
 
     // The chain goes on: blocks that change balances, nonces, storage and deploy code.
     for _ in 0..20 {
         g.next_block().unwrap();
     }
-    // The pivot goes stale (as the syncer marks it).
-    record.pivot_hash = B256::ZERO;
-    let mut batch = moat_storage::WriteBatch::new();
-    batch.set_snap_progress(Some(record.encode()));
-    client.store().commit(batch).unwrap();
+    // The pivot goes stale.
+    mark_stale(&client, record);
     (g, client, old_root)
 }
 
@@ -875,25 +880,9 @@ fn a_peer_sending_extra_slot_lists_after_a_pivot_move_cannot_panic_the_sync() {
     let rt = runtime();
     let cfg = cfg();
     let target = served.head().unwrap().1;
-    let baseline = Served::new(served.clone(), vec![Mode::Honest], None);
-    sync_to(&rt, &fresh(), &baseline, target, &cfg).unwrap();
-    let accounts_asked = baseline.asked[0].load(Ordering::SeqCst);
-    let storage_asked = baseline.asked[1].load(Ordering::SeqCst);
     // A download cut early in its storage stage, whose pivot then goes stale.
-    let client = fresh();
-    let cut = Served::new(
-        served.clone(),
-        vec![Mode::Honest],
-        Some(accounts_asked + storage_asked / 4),
-    );
-    let err = sync_to(&rt, &client, &cut, target, &cfg);
-    assert!(matches!(err, Err(SnapError::NoPeers)), "{err:?}");
-    let mut record = Progress::decode(&client.store().snap_progress().unwrap().unwrap()).unwrap();
-    assert_eq!(record.stage, Stage::Storage);
-    record.pivot_hash = B256::ZERO;
-    let mut batch = moat_storage::WriteBatch::new();
-    batch.set_snap_progress(Some(record.encode()));
-    client.store().commit(batch).unwrap();
+    let (client, record) = cut_in_storage_and_stale(&rt, served, fresh, target, &cfg, (1, 4));
+    mark_stale(&client, record);
     // The new pivot is one block lower: most storage tries are the same at both, so
     // whole answers with a list too many come back from the peers that add one.
     let (head, _) = served.head().unwrap();
@@ -906,14 +895,7 @@ fn a_peer_sending_extra_slot_lists_after_a_pivot_move_cannot_panic_the_sync() {
         source.spoiled[1].load(Ordering::SeqCst) >= 4,
         "extra lists sent"
     );
-    let pivot = head - 1 - PIVOT_DISTANCE;
-    let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
-    assert_eq!(client.head().unwrap(), (pivot, hash));
-    let header = client.header(&hash).unwrap().unwrap();
-    assert_eq!(
-        stored_state_root(client.store()).unwrap(),
-        header.state_root
-    );
+    assert_head_at(&client, served, head - 1 - PIVOT_DISTANCE);
 }
 
 /// Healing cut short resumes from its record: the nodes whose patches were committed
