@@ -599,12 +599,15 @@ struct Batch {
     waiting: Vec<oneshot::Sender<io::Result<()>>>,
 }
 
+/// The appends of a batch, waiting for its answer.
+type Answers = Vec<oneshot::Sender<io::Result<()>>>;
+
 /// Synced batches held back until every earlier batch is synced too.
 #[derive(Default)]
 struct Acks {
     /// The batch to answer next.
     next: u64,
-    synced: std::collections::BTreeMap<u64, (io::Result<()>, Vec<oneshot::Sender<io::Result<()>>>)>,
+    synced: std::collections::BTreeMap<u64, (io::Result<()>, Answers)>,
 }
 
 #[cfg(test)]
