@@ -105,35 +105,25 @@ impl PoolInner {
         };
         let pooled = |n: u64| s.and_then(|s| s.txs.get(&n)).map(|h| &self.by_hash[h].tx);
         // The chain from the run's end: per tx its tip × gas, its gas, and the tx if it is
-        // a remembered one.
-        let mut chain: Vec<(u128, u128, Option<&Arc<PoolTx>>)> = Vec::new();
-        for n in start..nonce {
+        // a remembered one. A link is the pooled tx at a nonce, else the remembered one.
+        let link = |n: u64| -> Option<(u128, u128, Option<&Arc<PoolTx>>)> {
             if let Some(t) = pooled(n) {
                 let (v, g) = worth(t);
-                chain.push((v, g, None));
-            } else if let Some(t) = self.let_go.get(&tx.sender, n) {
-                let (v, g) = worth(t);
-                chain.push((v, g, Some(t)));
+                Some((v, g, None))
             } else {
-                return None;
+                let t = self.let_go.get(&tx.sender, n)?;
+                let (v, g) = worth(t);
+                Some((v, g, Some(t)))
             }
-        }
+        };
+        // Below the newcomer every link is needed (they fill its gap)...
+        let mut chain = (start..nonce).map(link).collect::<Option<Vec<_>>>()?;
         let newcomer = chain.len();
         let (v, g) = worth(tx);
         chain.push((v, g, None));
-        // And above the newcomer: pooled txs, and remembered ones (let go with the tail
-        // below them, they may come back with it).
-        for n in nonce + 1.. {
-            if let Some(t) = pooled(n) {
-                let (v, g) = worth(t);
-                chain.push((v, g, None));
-            } else if let Some(t) = self.let_go.get(&tx.sender, n) {
-                let (v, g) = worth(t);
-                chain.push((v, g, Some(t)));
-            } else {
-                break;
-            }
-        }
+        // ...above it, as far as they go: pooled txs, and remembered ones (let go with the
+        // tail below them, they may come back with it).
+        chain.extend((nonce + 1..).map_while(link));
         // The package: the prefix through the newcomer or past it with the best ancestor
         // score (a block takes a prefix of a run, so a cheap top does not count against
         // the rich txs below it), and the pooled txs right above it, which come along.
