@@ -409,7 +409,7 @@ impl Budgets {
         };
         Self {
             cfg,
-            ledger: CeilingMutex::new(ledger),
+            ledger: CeilingMutex::named("budget_ledger", ledger),
         }
     }
 

@@ -226,8 +226,22 @@ impl Drop for Raised {
 
 /// A mutex whose sections run at normal priority on any thread ([`Raised`]): for state
 /// that the untrusted lane's threads and trusted work both lock.
+///
+/// A lock that is found held is timed: `moat_lock_wait_seconds{lock,lane}` (the waiter's
+/// lane) and `moat_lock_waits_total`; the uncontended path reads no clock.
 #[derive(Debug, Default)]
-pub struct CeilingMutex<T>(parking_lot::Mutex<T>);
+pub struct CeilingMutex<T> {
+    lock: parking_lot::Mutex<T>,
+    name: &'static str,
+}
+
+/// Records a wait for a contended lock ([`CeilingMutex`], [`CeilingRwLock`]).
+fn waited(name: &'static str, since: std::time::Instant) {
+    let lane = current().as_str();
+    metrics::histogram!("moat_lock_wait_seconds", "lock" => name, "lane" => lane)
+        .record(since.elapsed());
+    metrics::counter!("moat_lock_waits_total", "lock" => name, "lane" => lane).increment(1);
+}
 
 /// The lock of a [`CeilingMutex`]; the priority goes back down after the lock is free.
 pub struct CeilingGuard<'a, T> {
@@ -238,13 +252,30 @@ pub struct CeilingGuard<'a, T> {
 
 impl<T> CeilingMutex<T> {
     pub fn new(value: T) -> Self {
-        Self(parking_lot::Mutex::new(value))
+        Self::named("other", value)
+    }
+
+    /// A mutex whose waits are reported under `name`.
+    pub fn named(name: &'static str, value: T) -> Self {
+        Self {
+            lock: parking_lot::Mutex::new(value),
+            name,
+        }
     }
 
     pub fn lock(&self) -> CeilingGuard<'_, T> {
         let raised = Raised::new();
+        let guard = match self.lock.try_lock() {
+            Some(g) => g,
+            None => {
+                let since = std::time::Instant::now();
+                let g = self.lock.lock();
+                waited(self.name, since);
+                g
+            }
+        };
         CeilingGuard {
-            guard: self.0.lock(),
+            guard,
             _raised: raised,
         }
     }
@@ -252,7 +283,7 @@ impl<T> CeilingMutex<T> {
     pub fn try_lock(&self) -> Option<CeilingGuard<'_, T>> {
         let raised = Raised::new();
         Some(CeilingGuard {
-            guard: self.0.try_lock()?,
+            guard: self.lock.try_lock()?,
             _raised: raised,
         })
     }
@@ -276,7 +307,10 @@ impl<T> std::ops::DerefMut for CeilingGuard<'_, T> {
 /// arriving or leaving). A writer waiting for a preempted reader would hold up every
 /// later reader behind it.
 #[derive(Debug, Default)]
-pub struct CeilingRwLock<T>(parking_lot::RwLock<T>);
+pub struct CeilingRwLock<T> {
+    lock: parking_lot::RwLock<T>,
+    name: &'static str,
+}
 
 /// A read lock of a [`CeilingRwLock`].
 pub struct CeilingReadGuard<'a, T> {
@@ -292,21 +326,47 @@ pub struct CeilingWriteGuard<'a, T> {
 
 impl<T> CeilingRwLock<T> {
     pub fn new(value: T) -> Self {
-        Self(parking_lot::RwLock::new(value))
+        Self::named("other", value)
+    }
+
+    /// A lock whose waits are reported under `name` (as [`CeilingMutex`]'s).
+    pub fn named(name: &'static str, value: T) -> Self {
+        Self {
+            lock: parking_lot::RwLock::new(value),
+            name,
+        }
     }
 
     pub fn read(&self) -> CeilingReadGuard<'_, T> {
         let raised = Raised::new();
+        let guard = match self.lock.try_read() {
+            Some(g) => g,
+            None => {
+                let since = std::time::Instant::now();
+                let g = self.lock.read();
+                waited(self.name, since);
+                g
+            }
+        };
         CeilingReadGuard {
-            guard: self.0.read(),
+            guard,
             _raised: raised,
         }
     }
 
     pub fn write(&self) -> CeilingWriteGuard<'_, T> {
         let raised = Raised::new();
+        let guard = match self.lock.try_write() {
+            Some(g) => g,
+            None => {
+                let since = std::time::Instant::now();
+                let g = self.lock.write();
+                waited(self.name, since);
+                g
+            }
+        };
         CeilingWriteGuard {
-            guard: self.0.write(),
+            guard,
             _raised: raised,
         }
     }
@@ -561,11 +621,14 @@ fn rpc_lane_bucket() -> &'static CeilingMutex<LaneBucket> {
     BUCKET.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let budget = RpcLaneBudget::for_cores(cores);
-        CeilingMutex::new(LaneBucket {
-            tokens: budget.burst_us as f64,
-            budget,
-            at: std::time::Instant::now(),
-        })
+        CeilingMutex::named(
+            "rpc_lane_budget",
+            LaneBucket {
+                tokens: budget.burst_us as f64,
+                budget,
+                at: std::time::Instant::now(),
+            },
+        )
     })
 }
 

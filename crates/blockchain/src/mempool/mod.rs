@@ -406,7 +406,7 @@ impl Pool {
         let metrics = Arc::new(PoolMetrics::default());
         let shared = Shared {
             rules: RwLock::new(Rules::at(&cfg, &head)),
-            pool: lanes::CeilingMutex::new(PoolInner::new(Arc::clone(&cfg), head)),
+            pool: lanes::CeilingMutex::named("pool", PoolInner::new(Arc::clone(&cfg), head)),
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),

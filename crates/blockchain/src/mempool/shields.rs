@@ -139,7 +139,7 @@ pub struct InFlight {
 impl Default for InFlight {
     fn default() -> Self {
         Self {
-            shards: std::array::from_fn(|_| Mutex::new(HashSet::default())),
+            shards: std::array::from_fn(|_| Mutex::named("in_flight", HashSet::default())),
         }
     }
 }
@@ -193,7 +193,7 @@ impl Backpressure {
         Self {
             global: AtomicUsize::new(0),
             global_limit,
-            per_origin: Mutex::new(HashMap::default()),
+            per_origin: Mutex::named("backpressure", HashMap::default()),
             per_origin_limit,
         }
     }

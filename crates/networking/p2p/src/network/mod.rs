@@ -223,7 +223,7 @@ impl Network {
         .with_snap();
         let gate_cfg = cfg.handshakes;
         let inner = Arc::new(Inner {
-            fetcher: CeilingMutex::new(Fetcher::new(cfg.fetcher)),
+            fetcher: CeilingMutex::named("fetcher", Fetcher::new(cfg.fetcher)),
             static_peers: Mutex::new(StaticPeers::default()),
             cfg,
             local,
@@ -232,7 +232,7 @@ impl Network {
             synced,
             filter,
             genesis_timestamp: genesis.timestamp,
-            peers: CeilingRwLock::new(Map::default()),
+            peers: CeilingRwLock::named("peer_table", Map::default()),
             listen_addr: Mutex::new(listen_addr),
             gate: HandshakeGate::new(gate_cfg),
             blob_rules: Mutex::new((B256::ZERO, None)),
