@@ -479,24 +479,36 @@ impl SnapMessage {
 /// The slim form of an account's RLP (`[nonce, balance, root, codeHash]`): the empty
 /// storage root and the empty code hash become empty strings.
 pub fn slim_account(full: &[u8]) -> Result<Vec<u8>, RlpError> {
-    match slim_by_copy(full) {
-        Some(slim) => Ok(slim),
-        None => convert_account(full, true),
+    let mut out = Vec::new();
+    slim_account_into(full, &mut out)?;
+    Ok(out)
+}
+
+/// [`slim_account`] appended to `out`: what an account range writes its accounts into,
+/// one buffer for the whole answer instead of an allocation per account.
+fn slim_account_into(full: &[u8], out: &mut Vec<u8>) -> Result<(), RlpError> {
+    if !slim_by_copy(full, out) {
+        out.extend_from_slice(&convert_account(full, true)?);
     }
+    Ok(())
 }
 
 /// The slim form of a well-formed full account, copied rather than decoded and encoded
 /// again (what serving a million accounts does): nonce and balance as they stand, once
-/// checked minimal, and the two hashes, the last 66 bytes. `None` for anything else,
-/// which [`convert_account`] then reads (or refuses) as before.
-fn slim_by_copy(full: &[u8]) -> Option<Vec<u8>> {
+/// checked minimal, and the two hashes, the last 66 bytes, appended to `out`. `false`
+/// (nothing appended) for anything else, which [`convert_account`] then reads (or
+/// refuses) as before.
+fn slim_by_copy(full: &[u8], out: &mut Vec<u8>) -> bool {
     let mut buf = full;
-    let mut items = rlp::list(&mut buf, "account").ok()?;
+    let Ok(mut items) = rlp::list(&mut buf, "account") else {
+        return false;
+    };
     if !buf.is_empty() {
-        return None;
+        return false;
     }
-    let nonce = items.raw_item("nonce").ok()?;
-    let balance = items.raw_item("balance").ok()?;
+    let (Ok(nonce), Ok(balance)) = (items.raw_item("nonce"), items.raw_item("balance")) else {
+        return false;
+    };
     let hashes = items.remaining();
     if !minimal_uint(nonce, 8)
         || !minimal_uint(balance, 32)
@@ -504,24 +516,34 @@ fn slim_by_copy(full: &[u8]) -> Option<Vec<u8>> {
         || hashes[0] != 0xa0
         || hashes[33] != 0xa0
     {
-        return None;
+        return false;
     }
-    let mut p = Vec::with_capacity(nonce.len() + balance.len() + 66);
-    p.extend_from_slice(nonce);
-    p.extend_from_slice(balance);
-    for (item, empty) in [
+    let hash_items = [
         (&hashes[..33], EMPTY_ROOT),
         (&hashes[33..], KECCAK256_EMPTY),
-    ] {
-        if item[1..] == empty[..] {
-            p.push(alloy_rlp::EMPTY_STRING_CODE);
+    ];
+    let slim_len = |item: &[u8], empty: B256| if item[1..] == empty[..] { 1 } else { 33 };
+    let payload = nonce.len()
+        + balance.len()
+        + hash_items
+            .iter()
+            .map(|(item, empty)| slim_len(item, *empty))
+            .sum::<usize>();
+    alloy_rlp::Header {
+        list: true,
+        payload_length: payload,
+    }
+    .encode(out);
+    out.extend_from_slice(nonce);
+    out.extend_from_slice(balance);
+    for (item, empty) in hash_items {
+        if slim_len(item, empty) == 1 {
+            out.push(alloy_rlp::EMPTY_STRING_CODE);
         } else {
-            p.extend_from_slice(item);
+            out.extend_from_slice(item);
         }
     }
-    let mut out = Vec::with_capacity(p.len() + 2);
-    rlp::encode_list_payload(&p, &mut out);
-    Some(out)
+    true
 }
 
 /// Whether `item` is the minimal RLP of an unsigned integer of at most `max` bytes.
@@ -714,24 +736,30 @@ pub fn account_range<S: NodeSource + ?Sized>(
     deadline: Instant,
 ) -> Result<(Leaves, Proof), TrieError> {
     let bytes = bytes.min(SOFT_RESPONSE_LIMIT as u64);
-    let mut accounts = Vec::new();
+    // Every slim account goes into one buffer, handed out as slices of it: no
+    // allocation per account (an answer holds thousands).
+    let mut slims: Vec<u8> = Vec::with_capacity(bytes as usize + 256);
+    let mut spans: Vec<(B256, usize, usize)> = Vec::with_capacity(bytes as usize / 96 + 1);
     let mut size = 0u64;
     let mut bad = None;
     leaves_from(state, scan, &ACCOUNTS, origin, |hash, full| {
-        let slim = match slim_account(full) {
-            Ok(s) => s,
-            Err(e) => {
-                bad = Some(e);
-                return false;
-            }
-        };
-        size += 32 + slim.len() as u64;
-        accounts.push((hash, Bytes::from(slim)));
+        let start = slims.len();
+        if let Err(e) = slim_account_into(full, &mut slims) {
+            bad = Some(e);
+            return false;
+        }
+        size += 32 + (slims.len() - start) as u64;
+        spans.push((hash, start, slims.len()));
         hash < *limit && size <= bytes && Instant::now() < deadline
     })?;
     if let Some(e) = bad {
         return Err(TrieError::Source(format!("account leaf: {e}")));
     }
+    let slims = Bytes::from(slims);
+    let accounts: Leaves = spans
+        .into_iter()
+        .map(|(hash, start, end)| (hash, slims.slice(start..end)))
+        .collect();
     let last = accounts.last().map(|(h, _)| *h);
     let proof = range::range_proof(state, &ACCOUNTS, origin, last.as_ref())?;
     Ok((accounts, proof.into_iter().map(Bytes::from).collect()))
@@ -1373,7 +1401,10 @@ mod tests {
                     code.encode(&mut p);
                     let mut plain = Vec::new();
                     rlp::encode_list_payload(&p, &mut plain);
-                    let copied = slim_by_copy(&plain).unwrap();
+                    // Appended after what the buffer holds.
+                    let mut copied = vec![7u8];
+                    assert!(slim_by_copy(&plain, &mut copied));
+                    assert_eq!(copied.remove(0), 7);
                     assert_eq!(copied, convert_account(&plain, true).unwrap());
                     assert_eq!(full_account(&copied).unwrap(), plain);
                 }
@@ -1385,7 +1416,9 @@ mod tests {
             [vec![0xf8, 0x45, 0x81, 0x05, 0x80], vec![0xa0; 66]].concat(),
             [vec![0xf8, 0x46, 0x82, 0x00, 0x05, 0x80], vec![0xa0; 66]].concat(),
         ] {
-            assert_eq!(slim_by_copy(&bad), None);
+            let mut out = vec![7u8];
+            assert!(!slim_by_copy(&bad, &mut out));
+            assert_eq!(out, [7], "nothing appended");
             assert!(slim_account(&bad).is_err());
         }
     }
