@@ -750,14 +750,9 @@ impl PoolInner {
                 indexed[sub].remove(&(key, id));
             }
         }
-        if let Some(k) = s.package.take() {
-            let packages = if s.counted_local {
-                &mut self.local_packages
-            } else {
-                &mut self.packages
-            };
-            packages.remove(&(k, id));
-        }
+        // The package key leaves its index only if it changes (a new base fee often
+        // leaves every tip as it was): see the end.
+        let old_package = s.package.take().map(|k| (k, s.counted_local));
         s.suffixes.clear();
         if s.counted_local {
             for (total, own) in self.local_usage.iter_mut().zip(&s.counts) {
@@ -769,6 +764,9 @@ impl PoolInner {
         s.counted_local = false;
         if s.txs.is_empty() {
             let address = s.address;
+            if let Some((k, local)) = old_package {
+                self.packages_of(local).remove(&(k, id));
+            }
             self.senders[id.0 as usize] = None;
             self.free_ids.push(id.0);
             self.sender_ids.remove(&address);
@@ -837,22 +835,37 @@ impl PoolInner {
             .zip(tails[SubPool::Pending as usize])
             .map(|((average, _), ((_, _, newest), _))| (average, newest));
         s.suffixes = suffixes;
-        let (indexed, packages) = if s.local {
+        let indexed = if s.local {
             for (total, own) in self.local_usage.iter_mut().zip(&counts) {
                 total.txs += own.txs;
                 total.bytes += own.bytes;
             }
-            (&mut self.local_tails, &mut self.local_packages)
+            &mut self.local_tails
         } else {
-            (&mut self.tails, &mut self.packages)
+            &mut self.tails
         };
         for (sub, tail) in tails.iter().enumerate() {
             if let Some((key, _)) = tail {
                 indexed[sub].insert((*key, id));
             }
         }
-        if let Some(k) = s.package {
-            packages.insert((k, id));
+        let new_package = s.package.map(|k| (k, s.local));
+        if old_package != new_package {
+            if let Some((k, local)) = old_package {
+                self.packages_of(local).remove(&(k, id));
+            }
+            if let Some((k, local)) = new_package {
+                self.packages_of(local).insert((k, id));
+            }
+        }
+    }
+
+    /// The package index of local or of remote senders.
+    fn packages_of(&mut self, local: bool) -> &mut BTreeSet<(PackageKey, SenderId)> {
+        if local {
+            &mut self.local_packages
+        } else {
+            &mut self.packages
         }
     }
 
