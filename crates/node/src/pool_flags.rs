@@ -104,8 +104,9 @@ pub struct PoolArgs {
     #[arg(long = "txpool.journal.gather", default_value = "200us", value_parser = parse_short_duration)]
     pub journal_gather: Duration,
     /// Batches of the journal being synced at once: the next batch is written and synced
-    /// while earlier syncs are on the disk, answered after them (moat's).
-    #[arg(long = "txpool.journal.syncs", default_value_t = 3,
+    /// while earlier syncs are on the disk, answered after them; more than one pays off on
+    /// a disk whose lone syncs are slow (moat's).
+    #[arg(long = "txpool.journal.syncs", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=16))]
     pub journal_syncs: u8,
     /// Age a journal sync in flight must reach before the next batch's sync starts beside
@@ -227,14 +228,14 @@ mod tests {
             "--txpool.journal.gather",
             "0",
             "--txpool.journal.syncs",
-            "1",
+            "3",
             "--txpool.journal.overlap",
             "0",
         ]);
         let o = cli.pool.journal_options();
         assert_eq!(
             (o.gather, o.syncs_in_flight, o.overlap_after),
-            (Duration::ZERO, 1, Duration::ZERO)
+            (Duration::ZERO, 3, Duration::ZERO)
         );
         let cli = Cli::parse_from(["moat", "--txpool.journal.gather", "1ms"]);
         assert_eq!(cli.pool.journal_options().gather, Duration::from_millis(1));

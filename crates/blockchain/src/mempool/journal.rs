@@ -65,8 +65,10 @@ pub const PREALLOCATE: u64 = 1 << 20;
 pub const MAX_HELD: usize = 4_096;
 pub const MAX_HELD_BYTES: usize = 64 << 20;
 
-/// Batches being synced at once by default: a batch need not wait for the sync before it.
-pub const SYNCS_IN_FLIGHT: usize = 3;
+/// Batches being synced at once by default. One: on an idle machine a second sync in
+/// flight cost ~15 % more CPU per transaction and gave no higher rate (docs/BENCHMARKS.md,
+/// RPC ingestion); more pay off on a disk whose lone syncs are slow.
+pub const SYNCS_IN_FLIGHT: usize = 1;
 
 /// Age a sync must reach by default before the next batch's sync starts beside it: on
 /// this kind of disk most syncs return within ~200 µs, some take milliseconds.
