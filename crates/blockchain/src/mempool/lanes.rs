@@ -235,6 +235,22 @@ pub struct CeilingMutex<T> {
     name: &'static str,
 }
 
+/// Takes a lock through `try_take` when it is free; otherwise waits in `take` and records
+/// the wait ([`waited`]).
+fn take_timed<G>(
+    name: &'static str,
+    try_take: impl FnOnce() -> Option<G>,
+    take: impl FnOnce() -> G,
+) -> G {
+    if let Some(guard) = try_take() {
+        return guard;
+    }
+    let since = std::time::Instant::now();
+    let guard = take();
+    waited(name, since);
+    guard
+}
+
 /// Records a wait for a contended lock ([`CeilingMutex`], [`CeilingRwLock`]).
 fn waited(name: &'static str, since: std::time::Instant) {
     let lane = current().as_str();
@@ -265,15 +281,7 @@ impl<T> CeilingMutex<T> {
 
     pub fn lock(&self) -> CeilingGuard<'_, T> {
         let raised = Raised::new();
-        let guard = match self.lock.try_lock() {
-            Some(g) => g,
-            None => {
-                let since = std::time::Instant::now();
-                let g = self.lock.lock();
-                waited(self.name, since);
-                g
-            }
-        };
+        let guard = take_timed(self.name, || self.lock.try_lock(), || self.lock.lock());
         CeilingGuard {
             guard,
             _raised: raised,
@@ -339,15 +347,7 @@ impl<T> CeilingRwLock<T> {
 
     pub fn read(&self) -> CeilingReadGuard<'_, T> {
         let raised = Raised::new();
-        let guard = match self.lock.try_read() {
-            Some(g) => g,
-            None => {
-                let since = std::time::Instant::now();
-                let g = self.lock.read();
-                waited(self.name, since);
-                g
-            }
-        };
+        let guard = take_timed(self.name, || self.lock.try_read(), || self.lock.read());
         CeilingReadGuard {
             guard,
             _raised: raised,
@@ -356,15 +356,7 @@ impl<T> CeilingRwLock<T> {
 
     pub fn write(&self) -> CeilingWriteGuard<'_, T> {
         let raised = Raised::new();
-        let guard = match self.lock.try_write() {
-            Some(g) => g,
-            None => {
-                let since = std::time::Instant::now();
-                let g = self.lock.write();
-                waited(self.name, since);
-                g
-            }
-        };
+        let guard = take_timed(self.name, || self.lock.try_write(), || self.lock.write());
         CeilingWriteGuard {
             guard,
             _raised: raised,
