@@ -160,6 +160,9 @@ struct Inner {
     next_request: AtomicU64,
     /// Answers snap/1 requests.
     snap: crate::snap::SnapServer,
+    /// The node's runtime (the one the network started on): snap answers are computed on
+    /// its blocking pool, at normal priority, whatever lane the peer's reader is in.
+    runtime: tokio::runtime::Handle,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -223,6 +226,7 @@ impl Network {
         .with_snap();
         let gate_cfg = cfg.handshakes;
         let inner = Arc::new(Inner {
+            runtime: tokio::runtime::Handle::current(),
             fetcher: CeilingMutex::named("fetcher", Fetcher::new(cfg.fetcher)),
             static_peers: Mutex::new(StaticPeers::default()),
             cfg,

@@ -411,8 +411,17 @@ impl Network {
                     }
                     // Served off the runtime (disk reads, up to the time budget); the
                     // peer's next message waits for this answer, as geth's handler does.
+                    // Serving is not admission: the answer is computed on the node
+                    // runtime's blocking pool at normal priority, not in the reader's
+                    // lane (a new peer's is the untrusted one, whose SCHED_IDLE threads
+                    // a syncing peer on a busy machine would wait on). A request is
+                    // bounded by its byte and time budgets, one at a time per peer.
                     let (chain, snap) = (self.inner.chain.clone(), self.inner.snap.clone());
-                    let answer = tokio::task::spawn_blocking(move || snap.answer(&chain, &m)).await;
+                    let answer = self
+                        .inner
+                        .runtime
+                        .spawn_blocking(move || snap.answer(&chain, &m))
+                        .await;
                     if let Ok(Some(answer)) = answer {
                         peer.send(peer.framing.snap(&answer));
                     }
