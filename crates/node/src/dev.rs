@@ -4,6 +4,7 @@
 use crate::system_contracts as sys;
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use moat_blockchain::chain::{Chain, ImportOutcome, StateEdit};
+use moat_blockchain::maintain;
 use moat_blockchain::mempool::{HeadUpdate, Pool, TxInput};
 use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
@@ -191,13 +192,17 @@ async fn produce_block(
         .map_err(|e| e.to_string())?
     {
         Ok(ImportOutcome::Imported { number, .. }) => {
-            let head = moat_rpc::head_info(chain.config(), &block.header);
-            pool.on_head_change(HeadUpdate {
-                head,
-                mined: block.transactions.iter().map(|t| t.hash()).collect(),
-                ..Default::default()
+            // What the engine API tells the pool of a new block, the same way: its blob
+            // txs kept for a revert, and the accounts it touched (senders, beneficiary,
+            // withdrawals) revalidated, not only its own txs dropped.
+            let (c, p, b) = (chain.clone(), pool.clone(), block.clone());
+            let update = tokio::task::spawn_blocking(move || {
+                maintain::keep_blob_txs(&c, &p, &b);
+                maintain::block_update(&c, &p, &b)
             })
-            .await;
+            .await
+            .map_err(|e| e.to_string())?;
+            pool.on_head_change(update).await;
             rpc.notify_new_head(&block.header);
             Ok(Some((number, block.transactions.len())))
         }
@@ -225,7 +230,7 @@ async fn seal_edits(
         .map_err(|e| e.to_string())?;
     tracing::info!(number = block.header.number, "sealed a state edit");
     pool.on_head_change(HeadUpdate {
-        head: moat_rpc::head_info(chain.config(), &block.header),
+        head: maintain::head_info(chain.config(), &block.header),
         touched,
         ..Default::default()
     })
@@ -281,7 +286,7 @@ async fn revert(
         }
     }
     pool.on_head_change(HeadUpdate {
-        head: moat_rpc::head_info(chain.config(), &head),
+        head: maintain::head_info(chain.config(), &head),
         ..Default::default()
     })
     .await;
