@@ -348,6 +348,33 @@ struct Honest {
     rpc_done: Mutex<Vec<(Instant, Duration)>>,
 }
 
+/// With `ATTACK_TABLE_SLOWEST` set: the slowest honest gossip and RPC calls of a phase,
+/// each with when it was sent, as seconds into the phase and as the `CLOCK_MONOTONIC`
+/// time (`Instant` on Linux, the clock of `perf record -k mono`), so that a profile of
+/// the node can be read at the moment a slow one was in flight.
+fn slowest(honest: &Honest, from: Instant, to: Instant) {
+    if std::env::var_os("ATTACK_TABLE_SLOWEST").is_none() {
+        return;
+    }
+    for (what, done) in [("peer", &honest.peer_done), ("rpc", &honest.rpc_done)] {
+        let mut slow: Vec<(Instant, Duration)> = done
+            .lock()
+            .iter()
+            .filter(|(at, _)| *at >= from && *at < to)
+            .copied()
+            .collect();
+        slow.sort_by_key(|(_, l)| std::cmp::Reverse(*l));
+        for (at, l) in slow.iter().take(6) {
+            let sent = *at - *l;
+            eprintln!(
+                "  slow {what}: {:.2} ms, sent at +{:.3} s ({sent:?})",
+                l.as_secs_f64() * 1e3,
+                sent.saturating_duration_since(from).as_secs_f64(),
+            );
+        }
+    }
+}
+
 /// Completions and latencies within [from, to).
 fn window(done: &Mutex<Vec<(Instant, Duration)>>, from: Instant, to: Instant) -> Vec<Duration> {
     done.lock()
@@ -978,6 +1005,7 @@ async fn run(args: Args) -> Result<bool, String> {
     let base_peer = window(&honest.peer_done, r0, r1).len() as f64 / secs(r0, r1);
     let base_rpc = window(&honest.rpc_done, r0, r1).len() as f64 / secs(r0, r1);
     let base_cpu = (c1 - c0) / secs(r0, r1);
+    slowest(&honest, r0, r1);
     // The reference latencies: what the machine gives honest traffic with no attack.
     let (mut bpl, mut brl) = (
         window(&honest.peer_done, r0, r1),
@@ -1066,25 +1094,7 @@ async fn run(args: Args) -> Result<bool, String> {
             }
             from = to;
         }
-        if std::env::var_os("ATTACK_TABLE_SLOWEST").is_some() {
-            // The slowest honest gossip of the attack and when it was pooled (seconds
-            // after the attack began): where in the attack the latency comes from.
-            let mut slow: Vec<(Instant, Duration)> = honest
-                .peer_done
-                .lock()
-                .iter()
-                .filter(|(at, _)| *at >= a0 && *at < a1)
-                .copied()
-                .collect();
-            slow.sort_by_key(|(_, l)| std::cmp::Reverse(*l));
-            for (at, l) in slow.iter().take(12) {
-                eprintln!(
-                    "  slow: {:.0} ms, seen at +{:.2} s",
-                    l.as_secs_f64() * 1e3,
-                    (*at - a0).as_secs_f64()
-                );
-            }
-        }
+        slowest(&honest, a0, a1);
         let mut pl = window(&honest.peer_done, a0, a1);
         let mut rl = window(&honest.rpc_done, a0, a1);
         let peer_rate = pl.len() as f64 / secs(a0, a1);
