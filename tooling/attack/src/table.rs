@@ -11,6 +11,9 @@
 //!   `eth_sendRawTransaction`, one at a time; its latency is the call's (the node answers
 //!   once the tx is pooled).
 //!
+//! The honest clients run on a runtime (one thread) of their own, apart from the
+//! attackers', so that what they time is the node and not the tool's own queue.
+//!
 //! Phases: honest traffic alone (the reference), then for each scenario the attack beside
 //! it, then the attack stopped until honest throughput is back to ≥ 90 % of the reference.
 //! Attacking peers have fresh keys and connect again with a new key when dropped. Attacker
@@ -880,12 +883,25 @@ async fn run(args: Args) -> Result<bool, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let honest = Arc::new(Honest::default());
     let mut tasks = Vec::new();
+    // The honest clients (RPC client, peer, observer) run on a runtime of their own, one
+    // thread, their sockets registered with its driver: on the attackers' runtime an
+    // honest send or receipt waited behind attacker tasks for milliseconds, and that
+    // wait was counted as the node's latency.
+    let honest_rt = HonestRuntime(Some(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("honest")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("honest runtime: {e}"))?,
+    ));
+    let hrt = honest_rt.handle();
 
     // Honest RPC client.
     {
         let (stop, honest, addr) = (stop.clone(), honest.clone(), args.rpc);
         let (rate, mut nonce) = (args.rpc_rate.max(1), nonces[1]);
-        tasks.push(tokio::spawn(async move {
+        tasks.push(hrt.spawn(async move {
             let Ok(mut rpc) = Rpc::connect(addr).await else {
                 return;
             };
@@ -929,14 +945,22 @@ async fn run(args: Args) -> Result<bool, String> {
         (None, _) => None,
     };
     if let (Some(target), Some(status)) = (&args.target, &status) {
-        let mut observer = connect_from(target, 0x0b5e, status, None)
+        let connect = |seed: u64| {
+            let (target, status) = (target.clone(), status.clone());
+            hrt.spawn(async move { connect_from(&target, seed, &status, None).await })
+        };
+        let mut observer = connect(0x0b5e)
             .await
+            .ok()
+            .flatten()
             .ok_or("observer could not connect")?;
-        let mut peer = connect_from(target, 0x0401_1e57, status, None)
+        let mut peer = connect(0x0401_1e57)
             .await
+            .ok()
+            .flatten()
             .ok_or("honest peer could not connect")?;
         let (stop2, honest2) = (stop.clone(), honest.clone());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(hrt.spawn(async move {
             while !stop2.load(Ordering::Relaxed) {
                 let hashes: Vec<B256> = match observer.recv(Duration::from_millis(200)).await {
                     Ok(Some(Incoming::Eth(EthMessage::NewPooledTransactionHashes(a)))) => a.hashes,
@@ -961,7 +985,7 @@ async fn run(args: Args) -> Result<bool, String> {
         let per_tick = (args.peer_rate / 50).max(1);
         let mut senders = peer_senders;
         let mut turn = 0;
-        tasks.push(tokio::spawn(async move {
+        tasks.push(hrt.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(20));
             while !stop3.load(Ordering::Relaxed) {
                 tick.tick().await;
@@ -1194,6 +1218,27 @@ async fn run(args: Args) -> Result<bool, String> {
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
     }
     Ok(all_ok)
+}
+
+/// The honest clients' runtime, shut down without blocking when dropped (a runtime
+/// dropped inside another's async context panics).
+struct HonestRuntime(Option<tokio::runtime::Runtime>);
+
+impl HonestRuntime {
+    fn handle(&self) -> tokio::runtime::Handle {
+        match &self.0 {
+            Some(rt) => rt.handle().clone(),
+            None => tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl Drop for HonestRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// What one attacker needs.
