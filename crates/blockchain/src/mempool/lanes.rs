@@ -259,12 +259,58 @@ fn waited(name: &'static str, since: std::time::Instant) {
     metrics::counter!("moat_lock_waits_total", "lock" => name, "lane" => lane).increment(1);
 }
 
-/// The lock of a [`CeilingMutex`]; the priority goes back down after the lock is free.
-pub struct CeilingGuard<'a, T> {
+/// A lock guard `G` of a ceiling lock, held at normal priority: the priority goes back
+/// down after the lock is free. One type for [`CeilingMutex`]'s and [`CeilingRwLock`]'s
+/// guards.
+pub struct Ceiling<G> {
     // Field order is drop order: the lock first, then the priority.
-    guard: parking_lot::MutexGuard<'a, T>,
+    guard: G,
     _raised: Raised,
 }
+
+impl<G> Ceiling<G> {
+    /// Raises the thread, then takes the lock ([`take_timed`]).
+    fn take(
+        name: &'static str,
+        try_take: impl FnOnce() -> Option<G>,
+        take: impl FnOnce() -> G,
+    ) -> Self {
+        let raised = Raised::new();
+        Ceiling {
+            guard: take_timed(name, try_take, take),
+            _raised: raised,
+        }
+    }
+
+    /// Raises the thread and takes the lock if it is free (lowered again if not).
+    fn try_take(try_take: impl FnOnce() -> Option<G>) -> Option<Self> {
+        let raised = Raised::new();
+        Some(Ceiling {
+            guard: try_take()?,
+            _raised: raised,
+        })
+    }
+}
+
+impl<G: std::ops::Deref> std::ops::Deref for Ceiling<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: std::ops::DerefMut> std::ops::DerefMut for Ceiling<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
+    }
+}
+
+/// The lock of a [`CeilingMutex`].
+pub type CeilingGuard<'a, T> = Ceiling<parking_lot::MutexGuard<'a, T>>;
+/// A read lock of a [`CeilingRwLock`].
+pub type CeilingReadGuard<'a, T> = Ceiling<parking_lot::RwLockReadGuard<'a, T>>;
+/// A write lock of a [`CeilingRwLock`].
+pub type CeilingWriteGuard<'a, T> = Ceiling<parking_lot::RwLockWriteGuard<'a, T>>;
 
 impl<T> CeilingMutex<T> {
     pub fn new(value: T) -> Self {
@@ -280,33 +326,11 @@ impl<T> CeilingMutex<T> {
     }
 
     pub fn lock(&self) -> CeilingGuard<'_, T> {
-        let raised = Raised::new();
-        let guard = take_timed(self.name, || self.lock.try_lock(), || self.lock.lock());
-        CeilingGuard {
-            guard,
-            _raised: raised,
-        }
+        Ceiling::take(self.name, || self.lock.try_lock(), || self.lock.lock())
     }
 
     pub fn try_lock(&self) -> Option<CeilingGuard<'_, T>> {
-        let raised = Raised::new();
-        Some(CeilingGuard {
-            guard: self.lock.try_lock()?,
-            _raised: raised,
-        })
-    }
-}
-
-impl<T> std::ops::Deref for CeilingGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.guard
-    }
-}
-
-impl<T> std::ops::DerefMut for CeilingGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
+        Ceiling::try_take(|| self.lock.try_lock())
     }
 }
 
@@ -318,18 +342,6 @@ impl<T> std::ops::DerefMut for CeilingGuard<'_, T> {
 pub struct CeilingRwLock<T> {
     lock: parking_lot::RwLock<T>,
     name: &'static str,
-}
-
-/// A read lock of a [`CeilingRwLock`].
-pub struct CeilingReadGuard<'a, T> {
-    guard: parking_lot::RwLockReadGuard<'a, T>,
-    _raised: Raised,
-}
-
-/// A write lock of a [`CeilingRwLock`].
-pub struct CeilingWriteGuard<'a, T> {
-    guard: parking_lot::RwLockWriteGuard<'a, T>,
-    _raised: Raised,
 }
 
 impl<T> CeilingRwLock<T> {
@@ -346,41 +358,11 @@ impl<T> CeilingRwLock<T> {
     }
 
     pub fn read(&self) -> CeilingReadGuard<'_, T> {
-        let raised = Raised::new();
-        let guard = take_timed(self.name, || self.lock.try_read(), || self.lock.read());
-        CeilingReadGuard {
-            guard,
-            _raised: raised,
-        }
+        Ceiling::take(self.name, || self.lock.try_read(), || self.lock.read())
     }
 
     pub fn write(&self) -> CeilingWriteGuard<'_, T> {
-        let raised = Raised::new();
-        let guard = take_timed(self.name, || self.lock.try_write(), || self.lock.write());
-        CeilingWriteGuard {
-            guard,
-            _raised: raised,
-        }
-    }
-}
-
-impl<T> std::ops::Deref for CeilingReadGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.guard
-    }
-}
-
-impl<T> std::ops::Deref for CeilingWriteGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.guard
-    }
-}
-
-impl<T> std::ops::DerefMut for CeilingWriteGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
+        Ceiling::take(self.name, || self.lock.try_write(), || self.lock.write())
     }
 }
 
