@@ -56,7 +56,24 @@ enum TxCommand {
     Decode(tx_decode::DecodeArgs),
 }
 
+/// Transparent huge pages off for this process (`PR_SET_THP_DISABLE`), unless
+/// `MIMALLOC_ALLOW_THP` is set (then mimalloc's own option decides). mimalloc asks for
+/// huge pages on its arenas (`MADV_HUGEPAGE`), so the first touch of fresh memory made
+/// the kernel zero a whole 2 MiB page inside the faulting allocation; on this VM such a
+/// fault took up to milliseconds, and the runtime worker taking it stalled every task
+/// queued behind it (the honest transactions' tail, docs/BENCHMARKS.md).
+fn no_huge_pages() {
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and touches no
+        // memory of ours; failure (an old kernel) leaves THP as it was.
+        unsafe {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    no_huge_pages();
     // geth's help headings; flags are parsed as derived.
     let matches = ops_flags::with_geth_headings(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

@@ -97,18 +97,18 @@ pub struct NodeArgs {
     #[arg(long = "rpc.gascap", default_value_t = moat_rpc::DEFAULT_GAS_CAP)]
     pub rpc_gascap: u64,
     /// Most calls in one JSON-RPC batch; more get -32600 "batch too large" (0: no limit).
-    #[arg(long = "rpc.batch-request-limit", default_value_t = moat_rpc::DEFAULT_BATCH_REQUEST_LIMIT)]
+    #[arg(long = "rpc.batch-request-limit", default_value_t = moat_rpc::limits::DEFAULT_BATCH_REQUEST_LIMIT)]
     pub rpc_batch_request_limit: u32,
     /// Most bytes of a batch's responses; the calls after the response that passes it get
     /// -32003 "response too large" (0: no limit).
-    #[arg(long = "rpc.batch-response-max-size", default_value_t = moat_rpc::DEFAULT_BATCH_RESPONSE_MAX_SIZE)]
+    #[arg(long = "rpc.batch-response-max-size", default_value_t = moat_rpc::limits::DEFAULT_BATCH_RESPONSE_MAX_SIZE)]
     pub rpc_batch_response_max_size: usize,
     /// Largest JSON-RPC request body (and WebSocket message), in MiB; bigger gets HTTP 413.
     #[arg(long = "rpc.http-body-limit", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..4096))]
     pub rpc_http_body_limit: u32,
     /// Most JSON-RPC HTTP requests in progress at once; more are answered at once with
     /// HTTP 429 and -32005 "server busy: too many requests in progress".
-    #[arg(long = "rpc.max-concurrent-requests", default_value_t = moat_rpc::DEFAULT_MAX_CONCURRENT_REQUESTS, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long = "rpc.max-concurrent-requests", default_value_t = moat_rpc::limits::DEFAULT_MAX_CONCURRENT_REQUESTS, value_parser = clap::value_parser!(u32).range(1..))]
     pub rpc_max_concurrent_requests: u32,
     /// devp2p listening port (TCP).
     #[arg(long, default_value_t = 30303)]
@@ -234,13 +234,63 @@ pub fn run(mut args: NodeArgs) -> ExitCode {
     }
 }
 
+/// Installs the Prometheus recorder, and runs its exporter (the HTTP listener and the
+/// periodic upkeep that drains histograms into summaries) on a thread of its own at
+/// nice 19, not on the node runtime. Upkeep and a scrape's render run for milliseconds at
+/// a stretch (tens of them while they fault in fresh memory); on a runtime worker that
+/// held every task queued behind it, the honest transactions' among them.
+fn install_metrics(builder: metrics_exporter_prometheus::PrometheusBuilder) -> Result<(), String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            // SAFETY: gettid takes no arguments; setpriority on a tid sets that thread's
+            // nice value. Failure leaves the thread at normal priority.
+            unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            // `build` spawns the upkeep task on the runtime it is called in: this one.
+            let built = {
+                let _guard = rt.enter();
+                builder.build()
+            };
+            match built {
+                Ok((recorder, exporter)) => {
+                    let _ = tx.send(Ok(recorder));
+                    if let Err(e) = rt.block_on(exporter) {
+                        tracing::warn!(error = ?e, "metrics exporter stopped");
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let recorder = rx
+        .recv()
+        .map_err(|_| "the metrics thread ended".to_string())??;
+    metrics::set_global_recorder(recorder).map_err(|e| e.to_string())
+}
+
 async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Result<Store, String> {
     if args.metrics {
         // Installed before anything registers a metric: handles taken earlier would be
         // bound to no recorder.
         let addr = SocketAddr::new(args.metrics_addr, args.metrics_port);
         // Answers on every path, geth's /debug/metrics/prometheus included.
-        metrics_exporter_prometheus::PrometheusBuilder::new()
+        let builder = metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
             .set_buckets_for_metric(
                 metrics_exporter_prometheus::Matcher::Full(
@@ -248,9 +298,8 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
                 ),
                 crate::ops_flags::NEW_PAYLOAD_BUCKETS,
             )
-            .map_err(|e| format!("metrics buckets: {e}"))?
-            .install()
-            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+            .map_err(|e| format!("metrics buckets: {e}"))?;
+        install_metrics(builder).map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
         tracing::info!(%addr, "Prometheus metrics listening");
     }
     let genesis = load_genesis(&args)?;
