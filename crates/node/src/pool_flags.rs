@@ -2,6 +2,7 @@
 //! pool's and the block builder's configuration.
 
 use alloy_primitives::{Address, Bytes};
+use moat_blockchain::mempool::lanes::RpcLaneBudget;
 use moat_blockchain::mempool::{JournalOptions, PoolConfig};
 use moat_blockchain::payload::MinerConfig;
 use moat_common::config::ChainConfig;
@@ -86,6 +87,11 @@ pub struct PoolArgs {
     /// it). [default: a quarter of the machine: cores × 250000]
     #[arg(long = "txpool.rpccpu")]
     pub rpc_cpu: Option<u64>,
+    /// CPU of the RPC requests that run in the low-priority lane (connections whose
+    /// submissions are mostly refused), all together, in CPU-µs per second; bursts of a
+    /// quarter second of it (moat's). [default: an eighth of the machine: cores × 125000]
+    #[arg(long = "txpool.rpclanecpu")]
+    pub rpc_lane_cpu: Option<u64>,
     /// Window (Go-style duration) over which a peer whose admission CPU buys almost no
     /// admitted transactions is dropped.
     #[arg(long = "txpool.uselesswindow", default_value = "10s", value_parser = crate::run::parse_duration)]
@@ -183,6 +189,19 @@ impl PoolArgs {
         b.useless_cpu_per_admitted_us = self.useless_cpu;
         b.lanes = !self.no_lanes;
         cfg
+    }
+
+    /// The CPU budget of the RPC requests in the untrusted lane.
+    pub fn rpc_lane_budget(&self) -> RpcLaneBudget {
+        match self.rpc_lane_cpu {
+            Some(rate) => RpcLaneBudget {
+                rate_us: rate,
+                burst_us: rate / 4,
+            },
+            None => RpcLaneBudget::for_cores(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
+        }
     }
 
     /// The block builder's settings; the extra data must fit a header. A dev chain
@@ -333,6 +352,24 @@ mod tests {
         assert!(Cli::try_parse_from(["moat", "--txpool.localshare", "101"]).is_err());
         let long = Cli::parse_from(["moat", "--miner.extradata", &"x".repeat(33)]);
         assert!(long.pool.miner_config(false).is_err());
+    }
+
+    #[test]
+    fn the_rpc_lane_cpu_flag_sets_the_untrusted_rpc_budget() {
+        let set = Cli::parse_from(["moat", "--txpool.rpclanecpu", "60000"]);
+        assert_eq!(
+            set.pool.rpc_lane_budget(),
+            RpcLaneBudget {
+                rate_us: 60_000,
+                burst_us: 15_000
+            }
+        );
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(
+            Cli::parse_from(["moat"]).pool.rpc_lane_budget(),
+            RpcLaneBudget::for_cores(cores)
+        );
+        assert!(Cli::try_parse_from(["moat", "--txpool.rpclanecpu", "-1"]).is_err());
     }
 
     #[test]

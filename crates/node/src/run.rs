@@ -330,6 +330,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         }
     }?;
     let config = chain.config().clone();
+    moat_blockchain::mempool::lanes::set_rpc_lane_budget(args.pool.rpc_lane_budget());
     let pool = Pool::new(
         args.pool.pool_config(config.clone()),
         Arc::new(StoreStateView::new(store.clone(), config.clone())),

@@ -565,6 +565,19 @@ impl RpcLaneBudget {
     }
 }
 
+/// Sets the budget of the RPC requests in the untrusted lane (`--txpool.rpclanecpu`),
+/// in place of [`RpcLaneBudget::for_cores`]; the bucket starts again full.
+pub fn set_rpc_lane_budget(budget: RpcLaneBudget) {
+    rpc_lane_bucket()
+        .lock()
+        .set_budget(budget, std::time::Instant::now());
+}
+
+/// The budget of the RPC requests in the untrusted lane now in force.
+pub fn rpc_lane_budget() -> RpcLaneBudget {
+    rpc_lane_bucket().lock().budget
+}
+
 /// A token bucket of CPU-µs for [`run_rpc_untrusted`].
 #[derive(Debug)]
 struct LaneBucket {
@@ -574,6 +587,12 @@ struct LaneBucket {
 }
 
 impl LaneBucket {
+    fn set_budget(&mut self, budget: RpcLaneBudget, now: std::time::Instant) {
+        self.budget = budget;
+        self.tokens = budget.burst_us as f64;
+        self.at = now;
+    }
+
     fn refill(&mut self, now: std::time::Instant) {
         let dt = now.saturating_duration_since(self.at).as_secs_f64();
         let rate = self.budget.rate_us.max(1) as f64;
@@ -899,6 +918,28 @@ mod tests {
         // It never fills past its burst.
         assert_eq!(b.wait(t0 + std::time::Duration::from_secs(60)), None);
         assert_eq!(b.tokens, budget.burst_us as f64);
+    }
+
+    #[test]
+    fn a_new_rpc_lane_budget_sets_the_rate_and_refills_to_its_burst() {
+        let t0 = std::time::Instant::now();
+        let mut b = LaneBucket {
+            tokens: -50_000.0,
+            budget: RpcLaneBudget::for_cores(2),
+            at: t0,
+        };
+        let budget = RpcLaneBudget {
+            rate_us: 10_000,
+            burst_us: 2_500,
+        };
+        b.set_budget(budget, t0);
+        assert_eq!(b.budget, budget);
+        // Out of debt at once, and never fuller than the new burst.
+        assert_eq!(b.wait(t0), None);
+        assert_eq!(b.tokens, 2_500.0);
+        b.tokens = -1_000.0;
+        // 1,000 µs of debt at 10,000 µs per second: repaid in 100 ms.
+        assert_eq!(b.wait(t0), Some(std::time::Duration::from_millis(100)));
     }
 
     #[test]
