@@ -384,11 +384,19 @@ pub async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcRe
                 .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?
         }
     };
+    submit_raw(ctx, bytes)
+        .await
+        .map(|hash| serde_json::json!(hash))
+}
+
+/// Admits the envelope `bytes` as local and answers with its hash (the handler's part
+/// after the parameter is decoded; [`crate::raw_tx`] calls it too).
+pub(crate) async fn submit_raw(ctx: &RpcContext, bytes: Bytes) -> RpcResult<B256> {
     match ctx.pool.submit_local(TxInput::Raw(bytes)).await {
         Ok(added) => {
             // The dev node with --dev.period 0 answers once the tx is in a block.
             crate::dev_methods::automine(ctx).await;
-            Ok(serde_json::json!(added.hash))
+            Ok(added.hash)
         }
         Err(rejection) => Err(server_error(rejection.to_string())),
     }

@@ -7,6 +7,8 @@
 //!  HTTP request ─▶ Host / Origin / CORS checks ([`access`]: 403 past them)
 //!        ─▶ WebSocket caps (429) ─▶ body read within the read timeout (408, 413)
 //!        ─▶ in-flight cap (429 when too many requests are executing)
+//!        ─▶ one plain `eth_sendRawTransaction` call? answered by [`raw_tx`], the
+//!           same checks and answer as below without jsonrpsee's parse and dispatch
 //!        ─▶ batch-count check (geth's "batch too large", before the calls are parsed)
 //!  HTTP / WS ─▶ jsonrpsee (JSON parsing, unknown method)
 //!        ─▶ batch response cap ("response too large" past it) ─▶ namespace filter
@@ -57,6 +59,7 @@ mod json;
 pub mod limits;
 mod logs;
 mod params;
+mod raw_tx;
 mod reorg;
 pub mod server;
 mod simulate;
@@ -75,10 +78,11 @@ pub use engine::{
     EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
 };
 pub use eth::StateAt;
-pub use limits::{
+use limits::{
     DEFAULT_BATCH_REQUEST_LIMIT, DEFAULT_BATCH_RESPONSE_MAX_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
 };
 pub use params::SERVER_ERROR_CODE;
+pub use raw_tx::RawTxLayer;
 pub use server::{ConnLimits, HttpTimeouts};
 pub use state::{StoreStateView, head_info, next_block_fees};
 pub use subscribe::{HeadMessage, HeadNotifier};
@@ -555,6 +559,8 @@ struct Shared {
     stop: StopHandle,
     /// Admission lanes on (`BudgetConfig::lanes`).
     lanes: bool,
+    /// The handlers' context, for `eth_sendRawTransaction`'s own HTTP path.
+    ctx: Arc<RpcContext>,
 }
 
 /// Binds `addr` behind the access checks and request limits and starts serving; returns
@@ -584,6 +590,10 @@ async fn serve(
             config.timeouts.read,
         ))
         .layer(shared.in_flight.clone())
+        .layer(RawTxLayer::new(
+            http.then(|| Arc::clone(&shared.ctx)),
+            config.max_request_body_size,
+        ))
         // A WebSocket-only port serves no HTTP calls: nothing to count there.
         .layer(BatchCountLayer::new(
             if http { config.batch_request_limit } else { 0 },
@@ -619,6 +629,7 @@ pub async fn start(config: RpcConfig, mut ctx: RpcContext) -> Result<RpcHandle, 
     ctx.max_response_size = config.max_response_body_size as usize;
     let heads = ctx.heads.clone();
     let lanes = ctx.pool.budgets().config().lanes;
+    let raw_tx_ctx = Arc::new(ctx.clone());
     let methods = module(ctx, config.client_version.clone())?;
     for (flag, api) in [
         ("--http.api", &config.http_api),
@@ -643,6 +654,7 @@ pub async fn start(config: RpcConfig, mut ctx: RpcContext) -> Result<RpcHandle, 
         methods: methods.into(),
         stop,
         lanes,
+        ctx: raw_tx_ctx,
     };
     let shared_port = config.ws_addr == Some(config.http_addr);
     let (http_addr, ws_addr) = match (config.serve_http, config.ws_addr) {

@@ -325,6 +325,24 @@ async fn namespaces_are_geths_defaults_unless_listed() {
     let (_, _, body) = post(addr, host, "web3_clientVersion").await;
     assert_eq!(body["error"]["code"], -32601, "not listed: {body}");
     listed.stop();
+
+    // A plain eth_sendRawTransaction call takes its own path past jsonrpsee; it is
+    // refused all the same where `eth` is not served.
+    let no_eth = server(RpcConfig {
+        http_api: Namespaces::new(&["txpool"]),
+        ..RpcConfig::default()
+    })
+    .await;
+    let addr = no_eth.http_addr().unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x00"]}"#;
+    let head = format!(
+        "POST / HTTP/1.1\r\n{host}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let (_, _, answer) = exchange(&mut TcpStream::connect(addr).await.unwrap(), &head, body).await;
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["error"]["code"], -32601, "not listed: {answer}");
+    no_eth.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

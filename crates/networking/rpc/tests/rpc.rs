@@ -1151,3 +1151,66 @@ async fn slow_headers_and_idle_connections_are_closed() {
     );
     n.handle.stop();
 }
+
+/// A plain `eth_sendRawTransaction` call is answered on its own path, before jsonrpsee;
+/// the same call in a form left to jsonrpsee (an escape in the id or in the parameter)
+/// gets the same answer, byte for byte and with the same content type, accepted and
+/// refused alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_raw_transaction_calls_answer_as_jsonrpsee_does() {
+    let n = node().await;
+    let addr = n.handle.http_addr().unwrap();
+    let call = |id: &str, raw: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_sendRawTransaction","params":["{raw}"]}}"#
+        )
+    };
+    let hash_of = |raw: &str| {
+        let bytes = alloy_primitives::hex::decode(raw.trim_start_matches("0x")).unwrap();
+        format!("{:?}", alloy_primitives::keccak256(bytes))
+    };
+    let content_type = |head: &str| {
+        head.lines()
+            .find(|l| l.starts_with("content-type:"))
+            .map(str::to_string)
+    };
+    let (a, b) = (
+        transfer(&n.rich, 1, 1_000_000_000, 1),
+        transfer(&n.rich, 2, 1_000_000_000, 1),
+    );
+
+    // Accepted: the id "ab" plainly (own path), and as "a\u0062" (jsonrpsee's).
+    let (s1, head1, own) = post_with_head(addr, call(r#""ab""#, &a).as_bytes()).await;
+    let (s2, head2, general) = post_with_head(addr, call(r#""a\u0062""#, &b).as_bytes()).await;
+    assert_eq!((s1, s2), (200, 200));
+    assert_eq!(
+        own,
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"ab","result":"{}"}}"#,
+            hash_of(&a)
+        )
+    );
+    assert_eq!(
+        general,
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"ab","result":"{}"}}"#,
+            hash_of(&b)
+        )
+    );
+    assert_eq!(content_type(&head1), content_type(&head2));
+    assert!(content_type(&head1).is_some(), "{head1}");
+    assert_eq!(
+        result(addr, "txpool_status", json!([])).await,
+        json!({ "pending": "0x2", "queued": "0x0" })
+    );
+
+    // Refused: the same tx again, its "0" plain (own path) and escaped (jsonrpsee's).
+    let escaped = format!("\\u0030{}", &a[1..]);
+    let (_, _, own) = post_with_head(addr, call("7", &a).as_bytes()).await;
+    let (_, _, general) = post_with_head(addr, call("7", &escaped).as_bytes()).await;
+    assert_eq!(own, general);
+    assert_eq!(
+        own,
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"already known"}}"#
+    );
+}
