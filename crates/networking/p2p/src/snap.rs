@@ -164,6 +164,21 @@ impl SnapMessage {
         }
     }
 
+    /// How many items an answer carries (accounts, slots, codes, trie nodes); a
+    /// request's are 0.
+    pub fn items(&self) -> usize {
+        match self {
+            SnapMessage::AccountRange { accounts, .. } => accounts.len(),
+            SnapMessage::StorageRanges { slots, .. } => slots.iter().map(Vec::len).sum(),
+            SnapMessage::ByteCodes { codes, .. } => codes.len(),
+            SnapMessage::TrieNodes { nodes, .. } => nodes.len(),
+            SnapMessage::GetAccountRange { .. }
+            | SnapMessage::GetStorageRanges { .. }
+            | SnapMessage::GetByteCodes { .. }
+            | SnapMessage::GetTrieNodes { .. } => 0,
+        }
+    }
+
     /// The request id of an answer (`AccountRange`, `StorageRanges`, `ByteCodes`,
     /// `TrieNodes`); `None` for a request.
     pub fn answer_id(&self) -> Option<u64> {

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -98,9 +98,84 @@ pub(super) struct Peer {
     /// One permit per chain request in flight (at most [`MAX_IN_FLIGHT`]).
     pub(super) request_slots: Arc<Semaphore>,
     pub(super) chain_status: Mutex<ChainStatus>,
+    /// What the peer has sent so far ([`Asks`]): a peer that only asks for chain or
+    /// state data has its reader at normal priority (see [`Network::reader_lane`]).
+    pub(super) asks: AtomicU8,
+}
+
+/// What a peer has sent so far, for its reader's lane ([`Network::reader_lane`]): nothing
+/// yet, only requests (it syncs from us), or transactions (its first `Transactions`,
+/// announcement or `PooledTransactions` ends the asking state for good).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Asks {
+    Nothing = 0,
+    OnlyAsked = 1,
+    SentTransactions = 2,
+}
+
+impl Asks {
+    fn of(v: u8) -> Self {
+        match v {
+            0 => Asks::Nothing,
+            1 => Asks::OnlyAsked,
+            _ => Asks::SentTransactions,
+        }
+    }
+
+    /// Records in `cell` what `msg` says of its sender: a request moves a peer that sent
+    /// nothing yet to [`Asks::OnlyAsked`]; a transaction message moves any peer to
+    /// [`Asks::SentTransactions`], where it stays.
+    fn note(cell: &AtomicU8, msg: &Incoming) {
+        match Asks::after(msg) {
+            Some(Asks::SentTransactions) => {
+                cell.store(Asks::SentTransactions as u8, Ordering::Relaxed)
+            }
+            Some(Asks::OnlyAsked) => {
+                let _ = cell.compare_exchange(
+                    Asks::Nothing as u8,
+                    Asks::OnlyAsked as u8,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            Some(Asks::Nothing) | None => {}
+        }
+    }
+
+    /// What a message says of its sender: a request for chain or state data makes it a
+    /// peer that asks, a transaction message one that sends transactions; `None` for
+    /// the rest (answers to our requests, announcements of blocks, pings).
+    fn after(msg: &Incoming) -> Option<Asks> {
+        match msg {
+            Incoming::Eth(m) => match m {
+                EthMessage::Transactions(_)
+                | EthMessage::NewPooledTransactionHashes(_)
+                | EthMessage::PooledTransactions { .. } => Some(Asks::SentTransactions),
+                EthMessage::GetBlockHeaders { .. }
+                | EthMessage::GetBlockBodies { .. }
+                | EthMessage::GetReceipts { .. } => Some(Asks::OnlyAsked),
+                EthMessage::Status(_)
+                | EthMessage::NewBlockHashes
+                | EthMessage::NewBlock
+                | EthMessage::BlockHeaders { .. }
+                | EthMessage::BlockBodies { .. }
+                | EthMessage::GetPooledTransactions { .. }
+                | EthMessage::Receipts { .. }
+                | EthMessage::BlockRangeUpdate { .. } => None,
+            },
+            Incoming::Snap(m) => m.answer_id().is_none().then_some(Asks::OnlyAsked),
+            Incoming::Ping | Incoming::Pong | Incoming::Disconnect(_) => None,
+        }
+    }
 }
 
 impl Peer {
+    /// What it has sent so far.
+    pub(super) fn asks(&self) -> Asks {
+        Asks::of(self.asks.load(Ordering::Relaxed))
+    }
+
     pub(super) fn send(&self, frame: Vec<u8>) -> bool {
         self.out.try_send(frame).is_ok()
     }
@@ -160,7 +235,55 @@ impl<F: Future + Unpin> Future for Metered<'_, F> {
     }
 }
 
+/// Answers one snap request and queues the answer to the peer's writer (on a blocking
+/// thread). At debug level one line per request: how long it waited for a thread since
+/// it was read, the answer's time, the frame's encoding and compression, and its size.
+fn serve_snap(
+    snap: &crate::snap::SnapServer,
+    chain: &moat_blockchain::chain::Chain,
+    peer: &Peer,
+    msg: &crate::snap::SnapMessage,
+    read: Instant,
+) {
+    let started = Instant::now();
+    let Some(answer) = snap.answer(chain, msg) else {
+        return;
+    };
+    let answered = Instant::now();
+    let frame = peer.framing.snap(&answer);
+    let bytes = frame.len();
+    let queued = peer.send(frame);
+    let done = Instant::now();
+    metrics::histogram!("moat_snap_request_seconds", "msg" => msg.name())
+        .record(done.duration_since(read));
+    tracing::debug!(
+        peer = %short(&peer.info.id),
+        msg = msg.name(),
+        items = answer.items(),
+        bytes,
+        queued,
+        wait_us = started.duration_since(read).as_micros() as u64,
+        answer_us = answered.duration_since(started).as_micros() as u64,
+        frame_us = done.duration_since(answered).as_micros() as u64,
+        "snap request served"
+    );
+}
+
 impl Network {
+    /// The lane a peer's reader runs in: a peer that has only asked for chain or state
+    /// data (a node syncing from us: its messages are requests, served at normal priority
+    /// anyway) reads at normal priority, so that its next request is not read on a
+    /// `SCHED_IDLE` thread while the machine is busy; everyone else in the lane of its
+    /// standing ([`Network::lane_of`]). Its first transaction message ends that for the
+    /// connection, so at most one message after a request is read at normal priority
+    /// before a peer that sends transactions is in its standing's lane.
+    pub(super) fn reader_lane(&self, peer: &Peer) -> Lane {
+        match peer.asks() {
+            Asks::OnlyAsked => Lane::Trusted,
+            Asks::Nothing | Asks::SentTransactions => self.lane_of(peer),
+        }
+    }
+
     /// Registers the peer, then reads from it until it leaves or is dropped.
     pub(super) async fn run_peer(
         self,
@@ -204,6 +327,7 @@ impl Network {
                 range: (framing.version >= crate::eth::ETH69)
                     .then_some((status.earliest, status.latest)),
             }),
+            asks: AtomicU8::new(Asks::Nothing as u8),
         });
         // Admission to the peer table.
         let refused = {
@@ -286,7 +410,7 @@ impl Network {
         // a new, poor or over-budget peer's frames are decrypted, decoded and handled on
         // the untrusted lane's low-priority threads. It moves when its standing changes.
         let end = loop {
-            let lane = self.lane_of(&peer);
+            let lane = self.reader_lane(&peer);
             let part = self
                 .clone()
                 .read_in_lane(peer.clone(), reader, close_rx, reader_cpu, lane);
@@ -346,7 +470,7 @@ impl Network {
         Option<String>,
     ) {
         let end = loop {
-            if self.lane_of(&peer) != lane {
+            if self.reader_lane(&peer) != lane {
                 return (reader, close_rx, reader_cpu, None);
             }
             if reader_cpu.due() && !self.charge_reader(&peer, &mut reader_cpu).await {
@@ -383,6 +507,7 @@ impl Network {
             {
                 reader_cpu.ns += message_ns;
             }
+            Asks::note(&peer.asks, &msg);
             match msg {
                 Incoming::Ping => {
                     peer.send(peer.framing.pong());
@@ -411,20 +536,20 @@ impl Network {
                     }
                     // Served off the runtime (disk reads, up to the time budget); the
                     // peer's next message waits for this answer, as geth's handler does.
-                    // Serving is not admission: the answer is computed on the node
-                    // runtime's blocking pool at normal priority, not in the reader's
-                    // lane (a new peer's is the untrusted one, whose SCHED_IDLE threads
-                    // a syncing peer on a busy machine would wait on). A request is
-                    // bounded by its byte and time budgets, one at a time per peer.
+                    // Serving is not admission: the answer is computed, encoded,
+                    // compressed and queued to the writer on the node runtime's blocking
+                    // pool at normal priority, not in the reader's lane (a new peer's is
+                    // the untrusted one, whose SCHED_IDLE threads a syncing peer on a
+                    // busy machine would wait on), and without a hop back to the reader
+                    // first. A request is bounded by its byte and time budgets, one at a
+                    // time per peer.
                     let (chain, snap) = (self.inner.chain.clone(), self.inner.snap.clone());
-                    let answer = self
+                    let (to, read) = (peer.clone(), Instant::now());
+                    let _ = self
                         .inner
                         .runtime
-                        .spawn_blocking(move || snap.answer(&chain, &m))
+                        .spawn_blocking(move || serve_snap(&snap, &chain, &to, &m, read))
                         .await;
-                    if let Ok(Some(answer)) = answer {
-                        peer.send(peer.framing.snap(&answer));
-                    }
                 }
             }
         };
@@ -559,6 +684,53 @@ impl Network {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_peer_that_never_sent_transactions_counts_as_asking() {
+        let snap_request = || {
+            Incoming::Snap(crate::snap::SnapMessage::GetByteCodes {
+                request_id: 1,
+                hashes: vec![],
+                bytes: 1024,
+            })
+        };
+        let headers = Incoming::Eth(EthMessage::GetBlockHeaders {
+            request_id: 1,
+            origin: crate::eth::HashOrNumber::Number(0),
+            amount: 1,
+            skip: 0,
+            reverse: false,
+        });
+        let txs = || Incoming::Eth(EthMessage::Transactions(vec![]));
+        let asks = AtomicU8::new(Asks::Nothing as u8);
+        let state = |a: &AtomicU8| Asks::of(a.load(Ordering::Relaxed));
+        // Pings and answers to our requests say nothing.
+        Asks::note(&asks, &Incoming::Ping);
+        assert_eq!(state(&asks), Asks::Nothing);
+        // A syncing peer: requests only.
+        Asks::note(&asks, &snap_request());
+        Asks::note(&asks, &headers);
+        assert_eq!(state(&asks), Asks::OnlyAsked);
+        // Its first transaction message ends that for the connection.
+        Asks::note(&asks, &txs());
+        Asks::note(&asks, &snap_request());
+        assert_eq!(state(&asks), Asks::SentTransactions);
+        // Transactions first: never asking.
+        let asks = AtomicU8::new(Asks::Nothing as u8);
+        Asks::note(&asks, &txs());
+        Asks::note(&asks, &snap_request());
+        assert_eq!(state(&asks), Asks::SentTransactions);
+        // An answer to our own snap request is not a request.
+        let asks = AtomicU8::new(Asks::Nothing as u8);
+        Asks::note(
+            &asks,
+            &Incoming::Snap(crate::snap::SnapMessage::ByteCodes {
+                request_id: 1,
+                codes: vec![],
+            }),
+        );
+        assert_eq!(state(&asks), Asks::Nothing);
+    }
 
     #[test]
     fn known_txs_are_bounded() {
