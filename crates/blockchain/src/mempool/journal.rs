@@ -1238,13 +1238,17 @@ mod tests {
         );
     }
 
-    /// A batch is written and its sync started while an earlier batch's sync is still
-    /// running, and its answer waits for that earlier sync: a record is only read back
-    /// when every record before it is intact.
-    #[test]
-    fn the_next_batch_syncs_while_one_is_in_flight_and_answers_keep_their_order() {
-        let tmp = temp("pipeline");
-        let path = tmp.path.clone();
+    /// A journal whose batches do not gather, with `syncs` in flight at most and
+    /// `overlap_after`, the first batch's sync held back by `first_delay`, and a
+    /// two-worker runtime to append from (the pipelining tests' setup).
+    struct Piped {
+        rt: tokio::runtime::Runtime,
+        j: Journal,
+        tmp: Temp,
+    }
+
+    fn piped(tag: &str, syncs: usize, overlap_after: Duration, first_delay: Duration) -> Piped {
+        let tmp = temp(tag);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_time()
@@ -1252,93 +1256,107 @@ mod tests {
             .unwrap();
         let options = JournalOptions {
             gather: Duration::ZERO,
-            syncs_in_flight: 2,
-            overlap_after: Duration::from_millis(50),
+            syncs_in_flight: syncs,
+            overlap_after,
         };
-        let (j, _) = Journal::open_with(&path, options).unwrap();
+        let (j, _) = Journal::open_with(&tmp.path, options).unwrap();
+        j.inner.writers.test.delays.lock().insert(0, first_delay);
+        Piped { rt, j, tmp }
+    }
+
+    impl Piped {
+        /// Appends `len` bytes of `n` on the runtime.
+        fn append(&self, n: u8, len: usize) -> tokio::task::JoinHandle<io::Result<()>> {
+            let j = self.j.clone();
+            self.rt.spawn(async move { j.append(&vec![n; len]).await })
+        }
+
+        /// Waits until a sync is running; fails after `within`.
+        fn until_syncing(&self, within: Duration) {
+            let started = Instant::now();
+            while self.syncing() == 0 {
+                assert!(started.elapsed() < within, "no sync started");
+                std::thread::yield_now();
+            }
+        }
+
+        fn syncing(&self) -> usize {
+            self.j.inner.writers.test.syncing.load(Ordering::Acquire)
+        }
+
+        fn most_syncing(&self) -> usize {
+            self.j
+                .inner
+                .writers
+                .test
+                .most_syncing
+                .load(Ordering::Acquire)
+        }
+
+        /// Closes the journal and reads back what a restart finds.
+        fn reopened(&self) -> Vec<Vec<u8>> {
+            self.j.close();
+            Journal::open(&self.tmp.path).unwrap().1.entries
+        }
+    }
+
+    /// A batch is written and its sync started while an earlier batch's sync is still
+    /// running, and its answer waits for that earlier sync: a record is only read back
+    /// when every record before it is intact.
+    #[test]
+    fn the_next_batch_syncs_while_one_is_in_flight_and_answers_keep_their_order() {
         let slow = Duration::from_millis(400);
-        j.inner.writers.test.delays.lock().insert(0, slow);
+        let p = piped("pipeline", 2, Duration::from_millis(50), slow);
         let order = Arc::new(Mutex::new(Vec::new()));
         let append = |n: u8| {
-            let (j, order) = (j.clone(), Arc::clone(&order));
-            rt.spawn(async move {
-                j.append(&[n; 10]).await.unwrap();
+            let (done, order) = (p.append(n, 10), Arc::clone(&order));
+            p.rt.spawn(async move {
+                done.await.unwrap().unwrap();
                 order.lock().push(n);
             })
         };
         let first = append(1);
         // The first batch is in its (slow) sync.
         let started = Instant::now();
-        while j.inner.writers.test.syncing.load(Ordering::Acquire) == 0 {
-            assert!(started.elapsed() < slow, "the first sync never started");
-            std::thread::yield_now();
-        }
+        p.until_syncing(slow);
         let second = append(2);
         // The second batch's sync runs and returns during the first one's...
-        while j.syncs() == 0 {
+        while p.j.syncs() == 0 {
             assert!(
                 started.elapsed() < slow * 10,
                 "the second batch never synced"
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(j.inner.writers.test.most_syncing.load(Ordering::Acquire), 2);
+        assert_eq!(p.most_syncing(), 2);
         // ...but it is not answered while the first is still syncing.
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(j.inner.writers.test.syncing.load(Ordering::Acquire), 1);
+        assert_eq!(p.syncing(), 1);
         assert!(!second.is_finished() && order.lock().is_empty());
-        rt.block_on(async {
+        p.rt.block_on(async {
             first.await.unwrap();
             second.await.unwrap();
         });
         assert_eq!(order.lock().len(), 2);
-        assert_eq!(j.syncs(), 2);
-        j.close();
-        let (_j, contents) = Journal::open(&path).unwrap();
-        assert_eq!(contents.entries, vec![vec![1; 10], vec![2; 10]]);
+        assert_eq!(p.j.syncs(), 2);
+        assert_eq!(p.reopened(), vec![vec![1; 10], vec![2; 10]]);
     }
 
     /// A batch waits for a sync in flight that is younger than `overlap_after` (and
     /// takes what comes meanwhile) instead of starting its own beside it.
     #[test]
     fn a_young_sync_in_flight_is_waited_for_not_overlapped() {
-        let tmp = temp("overlap");
-        let path = tmp.path.clone();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-            .unwrap();
-        let options = JournalOptions {
-            gather: Duration::ZERO,
-            syncs_in_flight: 2,
-            overlap_after: Duration::from_secs(30),
-        };
-        let (j, _) = Journal::open_with(&path, options).unwrap();
-        j.inner
-            .writers
-            .test
-            .delays
-            .lock()
-            .insert(0, Duration::from_millis(200));
-        let first = rt.spawn({
-            let j = j.clone();
-            async move { j.append(&[1; 10]).await }
-        });
+        let p = piped(
+            "overlap",
+            2,
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+        );
+        let first = p.append(1, 10);
         let started = Instant::now();
-        while j.inner.writers.test.syncing.load(Ordering::Acquire) == 0 {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "no sync started"
-            );
-            std::thread::yield_now();
-        }
-        let later: Vec<_> = (2..6u8)
-            .map(|n| {
-                let j = j.clone();
-                rt.spawn(async move { j.append(&[n; 10]).await })
-            })
-            .collect();
-        rt.block_on(async {
+        p.until_syncing(Duration::from_secs(10));
+        let later: Vec<_> = (2..6u8).map(|n| p.append(n, 10)).collect();
+        p.rt.block_on(async {
             first.await.unwrap().unwrap();
             for t in later {
                 t.await.unwrap().unwrap();
@@ -1348,47 +1366,24 @@ mod tests {
             started.elapsed() < Duration::from_secs(10),
             "the batch waited out the age"
         );
-        assert_eq!(j.inner.writers.test.most_syncing.load(Ordering::Acquire), 1);
+        assert_eq!(p.most_syncing(), 1);
         // The first batch, then the four that waited for its sync, in one.
-        assert_eq!(j.syncs(), 2);
-        j.close();
-        let (_j, contents) = Journal::open(&path).unwrap();
-        assert_eq!(contents.entries.len(), 5);
+        assert_eq!(p.j.syncs(), 2);
+        assert_eq!(p.reopened().len(), 5);
     }
 
     /// With one sync in flight, a batch waits for the sync before it.
     #[test]
     fn one_sync_in_flight_keeps_syncs_one_at_a_time() {
-        let tmp = temp("serial");
-        let path = tmp.path.clone();
-        let rt = rt();
-        let options = JournalOptions {
-            gather: Duration::ZERO,
-            syncs_in_flight: 1,
-            overlap_after: Duration::ZERO,
-        };
-        let (j, _) = Journal::open_with(&path, options).unwrap();
-        j.inner
-            .writers
-            .test
-            .delays
-            .lock()
-            .insert(0, Duration::from_millis(50));
-        let tasks: Vec<_> = (0..20u8)
-            .map(|n| {
-                let j = j.clone();
-                rt.spawn(async move { j.append(&[n; 4]).await })
-            })
-            .collect();
-        rt.block_on(async {
+        let p = piped("serial", 1, Duration::ZERO, Duration::from_millis(50));
+        let tasks: Vec<_> = (0..20u8).map(|n| p.append(n, 4)).collect();
+        p.rt.block_on(async {
             for t in tasks {
                 t.await.unwrap().unwrap();
             }
         });
-        assert_eq!(j.inner.writers.test.most_syncing.load(Ordering::Acquire), 1);
-        j.close();
-        let (_j, contents) = Journal::open(&path).unwrap();
-        assert_eq!(contents.entries.len(), 20);
+        assert_eq!(p.most_syncing(), 1);
+        assert_eq!(p.reopened().len(), 20);
     }
 
     #[test]
