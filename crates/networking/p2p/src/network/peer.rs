@@ -269,6 +269,52 @@ fn serve_snap(
     );
 }
 
+/// Answers one eth chain request (headers, bodies, receipts) and queues the answer to the
+/// peer's writer (on a blocking thread); any other message is not one and is ignored.
+fn serve_chain(store: &moat_storage::Store, peer: &Peer, msg: EthMessage) {
+    let answer = match msg {
+        EthMessage::GetBlockHeaders {
+            request_id,
+            origin,
+            amount,
+            skip,
+            reverse,
+        } => EthMessage::BlockHeaders {
+            request_id,
+            headers: serve::headers(store, origin, amount, skip, reverse),
+        },
+        EthMessage::GetBlockBodies { request_id, hashes } => EthMessage::BlockBodies {
+            request_id,
+            bodies: serve::bodies(store, &hashes),
+        },
+        EthMessage::GetReceipts {
+            request_id,
+            first_index,
+            hashes,
+        } => {
+            let (blocks, incomplete) =
+                serve::receipts(store, peer.framing.version, first_index, &hashes);
+            EthMessage::Receipts {
+                request_id,
+                incomplete,
+                blocks,
+            }
+        }
+        EthMessage::Status(_)
+        | EthMessage::NewBlockHashes
+        | EthMessage::NewBlock
+        | EthMessage::Transactions(_)
+        | EthMessage::BlockHeaders { .. }
+        | EthMessage::BlockBodies { .. }
+        | EthMessage::NewPooledTransactionHashes(_)
+        | EthMessage::GetPooledTransactions { .. }
+        | EthMessage::PooledTransactions { .. }
+        | EthMessage::Receipts { .. }
+        | EthMessage::BlockRangeUpdate { .. } => return,
+    };
+    peer.send(peer.framing.eth(&answer));
+}
+
 impl Network {
     /// The lane a peer's reader runs in: a peer that has only asked for chain or state
     /// data (a node syncing from us: its messages are requests, served at normal priority
@@ -592,42 +638,21 @@ impl Network {
     }
 
     pub(super) async fn handle(&self, peer: &Arc<Peer>, msg: EthMessage) {
-        let store = self.inner.chain.store();
         match msg {
             EthMessage::Status(_) => self.fault(peer, "second status", ""),
             EthMessage::NewBlockHashes | EthMessage::NewBlock => {}
-            EthMessage::GetBlockHeaders {
-                request_id,
-                origin,
-                amount,
-                skip,
-                reverse,
-            } => {
-                let headers = serve::headers(store, origin, amount, skip, reverse);
-                peer.send(peer.framing.eth(&EthMessage::BlockHeaders {
-                    request_id,
-                    headers,
-                }));
-            }
-            EthMessage::GetBlockBodies { request_id, hashes } => {
-                let bodies = serve::bodies(store, &hashes);
-                peer.send(
-                    peer.framing
-                        .eth(&EthMessage::BlockBodies { request_id, bodies }),
-                );
-            }
-            EthMessage::GetReceipts {
-                request_id,
-                first_index,
-                hashes,
-            } => {
-                let (blocks, incomplete) =
-                    serve::receipts(store, peer.framing.version, first_index, &hashes);
-                peer.send(peer.framing.eth(&EthMessage::Receipts {
-                    request_id,
-                    incomplete,
-                    blocks,
-                }));
+            // Chain requests are served like snap's: read, encoded and queued to the
+            // writer on the node runtime's blocking pool at normal priority (disk reads,
+            // bounded by the item and byte limits of `serve`), one at a time per peer.
+            m @ (EthMessage::GetBlockHeaders { .. }
+            | EthMessage::GetBlockBodies { .. }
+            | EthMessage::GetReceipts { .. }) => {
+                let (chain, to) = (self.inner.chain.clone(), peer.clone());
+                let _ = self
+                    .inner
+                    .runtime
+                    .spawn_blocking(move || serve_chain(chain.store(), &to, m))
+                    .await;
             }
             EthMessage::BlockHeaders {
                 request_id,
