@@ -266,13 +266,22 @@ impl SnapMessage {
                 proof,
             } => {
                 request_id.encode(&mut p);
-                let mut list = Vec::new();
+                // Each item's header written from its length: no allocation per account
+                // (an answer holds thousands), the list sized once.
+                let item_len = |body: &Bytes| {
+                    let payload = 33 + body.len();
+                    alloy_rlp::length_of_length(payload) + payload
+                };
+                let mut list = Vec::with_capacity(accounts.iter().map(|(_, b)| item_len(b)).sum());
                 for (hash, body) in accounts {
-                    let mut item = Vec::with_capacity(33 + body.len());
-                    hash.encode(&mut item);
+                    alloy_rlp::Header {
+                        list: true,
+                        payload_length: 33 + body.len(),
+                    }
+                    .encode(&mut list);
+                    hash.encode(&mut list);
                     // The slim account is a list: it goes in as it is.
-                    item.extend_from_slice(body);
-                    rlp::encode_list_payload(&item, &mut list);
+                    list.extend_from_slice(body);
                 }
                 rlp::encode_list_payload(&list, &mut p);
                 string_list(proof, &mut p);
