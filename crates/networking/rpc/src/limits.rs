@@ -238,15 +238,9 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let cfg = self.cfg;
         Box::pin(async move {
-            let (mut parts, body) = req.into_parts();
-            let (body, is_single) = match read_body(&parts.headers, body, cfg.max_body_size).await {
+            let (parts, body, is_single) = match read_request(req, cfg.max_body_size).await {
                 Ok(read) => read,
-                Err(HttpError::TooLarge) => return Ok(response::too_large(cfg.max_body_size)),
-                Err(HttpError::Malformed) => return Ok(response::malformed()),
-                Err(HttpError::Stream(e)) => {
-                    tracing::debug!(error = %e, "reading an RPC request body failed");
-                    return Ok(response::internal_error());
-                }
+                Err(answer) => return Ok(answer),
             };
             if !is_single && let Some(id) = batch_over_limit(&body, cfg.limit as usize) {
                 metrics::counter!("moat_rpc_batch_limited_total", "reason" => "calls").increment(1);
@@ -257,12 +251,41 @@ where
                     .body(HttpBody::from(json))
                     .expect("a static header makes a valid response"));
             }
-            // Leading whitespace was trimmed: the length changed.
-            parts.headers.insert("content-length", body.len().into());
-            let req = HttpRequest::from_parts(parts, HttpBody::from(body));
-            inner.call(req).await.map_err(Into::into)
+            inner
+                .call(rebuild_request(parts, body))
+                .await
+                .map_err(Into::into)
         })
     }
+}
+
+/// Reads a request's body as jsonrpsee does (its cap, leading whitespace trimmed): the
+/// request's parts, the body and whether it is a single call (not a batch), or the
+/// answer jsonrpsee would give instead (too large, malformed, a failed read).
+pub(crate) async fn read_request(
+    req: HttpRequest,
+    max_body_size: u32,
+) -> Result<(hyper::http::request::Parts, Vec<u8>, bool), HttpResponse> {
+    let (parts, body) = req.into_parts();
+    match read_body(&parts.headers, body, max_body_size).await {
+        Ok((body, is_single)) => Ok((parts, body, is_single)),
+        Err(HttpError::TooLarge) => Err(response::too_large(max_body_size)),
+        Err(HttpError::Malformed) => Err(response::malformed()),
+        Err(HttpError::Stream(e)) => {
+            tracing::debug!(error = %e, "reading an RPC request body failed");
+            Err(response::internal_error())
+        }
+    }
+}
+
+/// The request [`read_request`] took apart, whole again for the next service.
+pub(crate) fn rebuild_request(
+    mut parts: hyper::http::request::Parts,
+    body: Vec<u8>,
+) -> HttpRequest {
+    // Leading whitespace was trimmed: the length changed.
+    parts.headers.insert("content-length", body.len().into());
+    HttpRequest::from_parts(parts, HttpBody::from(body))
 }
 
 /// A JSON-RPC error response as text.

@@ -17,14 +17,13 @@
 
 use crate::RpcContext;
 use crate::access::Allowed;
-use crate::limits::{CallDeadline, TIMEOUT_CODE, TIMEOUT_MSG};
+use crate::limits::{CallDeadline, TIMEOUT_CODE, TIMEOUT_MSG, read_request, rebuild_request};
 use crate::server::RequestMeta;
 use alloy_primitives::Bytes;
 use jsonrpsee::core::BoxError;
-use jsonrpsee::core::http_helpers::{HttpError, read_body};
 use jsonrpsee::core::server::{MethodResponse, ResponsePayload};
 use jsonrpsee::server::http::{content_type_is_json, response};
-use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
+use jsonrpsee::server::{HttpRequest, HttpResponse};
 use jsonrpsee::types::{ErrorObject, Id};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -103,16 +102,10 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let max = self.max_body_size;
         Box::pin(async move {
-            let (mut parts, body) = req.into_parts();
             // The same read, cap and answers as jsonrpsee's own.
-            let (body, is_single) = match read_body(&parts.headers, body, max).await {
+            let (parts, body, is_single) = match read_request(req, max).await {
                 Ok(read) => read,
-                Err(HttpError::TooLarge) => return Ok(response::too_large(max)),
-                Err(HttpError::Malformed) => return Ok(response::malformed()),
-                Err(HttpError::Stream(e)) => {
-                    tracing::debug!(error = %e, "reading an RPC request body failed");
-                    return Ok(response::internal_error());
-                }
+                Err(answer) => return Ok(answer),
             };
             if is_single
                 && let Some((id, tx)) = parse(&body)
@@ -120,10 +113,10 @@ where
             {
                 return Ok(answer(&ctx, id, tx, &parts.extensions).await);
             }
-            // Leading whitespace was trimmed: the length changed.
-            parts.headers.insert("content-length", body.len().into());
-            let req = HttpRequest::from_parts(parts, HttpBody::from(body));
-            inner.call(req).await.map_err(Into::into)
+            inner
+                .call(rebuild_request(parts, body))
+                .await
+                .map_err(Into::into)
         })
     }
 }
