@@ -580,6 +580,20 @@ fn an_abandoned_write_transaction_leaves_nothing() {
     assert_eq!(store.account(&addr(1)).unwrap(), None);
 }
 
+/// A kill while the database file was being created (its half-written file left under
+/// the temporary name, none under the real one) does not keep the datadir from opening.
+#[test]
+fn a_kill_while_the_database_was_being_created_leaves_a_datadir_that_opens() {
+    let dir = TempDir::new("half-created");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    std::fs::write(dir.path().join("moat.redb.new"), [0u8; 100]).unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.head().unwrap(), None);
+    drop(store);
+    assert!(!dir.path().join("moat.redb.new").exists());
+    Store::open(dir.path(), None).unwrap();
+}
+
 #[test]
 fn a_datadir_in_use_is_refused() {
     let dir = TempDir::new("in-use");

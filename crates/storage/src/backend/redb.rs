@@ -80,6 +80,9 @@ impl RedbBackend {
         datadir: &Path,
         cache_bytes: usize,
     ) -> Result<RedbBackend, StoreError> {
+        if !path.exists() {
+            Self::create_whole(path, datadir)?;
+        }
         let db = ::redb::Builder::new()
             .set_cache_size(cache_bytes)
             .create(path)
@@ -100,6 +103,35 @@ impl RedbBackend {
             }),
             snapshot: RwLock::new(Some(Arc::new(snapshot))),
         })
+    }
+
+    /// Creates the database file under a temporary name and renames it into place once
+    /// redb has written it whole, so that a kill while the file is being created leaves
+    /// either no database (the next start creates it again) or a whole one, never a file
+    /// without its header that no later start could open.
+    fn create_whole(path: &Path, datadir: &Path) -> Result<(), StoreError> {
+        let io = |source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let fresh = path.with_extension("redb.new");
+        match std::fs::remove_file(&fresh) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+            _ => {}
+        }
+        drop(
+            ::redb::Builder::new()
+                .create(&fresh)
+                .map_err(|e| StoreError::Db(format!("creating {}: {e}", fresh.display())))?,
+        );
+        std::fs::File::open(&fresh)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
+        std::fs::rename(&fresh, path).map_err(io)?;
+        // The rename is durable once the directory is.
+        std::fs::File::open(datadir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)
     }
 
     /// Read transactions cannot open a table that was never created, so a new file gets
