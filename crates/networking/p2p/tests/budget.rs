@@ -167,12 +167,21 @@ async fn a_flooding_peer_is_slowed_and_dropped_while_an_honest_one_is_served() {
         moat_p2p::rlpx::peer_id(&secp256k1::PublicKey::from_secret_key(&secp, &sk))
     };
     let (honest_id, attacker_id) = (id_of([0x42; 32]), id_of([0x41; 32]));
-    let info = net
-        .peers()
-        .into_iter()
-        .find(|p| p.id == honest_id)
-        .expect("the honest peer is still connected");
-    let budget = info.budget.expect("an account");
+    let honest_budget = || {
+        net.peers()
+            .into_iter()
+            .find(|p| p.id == honest_id)
+            .expect("the honest peer is still connected")
+            .budget
+            .expect("an account")
+    };
+    // Its own burst of 200 may have drawn its bucket down for a moment (a loaded machine
+    // makes each tx cost more CPU): it is back in good standing once the bucket refills.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while honest_budget().state != BudgetState::Ok && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let budget = honest_budget();
     assert_eq!(budget.admitted, 200);
     assert_eq!(budget.rejected, 0);
     assert!(budget.cpu_us > 0);
