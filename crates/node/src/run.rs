@@ -244,12 +244,8 @@ fn install_metrics(builder: metrics_exporter_prometheus::PrometheusBuilder) -> R
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            // SAFETY: gettid takes no arguments; setpriority on a tid sets that thread's
-            // nice value. Failure leaves the thread at normal priority.
-            unsafe {
-                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-            }
+            // Failure leaves the thread at normal priority.
+            moat_blockchain::mempool::lanes::nice_this_thread();
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -405,6 +405,19 @@ fn lower_this_thread() -> bool {
         if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
             return true;
         }
+        nice_this_thread()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Sets the calling thread's nice value to 19 (below every normal thread, above
+/// `SCHED_IDLE`). Whether it took.
+pub fn nice_this_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
         // SAFETY: gettid takes no arguments; setpriority on a tid sets that thread's nice.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
         // SAFETY: a plain syscall on this thread's own id.
