@@ -40,6 +40,7 @@ mod codec;
 mod error;
 mod node_cache;
 mod snap;
+mod warm;
 
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,7 @@ pub use batch::WriteBatch;
 /// The trie-node table's key layout: what [`Store::trie_node_entries_from`] scans in order.
 pub use codec::{trie_node_key, trie_node_path, trie_owner_bounds};
 pub use error::StoreError;
+pub use warm::{WarmEnd, Warmed};
 
 use alloy_primitives::{Address, B256, Bytes, KECCAK256_EMPTY, U256};
 use backend::{Backend, MemoryBackend, Op, RedbBackend, Table};

@@ -23,6 +23,7 @@ use moat_common::rlp::{self, Fields, RlpError};
 use moat_trie::{EMPTY_ROOT, NodeSource, TrieError, range};
 use parking_lot::Mutex;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The snap version spoken.
@@ -965,6 +966,9 @@ pub struct SnapServer {
     /// head's with up to 127 undo records laid over it, too costly to rebuild for every
     /// request of a peer that syncs from it.
     states: Arc<Mutex<Vec<CachedState>>>,
+    /// Requests answered since the start: the page-cache warm-up ([`SnapServer::warm`])
+    /// stops at the first.
+    answered: Arc<AtomicU64>,
 }
 
 /// A state kept for the next requests: (head hash, block number, state).
@@ -1016,6 +1020,7 @@ impl SnapServer {
     /// nothing over snap yet, so their answers are dropped).
     pub fn answer(&self, chain: &Chain, msg: &SnapMessage) -> Option<SnapMessage> {
         let started = Instant::now();
+        self.answered.fetch_add(1, Ordering::Relaxed);
         let deadline = started + TIME_BUDGET;
         // A block imported while the answer is read changes the trie under it: read
         // again once, then give up with an empty answer.
@@ -1138,6 +1143,62 @@ impl SnapServer {
             | SnapMessage::ByteCodes { .. }
             | SnapMessage::TrieNodes { .. } => return None,
         })
+    }
+}
+
+impl SnapServer {
+    /// Warms the database's page cache with the trie-node table
+    /// ([`moat_storage::Store::warm_trie_nodes`], bounded by the page cache's share of
+    /// `--cache`) on a thread of its own at nice 19, so that the first peer to sync from
+    /// a node just started does not wait for the pages to be read and the memory for them
+    /// handed out. Returns at once: the node serves meanwhile. The thread stops at the
+    /// first snap request (the peer's own reads fill the cache from then on, and the
+    /// warm-up must not compete with them), once this server is dropped, or when it is
+    /// done; it is never started for a store without a page cache.
+    /// The thread's handle gives what it read (`None` when no thread was started).
+    pub fn warm(
+        &self,
+        chain: &Chain,
+    ) -> Option<std::thread::JoinHandle<Result<moat_storage::Warmed, moat_storage::StoreError>>>
+    {
+        let store = chain.store().clone();
+        if store.warm_budget() == 0 {
+            return None;
+        }
+        let answered = Arc::downgrade(&self.answered);
+        let spawned = std::thread::Builder::new()
+            .name("moat-warm".into())
+            .spawn(move || {
+                // Failure leaves the thread at normal priority; it still stops at the
+                // first request.
+                moat_blockchain::mempool::lanes::nice_this_thread();
+                let started = Instant::now();
+                let go_on = || {
+                    answered
+                        .upgrade()
+                        .is_some_and(|n| n.load(Ordering::Relaxed) == 0)
+                };
+                let warmed = store.warm_trie_nodes(go_on);
+                match &warmed {
+                    Ok(w) => tracing::info!(
+                        nodes = w.entries,
+                        mb = w.bytes >> 20,
+                        end = ?w.end,
+                        secs = format!("{:.2}", started.elapsed().as_secs_f64()),
+                        "page cache warmed with the trie nodes"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "page cache warm-up failed"),
+                }
+                warmed
+            });
+        spawned
+            .inspect_err(|e| tracing::warn!(error = %e, "page cache warm-up not started"))
+            .ok()
+    }
+
+    /// Requests answered since the start.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
     }
 }
 

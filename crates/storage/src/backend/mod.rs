@@ -192,6 +192,14 @@ impl Backend {
         }
     }
 
+    /// The database's page cache size; 0 in memory, where there is none.
+    pub(crate) fn page_cache_bytes(&self) -> usize {
+        match self {
+            Backend::Redb(db) => db.cache_bytes(),
+            Backend::Memory(_) => 0,
+        }
+    }
+
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             Backend::Redb(_) => "redb",

@@ -60,6 +60,8 @@ pub(crate) struct RedbBackend {
     writer: Mutex<Lag>,
     /// `None` only if refreshing after a commit failed; the next read rebuilds it.
     snapshot: RwLock<Option<Arc<Snapshot>>>,
+    /// The page cache's size given to redb.
+    cache_bytes: usize,
 }
 
 /// How far the file lags behind the last commit.
@@ -102,6 +104,7 @@ impl RedbBackend {
                 relaxed: 0,
             }),
             snapshot: RwLock::new(Some(Arc::new(snapshot))),
+            cache_bytes,
         })
     }
 
@@ -200,6 +203,11 @@ impl RedbBackend {
             .get(key)
             .map_err(|e| db_err("reading a value")(e.into()))?;
         value.map(|guard| decode(guard.value())).transpose()
+    }
+
+    /// The page cache's size given to redb.
+    pub(crate) fn cache_bytes(&self) -> usize {
+        self.cache_bytes
     }
 
     pub(crate) fn scan(

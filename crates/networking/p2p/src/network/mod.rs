@@ -246,6 +246,8 @@ impl Network {
             snap: crate::snap::SnapServer::default(),
         });
         let net = Network { inner };
+        // In the background; the handle is not kept (the thread ends on its own).
+        drop(net.inner.snap.warm(&net.inner.chain));
         for enode in net.inner.cfg.static_peers.clone() {
             if let Err(e) = net.keep_static(enode) {
                 tracing::warn!(error = %e, "static peer not kept");
