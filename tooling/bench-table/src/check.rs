@@ -8,6 +8,10 @@
 //! by that factor. At [`WARN`] a row is reported; at [`FAIL`] the check fails, naming the
 //! row, the baseline and today's figure.
 //!
+//! A row at [`FAIL`] is measured again before it fails the check: the table runs up to
+//! [`ATTEMPTS`] times, and a row fails only if it is at [`FAIL`] in every attempt
+//! ([`best_of`]). Each attempt is judged against its own references.
+//!
 //! Tail-latency rows (names with `p99`) are shown but never fail: a single slow
 //! scheduling moment moves them more than any code change would.
 //!
@@ -20,6 +24,8 @@ use serde_json::{Value, json};
 pub const WARN: f64 = 1.5;
 /// ... and from which the check fails.
 pub const FAIL: f64 = 2.0;
+/// How many times in all the table is measured while a row stays at [`FAIL`] or more.
+pub const ATTEMPTS: usize = 3;
 
 /// One row as the table measured it.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +105,43 @@ pub fn machine_factor(baseline: &[Figure], now: &[Figure]) -> f64 {
     (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp()
 }
 
+/// The verdict on a row at `adjusted` times its baseline.
+fn verdict_of(name: &str, adjusted: f64) -> Verdict {
+    let gated = !name.contains("p99");
+    if gated && adjusted >= FAIL {
+        Verdict::Fail
+    } else if adjusted >= WARN {
+        Verdict::Warn
+    } else {
+        Verdict::Ok
+    }
+}
+
+/// Two attempts' comparisons merged: each row keeps the attempt in which it came out
+/// lowest against its baseline (machine speed aside), and its verdict is that attempt's.
+/// A row fails only if it failed in both. Rows of `b` not in `a` are added.
+pub fn best_of(a: Vec<Compared>, b: Vec<Compared>) -> Vec<Compared> {
+    let mut out = a;
+    for next in b {
+        match out.iter_mut().find(|c| c.name == next.name) {
+            Some(c) => {
+                if let (Some(now), Some(then)) = (next.adjusted, c.adjusted)
+                    && now < then
+                {
+                    *c = next;
+                }
+            }
+            None => out.push(next),
+        }
+    }
+    for c in &mut out {
+        if let Some(adjusted) = c.adjusted {
+            c.verdict = verdict_of(&c.name, adjusted);
+        }
+    }
+    out
+}
+
 /// Every non-reference row of either table, compared.
 pub fn compare(baseline: &[Figure], now: &[Figure]) -> (f64, Vec<Compared>) {
     let factor = machine_factor(baseline, now);
@@ -109,15 +152,7 @@ pub fn compare(baseline: &[Figure], now: &[Figure]) -> (f64, Vec<Compared>) {
             None => (None, Verdict::New),
             Some(b) => {
                 let adjusted = f.ns / b.ns / factor;
-                let gated = !f.name.contains("p99");
-                let verdict = if gated && adjusted >= FAIL {
-                    Verdict::Fail
-                } else if adjusted >= WARN || adjusted >= FAIL {
-                    Verdict::Warn
-                } else {
-                    Verdict::Ok
-                };
-                (Some(adjusted), verdict)
+                (Some(adjusted), verdict_of(&f.name, adjusted))
             }
         };
         out.push(Compared {
@@ -206,6 +241,38 @@ mod tests {
         let (_, out) = compare(&baseline(), &now);
         assert_eq!(verdict(&out, "row y"), Verdict::Missing);
         assert_eq!(verdict(&out, "row z"), Verdict::New);
+    }
+
+    #[test]
+    fn a_row_fails_only_if_it_fails_in_every_attempt() {
+        let mut first = baseline();
+        first[2].ns = 50.0 * 2.5; // row x: noise in the first attempt only
+        first[3].ns = 10.0 * 2.5; // row y: slow in both
+        let mut second = baseline();
+        second[3].ns = 10.0 * 2.2;
+        let (_, a) = compare(&baseline(), &first);
+        let (_, b) = compare(&baseline(), &second);
+        assert_eq!(verdict(&a, "row x"), Verdict::Fail);
+        let best = best_of(a, b);
+        assert_eq!(verdict(&best, "row x"), Verdict::Ok);
+        assert_eq!(verdict(&best, "row y"), Verdict::Fail);
+        let y = best.iter().find(|c| c.name == "row y").unwrap();
+        assert_eq!(y.now_ns, Some(22.0), "the better attempt's figure is shown");
+    }
+
+    #[test]
+    fn an_attempt_on_a_slower_machine_is_judged_by_its_own_references() {
+        // The second attempt ran with the whole machine at 3x: row x at 3x is no
+        // regression there, so it clears the first attempt's 2.5x.
+        let mut first = baseline();
+        first[2].ns = 50.0 * 2.5;
+        let second: Vec<Figure> = baseline()
+            .into_iter()
+            .map(|f| fig(&f.name, f.ns * 3.0, f.reference))
+            .collect();
+        let (_, a) = compare(&baseline(), &first);
+        let (_, b) = compare(&baseline(), &second);
+        assert_eq!(verdict(&best_of(a, b), "row x"), Verdict::Ok);
     }
 
     #[test]

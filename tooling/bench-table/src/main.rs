@@ -170,11 +170,24 @@ fn raw_recover_ns(budget: &Budget) -> f64 {
 }
 
 /// Median ns per op of `run` over `txs` split into five chunks: a burst of noise from
-/// the machine spoils one chunk, not the figure (the references are medians too).
-fn median_chunks(txs: &[b::Signed], mut run: impl FnMut(&[b::Signed]) -> Duration) -> f64 {
+/// the machine spoils one chunk, not the figure (the references are medians too). Each
+/// chunk runs `repeats` times and counts its fastest run: for work of a few ms that
+/// touches much memory, such as admission into a fresh pool, the other vCPU's load moves
+/// single runs by 2x on this kind of machine.
+fn median_chunks(
+    txs: &[b::Signed],
+    repeats: usize,
+    mut run: impl FnMut(&[b::Signed]) -> Duration,
+) -> f64 {
     let mut per_op: Vec<f64> = txs
         .chunks(txs.len().div_ceil(5))
-        .map(|c| per_op(run(c), c.len()))
+        .map(|c| {
+            let fastest = (0..repeats.max(1))
+                .map(|_| run(c))
+                .min()
+                .unwrap_or_default();
+            per_op(fastest, c.len())
+        })
         .collect();
     per_op.sort_by(|a, b| a.total_cmp(b));
     per_op[per_op.len() / 2]
@@ -193,7 +206,7 @@ fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
     let base = b::signed_transfers(10_000, 10_000_000, 2);
     let fresh = b::signed_transfers(n, 20_000_000, 3);
 
-    let cached = median_chunks(&fresh, |txs| b::admission(&base, txs, true));
+    let cached = median_chunks(&fresh, 3, |txs| b::admission(&base, txs, true));
     rows.push(Row {
         name: "pool: cached-sender admission",
         ns: cached,
@@ -215,7 +228,7 @@ fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
         ]
     };
     let before = refs(&budget);
-    let uncached = median_chunks(&fresh, |txs| b::admission(&base, txs, false));
+    let uncached = median_chunks(&fresh, 1, |txs| b::admission(&base, txs, false));
     let after = refs(&budget);
     let around = |i: usize| (before[i] + after[i]) / 2.0;
     rows.push(Row {
@@ -338,6 +351,38 @@ fn main() -> std::process::ExitCode {
     let quick = std::env::args().any(|a| a == "--quick");
     let json_out = arg_value("--json");
     let check_against = arg_value("--check");
+    let rows = measure_table(quick);
+    let ok = print(&rows);
+    if !ok {
+        println!("\nsome targets were missed");
+    }
+    let figures = figures_of(&rows);
+    if let Some(path) = json_out {
+        let text = serde_json::to_string_pretty(&check::to_json(&figures)).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, text + "\n") {
+            eprintln!("cannot write {path}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+        println!("\nfigures written to {path}");
+    }
+    match check_against {
+        Some(path) => report_check(&path, quick, figures),
+        None => std::process::ExitCode::SUCCESS,
+    }
+}
+
+fn figures_of(rows: &[Row]) -> Vec<check::Figure> {
+    rows.iter()
+        .map(|r| check::Figure {
+            name: r.name.to_string(),
+            ns: r.ns,
+            reference: matches!(r.target, Target::Reference),
+        })
+        .collect()
+}
+
+/// Every row of the table, measured once, in order.
+fn measure_table(quick: bool) -> Vec<Row> {
     let budget = Budget {
         per_row: Duration::from_millis(if quick { 400 } else { 3000 }),
     };
@@ -531,36 +576,17 @@ fn main() -> std::process::ExitCode {
         }
         Err(e) => eprintln!("state-root rows skipped: {e}"),
     }
-
-    let ok = print(&rows);
-    if !ok {
-        println!("\nsome targets were missed");
-    }
-    let figures: Vec<check::Figure> = rows
-        .iter()
-        .map(|r| check::Figure {
-            name: r.name.to_string(),
-            ns: r.ns,
-            reference: matches!(r.target, Target::Reference),
-        })
-        .collect();
-    if let Some(path) = json_out {
-        let text = serde_json::to_string_pretty(&check::to_json(&figures)).unwrap_or_default();
-        if let Err(e) = std::fs::write(&path, text + "\n") {
-            eprintln!("cannot write {path}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-        println!("\nfigures written to {path}");
-    }
-    match check_against {
-        Some(path) => report_check(&path, &figures),
-        None => std::process::ExitCode::SUCCESS,
-    }
+    rows
 }
 
 /// `--check BASELINE`: compares today's figures with the baseline (see `check`) and
 /// fails when a row is [`check::FAIL`] times its baseline or more, machine speed aside.
-fn report_check(path: &str, figures: &[check::Figure]) -> std::process::ExitCode {
+///
+/// A failing row is confirmed before it fails the check: the whole table is measured
+/// again, up to [`check::ATTEMPTS`] times in all, and each row keeps its best showing (see
+/// [`check::best_of`]). A regression in the code shows in every attempt; a burst of
+/// noise from the machine (the other vCPU busy, memory bandwidth taken) rarely does.
+fn report_check(path: &str, quick: bool, figures: Vec<check::Figure>) -> std::process::ExitCode {
     let baseline = match std::fs::read_to_string(path)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
@@ -572,10 +598,29 @@ fn report_check(path: &str, figures: &[check::Figure]) -> std::process::ExitCode
             return std::process::ExitCode::FAILURE;
         }
     };
-    let (factor, compared) = check::compare(&baseline, figures);
+    let (factor, mut compared) = check::compare(&baseline, &figures);
     println!(
         "\nagainst {path}: this machine runs the reference rows at {factor:.2}x the baseline's time"
     );
+    for attempt in 2..=check::ATTEMPTS {
+        let failing: Vec<&str> = compared
+            .iter()
+            .filter(|c| c.verdict == check::Verdict::Fail)
+            .map(|c| c.name.as_str())
+            .collect();
+        if failing.is_empty() {
+            break;
+        }
+        println!(
+            "\nat 2x or more: {}; measuring the table again to confirm (attempt {attempt} of {})",
+            failing.join(", "),
+            check::ATTEMPTS
+        );
+        let again = figures_of(&measure_table(quick));
+        let (factor, next) = check::compare(&baseline, &again);
+        println!("attempt {attempt}: the reference rows at {factor:.2}x the baseline's time");
+        compared = check::best_of(compared, next);
+    }
     let mut failed = false;
     for c in &compared {
         let fig = |ns: Option<f64>| {
@@ -606,7 +651,9 @@ fn report_check(path: &str, figures: &[check::Figure]) -> std::process::ExitCode
         );
     }
     if failed {
-        println!("\nregression: a row is at least twice its baseline, machine speed aside");
+        println!(
+            "\nregression: a row is at least twice its baseline, machine speed aside, in every attempt"
+        );
         std::process::ExitCode::FAILURE
     } else {
         std::process::ExitCode::SUCCESS
