@@ -8,9 +8,12 @@
 
 mod common;
 
-use alloy_primitives::{Address, B256};
+use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
 use common::{Moat, enode, free_port, rpc};
 use moat_chaingen::{Generator, Params};
+use moat_common::PooledTransaction;
+use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+use moat_crypto::secp::Signer;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -43,14 +46,22 @@ fn datadir(tag: &str) -> PathBuf {
     dir
 }
 
-/// The generated chain in `dir` (genesis.json, chain.rlp); the senders' addresses.
-fn generate(dir: &Path) -> Vec<Address> {
-    generate_parts(dir, SENDERS, &[("chain.rlp", BLOCKS)])
+/// The generated chain in `dir` (genesis.json, chain.rlp); the senders' keys.
+fn generate(dir: &Path) -> Vec<Signer> {
+    generate_signers(dir, SENDERS, &[("chain.rlp", BLOCKS)])
 }
 
 /// A chain generated over `senders` funded accounts: genesis.json, and for each
 /// `(file, blocks)` of `parts` the chain from block 1 up to `blocks`.
 fn generate_parts(dir: &Path, senders: usize, parts: &[(&str, u64)]) -> Vec<Address> {
+    generate_signers(dir, senders, parts)
+        .iter()
+        .map(|s| s.address())
+        .collect()
+}
+
+/// [`generate_parts`], with the senders' keys.
+fn generate_signers(dir: &Path, senders: usize, parts: &[(&str, u64)]) -> Vec<Signer> {
     std::fs::create_dir_all(dir).unwrap();
     let mut g = Generator::new(Params {
         senders,
@@ -74,7 +85,7 @@ fn generate_parts(dir: &Path, senders: usize, parts: &[(&str, u64)]) -> Vec<Addr
         serde_json::to_string(g.genesis()).unwrap(),
     )
     .unwrap();
-    g.senders().iter().map(|s| s.address()).collect()
+    g.senders().to_vec()
 }
 
 fn import(datadir: &Path, gen_dir: &Path) {
@@ -116,8 +127,9 @@ fn contracts(a: &Moat) -> Vec<String> {
 #[test]
 fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     let gen_dir = datadir("gen");
-    let senders = generate(&gen_dir);
+    let signers = generate(&gen_dir);
     let genesis = gen_dir.join("genesis.json");
+    let senders: Vec<Address> = signers.iter().map(|s| s.address()).collect();
     let a_dir = datadir("a");
     import(&a_dir, &gen_dir);
     let a_port = free_port();
@@ -195,11 +207,65 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
             );
         }
     }
+
+    // Then as after a full sync: eth_syncing says false, the engine answers VALID at the
+    // head, and the pool takes a transaction checked against the downloaded state.
+    b.wait("eth_syncing to answer false", || {
+        (b.call("eth_syncing", "[]") == serde_json::Value::Bool(false)).then_some(())
+    });
+    assert_eq!(forkchoice(&b, &head_hash), "VALID");
+    // A sender that has sent in the chain: its nonce at the head is past 0.
+    let (signer, nonce) = signers
+        .iter()
+        .find_map(|s| Some((s, nonce_of(&a, s)?)).filter(|(_, n)| *n > 0))
+        .expect("a sender with a transaction in the chain");
+    assert_eq!(nonce_of(&b, signer), Some(nonce));
+    let (hash, raw) = transfer_at(&a, signer, nonce);
+    let sent = rpc(b.http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+    assert_eq!(sent["result"], serde_json::json!(hash), "{sent}");
+    let pending = b.call("eth_getTransactionByHash", &format!(r#"["{hash}"]"#));
+    assert_eq!(pending["hash"], serde_json::json!(hash), "{pending}");
+    // A nonce the downloaded state has already used is refused.
+    let (_, stale) = transfer_at(&a, signer, nonce - 1);
+    let refused = rpc(b.http, "eth_sendRawTransaction", &format!(r#"["{stale}"]"#)).unwrap();
+    assert!(refused["error"].is_object(), "{refused}");
+
     drop((a, b));
     for d in [gen_dir, a_dir, b_dir] {
         let _ = std::fs::remove_dir_all(&d);
         let _ = std::fs::remove_file(d.with_extension("jwt"));
     }
+}
+
+/// `signer`'s nonce at `node`'s head.
+fn nonce_of(node: &Moat, signer: &Signer) -> Option<u64> {
+    let count = node.call(
+        "eth_getTransactionCount",
+        &format!(r#"["{}", "latest"]"#, signer.address()),
+    );
+    u64::from_str_radix(count.as_str()?.trim_start_matches("0x"), 16).ok()
+}
+
+/// A transfer from `signer` at `nonce`, on `node`'s chain: (hash, raw hex).
+fn transfer_at(node: &Moat, signer: &Signer, nonce: u64) -> (B256, String) {
+    let id = node.call("eth_chainId", "[]");
+    let chain_id = u64::from_str_radix(id.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id,
+        nonce,
+        max_priority_fee_per_gas: 1_000_000_000,
+        max_fee_per_gas: 100_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(0x42)),
+        value: U256::from(1),
+        input: Bytes::new(),
+        access_list: Vec::new(),
+    });
+    let p = PooledTransaction::new(SignedTransaction::sign(tx, signer), None);
+    (
+        p.hash(),
+        alloy_primitives::hex::encode_prefixed(p.encoded_2718()),
+    )
 }
 
 /// A field of `eth_syncing` as a number (0 when absent).
