@@ -1,6 +1,7 @@
 //! Chain requests against a peer played by the test: answers are matched by request id,
 //! checked, and a peer that answers with garbage or lies is dropped; one that does not
-//! answer times out and loses reputation; the per-peer bound on requests in flight holds.
+//! answer times out and loses reputation (a chain request or a snap one); the per-peer
+//! bound on requests in flight holds.
 
 use alloy_primitives::{B256, Bytes};
 use moat_blockchain::chain::Chain;
@@ -12,6 +13,8 @@ use moat_p2p::eth::{EthMessage, HashOrNumber};
 use moat_p2p::p2p::DisconnectReason;
 use moat_p2p::requests::MAX_IN_FLIGHT;
 use moat_p2p::rlpx::{PeerId, peer_id};
+use moat_p2p::session::Incoming;
+use moat_p2p::snap::SnapMessage;
 use moat_p2p::{Enode, HeadersRequest, Network, NetworkConfig, RequestError, SealedHeader};
 use moat_storage::Store;
 use std::path::PathBuf;
@@ -44,6 +47,11 @@ struct Setup {
 }
 
 async fn setup(timeout: Duration) -> Setup {
+    setup_with(timeout, false).await
+}
+
+/// [`setup`], the test's peer offering snap/1 when `snap`.
+async fn setup_with(timeout: Duration, snap: bool) -> Setup {
     let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
     let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
     let pool = Pool::new(
@@ -65,9 +73,12 @@ async fn setup(timeout: Duration) -> Setup {
     let mut status = net.status_for(69);
     status.head = B256::repeat_byte(0xaa);
     status.latest = 600;
-    let peer = Client::connect(&enode, peer_key, &[69], status)
-        .await
-        .unwrap();
+    let peer = if snap {
+        Client::connect_snap(&enode, peer_key, &[69], status).await
+    } else {
+        Client::connect(&enode, peer_key, &[69], status).await
+    }
+    .unwrap();
     let peer_id = peer_id(&peer_key.public_key(secp256k1::SECP256K1));
     for _ in 0..100 {
         if net.sync_peers().iter().any(|p| p.id == peer_id) {
@@ -312,5 +323,40 @@ async fn silence_times_out_and_requests_in_flight_are_bounded() {
     let me = net.sync_peers().into_iter().next().unwrap();
     assert_eq!(me.in_flight, 0);
     assert!(me.reputation < 0, "timeouts cost reputation");
+    drop(peer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_snap_request_times_out_and_costs_reputation() {
+    let Setup {
+        net,
+        mut peer,
+        peer_id,
+    } = setup_with(Duration::from_millis(300), true).await;
+    assert!(peer.snap(), "the test's peer offers snap/1");
+    let ask = SnapMessage::GetAccountRange {
+        request_id: 0,
+        root: B256::repeat_byte(0x11),
+        origin: B256::ZERO,
+        limit: B256::repeat_byte(0xff),
+        bytes: 4096,
+    };
+    for _ in 0..2 {
+        let n = net.clone();
+        let a = ask.clone();
+        let asked = tokio::spawn(async move { n.snap_request(&peer_id, a).await });
+        // Read and left unanswered.
+        loop {
+            match peer.recv(Duration::from_secs(5)).await {
+                Ok(Some(Incoming::Snap(SnapMessage::GetAccountRange { .. }))) => break,
+                Ok(Some(_)) => continue,
+                other => panic!("no GetAccountRange: {other:?}"),
+            }
+        }
+        assert!(matches!(asked.await.unwrap(), Err(RequestError::Timeout)));
+    }
+    let me = net.sync_peers().into_iter().next().unwrap();
+    assert_eq!(me.in_flight, 0);
+    assert_eq!(me.reputation, -20, "each timeout costs 10");
     drop(peer);
 }

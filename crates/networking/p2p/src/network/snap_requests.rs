@@ -8,6 +8,9 @@ use crate::requests::RequestError;
 use crate::rlpx::PeerId;
 use crate::snap::SnapMessage;
 
+/// Reputation a snap request that times out costs the peer (a chain request's cost).
+const SNAP_TIMEOUT_PENALTY: i64 = 10;
+
 impl Network {
     /// The connected peers that negotiated snap/1.
     pub fn snap_peers(&self) -> Vec<PeerId> {
@@ -50,6 +53,9 @@ impl Network {
             Ok(Err(_)) => Err(RequestError::Disconnected),
             Err(_) => {
                 metrics::counter!("moat_p2p_snap_request_timeouts_total").increment(1);
+                // As a chain request's: a peer that keeps not answering is dropped once
+                // its reputation reaches the floor.
+                self.penalize(&p, SNAP_TIMEOUT_PENALTY, "snap request timed out");
                 Err(RequestError::Timeout)
             }
         }
