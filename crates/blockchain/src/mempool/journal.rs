@@ -409,13 +409,18 @@ impl Journal {
         if let Some(gate) = &gate {
             gate.coming.fetch_sub(1, Ordering::AcqRel);
         }
+        let queued = Instant::now();
         let sent = self.send(Command::Append { record, done });
         if let Some(gate) = &gate {
             gate.settle();
         }
         sent?;
-        wait.await
-            .unwrap_or_else(|_| Err(io::Error::other("the journal writer stopped")))
+        let result = wait
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("the journal writer stopped")));
+        // Queued to answered, as the caller sees it (its task woken included).
+        metrics::histogram!("moat_pool_journal_wait_seconds").record(queued.elapsed());
+        result
     }
 
     /// Rewrites the file from `snapshot` (taken on the writer thread, see the module
@@ -889,7 +894,9 @@ impl Writers {
                 std::thread::sleep(delay);
             }
         }
+        let started = Instant::now();
         let result = batch.written.and_then(|()| batch.file.sync_data());
+        metrics::histogram!("moat_pool_journal_sync_seconds").record(started.elapsed());
         self.awake.end();
         #[cfg(test)]
         self.test.syncing.fetch_sub(1, Ordering::AcqRel);
