@@ -13,7 +13,8 @@
 //!
 //! The honest clients run on a runtime (one thread) of their own, apart from the
 //! attackers', so that what they time is the node and not the tool's own queue; the
-//! attackers' threads run at nice 19, since their CPU stands for remote machines'.
+//! attackers' threads run at nice 19 and yield the core before each message or call,
+//! since their CPU stands for remote machines'.
 //!
 //! Phases: honest traffic alone (the reference), then for each scenario the attack beside
 //! it, then the attack stopped until honest throughput is back to ≥ 90 % of the reference.
@@ -784,6 +785,20 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Gives the core to any thread waiting for it (`sched_yield`): an attacker calls it
+/// before each message or call. At nice 19 a busy attacker thread that the kernel does
+/// not preempt when a node thread wakes on its core (the wakee waits for the next
+/// scheduler tick, up to 4 ms at `HZ=250`) held the node's runtime workers off their
+/// core for 2.7-3.9 ms at the start of row 2's attack (perf sched traces, 17:50 UTC
+/// 2026-11-23): that was the tool's CPU, standing for remote machines, counted as the
+/// node's latency. With nothing else runnable it returns at once.
+fn yield_core() {
+    // SAFETY: a plain syscall with no arguments about the calling thread.
+    unsafe {
+        libc::sched_yield();
+    }
+}
+
 /// Lowers the calling thread to nice 19 (the attackers' runtime workers).
 fn nice_19() {
     // SAFETY: gettid takes no arguments; setpriority on a tid sets that thread's nice
@@ -1329,6 +1344,7 @@ async fn attack(ctx: AttackCtx) {
         };
         let mut i = index;
         while !stop.load(Ordering::Relaxed) {
+            yield_core();
             let raw = &mat.rpc_bad[i % mat.rpc_bad.len()];
             i += 4;
             let params = format!(r#"["0x{}"]"#, hex::encode(raw));
@@ -1349,6 +1365,7 @@ async fn attack(ctx: AttackCtx) {
     let mut next_fresh = 0usize;
     let mut round = 0u64;
     while !stop.load(Ordering::Relaxed) {
+        yield_core();
         let c = match client.as_mut() {
             Some(c) => c,
             None => {
