@@ -589,6 +589,7 @@ pub async fn run<S: BlockSource>(
         asked: HashMap::new(),
         started: Instant::now(),
         last_line: Instant::now(),
+        stage_start: None,
         resumed,
         highest,
         heal: HealFigures::default(),
@@ -764,6 +765,10 @@ struct Run<'a, S> {
     peers: Peers,
     started: Instant,
     last_line: Instant,
+    /// When this run first logged progress in the current stage, and the share of the
+    /// stage then left: the ETA's rate is measured from there (neither the stages before
+    /// nor what a run before a restart did count).
+    stage_start: Option<(Stage, Instant, f64)>,
     resumed: bool,
     highest: u64,
     /// The peer and work of each request in flight, by task: a task that ends without
@@ -798,17 +803,19 @@ impl<S: BlockSource> Run<'_, S> {
     }
 
     fn line(&mut self, p: &Progress, left: f64) {
+        let (_, since, left_then) = match self.stage_start {
+            Some(start) if start.0 == p.stage => start,
+            _ => {
+                let start = (p.stage, Instant::now(), left);
+                self.stage_start = Some(start);
+                start
+            }
+        };
         if self.last_line.elapsed() < self.cfg.progress_every {
             return;
         }
         self.last_line = Instant::now();
-        let secs = self.started.elapsed().as_secs_f64();
-        // `left` is the share of the stage still to do.
-        let eta = if left < 1.0 && left > 0.0 {
-            format!("{:.0}s", secs * left / (1.0 - left))
-        } else {
-            "unknown".into()
-        };
+        let eta = eta(since.elapsed().as_secs_f64(), left_then, left);
         tracing::info!(
             stage = p.stage.name(),
             pivot = p.pivot_number,
@@ -2406,6 +2413,18 @@ fn extension_rlp(key: &[u8], child: &[u8]) -> Vec<u8> {
     rlp_list(&[&key, child])
 }
 
+/// The progress line's ETA: in `secs` the share of the stage left went from `left_then`
+/// to `left`; what is left at that rate. "unknown" while nothing was done in that time
+/// or nothing is left.
+fn eta(secs: f64, left_then: f64, left: f64) -> String {
+    let done = left_then - left;
+    if done > 0.0 && left > 0.0 && secs > 0.0 {
+        format!("{:.0}s", secs * left / done)
+    } else {
+        "unknown".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2524,6 +2543,20 @@ mod tests {
         // No slots at all for a trie that has them, under a proof of its start.
         let p = proof(&nodes_b, b, &B256::ZERO, &slots_b[0].0);
         assert!(check_storage(&one, B256::ZERO, &[Vec::new()], &p).is_err());
+    }
+
+    #[test]
+    fn the_progress_lines_eta_is_the_rate_so_far_over_what_is_left() {
+        // A quarter done in 30 s: three quarters left take 90 s more.
+        assert_eq!(eta(30.0, 1.0, 0.75), "90s");
+        // Resumed at half done (the run before the restart did that half): the rate is
+        // this run's, a tenth in 10 s, so the 40 % left take 40 s.
+        assert_eq!(eta(10.0, 0.5, 0.4), "40s");
+        // Nothing done since, nothing left, or no time yet: no rate to go by.
+        assert_eq!(eta(5.0, 0.6, 0.6), "unknown");
+        assert_eq!(eta(5.0, 0.6, 0.0), "unknown");
+        assert_eq!(eta(0.0, 0.6, 0.5), "unknown");
+        assert_eq!(eta(5.0, f64::NAN, 0.5), "unknown");
     }
 
     #[test]
