@@ -945,3 +945,41 @@ fn healing_cut_short_resumes_from_its_record() {
     );
     assert_healed(&source, &client, old_root);
 }
+
+/// A storage trie too large for one answer is downloaded in chunks, each checked against
+/// its proof and continued from where the last ended: the conformance chain's
+/// beacon-roots contract (about a thousand slots at the pivot, #536) at 2 KiB an answer.
+#[test]
+fn a_large_storage_trie_comes_in_chunks_continued_to_its_end() {
+    let testdata = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../../shared/testdata/ethtest");
+    let genesis = moat_common::config::Genesis::from_file(&testdata.join("genesis.json")).unwrap();
+    let raw = std::fs::read(testdata.join("chain.rlp")).unwrap();
+    let served = Chain::init(Store::in_memory(), &genesis).unwrap();
+    for b in Block::decode_all(&raw).unwrap() {
+        served.import(&b).unwrap();
+    }
+    let (head, target) = served.head().unwrap();
+    let client = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let source = Served::new(served.clone(), vec![Mode::Honest; 2], None);
+    let cfg = SnapConfig {
+        response_bytes: 2048,
+        give_up_after: std::time::Duration::from_secs(3),
+        ..SnapConfig::default()
+    };
+    sync_to(&runtime(), &client, &source, target, &cfg).unwrap();
+    let pivot = head - PIVOT_DISTANCE;
+    let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
+    assert_eq!(client.head().unwrap(), (pivot, hash));
+    // The tries, the beacon-roots storage trie among them, rebuilt from the download and
+    // checked against the pivot's root.
+    let header = client.header(&hash).unwrap().unwrap();
+    assert_eq!(
+        stored_state_root(client.store()).unwrap(),
+        header.state_root
+    );
+    // ~1,060 slots of ~65 bytes at 2 KiB an answer: over 30 requests for that trie
+    // alone (45 here with the other accounts' storage).
+    let storage_asked = source.asked[1].load(Ordering::SeqCst);
+    assert!(storage_asked >= 30, "{storage_asked} storage requests");
+}
