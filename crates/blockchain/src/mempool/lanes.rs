@@ -474,6 +474,21 @@ fn untrusted_runtime() -> Option<&'static tokio::runtime::Runtime> {
     .as_ref()
 }
 
+/// Runs `f` on a blocking thread of the untrusted lane (`SCHED_IDLE`): speculative work
+/// that admission does not need done first, such as warming the sender cache for a
+/// batch ([`super::Pool::warm_senders`]), which admission would otherwise do in order.
+/// On the node runtime's blocking pool where that lane could not be made.
+pub fn spawn_blocking_idle<F, R>(f: F) -> tokio::task::JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    match untrusted_runtime() {
+        Some(rt) => rt.spawn_blocking(f),
+        None => tokio::task::spawn_blocking(f),
+    }
+}
+
 /// Units of work run per lane, and their CPU (µs), since start; the same as Prometheus
 /// has, for tests and tools.
 static UNITS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];

@@ -523,9 +523,10 @@ impl Pool {
         result
     }
 
-    /// Recovers the senders of a batch of wire txs on the blocking pool, spread over the
+    /// Recovers the senders of a batch of wire txs on blocking threads, spread over the
     /// cores, so that admitting them one by one afterwards (in order, as a peer's txs must
-    /// be) finds every sender cached instead of paying ECDSA on one core.
+    /// be) finds every sender cached instead of paying ECDSA on one core. With lanes on,
+    /// those are the untrusted lane's threads (`SCHED_IDLE`) whoever sent the batch.
     ///
     /// The shields still come first: a tx that is oversized, recently failed, pooled, in
     /// flight, undecodable or against the stateless rules costs no recovery here. Nothing
@@ -576,10 +577,15 @@ impl Pool {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let chunk = candidates.len().div_ceil(workers);
         let mut tasks = Vec::with_capacity(workers);
+        // With lanes on, the recovery runs on the untrusted lane's threads whoever sent
+        // the batch: it only saves admission work, and a proven peer's burst (the
+        // invalidation storm's 8,000 valid transfers) recovered at normal priority on
+        // every core held honest calls up to 16 ms (docs/BENCHMARKS.md, row 5).
+        let lanes_on = s.budgets.config().lanes;
         for part in candidates.chunks(chunk) {
             let part = part.to_vec();
             let shared = self.shared.clone();
-            tasks.push(tokio::task::spawn_blocking(move || {
+            let work = move || {
                 let cpu = budget::thread_cpu_ns();
                 for (hash, bytes) in part {
                     let Ok(screened) =
@@ -594,7 +600,12 @@ impl Pool {
                     }
                 }
                 budget::thread_cpu_ns().saturating_sub(cpu)
-            }));
+            };
+            tasks.push(if lanes_on {
+                lanes::spawn_blocking_idle(work)
+            } else {
+                tokio::task::spawn_blocking(work)
+            });
         }
         meter.pause();
         for t in tasks {
