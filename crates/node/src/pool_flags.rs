@@ -121,9 +121,9 @@ pub struct PoolArgs {
     #[arg(long = "txpool.journal.overlap", default_value = "200us", value_parser = parse_short_duration)]
     pub journal_overlap: Duration,
     /// Longest a thread of the lowest scheduling class spins while a journal sync is in
-    /// flight, so that a CPU is running when the disk answers (on an idle VM whose vCPUs
-    /// had halted, syncs took ~4 ms instead of ~0.1 ms) (Go-style duration; 0: no such
-    /// thread) (moat's).
+    /// flight, so that a CPU is running, not halted, when the disk answers (on a mostly
+    /// idle VM a lone sync took ~100 µs instead of ~160 µs) (Go-style duration; 0: no
+    /// such thread) (moat's).
     #[arg(long = "txpool.journal.awake", default_value = "2ms", value_parser = parse_short_duration)]
     pub journal_awake: Duration,
 }

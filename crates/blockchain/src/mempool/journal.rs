@@ -22,10 +22,10 @@
 //!   Submitters never wait for a writer: the queue is unbounded.
 //! - **A CPU kept awake during a sync.** While a sync is in flight, a thread of the
 //!   lowest scheduling class (`SCHED_IDLE`: it runs only on a CPU with nothing else to
-//!   run) spins, at most [`JournalOptions::awake`] per sync. On a VM whose vCPUs had all
-//!   halted, the disk's completion reached the waiting writer ~4 ms late (lone syncs
-//!   3.6–4.0 ms on an idle Firecracker VM, ~0.1 ms while any vCPU was running;
-//!   docs/BENCHMARKS.md, RPC ingestion). It changes when an answer is sent, never
+//!   run) spins, at most [`JournalOptions::awake`] per sync, so that a CPU is running,
+//!   not halted, when the disk answers: on this Firecracker VM, mostly idle, a lone sync
+//!   returned in ~100 µs (p50) with such a thread beside it against ~160 µs without
+//!   (docs/BENCHMARKS.md, RPC ingestion). It changes when an answer is sent, never
 //!   whether: the answer still waits for the record's `fdatasync`.
 //! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
 //!   [`PREALLOCATE`] (the first at open; each written and synced once), and records
