@@ -122,9 +122,10 @@ pub struct PoolArgs {
     pub journal_overlap: Duration,
     /// Longest a thread of the lowest scheduling class spins while a journal sync is in
     /// flight, so that a CPU is running, not halted, when the disk answers (on a mostly
-    /// idle VM a lone sync took ~100 µs instead of ~160 µs) (Go-style duration; 0: no
-    /// such thread) (moat's).
-    #[arg(long = "txpool.journal.awake", default_value = "2ms", value_parser = parse_short_duration)]
+    /// idle VM a lone sync took ~100 µs instead of ~160 µs; under load it bought no rate
+    /// and cost CPU) (Go-style duration, e.g. 2ms; 0, the default: no such thread)
+    /// (moat's).
+    #[arg(long = "txpool.journal.awake", default_value = "0", value_parser = parse_short_duration)]
     pub journal_awake: Duration,
 }
 
@@ -267,6 +268,12 @@ mod tests {
         );
         let cli = Cli::parse_from(["moat", "--txpool.journal.gather", "1ms"]);
         assert_eq!(cli.pool.journal_options().gather, Duration::from_millis(1));
+        let cli = Cli::parse_from(["moat", "--txpool.journal.awake", "2ms"]);
+        assert_eq!(cli.pool.journal_options().awake, Duration::from_millis(2));
+        assert_eq!(
+            Cli::parse_from(["moat"]).pool.journal_options().awake,
+            Duration::ZERO
+        );
         for bad in ["200", "1.5ms", "-1us", "2x"] {
             assert!(parse_short_duration(bad).is_err(), "{bad}");
         }

@@ -20,11 +20,14 @@
 //!   [`JournalOptions::overlap_after`] old (most syncs return by then, and one sync for
 //!   both batches costs less CPU than two); until then the batch waits for it and grows.
 //!   Submitters never wait for a writer: the queue is unbounded.
-//! - **A CPU kept awake during a sync.** While a sync is in flight, a thread of the
-//!   lowest scheduling class (`SCHED_IDLE`: it runs only on a CPU with nothing else to
-//!   run) spins, at most [`JournalOptions::awake`] per sync, so that a CPU is running,
-//!   not halted, when the disk answers: on this Firecracker VM, mostly idle, a lone sync
-//!   returned in ~100 µs (p50) with such a thread beside it against ~160 µs without
+//! - **A CPU kept awake during a sync (off by default).** With
+//!   [`JournalOptions::awake`] set, while a sync is in flight a thread of the lowest
+//!   scheduling class (`SCHED_IDLE`: it runs only on a CPU with nothing else to run)
+//!   spins, at most that long per sync, so that a CPU is running, not halted, when the
+//!   disk answers: on this Firecracker VM, mostly idle, a lone sync returned in ~100 µs
+//!   (p50) with such a thread beside it against ~160 µs without. Under 16 connections of
+//!   eth_sendRawTransaction on an idle machine it bought no rate (16.3–17.4k tx/s with it,
+//!   16.2–19.1k without) and cost ~8 µs of CPU per tx, so it is off unless asked for
 //!   (docs/BENCHMARKS.md, RPC ingestion). It changes when an answer is sent, never
 //!   whether: the answer still waits for the record's `fdatasync`.
 //! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
@@ -81,9 +84,9 @@ pub const SYNCS_IN_FLIGHT: usize = 1;
 /// this kind of disk most syncs return within ~200 µs, some take milliseconds.
 pub const OVERLAP_AFTER: Duration = Duration::from_micros(200);
 
-/// Longest a sync is kept company by the spinning thread by default (see the module docs):
-/// most syncs return within ~0.1–0.3 ms while a CPU runs; a disk slower than this is
-/// waited for without spinning.
+/// A limit for the spinning thread when it is turned on (see the module docs; the default
+/// is off): most syncs return within ~0.1–0.3 ms while a CPU runs; a disk slower than this
+/// is waited for without spinning.
 pub const AWAKE_MAX: Duration = Duration::from_millis(2);
 
 /// How the journal's writers batch and sync.
@@ -107,7 +110,7 @@ impl Default for JournalOptions {
             gather: GATHER_MAX,
             syncs_in_flight: SYNCS_IN_FLIGHT,
             overlap_after: OVERLAP_AFTER,
-            awake: AWAKE_MAX,
+            awake: Duration::ZERO,
         }
     }
 }
