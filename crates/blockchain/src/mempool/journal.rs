@@ -27,7 +27,7 @@
 //!   disk answers: on this Firecracker VM, mostly idle, a lone sync returned in ~100 µs
 //!   (p50) with such a thread beside it against ~160 µs without. Under 16 connections of
 //!   eth_sendRawTransaction on an idle machine it bought no rate (16.3–17.4k tx/s with it,
-//!   16.2–19.1k without) and cost ~8 µs of CPU per tx, so it is off unless asked for
+//!   16.2–19.1k without) and cost 7–11 µs of CPU per tx, so it is off unless asked for
 //!   (docs/BENCHMARKS.md, RPC ingestion). It changes when an answer is sent, never
 //!   whether: the answer still waits for the record's `fdatasync`.
 //! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
