@@ -102,28 +102,8 @@ impl Store {
 mod tests {
     use super::*;
     use crate::WriteBatch;
+    use crate::tests::TempDir as Dir;
     use alloy_primitives::B256;
-    use std::path::PathBuf;
-
-    /// A fresh datadir under the system temp dir, removed on drop.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(label: &str) -> Dir {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default();
-            Dir(std::env::temp_dir()
-                .join(format!("moat-warm-{label}-{}-{nanos}", std::process::id())))
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     /// `count` nodes of 40 bytes over three tries (the account trie and two storage
     /// tries); the keys' and values' bytes.
@@ -143,7 +123,7 @@ mod tests {
     #[test]
     fn a_warm_up_reads_every_trie_node_once_when_they_fit() {
         let dir = Dir::new("all");
-        let store = Store::open(&dir.0, None).unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
         let bytes = fill(&store, 3 * CHUNK_ENTRIES + 17);
         let mut asked = 0;
         let warmed = store
@@ -162,7 +142,7 @@ mod tests {
     #[test]
     fn a_warm_up_stops_at_the_page_cache_share() {
         let dir = Dir::new("budget");
-        let store = Store::open_with_caches(&dir.0, None, 256 << 10, 0).unwrap();
+        let store = Store::open_with_caches(dir.path(), None, 256 << 10, 0).unwrap();
         assert_eq!(store.warm_budget(), 128 << 10);
         fill(&store, 3 * CHUNK_ENTRIES);
         let warmed = store.warm_trie_nodes(|| true).unwrap();
@@ -174,7 +154,7 @@ mod tests {
     #[test]
     fn a_warm_up_stops_when_asked_and_sees_commits_between_chunks() {
         let dir = Dir::new("stop");
-        let store = Store::open(&dir.0, None).unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
         fill(&store, 2 * CHUNK_ENTRIES + 5);
         let mut chunks = 0;
         let warmed = store

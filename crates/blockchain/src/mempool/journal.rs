@@ -84,10 +84,6 @@ pub const SYNCS_IN_FLIGHT: usize = 1;
 /// this kind of disk most syncs return within ~200 µs, some take milliseconds.
 pub const OVERLAP_AFTER: Duration = Duration::from_micros(200);
 
-/// A limit for the spinning thread when it is turned on (see the module docs; the default
-/// is off): most syncs return within ~0.1–0.3 ms while a CPU runs; a disk slower than this
-/// is waited for without spinning.
-pub const AWAKE_MAX: Duration = Duration::from_millis(2);
 
 /// How the journal's writers batch and sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1404,7 +1400,7 @@ mod tests {
             gather: Duration::ZERO,
             syncs_in_flight: syncs,
             overlap_after,
-            awake: AWAKE_MAX,
+            awake: Duration::from_millis(2),
         };
         let (j, _) = Journal::open_with(&tmp.path, options).unwrap();
         j.inner.writers.test.delays.lock().insert(0, first_delay);

@@ -968,16 +968,9 @@ fn a_large_storage_trie_comes_in_chunks_continued_to_its_end() {
         ..SnapConfig::default()
     };
     sync_to(&runtime(), &client, &source, target, &cfg).unwrap();
-    let pivot = head - PIVOT_DISTANCE;
-    let hash = served.store().canonical_hash(pivot).unwrap().unwrap();
-    assert_eq!(client.head().unwrap(), (pivot, hash));
     // The tries, the beacon-roots storage trie among them, rebuilt from the download and
     // checked against the pivot's root.
-    let header = client.header(&hash).unwrap().unwrap();
-    assert_eq!(
-        stored_state_root(client.store()).unwrap(),
-        header.state_root
-    );
+    assert_head_at(&client, &served, head - PIVOT_DISTANCE);
     // ~1,060 slots of ~65 bytes at 2 KiB an answer: over 30 requests for that trie
     // alone (45 here with the other accounts' storage).
     let storage_asked = source.asked[1].load(Ordering::SeqCst);
