@@ -84,7 +84,6 @@ pub const SYNCS_IN_FLIGHT: usize = 1;
 /// this kind of disk most syncs return within ~200 µs, some take milliseconds.
 pub const OVERLAP_AFTER: Duration = Duration::from_micros(200);
 
-
 /// How the journal's writers batch and sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalOptions {
