@@ -347,19 +347,10 @@ impl Store {
     ) -> Result<(), StoreError> {
         let start = codec::trie_node_key(owner, path);
         let (_, end) = codec::trie_owner_bounds(owner);
-        let mut stopped = false;
-        let result = self
-            .backend
-            .scan(Table::TrieNodes, &start, Some(&end), |key, value| {
-                if visit(key, value) {
-                    Ok(())
-                } else {
-                    stopped = true;
-                    // Ends the scan; not an error to the caller.
-                    Err(StoreError::Db(String::new()))
-                }
-            });
-        if stopped { Ok(()) } else { result }
+        self.backend
+            .scan_while(Table::TrieNodes, &start, Some(&end), |key, value| {
+                Ok(visit(key, value))
+            })
     }
 
     /// Every node of trie `owner` with its path (what taking back a wiped storage trie

@@ -211,21 +211,13 @@ impl Store {
         start: &B256,
         mut visit: impl FnMut(B256, Account) -> bool,
     ) -> Result<(), StoreError> {
-        let mut stopped = false;
-        let result =
-            self.backend
-                .scan(Table::SnapAccounts, start.as_slice(), None, |key, value| {
-                    if visit(
-                        decode_b256(key, "snap account key")?,
-                        decode_account(value)?,
-                    ) {
-                        Ok(())
-                    } else {
-                        stopped = true;
-                        Err(StoreError::Db(String::new()))
-                    }
-                });
-        if stopped { Ok(()) } else { result }
+        self.backend
+            .scan_while(Table::SnapAccounts, start.as_slice(), None, |key, value| {
+                Ok(visit(
+                    decode_b256(key, "snap account key")?,
+                    decode_account(value)?,
+                ))
+            })
     }
 
     /// The downloaded slots of account `owner`, in key order.

@@ -67,33 +67,29 @@ impl Store {
             }
             let mut read = 0u64;
             let mut last: Option<Vec<u8>> = None;
-            let mut cut = false;
-            let result = self
-                .backend
-                .scan(Table::TrieNodes, &start, None, |key, value| {
+            self.backend
+                .scan_while(Table::TrieNodes, &start, None, |key, value| {
                     warmed.entries += 1;
                     warmed.bytes += (key.len() + value.len()) as u64;
                     read += 1;
                     if read >= CHUNK_ENTRIES || warmed.bytes >= budget {
                         last = Some(key.to_vec());
-                        cut = true;
-                        // Ends the scan; not an error to the caller.
-                        return Err(StoreError::Db(String::new()));
+                        return Ok(false);
                     }
-                    Ok(())
-                });
-            if !cut {
-                result?;
+                    Ok(true)
+                })?;
+            // A scan not cut short read the table to its end.
+            let Some(mut next) = last else {
                 warmed.end = WarmEnd::Done;
                 return Ok(warmed);
-            }
+            };
             if warmed.bytes >= budget {
                 warmed.end = WarmEnd::Budget;
                 return Ok(warmed);
             }
             // The next chunk starts just past the last key read.
-            start = last.unwrap_or_default();
-            start.push(0);
+            next.push(0);
+            start = next;
         }
     }
 }

@@ -644,7 +644,7 @@ impl Awake {
 
     fn run(&self) {
         // Spinning at a normal priority would take CPU from admission: not at all then.
-        if !idle_class_this_thread() {
+        if !super::lanes::set_idle(true) {
             return;
         }
         self.lowered.store(true, Ordering::Release);
@@ -671,21 +671,6 @@ impl Awake {
                 std::thread::park_timeout(self.limit);
             }
         }
-    }
-}
-
-/// Puts the calling thread in the lowest scheduling class (`SCHED_IDLE`); false where
-/// that is not possible.
-fn idle_class_this_thread() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; `param` outlives the call.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
     }
 }
 

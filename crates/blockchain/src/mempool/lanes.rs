@@ -383,7 +383,8 @@ impl<T> CeilingRwLock<T> {
 }
 
 /// Sets the calling thread's policy: `SCHED_IDLE` when `idle`, else `SCHED_OTHER`.
-fn set_idle(idle: bool) -> bool {
+/// Whether it took.
+pub(crate) fn set_idle(idle: bool) -> bool {
     #[cfg(target_os = "linux")]
     {
         let param = libc::sched_param { sched_priority: 0 };
@@ -414,19 +415,7 @@ pub fn current() -> Lane {
 /// Puts the calling thread at the lowest priority: `SCHED_IDLE` (it runs only when no
 /// normal thread wants the core), else nice 19. Whether either took.
 fn lower_this_thread() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
-            return true;
-        }
-        nice_this_thread()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
-    }
+    set_idle(true) || nice_this_thread()
 }
 
 /// Sets the calling thread's nice value to 19 (below every normal thread, above

@@ -173,6 +173,27 @@ impl Backend {
         }
     }
 
+    /// [`Backend::scan`] until `visit` answers `Ok(false)`: stopping is not an error.
+    pub(crate) fn scan_while(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut stopped = false;
+        let result = self.scan(table, start, end, |key, value| {
+            if visit(key, value)? {
+                Ok(())
+            } else {
+                stopped = true;
+                // Ends the scan; not an error to the caller.
+                Err(StoreError::Db(String::new()))
+            }
+        });
+        if stopped { Ok(()) } else { result }
+    }
+
     pub(crate) fn apply(&self, ops: Vec<Op>) -> Result<(), StoreError> {
         self.apply_with(ops, false)
     }
