@@ -9,11 +9,9 @@
 
 mod common;
 
-use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
-use common::{Moat, enode, free_port, rpc};
+use alloy_primitives::{Address, B256};
+use common::{Moat, enode, free_port, rpc, signed_transfer};
 use moat_chaingen::{Generator, Params};
-use moat_common::PooledTransaction;
-use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -276,22 +274,7 @@ fn nonce_of(node: &Moat, signer: &Signer) -> Option<u64> {
 fn transfer_at(node: &Moat, signer: &Signer, nonce: u64) -> (B256, String) {
     let id = node.call("eth_chainId", "[]");
     let chain_id = u64::from_str_radix(id.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
-    let tx = Transaction::Eip1559(Eip1559Tx {
-        chain_id,
-        nonce,
-        max_priority_fee_per_gas: 1_000_000_000,
-        max_fee_per_gas: 100_000_000_000,
-        gas_limit: 21_000,
-        to: TxKind::Call(Address::repeat_byte(0x42)),
-        value: U256::from(1),
-        input: Bytes::new(),
-        access_list: Vec::new(),
-    });
-    let p = PooledTransaction::new(SignedTransaction::sign(tx, signer), None);
-    (
-        p.hash(),
-        alloy_primitives::hex::encode_prefixed(p.encoded_2718()),
-    )
+    signed_transfer(signer, chain_id, nonce, 1)
 }
 
 /// A field of `eth_syncing` as a number (0 when absent).

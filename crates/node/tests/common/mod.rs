@@ -183,27 +183,31 @@ pub fn dev_transfers(nonces: u64) -> Vec<Vec<(B256, String)>> {
         .map(|k| {
             let signer = Signer::from_bytes(&k.parse::<B256>().unwrap()).unwrap();
             (0..nonces)
-                .map(|nonce| {
-                    let tx = Transaction::Eip1559(Eip1559Tx {
-                        chain_id: 1337,
-                        nonce,
-                        max_priority_fee_per_gas: 1_000_000_000,
-                        max_fee_per_gas: 100_000_000_000,
-                        gas_limit: 21_000,
-                        to: TxKind::Call(Address::repeat_byte(0x42)),
-                        value: U256::from(nonce + 1),
-                        input: Bytes::new(),
-                        access_list: Vec::new(),
-                    });
-                    let p = PooledTransaction::new(SignedTransaction::sign(tx, &signer), None);
-                    (
-                        p.hash(),
-                        alloy_primitives::hex::encode_prefixed(p.encoded_2718()),
-                    )
-                })
+                .map(|nonce| signed_transfer(&signer, 1337, nonce, nonce + 1))
                 .collect()
         })
         .collect()
+}
+
+/// A transfer of `value` wei from `signer` at `nonce` to 0x4242…, on chain `chain_id`
+/// (1 gwei tip, 100 gwei fee cap): (hash, raw hex).
+pub fn signed_transfer(signer: &Signer, chain_id: u64, nonce: u64, value: u64) -> (B256, String) {
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id,
+        nonce,
+        max_priority_fee_per_gas: 1_000_000_000,
+        max_fee_per_gas: 100_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(0x42)),
+        value: U256::from(value),
+        input: Bytes::new(),
+        access_list: Vec::new(),
+    });
+    let p = PooledTransaction::new(SignedTransaction::sign(tx, signer), None);
+    (
+        p.hash(),
+        alloy_primitives::hex::encode_prefixed(p.encoded_2718()),
+    )
 }
 
 /// The engine API's JWT secret of the nodes [`Moat`] starts.
