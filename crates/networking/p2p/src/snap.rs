@@ -966,8 +966,8 @@ pub struct SnapServer {
     /// head's with up to 127 undo records laid over it, too costly to rebuild for every
     /// request of a peer that syncs from it.
     states: Arc<Mutex<Vec<CachedState>>>,
-    /// Requests answered since the start: the page-cache warm-up ([`SnapServer::warm`])
-    /// stops at the first.
+    /// Requests answered since the start; the page-cache warm-up ([`SnapServer::warm`])
+    /// holds a weak handle to it and stops once the server is dropped.
     answered: Arc<AtomicU64>,
 }
 
@@ -1151,10 +1151,12 @@ impl SnapServer {
     /// ([`moat_storage::Store::warm_trie_nodes`], bounded by the page cache's share of
     /// `--cache`) on a thread of its own at nice 19, so that the first peer to sync from
     /// a node just started does not wait for the pages to be read and the memory for them
-    /// handed out. Returns at once: the node serves meanwhile. The thread stops at the
-    /// first snap request (the peer's own reads fill the cache from then on, and the
-    /// warm-up must not compete with them), once this server is dropped, or when it is
-    /// done; it is never started for a store without a page cache.
+    /// handed out. Returns at once: the node serves meanwhile. A peer that asks before
+    /// the read is done does not stop it: the read goes on ahead of that peer's pass over
+    /// the trie (both go in key order), on the CPU the serving leaves idle, since a nice-19
+    /// thread gets about 1.5 % of a core that a serving thread wants. The thread stops
+    /// once this server is dropped or when it is done; it is never started for a store
+    /// without a page cache.
     /// The thread's handle gives what it read (`None` when no thread was started).
     pub fn warm(
         &self,
@@ -1169,15 +1171,11 @@ impl SnapServer {
         let spawned = std::thread::Builder::new()
             .name("moat-warm".into())
             .spawn(move || {
-                // Failure leaves the thread at normal priority; it still stops at the
-                // first request.
+                // Failure leaves the thread at normal priority.
                 moat_blockchain::mempool::lanes::nice_this_thread();
                 let started = Instant::now();
-                let go_on = || {
-                    answered
-                        .upgrade()
-                        .is_some_and(|n| n.load(Ordering::Relaxed) == 0)
-                };
+                // The server's counter is the liveness token: gone once it is dropped.
+                let go_on = || answered.strong_count() > 0;
                 let warmed = store.warm_trie_nodes(go_on);
                 match &warmed {
                     Ok(w) => tracing::info!(

@@ -1,6 +1,6 @@
 //! The page-cache warm-up after a start (`SnapServer::warm`): it reads the state's trie
-//! nodes in the background on a store with a page cache, stops at the first snap request,
-//! and is not started on a store without one.
+//! nodes in the background on a store with a page cache, goes on when a peer asks before
+//! it is done, and is not started on a store without one.
 
 use alloy_primitives::B256;
 use moat_blockchain::chain::Chain;
@@ -72,8 +72,8 @@ fn a_started_server_warms_the_page_cache_with_every_trie_node() {
 }
 
 #[test]
-fn the_warm_up_stops_at_the_first_snap_request() {
-    let dir = Dir::new("stop");
+fn the_warm_up_goes_on_past_the_first_snap_request() {
+    let dir = Dir::new("asked");
     let chain = Chain::init(Store::open(&dir.0, None).unwrap(), &genesis()).unwrap();
     let root = chain.header_by_number(0).unwrap().unwrap().state_root;
     let server = SnapServer::default();
@@ -85,8 +85,9 @@ fn the_warm_up_stops_at_the_first_snap_request() {
     assert!(!accounts.is_empty());
     assert_eq!(server.answered(), 1);
     let warmed = server.warm(&chain).unwrap().join().unwrap().unwrap();
-    assert_eq!(warmed.end, WarmEnd::Stopped);
-    assert_eq!(warmed.entries, 0);
+    // A peer asking does not stop it: it reads ahead of that peer's pass.
+    assert_eq!(warmed.end, WarmEnd::Done);
+    assert!(warmed.entries > 1);
 }
 
 #[test]
