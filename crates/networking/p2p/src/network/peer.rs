@@ -345,6 +345,10 @@ impl Network {
             status,
             remote_id,
         } = session;
+        // A large frame (a blob tx's sidecar is ~130 KB a blob) is MACed and decrypted in
+        // 64 KB steps as it arrives; on the untrusted lane the reader gives its core to
+        // any waiting thread between steps (a no-op on trusted threads).
+        reader.set_pause(lanes::give_way);
         let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(PEER_QUEUE);
         let (close_tx, mut close_rx) = watch::channel(None);
         let (admit_tx, admit_rx) = mpsc::channel::<AdmissionJob>(ADMISSION_QUEUE);

@@ -9,12 +9,15 @@ use tokio::io::{
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::codec::{BLOCK, FrameDecoder, FrameEncoder, HEADER_LEN, Secrets, padded_len};
+use super::codec::{
+    BLOCK, FrameDecoder, FrameEncoder, HEADER_LEN, STEP, Secrets, no_pause, padded_len,
+};
 use super::{PeerId, RlpxError, handshake};
 
 /// Body bytes are buffered in steps of this size, so that a peer announcing a large
-/// frame gets memory only as fast as it actually sends data.
-const READ_CHUNK: usize = 64 * 1024;
+/// frame gets memory only as fast as it actually sends data. Each step is MACed and
+/// decrypted as it arrives (the codec's step).
+const READ_CHUNK: usize = STEP;
 
 /// A byte stream that splits into a reading and a writing half for two tasks.
 ///
@@ -187,6 +190,14 @@ impl<R> RlpxReader<R> {
     pub fn set_max_frame_size(&mut self, max: usize) {
         self.ingress.decoder.set_max_frame_size(max);
     }
+
+    /// Calls `pause` between the 64 KB steps in which a frame body is MACed and
+    /// decrypted (none by default). A reader on a low-priority thread passes a function
+    /// that gives the core to waiting threads, so that a large frame never holds it for
+    /// more than one step.
+    pub fn set_pause(&mut self, pause: fn()) {
+        self.ingress.pause = pause;
+    }
 }
 
 impl<W: AsyncWrite + Unpin> RlpxWriter<W> {
@@ -200,6 +211,12 @@ impl<W> RlpxWriter<W> {
     /// The peer's identity; see [`RlpxStream::remote_id`].
     pub fn remote_id(&self) -> PeerId {
         self.remote
+    }
+
+    /// Calls `pause` between the 64 KB steps in which a frame body is encrypted and
+    /// MACed (none by default); see [`RlpxReader::set_pause`].
+    pub fn set_pause(&mut self, pause: fn()) {
+        self.egress.pause = pause;
     }
 }
 
@@ -231,6 +248,7 @@ impl<W> fmt::Debug for RlpxWriter<W> {
 struct Egress {
     encoder: FrameEncoder,
     buf: Vec<u8>,
+    pause: fn(),
 }
 
 impl Egress {
@@ -238,6 +256,7 @@ impl Egress {
         Self {
             encoder,
             buf: Vec::new(),
+            pause: no_pause,
         }
     }
 
@@ -247,7 +266,8 @@ impl Egress {
         payload: &[u8],
     ) -> Result<(), RlpxError> {
         self.buf.clear();
-        self.encoder.encode(payload, &mut self.buf)?;
+        self.encoder
+            .encode_with(payload, &mut self.buf, self.pause)?;
         io.write_all(&self.buf).await?;
         io.flush().await?;
         // Do not keep a megabyte around because one large message went out.
@@ -263,8 +283,13 @@ impl Egress {
 enum Pending {
     /// Reading the 32-byte header; this many bytes are in already.
     Header { filled: usize },
-    /// Header checked; reading `padded(size) + 16` body bytes into `body`.
-    Body { size: usize, filled: usize },
+    /// Header checked; reading `padded(size) + 16` body bytes into `body`, of which
+    /// the first `done` are MACed and decrypted.
+    Body {
+        size: usize,
+        filled: usize,
+        done: usize,
+    },
 }
 
 /// Receiving state.
@@ -273,6 +298,7 @@ struct Ingress {
     header: [u8; HEADER_LEN],
     body: Vec<u8>,
     pending: Pending,
+    pause: fn(),
 }
 
 impl Ingress {
@@ -282,6 +308,7 @@ impl Ingress {
             header: [0u8; HEADER_LEN],
             body: Vec::new(),
             pending: Pending::Header { filled: 0 },
+            pause: no_pause,
         }
     }
 
@@ -310,11 +337,16 @@ impl Ingress {
                     Self::fill(io, &mut self.header, filled).await?;
                     let size = self.decoder.decode_header(&self.header)?;
                     self.body.clear();
-                    self.pending = Pending::Body { size, filled: 0 };
+                    self.pending = Pending::Body {
+                        size,
+                        filled: 0,
+                        done: 0,
+                    };
                 }
-                Pending::Body { size, filled } => {
+                Pending::Body { size, filled, done } => {
                     let size = *size;
-                    let total = padded_len(size) + BLOCK;
+                    let ciphertext = padded_len(size);
+                    let total = ciphertext + BLOCK;
                     while *filled < total {
                         // Grow the buffer only as data arrives.
                         let target = total.min(*filled + READ_CHUNK);
@@ -322,9 +354,19 @@ impl Ingress {
                             self.body.resize(target, 0);
                         }
                         Self::fill(io, &mut self.body[..target], filled).await?;
+                        // MAC and decrypt what came, one step at a time, giving way
+                        // between steps (`set_pause`).
+                        let upto = (*filled).min(ciphertext);
+                        if *done > 0 && *done < upto {
+                            (self.pause)();
+                        }
+                        if *done < upto {
+                            self.decoder.absorb_body(&mut self.body[*done..upto]);
+                            *done = upto;
+                        }
                     }
                     self.pending = Pending::Header { filled: 0 };
-                    self.decoder.decode_body(&mut self.body[..total])?;
+                    self.decoder.finish_body(&self.body[ciphertext..total])?;
                     let mut payload = std::mem::take(&mut self.body);
                     payload.truncate(size);
                     return Ok(payload);
@@ -418,6 +460,34 @@ mod tests {
             let (sent, got) = tokio::join!(server.send(&payload), client.recv());
             sent.unwrap();
             assert_eq!(got.unwrap(), payload);
+        }
+    }
+
+    static READER_PAUSES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn count_reader_pause() {
+        READER_PAUSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A megabyte frame read through a split reader is MACed and decrypted in 64 KB
+    /// steps as it arrives, with the reader's pause between steps; frames read the same.
+    #[tokio::test]
+    async fn a_large_frame_is_read_in_steps_with_pauses() {
+        let (client, server, _, _) = pair(READ_CHUNK / 2).await;
+        let (_, mut writer) = client.split();
+        let (mut reader, _) = server.split();
+        reader.set_pause(count_reader_pause);
+        let big: Vec<u8> = (0..(16 * READ_CHUNK) as u32)
+            .map(|i| (i % 249) as u8)
+            .collect();
+        for payload in [big.clone(), vec![7u8; 100], big] {
+            let before = READER_PAUSES.load(std::sync::atomic::Ordering::Relaxed);
+            let (sent, got) = tokio::join!(writer.send(&payload), reader.recv());
+            sent.unwrap();
+            assert_eq!(got.unwrap(), payload);
+            // 16 steps, a pause before each but the first; none for a small frame.
+            let pauses = READER_PAUSES.load(std::sync::atomic::Ordering::Relaxed) - before;
+            assert_eq!(pauses, (payload.len() / READ_CHUNK).saturating_sub(1));
         }
     }
 
