@@ -5,7 +5,9 @@
 //! the pivot (64 below the head) by snap/1 and full-syncing the rest on top of it. B is
 //! killed with SIGKILL while it downloads, restarts, says it resumed, and ends at A's head
 //! with A's state root, reading every sender's account, and the contracts' code and
-//! storage, as A does.
+//! storage, as A does. The other tests kill B in the later stages: while healing after
+//! a pivot move, in the codes and tries stages, and in the full sync from the pivot to
+//! the head.
 
 mod common;
 
@@ -61,16 +63,25 @@ fn generate_parts(dir: &Path, senders: usize, parts: &[(&str, u64)]) -> Vec<Addr
 
 /// [`generate_parts`], with the senders' keys.
 fn generate_signers(dir: &Path, senders: usize, parts: &[(&str, u64)]) -> Vec<Signer> {
-    std::fs::create_dir_all(dir).unwrap();
-    let mut g = Generator::new(Params {
+    generate_with(dir, params(senders), parts)
+}
+
+/// The chain of these tests over `senders` funded accounts.
+fn params(senders: usize) -> Params {
+    Params {
         senders,
         txs_per_block: 40,
         deploy_percent: 25,
         call_percent: 35,
         fresh_percent: 60,
         ..Params::default()
-    })
-    .unwrap();
+    }
+}
+
+/// [`generate_signers`] with `params`.
+fn generate_with(dir: &Path, params: Params, parts: &[(&str, u64)]) -> Vec<Signer> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut g = Generator::new(params).unwrap();
     let (mut rlp, mut made) = (Vec::new(), 0);
     for (file, blocks) in parts {
         for _ in made..*blocks {
@@ -109,10 +120,10 @@ fn import_file(datadir: &Path, gen_dir: &Path, file: &str) {
     );
 }
 
-/// Contracts the chain deployed (from A's receipts).
-fn contracts(a: &Moat) -> Vec<String> {
+/// Contracts the chain deployed up to `head` (from A's receipts).
+fn contracts(a: &Moat, head: u64) -> Vec<String> {
     let mut out = Vec::new();
-    for n in 1..=BLOCKS {
+    for n in 1..=head {
         let receipts = a.call("eth_getBlockReceipts", &format!(r#"["{n:#x}"]"#));
         for r in receipts.as_array().into_iter().flatten() {
             if let Some(c) = r["contractAddress"].as_str() {
@@ -176,43 +187,9 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     assert!(log.contains("snap sync complete"), "{log}");
     eprintln!("killed after {accounts_before} accounts, resumed");
 
-    let ours = b.call("eth_getBlockByNumber", r#"["latest", false]"#);
-    assert_eq!(ours["hash"], head["hash"]);
-    assert_eq!(ours["stateRoot"], head["stateRoot"]);
-    // Every sender's balance and nonce (500 senders a batch), and every contract's code
-    // and first slots.
-    for chunk in senders.chunks(500) {
-        let calls: Vec<String> = chunk
-            .iter()
-            .flat_map(|s| {
-                ["eth_getBalance", "eth_getTransactionCount"].map(|method| {
-                    format!(
-                        r#"{{"jsonrpc":"2.0","id":"{method} {s}","method":"{method}","params":["{s}","latest"]}}"#
-                    )
-                })
-            })
-            .collect();
-        let body = format!("[{}]", calls.join(","));
-        let (ours, theirs) = (batch(&b, &body), batch(&a, &body));
-        assert_eq!(ours.len(), 2 * chunk.len());
-        assert_eq!(ours, theirs);
-    }
-    let contracts = contracts(&a);
+    let contracts = contracts(&a, BLOCKS);
     assert!(contracts.len() > 50, "{} contracts", contracts.len());
-    for c in &contracts {
-        let params = format!(r#"["{c}", "latest"]"#);
-        let code = a.call("eth_getCode", &params);
-        assert_ne!(code, "0x");
-        assert_eq!(b.call("eth_getCode", &params), code, "code of {c}");
-        for slot in ["0x0", "0x1", "0x2"] {
-            let params = format!(r#"["{c}", "{slot}", "latest"]"#);
-            assert_eq!(
-                b.call("eth_getStorageAt", &params),
-                a.call("eth_getStorageAt", &params),
-                "slot {slot} of {c}"
-            );
-        }
-    }
+    assert_same_state(&a, &b, &senders, &contracts);
 
     // Then as after a full sync: eth_syncing says false, the engine answers VALID at the
     // head, and the pool takes a transaction checked against the downloaded state.
@@ -236,6 +213,201 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     let refused = rpc(b.http, "eth_sendRawTransaction", &format!(r#"["{stale}"]"#)).unwrap();
     assert!(refused["error"].is_object(), "{refused}");
 
+    drop((a, b));
+    for d in [gen_dir, a_dir, b_dir] {
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_file(d.with_extension("jwt"));
+    }
+}
+
+/// B at A's head with A's state: the head's hash and state root, every sender's balance
+/// and nonce (500 senders a batch), and each of `contracts`' code and first slots.
+fn assert_same_state(a: &Moat, b: &Moat, senders: &[Address], contracts: &[String]) {
+    let head = a.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    let ours = b.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    assert_eq!(ours["hash"], head["hash"]);
+    assert_eq!(ours["stateRoot"], head["stateRoot"]);
+    for chunk in senders.chunks(500) {
+        let calls: Vec<String> = chunk
+            .iter()
+            .flat_map(|s| {
+                ["eth_getBalance", "eth_getTransactionCount"].map(|method| {
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":"{method} {s}","method":"{method}","params":["{s}","latest"]}}"#
+                    )
+                })
+            })
+            .collect();
+        let body = format!("[{}]", calls.join(","));
+        let (ours, theirs) = (batch(b, &body), batch(a, &body));
+        assert_eq!(ours.len(), 2 * chunk.len());
+        assert_eq!(ours, theirs);
+    }
+    for c in contracts {
+        let params = format!(r#"["{c}", "latest"]"#);
+        let code = a.call("eth_getCode", &params);
+        assert_ne!(code, "0x");
+        assert_eq!(b.call("eth_getCode", &params), code, "code of {c}");
+        for slot in ["0x0", "0x1", "0x2"] {
+            let params = format!(r#"["{c}", "{slot}", "latest"]"#);
+            assert_eq!(
+                b.call("eth_getStorageAt", &params),
+                a.call("eth_getStorageAt", &params),
+                "slot {slot} of {c}"
+            );
+        }
+    }
+}
+
+/// Whether a line of `log` holds `message` and the field `stage` equal to `stage`.
+fn logged_at(log: &str, message: &str, stage: &str) -> bool {
+    let quoted = format!("stage=\"{stage}\"");
+    log.lines()
+        .map(plain)
+        .any(|l| l.contains(message) && l.contains(&quoted))
+}
+
+/// A log line without its terminal colours.
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters, ending at a letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Kills `node` with SIGKILL; its whole log.
+fn kill9_log(node: Moat) -> String {
+    let path = node.log.clone();
+    node.kill9();
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// A node killed with SIGKILL in each later stage of a snap sync resumes there: in the
+/// bytecodes stage, in the tries stage, and in the full sync from the pivot to the head
+/// once the state is complete. The genesis holds 3,000 contracts, each with code of its
+/// own and 16 slots, so that the codes and tries stages last long enough to be killed
+/// in, and blocks deploy contracts of distinct code, 2 KiB each. After each restart B says where it resumed and never that a snap sync started
+/// (the accounts are not downloaded again); at the end it holds A's head hash and state
+/// root, and reads every sender's account, and contracts' code and storage, as A does.
+#[test]
+fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
+    const CONTRACTS: usize = 3_000;
+    // The pivot at #80: about 20 deployments a block before it, 1,600 codes.
+    const HEAD: u64 = 144;
+    let gen_dir = datadir("stages-gen");
+    let params = Params {
+        deploy_percent: 50,
+        call_percent: 30,
+        code_bytes: 2_048,
+        genesis_contracts: CONTRACTS,
+        genesis_slots: 16,
+        ..params(6_000)
+    };
+    let signers = generate_with(&gen_dir, params, &[("chain.rlp", HEAD)]);
+    let senders: Vec<Address> = signers.iter().map(|s| s.address()).collect();
+    let genesis = gen_dir.join("genesis.json");
+    let a_dir = datadir("stages-a");
+    import(&a_dir, &gen_dir);
+    let a_port = free_port();
+    let a = start(&a_dir, &genesis, a_port, 0x65, &["--syncmode", "full"]);
+    assert_eq!(a.head(), Some(HEAD));
+    let head = a.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    let hash = head["hash"].as_str().unwrap().to_string();
+    let a_enode = enode(0x65, a_port);
+    let b_dir = datadir("stages-b");
+    let b_port = free_port();
+    let start_b = || {
+        let b = start(&b_dir, &genesis, b_port, 0x66, &["--bootnodes", &a_enode]);
+        b.wait("B to connect to A", || one_peer(&b));
+        assert_eq!(forkchoice(&b, &hash), "SYNCING");
+        b
+    };
+
+    // The codes stage: killed with some codes fetched, not all.
+    let b = start_b();
+    let codes = b.wait("B to fetch some codes", || {
+        let n = syncing_field(&b, "syncedBytecodes");
+        (n > 0).then_some(n)
+    });
+    let log = kill9_log(b);
+    assert!(logged_at(&log, "stage done", "storage"), "{log}");
+    assert!(
+        !logged_at(&log, "stage done", "codes"),
+        "killed in the codes stage: {log}"
+    );
+
+    // Resumed in the codes stage; killed in the tries stage, as soon as it starts.
+    let b = start_b();
+    b.wait("B to finish the codes stage", || {
+        logged_at(&b.log(), "stage done", "codes").then_some(())
+    });
+    let log = kill9_log(b);
+    assert!(logged_at(&log, "snap sync resumed", "codes"), "{log}");
+    assert!(
+        !log.contains("tries built"),
+        "killed before the tries were built: {log}"
+    );
+    // The codes stage fetched one code a deployment, those before the kill counted from
+    // the record.
+    let total = log
+        .lines()
+        .map(plain)
+        .find(|l| l.contains("stage done") && l.contains("stage=\"codes\""))
+        .and_then(|l| {
+            let n = l.split("codes=").nth(1)?.split(' ').next()?;
+            n.parse::<u64>().ok()
+        })
+        .unwrap_or_else(|| panic!("the codes stage's count: {log}"));
+    assert!(
+        total > 1_000 && codes < total,
+        "{codes} of {total} codes when killed"
+    );
+
+    // Resumed in the tries stage; killed in the full sync from the pivot to the head.
+    let b = start_b();
+    let at = b.wait("B to complete the state", || {
+        let log = b.log();
+        log.contains("snap sync complete")
+            .then(|| b.head())
+            .flatten()
+    });
+    let log = kill9_log(b);
+    assert!(logged_at(&log, "snap sync resumed", "tries"), "{log}");
+    assert!(at < HEAD, "killed short of the head (at #{at})");
+    let pivot = HEAD - 64;
+    assert!(at >= pivot, "#{at}");
+
+    // Restarted past the pivot: the last stretch goes on by full sync, no snap sync.
+    let b = start_b();
+    let restart = b.head().unwrap();
+    assert!(
+        restart >= pivot,
+        "restarted at #{restart}, the pivot #{pivot}"
+    );
+    b.wait("B to reach A's head", || (b.head()? == HEAD).then_some(()));
+    let log = b.log();
+    assert!(!log.contains("snap sync"), "no snap sync again: {log}");
+    eprintln!(
+        "killed after {codes} codes, in the tries stage, and at #{at}; restarted at #{restart}"
+    );
+
+    let mut contracts = contracts(&a, HEAD);
+    contracts.extend(
+        [0, CONTRACTS as u64 / 2, CONTRACTS as u64 - 1]
+            .map(|i| moat_chaingen::genesis_contract(i, 0).0.to_string()),
+    );
+    assert_same_state(&a, &b, &senders, &contracts);
     drop((a, b));
     for d in [gen_dir, a_dir, b_dir] {
         let _ = std::fs::remove_dir_all(&d);

@@ -89,6 +89,29 @@ pub const STORE_INITCODE: [u8; 41] = {
     out
 };
 
+/// [`STORE_RUNTIME`] followed by `n` (8 bytes) and padding to `bytes` (at least 33):
+/// past the STOP, never run, but a code hash of its own.
+pub fn distinct_runtime(n: u64, bytes: usize) -> Vec<u8> {
+    let mut code = STORE_RUNTIME.to_vec();
+    code.extend_from_slice(&n.to_be_bytes());
+    code.resize(bytes.max(code.len()), 0xfe);
+    code
+}
+
+/// Init code as [`STORE_INITCODE`]'s, returning `runtime` (at most 64 KiB):
+/// `... PUSH2 len DUP1 PUSH1 17 PUSH0 CODECOPY PUSH0 RETURN` (runtime at offset 17).
+pub fn store_initcode(runtime: &[u8]) -> Vec<u8> {
+    let len = u16::try_from(runtime.len())
+        .unwrap_or(u16::MAX)
+        .to_be_bytes();
+    let mut out = vec![
+        0x42, 0x5f, 0x55, 0x33, 0x60, 0x01, 0x55, 0x61, len[0], len[1], 0x80, 0x60, 0x11, 0x5f,
+        0x39, 0x5f, 0xf3,
+    ];
+    out.extend_from_slice(&runtime[..usize::from(u16::from_be_bytes(len))]);
+    out
+}
+
 /// Balance of every sender at genesis: a million ether.
 const SENDER_BALANCE: u128 = 1_000_000 * 1_000_000_000_000_000_000;
 /// Gas limits the transactions are signed with (what they use is less).
@@ -119,6 +142,16 @@ pub struct Params {
     pub block_time: u64,
     /// Seeds the choice of transactions (not the keys).
     pub seed: u64,
+    /// Contracts at genesis ([`genesis_contract`]), each with
+    /// [`Params::genesis_slots`] storage slots: many storage tries for a snap sync to
+    /// download and build.
+    pub genesis_contracts: usize,
+    /// 0: every deployment's runtime code is [`STORE_RUNTIME`]. Otherwise each one's is
+    /// its own ([`distinct_runtime`], this many bytes): as many code hashes as
+    /// deployments, for a snap sync's bytecodes stage to fetch.
+    pub code_bytes: usize,
+    /// Storage slots of each genesis contract.
+    pub genesis_slots: usize,
 }
 
 impl Default for Params {
@@ -134,6 +167,9 @@ impl Default for Params {
             genesis_time: 1_735_689_600,
             block_time: 12,
             seed: 1,
+            genesis_contracts: 0,
+            genesis_slots: 0,
+            code_bytes: 0,
         }
     }
 }
@@ -186,6 +222,10 @@ pub fn genesis(params: &Params, senders: &[Signer]) -> Genesis {
             },
         );
     }
+    for i in 0..params.genesis_contracts {
+        let (address, account) = genesis_contract(i as u64, params.genesis_slots);
+        alloc.insert(address, account);
+    }
     Genesis {
         config,
         nonce: 0,
@@ -203,6 +243,27 @@ pub fn genesis(params: &Params, senders: &[Signer]) -> Genesis {
         excess_blob_gas: None,
         blob_gas_used: None,
     }
+}
+
+/// Genesis contract number `i`: at address `0xc0de…` ‖ `i`, its code [`STORE_RUNTIME`]
+/// and slots 1..=`slots` holding `i + slot`.
+pub fn genesis_contract(i: u64, slots: usize) -> (Address, GenesisAccount) {
+    let mut address = [0u8; 20];
+    address[..2].copy_from_slice(&[0xc0, 0xde]);
+    address[12..].copy_from_slice(&i.to_be_bytes());
+    let code = STORE_RUNTIME.to_vec();
+    let storage = (1..=slots as u64)
+        .map(|s| (B256::from(U256::from(s)), B256::from(U256::from(i + s))))
+        .collect();
+    (
+        Address::from(address),
+        GenesisAccount {
+            balance: U256::from(1),
+            nonce: 1,
+            code: Bytes::from(code),
+            storage,
+        },
+    )
 }
 
 /// The keys as the ethtest chain's `accounts.json` lists them (address -> {"key"}), which
@@ -499,12 +560,24 @@ impl Generator {
                 // The constructor's two slots.
                 slots: vec![B256::ZERO, B256::with_last_byte(1)],
             });
-            (
-                TxKind::Create,
-                U256::ZERO,
-                Bytes::from_static(&STORE_INITCODE),
-                DEPLOY_GAS,
-            )
+            if p.code_bytes == 0 {
+                (
+                    TxKind::Create,
+                    U256::ZERO,
+                    Bytes::from_static(&STORE_INITCODE),
+                    DEPLOY_GAS,
+                )
+            } else {
+                // 200 gas a byte of code stored, 16 a byte of calldata, and the copy.
+                let runtime = distinct_runtime(self.stats.deployments, p.code_bytes);
+                let gas = DEPLOY_GAS + 220 * runtime.len() as u64;
+                (
+                    TxKind::Create,
+                    U256::ZERO,
+                    Bytes::from(store_initcode(&runtime)),
+                    gas,
+                )
+            }
         } else if roll < u64::from(p.deploy_percent + p.call_percent) && !self.contracts.is_empty()
         {
             let (to, input, pairs) = self.plan_call();

@@ -610,19 +610,19 @@ pub async fn run<S: BlockSource>(
         run.accounts(&mut progress).await?;
         stage_done(&progress, &run);
         progress.stage = Stage::Storage;
-        run.save(&progress, WriteBatch::new())?;
+        run.save_stage(&progress)?;
     }
     if progress.stage == Stage::Storage {
         run.storage(&mut progress).await?;
         stage_done(&progress, &run);
         progress.stage = Stage::Codes;
-        run.save(&progress, WriteBatch::new())?;
+        run.save_stage(&progress)?;
     }
     if progress.stage == Stage::Codes {
         run.codes(&mut progress).await?;
         stage_done(&progress, &run);
         progress.stage = Stage::Tries;
-        run.save(&progress, WriteBatch::new())?;
+        run.save_stage(&progress)?;
     }
     run.publish(&progress);
     let pivot = fetch_pivot_block(source, &progress).await?;
@@ -798,6 +798,17 @@ impl<S: BlockSource> Run<'_, S> {
     fn save(&self, p: &Progress, mut batch: WriteBatch) -> Result<(), SnapError> {
         batch.set_snap_progress(Some(p.encode()));
         self.chain.store().commit_relaxed(batch)?;
+        self.publish(p);
+        Ok(())
+    }
+
+    /// Commits the record durably at a stage's start: a node killed in that stage
+    /// resumes in it, not in the stage before (which the relaxed commits of the last
+    /// second could otherwise leave on disk).
+    fn save_stage(&self, p: &Progress) -> Result<(), SnapError> {
+        let mut batch = WriteBatch::new();
+        batch.set_snap_progress(Some(p.encode()));
+        self.chain.store().commit(batch)?;
         self.publish(p);
         Ok(())
     }
