@@ -6,11 +6,11 @@
 mod common;
 
 use alloy_primitives::{B256, Bytes, U256, keccak256};
-use common::{Node, free_port, import_ethtest, rpc, testdata, wait_for};
+use common::{Moat, Node, free_port, import_ethtest, rpc, testdata, wait_for};
 use moat_common::config::Genesis;
 use moat_p2p::Enode;
 use moat_p2p::client::Client;
-use moat_p2p::eth::Status;
+use moat_p2p::eth::{EthMessage, Status};
 use moat_p2p::session::Incoming;
 use moat_p2p::snap::{SnapMessage, full_account};
 use moat_trie::range::verify_range_proof;
@@ -78,6 +78,27 @@ fn verify_accounts(root: B256, origin: B256, accounts: &[(B256, Bytes)], proof: 
     verify_range_proof(root, &origin, &keys, &values, proof).unwrap()
 }
 
+/// The conformance chain's head (#600).
+const HEAD_HASH: &str = "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a";
+
+/// A Status at the conformance chain's head.
+fn ethtest_status() -> Status {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let genesis_hash = genesis.header().hash();
+    Status {
+        version: 69,
+        network_id: genesis.config.chain_id,
+        genesis: genesis_hash,
+        fork_id: genesis
+            .config
+            .fork_id(genesis_hash, genesis.timestamp, 600, 6000),
+        total_difficulty: U256::ZERO,
+        head: HEAD_HASH.parse().unwrap(),
+        earliest: 0,
+        latest: 600,
+    }
+}
+
 /// Removed when the test ends, after the node (declared later) is stopped.
 struct TempDir(std::path::PathBuf);
 
@@ -116,23 +137,7 @@ async fn snap_answers_verify_against_recent_roots() {
         "--nodiscover",
     ]);
     wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
-    let genesis = Genesis::from_file(&genesis_path).unwrap();
-    let genesis_hash = genesis.header().hash();
-    let head_hash: B256 = "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a"
-        .parse()
-        .unwrap();
-    let status = Status {
-        version: 69,
-        network_id: genesis.config.chain_id,
-        genesis: genesis_hash,
-        fork_id: genesis
-            .config
-            .fork_id(genesis_hash, genesis.timestamp, 600, 6000),
-        total_difficulty: U256::ZERO,
-        head: head_hash,
-        earliest: 0,
-        latest: 600,
-    };
+    let status = ethtest_status();
     let enode = Enode {
         id: moat_p2p::rlpx::peer_id(&key.public_key(secp256k1::SECP256K1)),
         addr: ([127, 0, 0, 1], p2p).into(),
@@ -293,4 +298,203 @@ async fn snap_answers_verify_against_recent_roots() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// The next answer of `from` (eth or snap), other messages skipped; `None` once it is
+/// gone or after 30 s.
+async fn answer_of(from: &mut Client) -> Option<Incoming> {
+    loop {
+        match from.recv(Duration::from_secs(30)).await {
+            Ok(Some(m @ (Incoming::Snap(_) | Incoming::Eth(_)))) if is_answer(&m) => {
+                return Some(m);
+            }
+            Ok(Some(Incoming::Disconnect(_))) | Ok(None) | Err(_) => return None,
+            Ok(Some(_)) => {}
+        }
+    }
+}
+
+fn is_answer(m: &Incoming) -> bool {
+    match m {
+        Incoming::Eth(e) => matches!(
+            e,
+            EthMessage::BlockHeaders { .. }
+                | EthMessage::BlockBodies { .. }
+                | EthMessage::Receipts { .. }
+        ),
+        Incoming::Snap(s) => matches!(
+            s,
+            SnapMessage::AccountRange { .. }
+                | SnapMessage::StorageRanges { .. }
+                | SnapMessage::ByteCodes { .. }
+                | SnapMessage::TrieNodes { .. }
+        ),
+        Incoming::Ping | Incoming::Pong | Incoming::Disconnect(_) => false,
+    }
+}
+
+/// Relays `b`'s requests to `a` and `a`'s answers back, each account range spoiled: an
+/// account out of its middle (the rest no longer matches the proof), or with fewer than
+/// three the proof's last node. Ends when `b` drops the connection (or after 120 s);
+/// returns how many ranges were spoiled, and whether `b` dropped it.
+async fn lying_relay(mut a: Client, mut b: Client) -> (usize, bool) {
+    let mut spoiled = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while tokio::time::Instant::now() < deadline {
+        let request = match b.recv(Duration::from_secs(1)).await {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(_) => return (spoiled, true),
+        };
+        match &request {
+            Incoming::Disconnect(_) => return (spoiled, true),
+            Incoming::Eth(
+                m @ (EthMessage::GetBlockHeaders { .. }
+                | EthMessage::GetBlockBodies { .. }
+                | EthMessage::GetReceipts { .. }),
+            ) => a.send(m).await.unwrap(),
+            Incoming::Snap(m) => a.send_snap(m).await.unwrap(),
+            Incoming::Eth(_) | Incoming::Ping | Incoming::Pong => continue,
+        }
+        let sent = match answer_of(&mut a).await.expect("A answers") {
+            Incoming::Snap(SnapMessage::AccountRange {
+                request_id,
+                mut accounts,
+                mut proof,
+            }) => {
+                if accounts.len() >= 3 {
+                    accounts.remove(accounts.len() / 2);
+                } else {
+                    proof.pop();
+                }
+                spoiled += 1;
+                let m = SnapMessage::AccountRange {
+                    request_id,
+                    accounts,
+                    proof,
+                };
+                b.send_snap(&m).await
+            }
+            Incoming::Snap(m) => b.send_snap(&m).await,
+            Incoming::Eth(m) => b.send(&m).await,
+            Incoming::Ping | Incoming::Pong | Incoming::Disconnect(_) => continue,
+        };
+        if sent.is_err() {
+            return (spoiled, true);
+        }
+    }
+    (spoiled, false)
+}
+
+/// Whether `b`'s `admin_peers` lists the peer `id` (hex).
+fn lists(b: &Moat, id: &str) -> bool {
+    let peers = rpc(b.http, "admin_peers", "[]").unwrap_or_default();
+    peers["result"]
+        .as_array()
+        .is_some_and(|ps| ps.iter().any(|p| p["id"].as_str() == Some(id)))
+}
+
+/// A peer that sends an account range that does not match its proof is dropped, at the
+/// network level, and nothing it sent is kept. A holds the conformance chain; B is a
+/// fresh node (snap sync by default) whose only peer is this test: it relays B's
+/// requests to A and A's answers back, but spoils every account range. B drops it (the
+/// connection closes, `admin_peers` no longer lists it) with no account downloaded; then,
+/// given A as a peer, B snap syncs to A's head and state root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_sending_a_bad_account_range_proof_is_dropped() {
+    let wait = Duration::from_secs(90);
+    let pid = std::process::id();
+    let a_dir = TempDir(std::env::temp_dir().join(format!("moat-snap-liar-a-{pid}")));
+    let b_dir = TempDir(std::env::temp_dir().join(format!("moat-snap-liar-b-{pid}")));
+    for d in [&a_dir, &b_dir] {
+        let _ = std::fs::remove_dir_all(&d.0);
+    }
+    import_ethtest(&a_dir.0);
+    let genesis = testdata("genesis.json");
+    let (a_port, b_port) = (free_port(), free_port());
+    let a = Moat::start(
+        &a_dir.0,
+        &genesis,
+        a_port,
+        0x71,
+        &["--syncmode", "full"],
+        &[],
+        wait,
+    );
+    let admin = ["--http.api", "eth,net,admin"];
+    let b = Moat::start(&b_dir.0, &genesis, b_port, 0x72, &admin, &[], wait);
+    let enode_of = |key: u8, port: u16| {
+        let secret = secp256k1::SecretKey::from_byte_array([key; 32]).unwrap();
+        Enode {
+            id: moat_p2p::rlpx::peer_id(&secret.public_key(secp256k1::SECP256K1)),
+            addr: ([127, 0, 0, 1], port).into(),
+        }
+    };
+    let liar_key = secp256k1::SecretKey::from_byte_array([0x73; 32]).unwrap();
+    // admin_peers names a peer by the keccak of its public key, as geth does.
+    let liar_id = alloy_primitives::hex::encode(keccak256(moat_p2p::rlpx::peer_id(
+        &liar_key.public_key(secp256k1::SECP256K1),
+    )));
+    let to_a = Client::connect_snap(&enode_of(0x71, a_port), liar_key, &[69], ethtest_status())
+        .await
+        .expect("handshake with A");
+    let to_b = Client::connect_snap(&enode_of(0x72, b_port), liar_key, &[69], ethtest_status())
+        .await
+        .expect("handshake with B");
+    assert!(to_a.snap() && to_b.snap());
+    let relay = tokio::spawn(lying_relay(to_a, to_b));
+    let id = liar_id.clone();
+    let b = tokio::task::spawn_blocking(move || {
+        let liar_id = id;
+        b.wait("B to list the relay", || lists(&b, &liar_id).then_some(()));
+        assert_eq!(b.forkchoice(HEAD_HASH), "SYNCING");
+        b
+    })
+    .await
+    .unwrap();
+
+    let (spoiled, dropped) = tokio::time::timeout(Duration::from_secs(150), relay)
+        .await
+        .expect("the relay ends")
+        .unwrap();
+    assert!(dropped, "B closed the relay's connection");
+    assert!(spoiled >= 1, "{spoiled} ranges spoiled");
+    eprintln!("the relay spoiled {spoiled} account range(s) before B dropped it");
+    let a_enode = common::enode(0x71, a_port);
+    let b = tokio::task::spawn_blocking(move || {
+        b.wait("B to drop the relay from its peers", || {
+            (!lists(&b, &liar_id)).then_some(())
+        });
+        let log = b.log();
+        assert!(log.contains("snap: bad answer, peer dropped"), "{log}");
+        // Dropped by the network for the proof: a protocol fault, not a timeout's score.
+        assert!(
+            log.lines()
+                .any(|l| l.contains("dropping peer for a protocol fault")
+                    && l.contains("bad snap proof")),
+            "{log}"
+        );
+        // Nothing of the spoiled ranges was written.
+        let s = b.call("eth_syncing", "[]");
+        assert!(
+            s == serde_json::Value::Bool(false) || s["syncedAccounts"] == "0x0",
+            "{s}"
+        );
+        assert_eq!(b.head(), Some(0));
+
+        // An honest peer: B snap syncs from it to its head and state root.
+        let added = rpc(b.http, "admin_addPeer", &format!(r#"["{a_enode}"]"#)).unwrap();
+        assert_eq!(added["result"], true, "{added}");
+        b.wait("B to reach A's head", || (b.head()? == 600).then_some(()));
+        b
+    })
+    .await
+    .unwrap();
+    let ours = b.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    let theirs = a.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    assert_eq!(ours["hash"], theirs["hash"]);
+    assert_eq!(ours["stateRoot"], theirs["stateRoot"]);
+    let log = b.log();
+    assert!(log.contains("snap sync complete"), "{log}");
+    drop((a, b));
 }

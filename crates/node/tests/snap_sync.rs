@@ -30,13 +30,6 @@ fn start(dir: &Path, genesis: &Path, p2p: u16, key: u8, extra: &[&str]) -> Moat 
     Moat::start(dir, genesis, p2p, key, &extra, &[], WAIT)
 }
 
-fn forkchoice(node: &Moat, head: &str) -> String {
-    let zero = B256::ZERO;
-    node.forkchoice_status(&format!(
-        r#"{{"jsonrpc":"2.0","id":1,"method":"engine_forkchoiceUpdatedV3","params":[{{"headBlockHash":"{head}","safeBlockHash":"{zero}","finalizedBlockHash":"{zero}"}},null]}}"#
-    ))
-}
-
 fn one_peer(node: &Moat) -> Option<()> {
     (rpc(node.http, "net_peerCount", "[]")?["result"] == "0x1").then_some(())
 }
@@ -154,7 +147,7 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     let b_port = free_port();
     let b = start(&b_dir, &genesis, b_port, 0x62, &["--bootnodes", &a_enode]);
     b.wait("B to connect to A", || one_peer(&b));
-    assert_eq!(forkchoice(&b, &head_hash), "SYNCING");
+    assert_eq!(b.forkchoice(&head_hash), "SYNCING");
     // Killed once eth_syncing shows accounts downloaded, before the state is complete.
     let accounts_before = b.wait("B to download some accounts", || {
         let s = b.call("eth_syncing", "[]");
@@ -178,7 +171,7 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
 
     let b = start(&b_dir, &genesis, b_port, 0x62, &["--bootnodes", &a_enode]);
     b.wait("B to reconnect to A", || one_peer(&b));
-    assert_eq!(forkchoice(&b, &head_hash), "SYNCING");
+    assert_eq!(b.forkchoice(&head_hash), "SYNCING");
     b.wait("B to reach A's head", || {
         (b.head()? == BLOCKS).then_some(())
     });
@@ -196,7 +189,7 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     b.wait("eth_syncing to answer false", || {
         (b.call("eth_syncing", "[]") == serde_json::Value::Bool(false)).then_some(())
     });
-    assert_eq!(forkchoice(&b, &head_hash), "VALID");
+    assert_eq!(b.forkchoice(&head_hash), "VALID");
     // A sender that has sent in the chain: its nonce at the head is past 0.
     let (signer, nonce) = signers
         .iter()
@@ -330,7 +323,7 @@ fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
     let start_b = || {
         let b = start(&b_dir, &genesis, b_port, 0x66, &["--bootnodes", &a_enode]);
         b.wait("B to connect to A", || one_peer(&b));
-        assert_eq!(forkchoice(&b, &hash), "SYNCING");
+        assert_eq!(b.forkchoice(&hash), "SYNCING");
         b
     };
 
@@ -490,7 +483,7 @@ fn a_node_killed_while_healing_resumes_from_its_record() {
     let b = start_b();
     b.wait("B to connect to A", || one_peer(&b));
     let hash = first_head["hash"].as_str().unwrap();
-    assert_eq!(forkchoice(&b, hash), "SYNCING");
+    assert_eq!(b.forkchoice(hash), "SYNCING");
     b.wait("B to download 3,000 accounts", || {
         (syncing_field(&b, "syncedAccounts") > 3_000).then_some(())
     });
@@ -510,7 +503,7 @@ fn a_node_killed_while_healing_resumes_from_its_record() {
     // published after each answer's commit).
     let b = start_b();
     b.wait("B to reconnect to A", || one_peer(&b));
-    assert_eq!(forkchoice(&b, &hash), "SYNCING");
+    assert_eq!(b.forkchoice(&hash), "SYNCING");
     let committed = 2 * moat_sync::snap::HEAL_COMMIT_EVERY as u64;
     let healed = b.wait("B to heal some trie nodes", || {
         let n = syncing_field(&b, "healedTrienodes");
@@ -524,7 +517,7 @@ fn a_node_killed_while_healing_resumes_from_its_record() {
 
     let b = start_b();
     b.wait("B to reconnect to A", || one_peer(&b));
-    assert_eq!(forkchoice(&b, &hash), "SYNCING");
+    assert_eq!(b.forkchoice(&hash), "SYNCING");
     b.wait("B to reach A's head", || (b.head()? == ALL).then_some(()));
     let log = b.log();
     assert!(log.contains("healing resumed from its record"), "{log}");

@@ -316,6 +316,15 @@ impl Moat {
         u64::from_str_radix(r["result"].as_str()?.trim_start_matches("0x"), 16).ok()
     }
 
+    /// forkchoiceUpdated to `head` (safe and finalized zero, no payload); the payload
+    /// status of the answer.
+    pub fn forkchoice(&self, head: &str) -> String {
+        let zero = B256::ZERO;
+        self.forkchoice_status(&format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"engine_forkchoiceUpdatedV3","params":[{{"headBlockHash":"{head}","safeBlockHash":"{zero}","finalizedBlockHash":"{zero}"}},null]}}"#
+        ))
+    }
+
     /// Posts forkchoiceUpdated `body` to the engine API with a fresh token; the payload
     /// status of the answer.
     pub fn forkchoice_status(&self, body: &str) -> String {
