@@ -524,7 +524,7 @@ async fn reload_journal(
             tracing::warn!(error = %e, "could not clear the old journal table");
         }
     }
-    if reload.total() > 0 || reload.damaged_tail > 0 || reload.withdrawn > 0 {
+    if reload.total() > 0 || reload.damaged_tail > 0 {
         let count = |f: ReloadFate| reload.count(f);
         tracing::info!(
             readmitted = count(ReloadFate::Readmitted),
@@ -533,7 +533,6 @@ async fn reload_journal(
             replaced = count(ReloadFate::Replaced),
             unaffordable = count(ReloadFate::Unaffordable),
             invalid = count(ReloadFate::Invalid),
-            withdrawn = reload.withdrawn,
             damaged_tail_bytes = reload.damaged_tail,
             path = %path.display(),
             "pool journal reloaded"

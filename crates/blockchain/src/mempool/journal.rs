@@ -10,21 +10,6 @@
 //!   ([`Journal::announce`]: local txs being admitted) when it starts: it waits for them
 //!   up to [`JournalOptions::gather`] (zero: no wait), woken once when the last is queued
 //!   or withdrawn, so that they share this sync instead of each waiting for the next.
-//! - **Records queued before admission ends.** A tx submitted over RPC has its record
-//!   queued ([`Journal::begin`]) once it passes the cheap checks, before its sender is
-//!   recovered and it is pooled, so that its sync runs while that work does; the answer
-//!   waits for both ([`Pending::durable`]). A tx refused after that has its record
-//!   withdrawn ([`Pending::withdraw`]: a 33-byte record, `0xff` then the keccak of the
-//!   withdrawn record's bytes, which cancels the last record before it with those bytes)
-//!   and the refusal waits for that withdrawal's sync, so a refusal that was answered is
-//!   never read back as an acknowledgement. Withdrawn records are counted at open
-//!   ([`JournalContents::withdrawn`]), not offered to the pool. A kill after a record's
-//!   sync and before its withdrawal's leaves a tx whose call was never answered; the
-//!   reload's rules then decide it as any entry (a refused nonce is mined, an
-//!   unaffordable tx dropped, one refused for room held, a replacement refused for its
-//!   price wins over what it would have replaced). A rotation that ran after a record
-//!   was written and before its tx was pooled may have missed it: `durable` then
-//!   appends it again; a withdrawal of a record in a rotated-away file is not written.
 //! - **Pipelined syncs.** Up to [`JournalOptions::syncs_in_flight`] writer threads take
 //!   turns at the queue: one takes a batch and writes it, lets the queue go, then syncs,
 //!   so the next batch is written and its sync started while the first is still on the
@@ -63,7 +48,7 @@
 //! What the entries become at start is the pool's business ([`super::Pool::reload_journal`]).
 
 use super::Rejection;
-use alloy_primitives::{B256, Bytes};
+use alloy_primitives::B256;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -181,9 +166,6 @@ pub struct JournalContents {
     /// Bytes at the end that did not form whole, intact records (skipped and cut off);
     /// zeros after the last record are preallocated space, not counted.
     pub damaged_tail: u64,
-    /// Records cancelled by their withdrawal (txs refused when submitted, see
-    /// [`Journal::begin`]): not in `entries`.
-    pub withdrawn: usize,
 }
 
 /// Snapshot of what a rotation writes: network bytes of each tx to keep.
@@ -191,15 +173,6 @@ pub type Snapshot = Box<dyn FnOnce() -> Vec<Vec<u8>> + Send>;
 
 enum Command {
     Append {
-        /// Number of the record (from 1, in queue order).
-        id: u64,
-        record: Vec<u8>,
-        done: oneshot::Sender<io::Result<()>>,
-    },
-    /// A withdrawal ([`Pending::withdraw`]) of record `id`: written only if that record
-    /// is in the current file (a rotation since has dropped it with the old file).
-    Withdraw {
-        id: u64,
         record: Vec<u8>,
         done: oneshot::Sender<io::Result<()>>,
     },
@@ -212,9 +185,6 @@ enum Command {
 struct Inner {
     path: PathBuf,
     commands: Mutex<Option<mpsc::Sender<Command>>>,
-    /// Number of the last record queued (records are numbered under `commands`' lock, so
-    /// in queue order).
-    last_id: AtomicU64,
     /// Entries kept though the pool did not take them back (a transient refusal such as
     /// a full pool): each rotation writes them again.
     held: Mutex<Held>,
@@ -289,7 +259,7 @@ impl Journal {
             .open(path)?;
         let mut raw = Vec::new();
         file.read_to_end(&mut raw)?;
-        let (entries, good, withdrawn) = parse_records(&raw);
+        let (entries, good) = parse_records(&raw);
         // Up to the last non-zero byte: the zeros after it are preallocated space.
         let damaged_tail = raw[good..]
             .iter()
@@ -349,8 +319,6 @@ impl Journal {
             in_flight: InFlight::default(),
             overlap_after: options.overlap_after,
             awake,
-            last_taken: AtomicU64::new(0),
-            rotated_through: AtomicU64::new(0),
             #[cfg(test)]
             test: Default::default(),
         });
@@ -371,7 +339,6 @@ impl Journal {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 commands: Mutex::new(Some(tx)),
-                last_id: AtomicU64::new(0),
                 held: Mutex::new(Held::new()),
                 size,
                 rotated_size,
@@ -386,7 +353,6 @@ impl Journal {
             JournalContents {
                 entries,
                 damaged_tail,
-                withdrawn,
             },
         ))
     }
@@ -412,22 +378,6 @@ impl Journal {
         let guard = self.inner.commands.lock();
         let sender = guard.as_ref().ok_or_else(closed)?;
         sender.send(command).map_err(|_| closed())
-    }
-
-    /// Queues `record` as the next numbered record; returns its number.
-    fn send_record(
-        &self,
-        record: Vec<u8>,
-        done: oneshot::Sender<io::Result<()>>,
-    ) -> io::Result<u64> {
-        let closed = || io::Error::new(io::ErrorKind::BrokenPipe, "the journal is closed");
-        let guard = self.inner.commands.lock();
-        let sender = guard.as_ref().ok_or_else(closed)?;
-        let id = self.inner.last_id.fetch_add(1, Ordering::AcqRel) + 1;
-        sender
-            .send(Command::Append { id, record, done })
-            .map_err(|_| closed())?;
-        Ok(id)
     }
 
     /// Appends one tx (network bytes) and returns once it is durable.
@@ -458,7 +408,7 @@ impl Journal {
             gate.coming.fetch_sub(1, Ordering::AcqRel);
         }
         let queued = Instant::now();
-        let sent = self.send_record(record, done);
+        let sent = self.send(Command::Append { record, done });
         if let Some(gate) = &gate {
             gate.settle();
         }
@@ -469,32 +419,6 @@ impl Journal {
         // Queued to answered, as the caller sees it (its task woken included).
         metrics::histogram!("moat_pool_journal_wait_seconds").record(queued.elapsed());
         result
-    }
-
-    /// Queues the record of a local tx whose admission is still running (its sender not
-    /// yet recovered, not yet pooled), so that its sync overlaps that work; `coming` is
-    /// its announcement, settled now. The caller ends it with [`Pending::durable`] once
-    /// the tx is pooled (the answer waits for both), or with [`Pending::withdraw`] if the
-    /// tx is refused (the record is then not read back). Dropped, the record stays.
-    pub fn begin(&self, tx: Bytes, coming: Option<Coming>) -> io::Result<Pending> {
-        let (done, wait) = oneshot::channel();
-        let record = encode_record(&tx);
-        let gate = coming.and_then(|mut c| c.gate.take());
-        if let Some(gate) = &gate {
-            gate.coming.fetch_sub(1, Ordering::AcqRel);
-        }
-        let queued = Instant::now();
-        let sent = self.send_record(record, done);
-        if let Some(gate) = &gate {
-            gate.settle();
-        }
-        Ok(Pending {
-            journal: self.clone(),
-            id: sent?,
-            tx,
-            wait,
-            queued,
-        })
     }
 
     /// Rewrites the file from `snapshot` (taken on the writer thread, see the module
@@ -560,57 +484,6 @@ impl Journal {
     }
 }
 
-/// A record queued by [`Journal::begin`] for a tx still being admitted.
-#[derive(Debug)]
-pub struct Pending {
-    journal: Journal,
-    id: u64,
-    tx: Bytes,
-    wait: oneshot::Receiver<io::Result<()>>,
-    queued: Instant,
-}
-
-impl Pending {
-    /// Returns once the record is durable; call it after the tx is pooled. A rotation
-    /// that ran after the record was written may have taken its snapshot before the tx
-    /// was pooled, and dropped the record with the old file: the record is then
-    /// appended again (the tx is pooled now, so a later rotation's snapshot has it).
-    pub async fn durable(self) -> io::Result<()> {
-        let result = self
-            .wait
-            .await
-            .unwrap_or_else(|_| Err(io::Error::other("the journal writer stopped")));
-        metrics::histogram!("moat_pool_journal_wait_seconds").record(self.queued.elapsed());
-        result?;
-        if self
-            .journal
-            .inner
-            .writers
-            .rotated_through
-            .load(Ordering::SeqCst)
-            >= self.id
-        {
-            return self.journal.append(&self.tx).await;
-        }
-        Ok(())
-    }
-
-    /// The tx was refused: queues a withdrawal of the record (read back, it cancels it)
-    /// and returns once that is durable, so a refusal answered is never reloaded as an
-    /// acknowledgement.
-    pub async fn withdraw(self) -> io::Result<()> {
-        let (done, wait) = oneshot::channel();
-        let record = encode_record(&withdrawal_body(&self.tx));
-        self.journal.send(Command::Withdraw {
-            id: self.id,
-            record,
-            done,
-        })?;
-        wait.await
-            .unwrap_or_else(|_| Err(io::Error::other("the journal writer stopped")))
-    }
-}
-
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop();
@@ -669,17 +542,6 @@ impl Drop for Coming {
 /// writer ~50 µs of CPU (the disk's requests) and ~100 µs or more of wall time.
 pub const GATHER_MAX: Duration = Duration::from_micros(200);
 
-/// First byte of a withdrawal's body: never the first byte of a transaction's network
-/// form (types are 0x00–0x7f, a legacy tx's RLP list header cannot be 0xff).
-const WITHDRAWAL: u8 = 0xff;
-
-/// A withdrawal's body: [`WITHDRAWAL`], then the keccak of the withdrawn record's bytes.
-fn withdrawal_body(tx: &[u8]) -> [u8; 33] {
-    let mut body = [WITHDRAWAL; 33];
-    body[1..].copy_from_slice(alloy_primitives::keccak256(tx).as_slice());
-    body
-}
-
 fn encode_record(tx: &[u8]) -> Vec<u8> {
     let mut record = Vec::with_capacity(RECORD_HEADER + tx.len());
     record.extend_from_slice(&(tx.len() as u32).to_le_bytes());
@@ -688,41 +550,8 @@ fn encode_record(tx: &[u8]) -> Vec<u8> {
     record
 }
 
-/// The intact records of `raw` that no withdrawal cancels, how many bytes the intact
-/// records span (the rest is damage), and how many were withdrawn. A withdrawal cancels
-/// the last record before it with the same bytes that is not cancelled yet.
-fn parse_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize, usize) {
-    let (all, at) = parse_raw_records(raw);
-    if !all.iter().any(|r| is_withdrawal(r)) {
-        return (all, at, 0);
-    }
-    let mut kept: Vec<Option<Vec<u8>>> = Vec::with_capacity(all.len());
-    let mut by_hash: std::collections::HashMap<B256, Vec<usize>> = Default::default();
-    let mut withdrawn = 0;
-    for r in all {
-        if is_withdrawal(&r) {
-            let hash = B256::from_slice(&r[1..]);
-            if let Some(i) = by_hash.get_mut(&hash).and_then(|v| v.pop()) {
-                kept[i] = None;
-                withdrawn += 1;
-            }
-            continue;
-        }
-        by_hash
-            .entry(alloy_primitives::keccak256(&r))
-            .or_default()
-            .push(kept.len());
-        kept.push(Some(r));
-    }
-    (kept.into_iter().flatten().collect(), at, withdrawn)
-}
-
-fn is_withdrawal(record: &[u8]) -> bool {
-    record.len() == 33 && record[0] == WITHDRAWAL
-}
-
-/// Every intact record of `raw` (withdrawals too), and how many bytes they span.
-fn parse_raw_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize) {
+/// The intact records of `raw`, and how many bytes they span (the rest is damage).
+fn parse_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize) {
     let mut entries = Vec::new();
     let mut at = 0;
     while raw.len() - at >= RECORD_HEADER {
@@ -763,10 +592,6 @@ struct Writers {
     overlap_after: Duration,
     /// The CPU kept running while a sync is in flight.
     awake: Arc<Awake>,
-    /// Number of the last record taken into a batch.
-    last_taken: AtomicU64,
-    /// Records up to this number were in a file a rotation has replaced.
-    rotated_through: AtomicU64,
     #[cfg(test)]
     test: TestHooks,
 }
@@ -943,19 +768,9 @@ impl Writers {
                 // Everything queued by now goes in this batch; a rotation closes it.
                 while let Some(command) = next.take().or_else(|| commands.try_recv().ok()) {
                     match command {
-                        Command::Append { id, record, done } => {
+                        Command::Append { record, done } => {
                             records.extend_from_slice(&record);
                             waiting.push(done);
-                            self.last_taken.store(id, Ordering::SeqCst);
-                        }
-                        Command::Withdraw { id, record, done } => {
-                            if id > self.rotated_through.load(Ordering::SeqCst) {
-                                records.extend_from_slice(&record);
-                                waiting.push(done);
-                            } else {
-                                // Its record went with the old file.
-                                let _ = done.send(Ok(()));
-                            }
                         }
                         Command::Rotate { snapshot, done } => {
                             if let Some(batch) = self.write(&mut records, &mut waiting) {
@@ -1121,10 +936,6 @@ impl Writers {
     /// written, and those still syncing hold the old file, whose records are in the
     /// snapshot (a record is queued after its tx is pooled).
     fn rotate(&self, snapshot: Snapshot) -> io::Result<usize> {
-        // Before the snapshot: a record taken so far whose tx is pooled only after the
-        // snapshot is appended again by its `Pending::durable`.
-        self.rotated_through
-            .store(self.last_taken.load(Ordering::SeqCst), Ordering::SeqCst);
         let entries = snapshot();
         let mut unique = std::collections::HashSet::with_capacity(entries.len());
         let mut bytes = Vec::new();
@@ -1276,9 +1087,6 @@ pub(crate) fn reload_fate(refusal: &Rejection) -> ReloadFate {
 pub struct JournalReload {
     pub counts: std::collections::BTreeMap<ReloadFate, usize>,
     pub damaged_tail: u64,
-    /// Records cancelled by their withdrawal (txs refused when submitted, never
-    /// acknowledged): not offered to the pool, not in `counts`.
-    pub withdrawn: usize,
     /// Hashes of the readmitted txs, in the order they were admitted.
     pub readmitted: Vec<B256>,
 }
@@ -1354,71 +1162,6 @@ mod tests {
     }
 
     #[test]
-    fn a_withdrawn_record_is_not_read_back_and_an_earlier_copy_of_it_stays() {
-        let tmp = temp("withdraw");
-        let path = tmp.path.clone();
-        let rt = rt();
-        let (j, _) = Journal::open(&path).unwrap();
-        let (a, b, c) = (vec![1u8; 40], vec![2u8; 50], vec![3u8; 60]);
-        rt.block_on(async {
-            // `a` acknowledged, then submitted again and refused (already known): the
-            // withdrawal cancels the second record, not the first.
-            j.append(&a).await.unwrap();
-            let again = j.begin(Bytes::from(a.clone()), None).unwrap();
-            again.withdraw().await.unwrap();
-            // `b` refused, `c` kept.
-            let refused = j.begin(Bytes::from(b.clone()), None).unwrap();
-            let kept = j.begin(Bytes::from(c.clone()), None).unwrap();
-            refused.withdraw().await.unwrap();
-            kept.durable().await.unwrap();
-        });
-        j.close();
-        let (j, contents) = Journal::open(&path).unwrap();
-        assert_eq!(contents.entries, vec![a.clone(), c.clone()]);
-        assert_eq!(contents.withdrawn, 2);
-        assert_eq!(contents.damaged_tail, 0);
-        // A withdrawal's body is never read as a transaction by a reader that does not
-        // know it: its first byte is no transaction's.
-        let raw = std::fs::read(&path).unwrap();
-        let (all, _) = parse_raw_records(&raw);
-        assert_eq!(all.iter().filter(|r| is_withdrawal(r)).count(), 2);
-        assert!(
-            all.iter()
-                .filter(|r| is_withdrawal(r))
-                .all(|r| r[0] == 0xff)
-        );
-        j.close();
-    }
-
-    #[test]
-    fn a_record_begun_before_a_rotation_is_kept_by_it_or_appended_again() {
-        let tmp = temp("begin-rotate");
-        let path = tmp.path.clone();
-        let rt = rt();
-        let (j, _) = Journal::open(&path).unwrap();
-        let (x, y) = (vec![7u8; 30], vec![8u8; 30]);
-        rt.block_on(async {
-            // `x`'s record is written, then a rotation whose snapshot was taken before
-            // `x` was pooled drops it with the old file: made durable, it is appended
-            // again.
-            let px = j.begin(Bytes::from(x.clone()), None).unwrap();
-            j.rotate(Box::new(Vec::new)).await.unwrap();
-            px.durable().await.unwrap();
-            // `y`'s record is written, a rotation's snapshot has `y` (pooled by another
-            // submission), then this one is refused: its withdrawal must not cancel the
-            // snapshot's record.
-            let py = j.begin(Bytes::from(y.clone()), None).unwrap();
-            let snap = vec![x.clone(), y.clone()];
-            j.rotate(Box::new(move || snap)).await.unwrap();
-            py.withdraw().await.unwrap();
-        });
-        j.close();
-        let (_j, contents) = Journal::open(&path).unwrap();
-        assert_eq!(contents.entries, vec![x, y]);
-        assert_eq!(contents.withdrawn, 0);
-    }
-
-    #[test]
     fn a_truncated_or_corrupt_tail_is_skipped_and_cut_off() {
         let tmp = temp("tail");
         let path = tmp.path.clone();
@@ -1471,7 +1214,7 @@ mod tests {
         let raw = std::fs::read(&path).unwrap();
         assert_eq!(raw.len() as u64, PREALLOCATE);
         assert!(raw[records as usize..].iter().all(|&b| b == 0));
-        let (entries, good, _) = parse_records(&raw);
+        let (entries, good) = parse_records(&raw);
         assert_eq!((entries.len(), good as u64), (3, records));
         // Closed: the file ends with its last record.
         j.close();

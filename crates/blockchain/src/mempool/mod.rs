@@ -23,9 +23,7 @@ pub use budget::{
 };
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, PeerCost, Rejection, SubPool};
-pub use journal::{
-    Journal, JournalContents, JournalOptions, JournalReload, Pending, ReloadFate, Snapshot,
-};
+pub use journal::{Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot};
 pub use lanes::{Lane, Standing};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;
@@ -384,28 +382,6 @@ pub struct Pool {
     shared: Arc<Shared>,
 }
 
-/// The journal record of a local tx being admitted ([`Pool::submit_local`]): begun once
-/// the tx passes its cheap checks, so that its sync overlaps sender recovery and insert.
-struct EarlyRecord<'a> {
-    journal: Option<&'a Journal>,
-    coming: Option<journal::Coming>,
-    /// The tx's network bytes (none: no early record; it is appended after admission).
-    tx: Option<Bytes>,
-    pending: Option<journal::Pending>,
-}
-
-impl EarlyRecord<'_> {
-    fn begin(&mut self) {
-        let (Some(journal), Some(tx)) = (self.journal, &self.tx) else {
-            return;
-        };
-        match journal.begin(tx.clone(), self.coming.take()) {
-            Ok(pending) => self.pending = Some(pending),
-            Err(e) => tracing::warn!(error = %e, "journal write failed"),
-        }
-    }
-}
-
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
@@ -497,49 +473,18 @@ impl Pool {
             tokio::time::sleep(wait).await;
         }
         // Announced to the journal while admitted, so that a batch being synced waits
-        // for it; the wire bytes are its record (they are the tx's network form). The
-        // record is queued as soon as the tx passes its cheap checks (before sender
-        // recovery), so that its sync runs while the rest of admission does; the answer
-        // waits for both.
-        let mut early = EarlyRecord {
-            journal: self.shared.journal.get(),
-            coming: self.shared.journal.get().map(Journal::announce),
-            tx: match &input {
-                TxInput::Raw(bytes) | TxInput::Hashed(bytes, _) => Some(bytes.clone()),
-                TxInput::Decoded(_) => None,
-            },
-            pending: None,
+        // for it; the wire bytes are its record (they are the tx's network form).
+        let coming = self.shared.journal.get().map(Journal::announce);
+        let wire = match &input {
+            TxInput::Raw(bytes) | TxInput::Hashed(bytes, _) => Some(bytes.clone()),
+            TxInput::Decoded(_) => None,
         };
         let mut meter = CpuMeter::start();
-        let result = self
-            .add_metered_early(input, TxOrigin::Local, &mut meter, Some(&mut early))
-            .await;
+        let result = self.add_metered(input, TxOrigin::Local, &mut meter).await;
         self.charge(TxOrigin::Local, meter);
-        let EarlyRecord {
-            coming,
-            tx,
-            pending,
-            ..
-        } = early;
-        match (&result, pending) {
-            // A failed write costs durability, not the transaction: it stays pooled.
-            (Ok(added), Some(pending)) => {
-                if let Err(e) = pending.durable().await {
-                    tracing::warn!(hash = %added.hash, error = %e, "journal write failed");
-                }
-            }
-            (Ok(added), None) => {
-                self.journal_append(&added.hash, tx.as_ref().map(|b| &b[..]), coming)
-                    .await
-            }
-            // Refused after its record was queued: the record is withdrawn before the
-            // refusal is answered, so a restart does not take the tx back.
-            (Err(_), Some(pending)) => {
-                if let Err(e) = pending.withdraw().await {
-                    tracing::warn!(error = %e, "journal withdrawal failed");
-                }
-            }
-            (Err(_), None) => {}
+        if let Ok(added) = &result {
+            self.journal_append(&added.hash, wire.as_ref().map(|b| &b[..]), coming)
+                .await;
         }
         result
     }
@@ -564,19 +509,7 @@ impl Pool {
         origin: TxOrigin,
         meter: &mut CpuMeter,
     ) -> AddResult {
-        self.add_metered_early(input, origin, meter, None).await
-    }
-
-    /// [`Pool::add_metered`], beginning `early`'s journal record once the tx passes its
-    /// cheap checks.
-    async fn add_metered_early(
-        &self,
-        input: TxInput,
-        origin: TxOrigin,
-        meter: &mut CpuMeter,
-        early: Option<&mut EarlyRecord<'_>>,
-    ) -> AddResult {
-        let result = self.admit(input, origin, meter, early).await;
+        let result = self.admit(input, origin, meter).await;
         meter.outcome(result.is_ok());
         match &result {
             Ok(added) => {
@@ -739,7 +672,6 @@ impl Pool {
     pub async fn reload_journal(&self, contents: JournalContents) -> JournalReload {
         let mut out = JournalReload {
             damaged_tail: contents.damaged_tail,
-            withdrawn: contents.withdrawn,
             ..JournalReload::default()
         };
         struct Entry {
@@ -846,13 +778,7 @@ impl Pool {
         self.shared.fail(hash, e)
     }
 
-    async fn admit(
-        &self,
-        input: TxInput,
-        origin: TxOrigin,
-        meter: &mut CpuMeter,
-        early: Option<&mut EarlyRecord<'_>>,
-    ) -> AddResult {
+    async fn admit(&self, input: TxInput, origin: TxOrigin, meter: &mut CpuMeter) -> AddResult {
         let s = &*self.shared;
         let m = &*s.metrics;
         let mut clock = m.clock();
@@ -868,9 +794,6 @@ impl Pool {
         // 2-6: hash, recent failures, dedup (claiming the hash in flight), decoding,
         //      sidecar structure, stateless rules.
         let screened = s.screen(input, Some(origin), &rules, Some(&mut clock))?;
-        if let Some(early) = early {
-            early.begin();
-        }
         let hash = screened.hash;
         let is_blob = screened.pooled.tx_type() == TxType::Eip4844;
         let auths = screened.pooled.tx().tx().authorization_list();

@@ -1216,40 +1216,6 @@ async fn local_txs_survive_a_restart_through_the_journal() {
 }
 
 #[tokio::test]
-async fn a_local_tx_refused_after_its_record_was_queued_is_withdrawn_not_reloaded() {
-    let path = journal_path("withdrawn");
-    let (pool, state) = setup();
-    let (journal, _) = Journal::open(&path).unwrap();
-    pool.attach_journal(journal.clone());
-    let a = funded(&state, 94);
-    let ok = tx1559(&a, 0, 2, 100);
-    pool.submit_local(raw(&ok)).await.unwrap();
-    // Both pass the cheap checks (their records are queued), then are refused: a
-    // replacement under the price bump, and a nonce already used by the state.
-    let under = tx1559(&a, 0, 2, 101);
-    assert_eq!(
-        pool.submit_local(raw(&under)).await.unwrap_err(),
-        Rejection::ReplacementUnderpriced
-    );
-    let b = funded(&state, 95);
-    state.set_nonce(b.address(), 3);
-    let low = tx1559(&b, 1, 2, 100);
-    assert!(matches!(
-        pool.submit_local(raw(&low)).await.unwrap_err(),
-        Rejection::NonceTooLow { .. }
-    ));
-    journal.close();
-
-    let (restarted, reload) = restart(&path, &state, |_| {}).await;
-    assert_eq!(reload.withdrawn, 2);
-    assert_eq!(fates(&reload), vec![("readmitted", 1)]);
-    assert_eq!(restarted.subpool_of(&ok.hash()), Some(SubPool::Pending));
-    assert_eq!(restarted.len(), 1);
-    // Rewritten at start: the acknowledged tx alone.
-    assert_eq!(journal_entries(&path), vec![ok.encoded_2718()]);
-}
-
-#[tokio::test]
 async fn an_out_of_order_journal_is_readmitted_in_nonce_order() {
     let path = journal_path("order");
     let state = Arc::new(InMemoryState::new(head()));
