@@ -14,8 +14,10 @@
 //! The honest clients run on a runtime (one thread) of their own, apart from the
 //! attackers', so that what they time is the node and not the tool's own queue; the
 //! attackers' threads run at `SCHED_IDLE` (nice 19 where that is refused, or with
-//! `ATTACKERS_NICE19=1`) and yield the core before each message or call, since their CPU
-//! stands for remote machines'.
+//! `ATTACKERS_NICE19=1`) and yield the core before each message or call, and between the
+//! 64 KB steps in which a large frame is encrypted and MACed, since their CPU stands for
+//! remote machines'. For the same reason a blob reply is framed from its list of txs
+//! compressed once (`Framing::pooled_transactions`), not compressed again per delivery.
 //!
 //! Phases: honest traffic alone (the reference), then for each scenario the attack beside
 //! it, then the attack stopped until honest throughput is back to ≥ 90 % of the reference.
