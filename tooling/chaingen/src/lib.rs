@@ -16,7 +16,10 @@
 //!   exists (a sender or an earlier fresh address);
 //! - deployments of [`STORE_INITCODE`], whose constructor writes two slots (slot 0 =
 //!   TIMESTAMP, slot 1 = CALLER) and whose runtime writes every (key, value) pair of its
-//!   calldata: `SSTORE(CALLDATALOAD(i), CALLDATALOAD(i + 32))` for i = 0, 64, …;
+//!   calldata: `SSTORE(CALLDATALOAD(i), CALLDATALOAD(i + 32))` for i = 0, 64, …
+//!   (with `code_bytes`, each deployment's runtime is that one padded to a code of its
+//!   own, [`distinct_runtime`]; with `genesis_contracts`, the genesis also holds such
+//!   contracts with `genesis_slots` slots each, [`genesis_contract`]);
 //! - calls to deployed contracts with one to three pairs, each a new slot, an overwrite of
 //!   a slot written before, or a zero written to one (a delete).
 //!

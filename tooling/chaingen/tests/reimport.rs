@@ -1,6 +1,7 @@
 //! A short generated chain: it round-trips through chain.rlp's encoding and genesis.json,
 //! re-imports into a fresh chain (senders recovered from the signatures, no cache) to the
-//! same head, carries every kind of transaction, and comes out the same twice.
+//! same head, carries every kind of transaction, and comes out the same twice. The
+//! options for deployments of distinct code and for contracts at genesis do what they say.
 
 use alloy_primitives::{B256, U256};
 use moat_blockchain::chain::{Chain, ImportOutcome};
@@ -92,4 +93,55 @@ fn the_same_parameters_give_the_same_chain() {
     let (b, rlp_b, _) = generate();
     assert_eq!(a.chain().head().unwrap(), b.chain().head().unwrap());
     assert!(rlp_a == rlp_b);
+}
+
+/// With `code_bytes`, every deployment holds a runtime of its own of that size (the store
+/// contract's, then padding), and the calls to them still write storage; with
+/// `genesis_contracts`, the genesis holds those contracts and their slots.
+#[test]
+fn deployments_of_distinct_code_and_genesis_contracts() {
+    let mut g = Generator::new(Params {
+        senders: 20,
+        txs_per_block: 20,
+        deploy_percent: 50,
+        call_percent: 40,
+        code_bytes: 300,
+        genesis_contracts: 5,
+        genesis_slots: 3,
+        ..Params::default()
+    })
+    .unwrap();
+    for _ in 0..4 {
+        g.next_block().unwrap();
+    }
+    let store = g.chain().store();
+    let (mut hashes, mut with_storage) = (std::collections::HashSet::new(), 0);
+    for (address, account) in store.accounts().unwrap() {
+        let Some(code) = store.code(&account.code_hash).unwrap() else {
+            continue;
+        };
+        if code.len() == 300 {
+            assert!(code.starts_with(&STORE_RUNTIME));
+            assert!(hashes.insert(account.code_hash), "a code twice");
+            if store.storage_slots(&address).unwrap().len() > 2 {
+                with_storage += 1;
+            }
+        }
+    }
+    assert_eq!(hashes.len() as u64, g.stats().deployments);
+    assert!(
+        hashes.len() > 10 && with_storage > 0,
+        "{hashes:?} {with_storage}"
+    );
+
+    let (address, account) = moat_chaingen::genesis_contract(2, 3);
+    assert_eq!(&g.genesis().alloc[&address], &account);
+    let slots = store.storage_slots(&address).unwrap();
+    assert_eq!(slots.len(), 3);
+    assert!(
+        slots
+            .iter()
+            .all(|(k, v)| *v == U256::from_be_bytes(k.0) + U256::from(2)),
+        "{slots:?}"
+    );
 }
