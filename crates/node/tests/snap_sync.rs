@@ -254,10 +254,25 @@ fn assert_same_state(a: &Moat, b: &Moat, senders: &[Address], contracts: &[Strin
 
 /// Whether a line of `log` holds `message` and the field `stage` equal to `stage`.
 fn logged_at(log: &str, message: &str, stage: &str) -> bool {
+    line_at(log, message, stage).is_some()
+}
+
+/// The first line of `log` with `message` and the field `stage` equal to `stage`.
+fn line_at(log: &str, message: &str, stage: &str) -> Option<String> {
     let quoted = format!("stage=\"{stage}\"");
     log.lines()
         .map(plain)
-        .any(|l| l.contains(message) && l.contains(&quoted))
+        .find(|l| l.contains(message) && l.contains(&quoted))
+}
+
+/// The number in field `field` of [`line_at`]'s line.
+fn count_at(log: &str, message: &str, stage: &str, field: &str) -> u64 {
+    line_at(log, message, stage)
+        .and_then(|l| {
+            let n = l.split(&format!(" {field}=")).nth(1)?.split(' ').next()?;
+            n.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("{field} of \"{message}\" at {stage}: {log}"))
 }
 
 /// A log line without its terminal colours.
@@ -339,6 +354,8 @@ fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
         !logged_at(&log, "stage done", "codes"),
         "killed in the codes stage: {log}"
     );
+    let accounts = count_at(&log, "stage done", "accounts", "accounts");
+    assert!(accounts > 9_000, "{accounts} accounts");
 
     // Resumed in the codes stage; killed in the tries stage, as soon as it starts.
     let b = start_b();
@@ -351,17 +368,15 @@ fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
         !log.contains("tries built"),
         "killed before the tries were built: {log}"
     );
+    // Resumed with every account held (none asked again), and no download started.
+    assert_eq!(
+        count_at(&log, "snap sync resumed", "codes", "accounts"),
+        accounts
+    );
+    assert!(!log.contains("snap sync started"), "{log}");
     // The codes stage fetched one code a deployment, those before the kill counted from
     // the record.
-    let total = log
-        .lines()
-        .map(plain)
-        .find(|l| l.contains("stage done") && l.contains("stage=\"codes\""))
-        .and_then(|l| {
-            let n = l.split("codes=").nth(1)?.split(' ').next()?;
-            n.parse::<u64>().ok()
-        })
-        .unwrap_or_else(|| panic!("the codes stage's count: {log}"));
+    let total = count_at(&log, "stage done", "codes", "codes");
     assert!(
         total > 1_000 && codes < total,
         "{codes} of {total} codes when killed"
@@ -378,7 +393,11 @@ fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
         b.head().filter(|&n| n > pivot)
     });
     let log = kill9_log(b);
-    assert!(logged_at(&log, "snap sync resumed", "tries"), "{log}");
+    assert_eq!(
+        count_at(&log, "snap sync resumed", "tries", "accounts"),
+        accounts
+    );
+    assert!(!log.contains("snap sync started"), "{log}");
     assert!(at < HEAD, "killed short of the head (at #{at})");
 
     // Restarted past the pivot: the last stretch goes on by full sync, no snap sync.
