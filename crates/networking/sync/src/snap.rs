@@ -596,33 +596,17 @@ pub async fn run<S: BlockSource>(
         healing: false,
     };
     run.publish(&progress);
-    let stage_done = |p: &Progress, run: &Run<'_, S>| {
-        tracing::info!(
-            stage = p.stage.name(),
-            accounts = p.accounts,
-            slots = p.slots,
-            codes = p.codes,
-            secs = format!("{:.1}", run.started.elapsed().as_secs_f64()),
-            "snap sync: stage done"
-        );
-    };
     if progress.stage == Stage::Accounts {
         run.accounts(&mut progress).await?;
-        stage_done(&progress, &run);
-        progress.stage = Stage::Storage;
-        run.save_stage(&progress)?;
+        run.next_stage(&mut progress, Stage::Storage)?;
     }
     if progress.stage == Stage::Storage {
         run.storage(&mut progress).await?;
-        stage_done(&progress, &run);
-        progress.stage = Stage::Codes;
-        run.save_stage(&progress)?;
+        run.next_stage(&mut progress, Stage::Codes)?;
     }
     if progress.stage == Stage::Codes {
         run.codes(&mut progress).await?;
-        stage_done(&progress, &run);
-        progress.stage = Stage::Tries;
-        run.save_stage(&progress)?;
+        run.next_stage(&mut progress, Stage::Tries)?;
     }
     run.publish(&progress);
     let pivot = fetch_pivot_block(source, &progress).await?;
@@ -802,14 +786,25 @@ impl<S: BlockSource> Run<'_, S> {
         Ok(())
     }
 
-    /// Commits the record durably at a stage's start: a node killed in that stage
+    /// Moves the record to stage `next`, committed durably: a node killed in that stage
     /// resumes in it, not in the stage before (which the relaxed commits of the last
-    /// second could otherwise leave on disk).
-    fn save_stage(&self, p: &Progress) -> Result<(), SnapError> {
+    /// second could otherwise leave on disk). Then logs the stage done, so that the log
+    /// line means the next stage is where a restart resumes.
+    fn next_stage(&self, p: &mut Progress, next: Stage) -> Result<(), SnapError> {
+        let done = p.stage;
+        p.stage = next;
         let mut batch = WriteBatch::new();
         batch.set_snap_progress(Some(p.encode()));
         self.chain.store().commit(batch)?;
         self.publish(p);
+        tracing::info!(
+            stage = done.name(),
+            accounts = p.accounts,
+            slots = p.slots,
+            codes = p.codes,
+            secs = format!("{:.1}", self.started.elapsed().as_secs_f64()),
+            "snap sync: stage done"
+        );
         Ok(())
     }
 
