@@ -105,6 +105,8 @@ struct TempDir(std::path::PathBuf);
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        // A `Moat`'s engine secret, written beside its datadir.
+        let _ = std::fs::remove_file(self.0.with_extension("jwt"));
     }
 }
 
