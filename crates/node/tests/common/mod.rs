@@ -234,7 +234,7 @@ impl Drop for Moat {
 
 impl Moat {
     /// Starts `moat` on `dir` and `genesis` with `extra` arguments and `env`, and waits
-    /// (up to `patience`) for its RPC server.
+    /// (up to `patience`) for its RPC server and engine API.
     pub fn start(
         dir: &std::path::Path,
         genesis: &std::path::Path,
@@ -276,6 +276,10 @@ impl Moat {
             patience,
         };
         node.wait("the RPC server", || rpc(http, "eth_chainId", "[]"));
+        // The engine API listens a moment after the RPC server (and p2p before both).
+        node.wait("the engine API", || {
+            TcpStream::connect(("127.0.0.1", auth)).ok().map(drop)
+        });
         node
     }
 
