@@ -111,7 +111,7 @@ impl KzgBatcher {
                 .collect();
             let cpu = super::budget::thread_cpu_ns();
             // On the untrusted lane's `SCHED_IDLE` threads a batch (milliseconds in one
-            // c-kzg call) gives way every 0.2 ms to a waiting trusted thread.
+            // c-kzg call) gives way every 0.5 ms to a waiting trusted thread.
             let results = super::lanes::preemptible(|| self.verify_batch_now(bundles));
             let spent = super::budget::thread_cpu_ns().saturating_sub(cpu);
             let total: u64 = blobs.iter().sum();

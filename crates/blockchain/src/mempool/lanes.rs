@@ -253,8 +253,20 @@ pub fn give_way() {
     }
 }
 
-/// How often work in one piece on the untrusted lane gives way ([`preemptible`]).
-const GIVE_WAY_EVERY_NS: i64 = 200_000;
+/// How often work in one piece on the untrusted lane gives way ([`preemptible`]), unless
+/// `MOAT_LANE_GIVE_WAY_US` says otherwise (microseconds, 50 to 100,000; for measuring).
+const GIVE_WAY_EVERY_NS: i64 = 500_000;
+
+fn give_way_every_ns() -> i64 {
+    static EVERY: OnceLock<i64> = OnceLock::new();
+    *EVERY.get_or_init(|| {
+        std::env::var("MOAT_LANE_GIVE_WAY_US")
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|us| (50..=100_000).contains(us))
+            .map_or(GIVE_WAY_EVERY_NS, |us| us * 1_000)
+    })
+}
 
 thread_local! {
     /// Times this thread gave way from [`preemptible`]'s timer signal (for tests).
@@ -297,7 +309,7 @@ fn give_way_signal_ready() -> bool {
     })
 }
 
-/// A per-thread timer that signals its thread every [`GIVE_WAY_EVERY_NS`]; deleted on
+/// A per-thread timer that signals its thread every [`give_way_every_ns`]; deleted on
 /// drop.
 #[cfg(target_os = "linux")]
 struct GiveWayTimer(libc::timer_t);
@@ -320,9 +332,10 @@ impl GiveWayTimer {
             if libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) != 0 {
                 return None;
             }
+            let ns = give_way_every_ns();
             let every = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: GIVE_WAY_EVERY_NS,
+                tv_sec: (ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (ns % 1_000_000_000) as libc::c_long,
             };
             let spec = libc::itimerspec {
                 it_interval: every,
@@ -349,7 +362,7 @@ impl Drop for GiveWayTimer {
 
 /// Runs `f`, work that takes milliseconds in one piece with no point where it could give
 /// way itself (a KZG batch, in c-kzg), so that on an untrusted lane's thread it still
-/// gives way every 0.2 ms: a timer of this thread's signals it (`SIGURG`) and the handler
+/// gives way every 0.5 ms: a timer of this thread's signals it (`SIGURG`) and the handler
 /// yields ([`yield_to_waiting`]). Traced under blob spam, a trusted thread woken from the
 /// other core did not preempt such a batch at `SCHED_IDLE` and waited for the scheduler
 /// tick (3.6-3.9 ms, docs/BENCHMARKS.md). Elsewhere (trusted threads, raised sections,
