@@ -17,7 +17,9 @@
 //! - a peer whose bucket is in debt waits until it is repaid ([`Verdict::Wait`]); its
 //!   reader then stops reading, so no unpaid work is done for it;
 //! - while all peers together are over their shared budget, peers that have been
-//!   spending (bucket below half full) wait too, and quiet ones go on;
+//!   spending (bucket below half full) wait too, and so do peers not yet proven (fewer
+//!   than [`PROVEN_ADMITTED`] admitted txs): a crowd of fresh identities, each with a full
+//!   bucket of its own, cannot take the shared budget's CPU. Proven, quiet peers go on;
 //! - a peer whose CPU buys almost no admitted transactions over a window is dropped
 //!   ([`Verdict::Disconnect`]);
 //! - a peer that leaves hands its bucket and window to its IPv4 /24 (IPv6 /64): a new
@@ -28,7 +30,7 @@
 //! its record and budget state through the table of [`super::lanes`].
 
 use super::lanes::CeilingMutex;
-use super::lanes::{Lane, Standing};
+use super::lanes::{Lane, PROVEN_ADMITTED, Standing};
 use alloy_primitives::B512;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -558,7 +560,7 @@ impl Budgets {
             return Verdict::Disconnect(DropReason::Useless);
         }
         a.bucket.refill(now);
-        let (wait, reason) = match decide(&a.bucket, &all) {
+        let (wait, reason) = match decide(&a.bucket, &all, proven(a)) {
             Some(w) => w,
             None => return Verdict::Go,
         };
@@ -587,7 +589,7 @@ impl Budgets {
             return Standing::PeerNew;
         };
         a.bucket.refill(now);
-        let over = decide(&a.bucket, &all).is_some();
+        let over = decide(&a.bucket, &all, proven(a)).is_some();
         Standing::of_peer(a.admitted, a.rejected, over, a.useless)
     }
 
@@ -624,7 +626,7 @@ impl Budgets {
         a.bucket.refill(now);
         let state = if a.useless {
             BudgetState::Useless
-        } else if decide(&a.bucket, &all).is_some() {
+        } else if decide(&a.bucket, &all, proven(a)).is_some() {
             BudgetState::Throttled
         } else {
             BudgetState::Ok
@@ -642,16 +644,22 @@ impl Budgets {
 }
 
 /// The throttling rule: a peer in debt waits until it is repaid; while all peers are in
-/// debt together, a peer that has been spending (bucket under half full) waits for the
-/// shared bucket, and a quiet one goes on.
-fn decide(own: &Bucket, all: &Bucket) -> Option<(Duration, &'static str)> {
+/// debt together, a peer that has been spending (bucket under half full) or is not yet
+/// proven waits for the shared bucket, and a proven, quiet one goes on.
+fn decide(own: &Bucket, all: &Bucket, proven: bool) -> Option<(Duration, &'static str)> {
     if let Some(w) = own.debt_wait() {
         return Some((w, "own"));
     }
     match all.debt_wait() {
-        Some(w) if own.tokens < own.burst / 2.0 => Some((w, "all_peers")),
+        Some(w) if own.tokens < own.burst / 2.0 || !proven => Some((w, "all_peers")),
         _ => None,
     }
+}
+
+/// Whether a peer has had enough transactions admitted to go on while the peers' shared
+/// budget is in debt (the lanes' rule of a proven peer).
+fn proven(a: &Account) -> bool {
+    a.admitted >= PROVEN_ADMITTED
 }
 
 /// The useless-peer rule: enough CPU in the window, and, KZG of admitted blob txs
@@ -752,7 +760,8 @@ mod tests {
     }
 
     #[test]
-    fn when_all_peers_are_over_budget_spenders_wait_and_quiet_peers_go_on() {
+    fn when_all_peers_are_over_budget_spenders_and_unproven_peers_wait_and_quiet_proven_peers_go_on()
+     {
         let t = Instant::now();
         let budgets = Budgets::new(BudgetConfig {
             peers_rate_us: 100_000,
@@ -760,12 +769,24 @@ mod tests {
             peer_burst_us: 100_000,
             ..cfg()
         });
+        const C: B512 = B512::repeat_byte(3);
         budgets.attach_peer(A, "10.0.0.1".parse().unwrap(), t);
         budgets.attach_peer(B, "10.0.1.1".parse().unwrap(), t);
+        budgets.attach_peer(C, "10.0.2.1".parse().unwrap(), t);
+        // B has relayed real traffic: proven, and it has spent next to nothing.
+        budgets.charge_peer(&B, spent(10, PROVEN_ADMITTED, 0), t);
+        assert_eq!(budgets.verdict(&C, t), Verdict::Go);
         // A spends 60 % of its burst, which puts all peers in debt (their burst: 50 ms).
         budgets.charge_peer(&A, spent(60_000, 100, 0), t);
         assert!(matches!(budgets.verdict(&A, t), Verdict::Wait(_)));
         assert_eq!(budgets.verdict(&B, t), Verdict::Go);
+        // C's bucket is full, but it has had nothing admitted: a fresh identity of a
+        // crowd waits for the shared budget like a spender.
+        assert!(matches!(budgets.verdict(&C, t), Verdict::Wait(_)));
+        assert_eq!(budgets.standing(&C, t), Standing::PeerOverBudget);
+        // Once the shared budget is repaid, it goes on.
+        let later = t + Duration::from_secs(1);
+        assert_eq!(budgets.verdict(&C, later), Verdict::Go);
     }
 
     #[test]

@@ -551,8 +551,15 @@ impl Network {
                     continue;
                 }
             };
+            // Transaction traffic is charged to the peer, asked for or not: a reply to our
+            // GetPooledTransactions (a blob tx's is ~130 KB a blob, MACed, decrypted and
+            // decompressed here) costs what an unasked message does, and a crowd of
+            // identities replying with bad sidecars must run into the peers' shared budget.
+            // Chain and state replies (a sync's) are not charged.
             if let Incoming::Eth(
-                EthMessage::Transactions(_) | EthMessage::NewPooledTransactionHashes(_),
+                EthMessage::Transactions(_)
+                | EthMessage::NewPooledTransactionHashes(_)
+                | EthMessage::PooledTransactions { .. },
             ) = &msg
             {
                 reader_cpu.ns += message_ns;
