@@ -30,6 +30,26 @@ fn start(dir: &Path, genesis: &Path, p2p: u16, key: u8, extra: &[&str]) -> Moat 
     Moat::start(dir, genesis, p2p, key, &extra, &[], WAIT)
 }
 
+/// The source: `gen_dir`'s chain imported into datadir `tag`, started in full sync mode
+/// with node key `key` and checked at block `head`; (its datadir, the node, the head's
+/// hash, its enode).
+fn source(gen_dir: &Path, tag: &str, key: u8, head: u64) -> (PathBuf, Moat, String, String) {
+    let dir = datadir(tag);
+    import(&dir, gen_dir);
+    let port = free_port();
+    let node = start(
+        &dir,
+        &gen_dir.join("genesis.json"),
+        port,
+        key,
+        &["--syncmode", "full"],
+    );
+    assert_eq!(node.head(), Some(head));
+    let latest = node.call("eth_getBlockByNumber", r#"["latest", false]"#);
+    let hash = latest["hash"].as_str().unwrap().to_string();
+    (dir, node, hash, enode(key, port))
+}
+
 fn one_peer(node: &Moat) -> Option<()> {
     (rpc(node.http, "net_peerCount", "[]")?["result"] == "0x1").then_some(())
 }
@@ -133,14 +153,7 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     let signers = generate(&gen_dir);
     let genesis = gen_dir.join("genesis.json");
     let senders: Vec<Address> = signers.iter().map(|s| s.address()).collect();
-    let a_dir = datadir("a");
-    import(&a_dir, &gen_dir);
-    let a_port = free_port();
-    let a = start(&a_dir, &genesis, a_port, 0x61, &["--syncmode", "full"]);
-    assert_eq!(a.head(), Some(BLOCKS));
-    let head = a.call("eth_getBlockByNumber", r#"["latest", false]"#);
-    let head_hash = head["hash"].as_str().unwrap().to_string();
-    let a_enode = enode(0x61, a_port);
+    let (a_dir, a, head_hash, a_enode) = source(&gen_dir, "a", 0x61, BLOCKS);
 
     // B: a fresh datadir, the default sync mode (snap).
     let b_dir = datadir("b");
@@ -325,14 +338,7 @@ fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
     let signers = generate_with(&gen_dir, params, &[("chain.rlp", HEAD)]);
     let senders: Vec<Address> = signers.iter().map(|s| s.address()).collect();
     let genesis = gen_dir.join("genesis.json");
-    let a_dir = datadir("stages-a");
-    import(&a_dir, &gen_dir);
-    let a_port = free_port();
-    let a = start(&a_dir, &genesis, a_port, 0x65, &["--syncmode", "full"]);
-    assert_eq!(a.head(), Some(HEAD));
-    let head = a.call("eth_getBlockByNumber", r#"["latest", false]"#);
-    let hash = head["hash"].as_str().unwrap().to_string();
-    let a_enode = enode(0x65, a_port);
+    let (a_dir, a, hash, a_enode) = source(&gen_dir, "stages-a", 0x65, HEAD);
     let b_dir = datadir("stages-b");
     let b_port = free_port();
     let start_b = || {

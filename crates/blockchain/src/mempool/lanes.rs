@@ -248,9 +248,15 @@ fn yield_to_waiting() {
 /// MAC and decryption) calls this between bounded steps: a trusted thread then waits one
 /// step at most, not the whole piece.
 pub fn give_way() {
-    if UNTRUSTED_THREAD.with(Cell::get) && RAISED_DEPTH.with(Cell::get) == 0 {
+    if lowered_now() {
         yield_to_waiting();
     }
+}
+
+/// Whether the calling thread runs lowered now: one of the untrusted lane's threads,
+/// outside a raised section.
+fn lowered_now() -> bool {
+    UNTRUSTED_THREAD.with(Cell::get) && RAISED_DEPTH.with(Cell::get) == 0
 }
 
 /// How often work in one piece on the untrusted lane gives way ([`preemptible`]), unless
@@ -278,10 +284,7 @@ thread_local! {
 #[cfg(target_os = "linux")]
 extern "C" fn give_way_on_signal(_: libc::c_int) {
     GAVE_WAY.with(|n| n.set(n.get() + 1));
-    // SAFETY: a plain syscall with no arguments about the calling thread.
-    unsafe {
-        libc::sched_yield();
-    }
+    yield_to_waiting();
 }
 
 /// Installs [`give_way_on_signal`] for `SIGURG` once, if nothing else handles that
@@ -369,9 +372,7 @@ impl Drop for GiveWayTimer {
 /// no timer to be had) it runs `f` as it is.
 pub fn preemptible<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_os = "linux")]
-    let _timer = (UNTRUSTED_THREAD.with(Cell::get) && RAISED_DEPTH.with(Cell::get) == 0)
-        .then(GiveWayTimer::start)
-        .flatten();
+    let _timer = lowered_now().then(GiveWayTimer::start).flatten();
     f()
 }
 

@@ -778,10 +778,19 @@ impl<S: BlockSource> Run<'_, S> {
         });
     }
 
-    /// Commits `batch` with the record.
-    fn save(&self, p: &Progress, mut batch: WriteBatch) -> Result<(), SnapError> {
+    /// Commits `batch` with the record, relaxed (durable with the next durable commit).
+    fn save(&self, p: &Progress, batch: WriteBatch) -> Result<(), SnapError> {
+        self.record(p, batch, false)
+    }
+
+    /// Writes the record with `batch`, durably or relaxed, and publishes it.
+    fn record(&self, p: &Progress, mut batch: WriteBatch, durable: bool) -> Result<(), SnapError> {
         batch.set_snap_progress(Some(p.encode()));
-        self.chain.store().commit_relaxed(batch)?;
+        if durable {
+            self.chain.store().commit(batch)?;
+        } else {
+            self.chain.store().commit_relaxed(batch)?;
+        }
         self.publish(p);
         Ok(())
     }
@@ -793,10 +802,7 @@ impl<S: BlockSource> Run<'_, S> {
     fn next_stage(&self, p: &mut Progress, next: Stage) -> Result<(), SnapError> {
         let done = p.stage;
         p.stage = next;
-        let mut batch = WriteBatch::new();
-        batch.set_snap_progress(Some(p.encode()));
-        self.chain.store().commit(batch)?;
-        self.publish(p);
+        self.record(p, WriteBatch::new(), true)?;
         tracing::info!(
             stage = done.name(),
             accounts = p.accounts,

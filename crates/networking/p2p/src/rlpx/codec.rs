@@ -126,12 +126,6 @@ impl MacState {
         self.absorb_seed(header_ciphertext)
     }
 
-    #[cfg(test)]
-    fn body(&mut self, body_ciphertext: &[u8]) -> [u8; BLOCK] {
-        self.absorb(body_ciphertext);
-        self.finish_body()
-    }
-
     /// Absorbs the next piece of a body's ciphertext ([`Self::finish_body`] ends it).
     fn absorb(&mut self, piece: &[u8]) {
         self.hash.update(piece);
@@ -262,20 +256,17 @@ impl FrameDecoder {
         Ok(())
     }
 
-    /// Authenticates and decrypts a body in place. `body` is the padded ciphertext
-    /// followed by the 16-byte MAC; on success its leading bytes hold the plaintext.
+    /// Authenticates and decrypts a body in place, in one piece ([`Self::absorb_body`],
+    /// [`Self::finish_body`]). `body` is the padded ciphertext followed by the 16-byte
+    /// MAC; on success its leading bytes hold the plaintext.
     #[cfg(test)]
     pub(crate) fn decode_body(&mut self, body: &mut [u8]) -> Result<(), RlpxError> {
         let Some(mac_at) = body.len().checked_sub(BLOCK) else {
             return Err(RlpxError::FrameMac);
         };
         let (ciphertext, mac) = body.split_at_mut(mac_at);
-        let expected = self.mac.body(ciphertext);
-        if !mac_eq(&expected, mac) {
-            return Err(RlpxError::FrameMac);
-        }
-        self.cipher.apply_keystream(ciphertext);
-        Ok(())
+        self.absorb_body(ciphertext);
+        self.finish_body(mac)
     }
 }
 
