@@ -655,7 +655,10 @@ fn node_cpu(pid: u32) -> Result<Duration, String> {
 
 /// The `--timeline` file's text (see [`Args::timeline`]).
 fn timeline(reports: &[Report], start: Instant) -> String {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `now` is a valid timespec for the call to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     let now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
@@ -663,7 +666,11 @@ fn timeline(reports: &[Report], start: Instant) -> String {
     let mut out = format!("start {}.{:09}\n", at.as_secs(), at.subsec_nanos());
     for (i, r) in reports.iter().enumerate() {
         for (sent, latency) in &r.timeline {
-            out.push_str(&format!("{i} {} {}\n", sent.as_micros(), latency.as_micros()));
+            out.push_str(&format!(
+                "{i} {} {}\n",
+                sent.as_micros(),
+                latency.as_micros()
+            ));
         }
     }
     out
