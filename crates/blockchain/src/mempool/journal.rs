@@ -26,10 +26,10 @@
 //!   meanwhile: many concurrent callers get at most one sync per interval, each for more
 //!   records. After a smaller sync nothing is held back, so one or two callers sending
 //!   one tx after another, or a record after a quiet spell, are synced at once. On a 2-vCPU VM whose host stalled
-//!   it for 4–17 ms every 100 ms while syncs ran with the vCPUs busy, this cut the syncs
-//!   by 45–65 %, the node CPU per tx by 8–15 % and the p99 by 40–50 % at the same or a
-//!   higher rate (docs/BENCHMARKS.md, RPC ingestion). Answers still wait for their
-//!   record's `fdatasync`.
+//!   it for 4–17 ms every 100 ms while syncs ran with the vCPUs busy, 500 µs cut the
+//!   syncs of 16 connections by ~45 % and their p99 from a median of 6.3 to 4.7 ms at
+//!   the same or a higher rate (docs/BENCHMARKS.md, RPC ingestion). Answers still wait
+//!   for their record's `fdatasync`.
 //! - **A CPU kept awake during a sync (off by default).** With
 //!   [`JournalOptions::awake`] set, while a sync is in flight a thread of the lowest
 //!   scheduling class (`SCHED_IDLE`: it runs only on a CPU with nothing else to run)
@@ -96,9 +96,10 @@ pub const OVERLAP_AFTER: Duration = Duration::from_micros(200);
 
 /// Shortest time by default from the start of a sync of [`INTERVAL_AFTER`] records or
 /// more to the next sync's start: on a 2-vCPU VM whose host stalled it while syncs ran,
-/// 500 µs took the syncs of 4,000 RPC txs over 16 connections from ~1,000 to ~560 and
-/// their p99 from 5.5–7.6 to 3.6–4.9 ms (1 ms: ~340 syncs, 2.7–4.1 ms); with 16 calls in
-/// flight it caps them at 32k txs/s, past any rate measured here.
+/// 500 µs took the syncs of 4,000 RPC txs over 16 connections from ~1,000 to ~580 and
+/// their p99 from a median of 6.3 to 4.7 ms over 14 runs each (1 ms: ~360 syncs,
+/// 3.8 ms); with 16 calls in flight it caps them at 32k txs/s, past any rate measured
+/// here (1 ms would cap them at 16k, below the 18–21k of a faster VM).
 pub const INTERVAL: Duration = Duration::from_micros(500);
 /// Records a sync must hold for the interval to apply to the next one. Two callers
 /// sending one tx after another (each batch one or two records) lost 15 % of their rate
