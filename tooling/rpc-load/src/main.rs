@@ -24,9 +24,9 @@
 //! shown), wall time, txs/s (accepted / wall), the latency percentiles of the calls and
 //! the CPU figures; `--json` prints the same as one JSON line. `--timeline FILE` writes
 //! every answered call (connection, send time, latency) and the start on the monotonic
-//! clock, to line a tail up with a `perf record -k mono` of the node. Loopback targets only;
-//! everything stops at `--timeout-secs`, counted from the start, and what was done by
-//! then is reported.
+//! clock, to line a tail up with a `perf record -k mono` of the node. Loopback targets
+//! only; everything stops at `--timeout-secs`, counted from the start, and what was done
+//! by then is reported.
 //!
 //! ```text
 //! cargo run --release -p moat-rpc-load -- --rpc 127.0.0.1:8545 --node-pid "$(pidof moat)"
