@@ -995,9 +995,14 @@ impl Writers {
             }
         }
         let tmp = self.path.with_extension("rotating");
+        // The new file comes with its first step of zeroed space, synced with its
+        // records, as at open: otherwise the first batch after a rotation (the one at
+        // start above all) would write and sync that MiB before it is answered.
+        let allocated = (bytes.len() as u64 + 1).div_ceil(PREALLOCATE) * PREALLOCATE;
         {
             let mut f = File::create(&tmp)?;
             f.write_all(&bytes)?;
+            write_zeros(&f, bytes.len() as u64, allocated)?;
             f.sync_all()?;
         }
         std::fs::rename(&tmp, &self.path)?;
@@ -1010,7 +1015,7 @@ impl Writers {
         let mut f = self.file.lock();
         f.file = Arc::new(file);
         f.end = bytes.len() as u64;
-        f.allocated = f.end;
+        f.allocated = allocated;
         self.size.store(bytes.len() as u64, Ordering::Relaxed);
         self.rotated_size
             .store(bytes.len() as u64, Ordering::Relaxed);
@@ -1032,18 +1037,26 @@ impl FileState {
     /// Grows the zeroed space in [`PREALLOCATE`] steps until `need` bytes fit (written
     /// from a static buffer: no MiB of fresh zeroed memory per step).
     fn grow(&mut self, need: u64) -> io::Result<()> {
-        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
         if need <= self.allocated {
             return Ok(());
         }
         let grown = need.div_ceil(PREALLOCATE) * PREALLOCATE;
-        while self.allocated < grown {
-            let n = (grown - self.allocated).min(ZEROS.len() as u64) as usize;
-            self.file.write_all_at(&ZEROS[..n], self.allocated)?;
-            self.allocated += n as u64;
-        }
+        write_zeros(&self.file, self.allocated, grown)?;
+        self.allocated = grown;
         Ok(())
     }
+}
+
+/// Writes zeros over `from..to` of `file`, from a static buffer (no MiB of fresh zeroed
+/// memory per step).
+fn write_zeros(file: &File, mut from: u64, to: u64) -> io::Result<()> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    while from < to {
+        let n = (to - from).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], from)?;
+        from += n as u64;
+    }
+    Ok(())
 }
 
 /// Why a journal entry left the journal at a reload, or stayed out of the pool.
@@ -1270,6 +1283,38 @@ mod tests {
         assert_eq!(contents.entries.len(), 3);
         j.close();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), records);
+    }
+
+    /// A rotated file comes with its zeroed step, so the next batch overwrites zeros in
+    /// place instead of growing the file first (which made the first tx after the
+    /// rotation at start wait for a MiB to be written and synced).
+    #[test]
+    fn a_rotation_leaves_zeroed_space_and_the_next_append_fills_it() {
+        let tmp = temp("rotate-prealloc");
+        let path = tmp.path.clone();
+        let rt = rt();
+        let (j, _) = Journal::open(&path).unwrap();
+        rt.block_on(j.append(&[1; 100])).unwrap();
+        let kept = vec![vec![7u8; 60], vec![8u8; 60]];
+        let snapshot = kept.clone();
+        let written = rt
+            .block_on(j.rotate(Box::new(move || snapshot)))
+            .unwrap();
+        assert_eq!(written, 2);
+        let records = 2 * (RECORD_HEADER + 60) as u64;
+        let raw = std::fs::read(&path).unwrap();
+        assert_eq!(raw.len() as u64, PREALLOCATE);
+        assert!(raw[records as usize..].iter().all(|&b| b == 0));
+        assert_eq!(j.inner.writers.file.lock().allocated, PREALLOCATE);
+        rt.block_on(j.append(&[9; 100])).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            PREALLOCATE,
+            "the append filled the zeroed space, the file did not grow"
+        );
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, [kept, vec![vec![9; 100]]].concat());
     }
 
     #[test]
