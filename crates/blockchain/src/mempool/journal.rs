@@ -1297,9 +1297,7 @@ mod tests {
         rt.block_on(j.append(&[1; 100])).unwrap();
         let kept = vec![vec![7u8; 60], vec![8u8; 60]];
         let snapshot = kept.clone();
-        let written = rt
-            .block_on(j.rotate(Box::new(move || snapshot)))
-            .unwrap();
+        let written = rt.block_on(j.rotate(Box::new(move || snapshot))).unwrap();
         assert_eq!(written, 2);
         let records = 2 * (RECORD_HEADER + 60) as u64;
         let raw = std::fs::read(&path).unwrap();
