@@ -374,7 +374,6 @@ struct Job {
 /// What one connection did.
 #[derive(Default)]
 struct Report {
-    latencies: Vec<Duration>,
     /// Each answered call: when it was sent (since the start) and its latency.
     timeline: Vec<(Duration, Duration)>,
     sent: usize,
@@ -508,7 +507,6 @@ impl Lane {
         };
         let now = Instant::now();
         let sent_at = self.in_flight.take().unwrap_or(now);
-        self.report.latencies.push(now - sent_at);
         self.report.timeline.push((sent_at - start, now - sent_at));
         self.report.finished = Some(now);
         if accepted(parsed.status, &parsed.body) {
@@ -849,7 +847,7 @@ fn main() -> ExitCode {
         eprintln!("warning: timeline not written to {}: {e}", path.display());
     }
     for r in reports {
-        latencies.extend(r.latencies);
+        latencies.extend(r.timeline.iter().map(|&(_, latency)| latency));
         errors.extend(r.errors);
         transport.extend(r.transport);
         sent += r.sent;

@@ -25,11 +25,11 @@
 //!   [`INTERVAL_AFTER`] records or more waits out the rest, taking what arrives
 //!   meanwhile: many concurrent callers get at most one sync per interval, each for more
 //!   records. After a smaller sync nothing is held back, so one or two callers sending
-//!   one tx after another, or a record after a quiet spell, are synced at once. On a 2-vCPU VM whose host stalled
-//!   it for 4–17 ms every 100 ms while syncs ran with the vCPUs busy, 500 µs cut the
-//!   syncs of 16 connections by ~45 % and their p99 from a median of 6.3 to 4.7 ms at
-//!   the same or a higher rate (docs/BENCHMARKS.md, RPC ingestion). Answers still wait
-//!   for their record's `fdatasync`.
+//!   one tx after another, or a record after a quiet spell, are synced at once. On a
+//!   2-vCPU VM whose host stalled it for 4–17 ms every 100 ms while syncs ran with the
+//!   vCPUs busy, 500 µs cut the syncs of 16 connections by ~45 % and their p99 from a
+//!   median of 6.3 to 4.7 ms at the same or a higher rate (docs/BENCHMARKS.md, RPC
+//!   ingestion). Answers still wait for their record's `fdatasync`.
 //! - **A CPU kept awake during a sync (off by default).** With
 //!   [`JournalOptions::awake`] set, while a sync is in flight a thread of the lowest
 //!   scheduling class (`SCHED_IDLE`: it runs only on a CPU with nothing else to run)
@@ -119,10 +119,9 @@ pub struct JournalOptions {
     /// Longest a thread of the lowest scheduling class spins per sync in flight, so that
     /// a CPU is running when the disk answers (zero: no such thread).
     pub awake: Duration,
-    /// Shortest time from one sync's start to the next one's (zero: none). A batch that
-    /// comes sooner waits, taking what arrives meanwhile: under a steady stream the
-    /// syncs are at most one per interval, each for more records; a record that comes
-    /// after a quiet spell is synced at once.
+    /// Shortest time from the start of a sync of [`INTERVAL_AFTER`] records or more to
+    /// the next sync's start (zero: none). A batch that comes sooner waits, taking what
+    /// arrives meanwhile; after a smaller sync, or a quiet spell, nothing waits.
     pub interval: Duration,
 }
 
@@ -998,7 +997,7 @@ impl Writers {
         // The new file comes with its first step of zeroed space, synced with its
         // records, as at open: otherwise the first batch after a rotation (the one at
         // start above all) would write and sync that MiB before it is answered.
-        let allocated = (bytes.len() as u64 + 1).div_ceil(PREALLOCATE) * PREALLOCATE;
+        let allocated = preallocated_end(bytes.len() as u64 + 1);
         {
             let mut f = File::create(&tmp)?;
             f.write_all(&bytes)?;
@@ -1040,11 +1039,16 @@ impl FileState {
         if need <= self.allocated {
             return Ok(());
         }
-        let grown = need.div_ceil(PREALLOCATE) * PREALLOCATE;
+        let grown = preallocated_end(need);
         write_zeros(&self.file, self.allocated, grown)?;
         self.allocated = grown;
         Ok(())
     }
+}
+
+/// Where the zeroed space ends once `need` bytes fit: the next [`PREALLOCATE`] step.
+fn preallocated_end(need: u64) -> u64 {
+    need.div_ceil(PREALLOCATE) * PREALLOCATE
 }
 
 /// Writes zeros over `from..to` of `file`, from a static buffer (no MiB of fresh zeroed
