@@ -42,9 +42,9 @@
 //!   whether: the answer still waits for the record's `fdatasync`.
 //! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
 //!   [`PREALLOCATE`] (the first at open and with a rotation's records; each written and
-//!   synced once), and records overwrite those zeros in place. A batch's `fdatasync` then changes no file size and writes the data block
-//!   alone; appending at the end would also make every sync write the inode (ext4 must
-//!   persist the new size). Reading stops at the first zero length: the zeros after the
+//!   synced once), and records overwrite those zeros in place. A batch's `fdatasync`
+//!   then changes no file size and writes the data block alone; appending at the end
+//!   would also make every sync write the inode (ext4 must persist the new size). Reading stops at the first zero length: the zeros after the
 //!   last record are free space, not damage. A graceful close cuts them off.
 //! - **Rotation.** The file is rewritten from a snapshot (the pool's local transactions,
 //!   plus entries held back at the last reload): written beside with its first step of
