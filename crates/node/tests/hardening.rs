@@ -323,12 +323,38 @@ fn idle_websockets_lock_out_no_later_one() {
     let mut frame = vec![0x81u8, 0x80 | call.len() as u8, 0, 0, 0, 0];
     frame.extend_from_slice(call);
     ws.write_all(&frame).unwrap();
-    let mut h = [0u8; 2];
-    ws.read_exact(&mut h).unwrap();
-    let mut payload = vec![0u8; (h[1] & 0x7f) as usize];
-    ws.read_exact(&mut payload).unwrap();
-    let v: Value = serde_json::from_slice(&payload).unwrap();
+    let v: Value = serde_json::from_slice(&read_text_frame(&mut ws)).unwrap();
     assert_eq!(v["result"], "0x539");
+}
+
+/// Reads server frames until a text frame comes and returns its payload. The server pings
+/// each WebSocket as it opens and every interval after, so control frames (opcode 8 and
+/// up) may come first; they are skipped.
+fn read_text_frame(ws: &mut TcpStream) -> Vec<u8> {
+    loop {
+        let mut h = [0u8; 2];
+        ws.read_exact(&mut h).unwrap();
+        let len = match h[1] & 0x7f {
+            126 => {
+                let mut l = [0u8; 2];
+                ws.read_exact(&mut l).unwrap();
+                u16::from_be_bytes(l) as usize
+            }
+            127 => {
+                let mut l = [0u8; 8];
+                ws.read_exact(&mut l).unwrap();
+                u64::from_be_bytes(l) as usize
+            }
+            n => n as usize,
+        };
+        let mut payload = vec![0u8; len];
+        ws.read_exact(&mut payload).unwrap();
+        match h[0] & 0x0f {
+            0x1 => return payload,
+            op if op >= 0x8 => continue,
+            op => panic!("unexpected WebSocket opcode {op:#x}"),
+        }
+    }
 }
 
 #[test]
