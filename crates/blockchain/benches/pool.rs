@@ -44,6 +44,27 @@ fn bench_admission(c: &mut Criterion) {
     });
     g.finish();
 
+    // A remote sender's stream refused at a full pool: the 500 after 4,000 of its nonces
+    // were refused cost what the first 500 do.
+    let stream = refused_stream(4_500);
+    let mut g = c.benchmark_group("refused_at_capacity");
+    g.sample_size(10).measurement_time(Duration::from_secs(8));
+    for (name, before) in [
+        ("first_500_of_a_sender", 0),
+        ("500_after_4000_of_a_sender", 4_000),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters.div_ceil(500) {
+                    total += time_refused(&stream, before, 500);
+                }
+                total * iters as u32 / (iters.div_ceil(500) * 500) as u32
+            })
+        });
+    }
+    g.finish();
+
     // Rejections from raw bytes.
     let state = funded_state(&[&base[..1000]]);
     let pool = pool_with(roomy_config(), state.clone(), &base[..1000]);

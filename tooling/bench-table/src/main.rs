@@ -261,6 +261,23 @@ fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
         target: Target::Report,
     });
 
+    // A remote sender's stream refused at a full pool: each refusal is remembered for a
+    // later package, and the 500 after 4,000 cost what the first 500 do (before the
+    // package's look-back was bounded by the sender's allowance, each refusal walked all
+    // the earlier ones under the pool's lock).
+    let stream = b::refused_stream(4_500);
+    let refused_first = per_op(b::time_refused(&stream, 0, 500), 500);
+    rows.push(Row {
+        name: "pool: refused at capacity, 1st 500",
+        ns: refused_first,
+        target: Target::Report,
+    });
+    rows.push(Row {
+        name: "pool: refused at capacity, after 4k",
+        ns: per_op(b::time_refused(&stream, 4_000, 500), 500),
+        target: Target::AtMostTimes(2.0, "1st 500", refused_first),
+    });
+
     // Rejections from raw bytes, in one pool.
     let state = b::funded_state(&[&base[..1000]]);
     let pool = b::pool_with(b::roomy_config(), state.clone(), &base[..1000]);

@@ -162,6 +162,65 @@ pub fn admission_with_eviction(base: &[Signed], txs: &[Signed]) -> Duration {
     elapsed
 }
 
+/// One remote sender's consecutive nonces at the lowest tip, with what fills a pool's
+/// pending and queued subpools (1,000 each) with better txs from other senders.
+pub struct RefusedStream {
+    pending: Vec<Signed>,
+    queued: Vec<Signed>,
+    stream: Vec<Signed>,
+}
+
+/// Signs the material of [`time_refused`]: a stream of `len` nonces (not timed).
+pub fn refused_stream(len: usize) -> RefusedStream {
+    let signed = |signer: &Signer, nonce: u64, tip: u128| {
+        let tx = transfer(signer, nonce, tip, 1_000);
+        Signed {
+            raw: tx.encoded_2718().into(),
+            hash: tx.hash(),
+            sender: signer.address(),
+        }
+    };
+    let attacker = Signer::from_seed(40_000_000);
+    RefusedStream {
+        pending: signed_transfers(1_000, 41_000_000, 5),
+        // Nonce 1 of fresh senders: gapped, so queued.
+        queued: (0..1_000)
+            .map(|i| signed(&Signer::from_seed(42_000_000 + i), 1, 5))
+            .collect(),
+        stream: (0..len as u64).map(|n| signed(&attacker, n, 1)).collect(),
+    }
+}
+
+/// Fills a pool's pending and queued subpools (1,000 txs each, tip 5, remote), sends the
+/// stream's first `before` nonces (tip 1: each would be the first evicted, so each is
+/// refused as underpriced and remembered for a later package), then times the next
+/// `timed`. Signatures are cached, so the figure is the pool's own work per refusal,
+/// which should not grow with the refusals before it.
+pub fn time_refused(m: &RefusedStream, before: usize, timed: usize) -> Duration {
+    assert!(
+        before + timed <= m.stream.len(),
+        "the stream is long enough"
+    );
+    let state = funded_state(&[&m.pending, &m.queued, &m.stream]);
+    let mut cfg = roomy_config();
+    cfg.pending = SubPoolLimit::new(m.pending.len(), 1 << 30);
+    cfg.queued = SubPoolLimit::new(m.queued.len(), 1 << 30);
+    let pool = Pool::new(cfg, state);
+    for s in m.pending.iter().chain(&m.queued).chain(&m.stream) {
+        pool.sender_cache().insert(s.hash, s.sender);
+    }
+    let peer = TxOrigin::Peer(B512::ZERO);
+    for fill in [&m.pending, &m.queued] {
+        let (_, ok) = time_admissions(&pool, fill, peer);
+        assert_eq!(ok, fill.len(), "the fillers are admitted");
+    }
+    let (_, ok) = time_admissions(&pool, &m.stream[..before], peer);
+    assert_eq!(ok, 0, "the stream is refused");
+    let (elapsed, ok) = time_admissions(&pool, &m.stream[before..before + timed], peer);
+    assert_eq!(ok, 0, "the stream is refused");
+    elapsed
+}
+
 /// A pool with `senders` × `per_sender` pending transfers at varied tips.
 pub fn pending_pool(senders: usize, per_sender: u64) -> Pool {
     let state = Arc::new(InMemoryState::new(head()));

@@ -111,6 +111,16 @@ impl PoolConfig {
         }
     }
 
+    /// A sender's allowance, (executable slots, queue behind a gap): the local one when
+    /// `local`.
+    pub(crate) fn account_allowance(&self, local: bool) -> (usize, usize) {
+        if local {
+            (self.local_account_slots, self.local_account_queue)
+        } else {
+            (self.max_account_slots, self.max_account_queue)
+        }
+    }
+
     /// Whether a tx of `sender` from `origin` gets the local exemptions.
     pub fn is_local(&self, origin: super::TxOrigin, sender: &alloy_primitives::Address) -> bool {
         !self.no_locals && (origin.is_local() || self.locals.contains(sender))

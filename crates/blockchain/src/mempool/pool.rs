@@ -144,6 +144,10 @@ pub(crate) struct PoolInner {
     /// Inserts classified by [`PoolInner::classify_appended`] (for tests of that path).
     #[cfg(test)]
     pub appends_classified: u64,
+    /// Links (pooled or remembered txs) looked at while judging packages (for tests of
+    /// its bound).
+    #[cfg(test)]
+    pub package_links: std::cell::Cell<u64>,
 }
 
 fn priority(tx: &PoolTx, base_fee: u64) -> (u128, u128) {
@@ -190,6 +194,8 @@ impl PoolInner {
             evicted_locals: Vec::new(),
             #[cfg(test)]
             appends_classified: 0,
+            #[cfg(test)]
+            package_links: Default::default(),
         }
     }
 
@@ -227,11 +233,7 @@ impl PoolInner {
         state_nonce: u64,
     ) -> Result<Option<B256>, Rejection> {
         let nonce = tx.nonce();
-        let (slots, queue) = if s.local || cfg.is_local(tx.origin, &tx.sender) {
-            (cfg.local_account_slots, cfg.local_account_queue)
-        } else {
-            (cfg.max_account_slots, cfg.max_account_queue)
-        };
+        let (slots, queue) = cfg.account_allowance(s.local || cfg.is_local(tx.origin, &tx.sender));
         let run_end = run_end(s, state_nonce);
         let exec = (run_end - state_nonce) as usize;
         let queued = s.txs.len() - exec;

@@ -13,7 +13,10 @@
 //! by its ancestor score, as Bitcoin Core's mempool judges a package: Σ tip × gas / Σ gas
 //! at the current base fee. It comes back when pending has room for it, or when that
 //! score beats the tip of every tail eviction would take to make the room. Otherwise the
-//! newcomer is queued as before.
+//! newcomer is queued as before. A package is at most the sender's allowance (slots +
+//! queue of its class), so judging one costs at most that many lookups: a stream of one
+//! sender's nonces refused at a full pool does not make each newcomer walk every refused
+//! nonce before it.
 
 use super::{Plan, PoolInner, SenderId, SubPool, Usage, priority, run_end};
 use crate::mempool::config::SubPoolLimit;
@@ -98,6 +101,20 @@ impl PoolInner {
         if nonce <= start {
             return None;
         }
+        // A package is at most the sender's allowance (slots + queue of its class): the
+        // txs brought back are placed under the same rules, and a sender's remembered
+        // txs were pooled within it or refused. Past it the package is not looked at, so
+        // a stream of one sender's nonces, each refused as underpriced and remembered,
+        // costs each newcomer at most that many lookups under the pool's lock, not one
+        // per nonce refused before it.
+        let local = s.is_some_and(|s| s.local) || self.cfg.is_local(tx.origin, &tx.sender);
+        let most = {
+            let (slots, queue) = self.cfg.account_allowance(local);
+            (slots + queue) as u64
+        };
+        if nonce - start >= most {
+            return None;
+        }
         let base_fee = self.head.base_fee;
         let worth = |t: &PoolTx| {
             let g = u128::from(t.tx.tx().tx().gas_limit());
@@ -107,6 +124,8 @@ impl PoolInner {
         // The chain from the run's end: per tx its tip × gas, its gas, and the tx if it is
         // a remembered one. A link is the pooled tx at a nonce, else the remembered one.
         let link = |n: u64| -> Option<(u128, u128, Option<&Arc<PoolTx>>)> {
+            #[cfg(test)]
+            self.package_links.set(self.package_links.get() + 1);
             if let Some(t) = pooled(n) {
                 let (v, g) = worth(t);
                 Some((v, g, None))
@@ -123,7 +142,11 @@ impl PoolInner {
         chain.push((v, g, None));
         // ...above it, as far as they go: pooled txs, and remembered ones (let go with the
         // tail below them, they may come back with it).
-        chain.extend((nonce + 1..).map_while(link));
+        chain.extend(
+            (nonce + 1..)
+                .map_while(link)
+                .take((most as usize).saturating_sub(chain.len())),
+        );
         // The package: the prefix through the newcomer or past it with the best ancestor
         // score (a block takes a prefix of a run, so a cheap top does not count against
         // the rich txs below it), and the pooled txs right above it, which come along.

@@ -273,3 +273,48 @@ async fn eviction_by_package_takes_the_cheapest_suffix_not_the_cheapest_tail() {
         pool.shared.pool.lock().assert_invariants();
     }
 }
+
+/// A package is at most its sender's allowance (slots + queue): one sender's nonces
+/// streamed at a full pool at the lowest tip are each refused as underpriced and
+/// remembered, and judging the next one's package looks at no more than the allowance's
+/// worth of them (before, each newcomer walked every nonce refused before it, under the
+/// pool's lock: 600 µs a refusal after 8,000 of them). Past the allowance the newcomer
+/// waits behind its gap, as it would with no package.
+#[tokio::test]
+async fn judging_a_package_looks_at_most_at_the_senders_allowance() {
+    let (pool, state) = setup_with(|c| {
+        c.pending = SubPoolLimit::new(2, 1 << 20);
+        c.queued = SubPoolLimit::new(1, 1 << 20);
+        c.max_account_slots = 2;
+        c.max_account_queue = 3;
+    });
+    for i in 0..2 {
+        add(&pool, &tx1559(&funded(&state, 770 + i), 0, 10, 100))
+            .await
+            .unwrap();
+    }
+    // Queued: a fresh sender's nonce 1 (gapped).
+    add(&pool, &tx1559(&funded(&state, 772), 1, 10, 100))
+        .await
+        .unwrap();
+    let a = funded(&state, 773);
+    let mut most = 0;
+    for nonce in 0..40 {
+        pool.shared.pool.lock().package_links.set(0);
+        assert_eq!(
+            add(&pool, &tx1559(&a, nonce, 1, 100)).await,
+            Err(Rejection::Underpriced),
+            "nonce {nonce}"
+        );
+        most = most.max(pool.shared.pool.lock().package_links.get());
+    }
+    assert!(most <= 5, "a newcomer looked at {most} links");
+    let inner = pool.shared.pool.lock();
+    assert_eq!(
+        inner.let_go_usage().txs,
+        40,
+        "every refused nonce is remembered"
+    );
+    inner.assert_invariants();
+    inner.assert_let_go();
+}
