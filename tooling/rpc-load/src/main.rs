@@ -12,6 +12,13 @@
 //! sender and the same number of transactions, so all 16 stay busy to the end. Any node
 //! will do: moat, go-ethereum, others.
 //!
+//! That measures the most a node takes, and its latency there is mostly queueing: with
+//! C calls always in flight, the mean latency is C / rate. `--rate R` offers a load
+//! instead: the calls go out at fixed times, R a second in all (each connection's next
+//! one at its time, or when the last is answered if that is later), and a call's latency
+//! counts from when it was due, so a node that cannot keep up shows it in full rather
+//! than slowing the client down (no coordinated omission).
+//!
 //! The client shares the machine with the node, so it is kept cheap and the same for
 //! every node: one thread drives all the connections (non-blocking sockets, one `poll`
 //! over them, then each ready socket is read or written), each request is encoded in full
@@ -84,9 +91,17 @@ struct Args {
     /// Write every answered call to this file, for finding what a tail is made of: a
     /// first line `start <CLOCK_MONOTONIC seconds>` (the first request, on the clock
     /// `perf record -k mono` uses), then `<connection> <sent, µs after the start>
-    /// <latency µs>` per call, each connection's calls in order.
+    /// <latency µs>` per call, each connection's calls in order (with `--rate`, "sent"
+    /// is when the call was due).
     #[arg(long)]
     timeline: Option<PathBuf>,
+    /// Offered load in txs/s, all connections together: connection i's k-th call is due
+    /// at start + (k·C + i) / rate (C connections) and goes out then, or when the answer
+    /// to its last call comes if that is later. Its latency counts from when it was due,
+    /// so a node that falls behind the rate shows it in full (no coordinated omission).
+    /// Without it each connection sends its next call as soon as the last is answered.
+    #[arg(long)]
+    rate: Option<f64>,
     /// Print the figures as one JSON line instead of a table.
     #[arg(long)]
     json: bool,
@@ -387,6 +402,25 @@ struct Report {
     finished: Option<Instant>,
 }
 
+/// When a paced connection's calls are due (`--rate`).
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    /// This connection's place among them.
+    index: usize,
+    connections: usize,
+    /// Calls a second, all connections together.
+    rate: f64,
+}
+
+impl Pace {
+    /// When this connection's `k`-th call is due: the calls of all connections, in turn,
+    /// one every 1/rate seconds.
+    fn due(&self, start: Instant, k: usize) -> Instant {
+        let slot = (k * self.connections + self.index) as f64;
+        start + Duration::from_secs_f64(slot / self.rate)
+    }
+}
+
 /// One connection of the timed part: its jobs, in order, and where it is with them.
 struct Lane {
     jobs: Vec<Job>,
@@ -395,8 +429,9 @@ struct Lane {
     stream: Option<TcpStream>,
     /// Bytes of the request in flight written so far.
     written: usize,
-    /// When the request in flight was sent.
+    /// When the request in flight was sent (with a pace, when it was due).
     in_flight: Option<Instant>,
+    pace: Option<Pace>,
     buf: Vec<u8>,
     report: Report,
 }
@@ -427,10 +462,22 @@ impl Lane {
         Ok(())
     }
 
-    /// Sends the next job, if any is left and there is time.
-    fn send_next(&mut self, addr: SocketAddr, deadline: Instant) {
+    /// When the next job is due, if this connection is paced, idle and has one left.
+    fn next_due(&self, start: Instant) -> Option<Instant> {
+        let pace = self.pace?;
+        (self.in_flight.is_none() && self.next < self.jobs.len())
+            .then(|| pace.due(start, self.next))
+    }
+
+    /// Sends the next job, if any is left, it is due and there is time.
+    fn send_next(&mut self, addr: SocketAddr, deadline: Instant, start: Instant) {
         while self.in_flight.is_none() && self.next < self.jobs.len() {
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            let due = self.next_due(start);
+            if due.is_some_and(|due| due > now) {
                 return;
             }
             if self.stream.is_none() {
@@ -447,7 +494,7 @@ impl Lane {
             self.report.sent += 1;
             self.written = 0;
             self.buf.clear();
-            self.in_flight = Some(Instant::now());
+            self.in_flight = Some(due.unwrap_or(now));
             if let Err(e) = self.write_some() {
                 self.fail(format!("request: {e}"));
             }
@@ -531,16 +578,28 @@ impl Lane {
 /// Runs every lane to its end (or the deadline) on this one thread: one `poll` over all
 /// sockets, then each ready socket is written or read. Returns the lanes' reports and
 /// when the first request went out.
-fn run_lanes(addr: SocketAddr, queues: Vec<Vec<Job>>, deadline: Instant) -> (Vec<Report>, Instant) {
+fn run_lanes(
+    addr: SocketAddr,
+    queues: Vec<Vec<Job>>,
+    deadline: Instant,
+    rate: Option<f64>,
+) -> (Vec<Report>, Instant) {
+    let connections = queues.len();
     let mut lanes: Vec<Lane> = queues
         .into_iter()
-        .map(|jobs| {
+        .enumerate()
+        .map(|(index, jobs)| {
             let mut lane = Lane {
                 jobs,
                 next: 0,
                 stream: None,
                 written: 0,
                 in_flight: None,
+                pace: rate.map(|rate| Pace {
+                    index,
+                    connections,
+                    rate,
+                }),
                 buf: Vec::with_capacity(4096),
                 report: Report::default(),
             };
@@ -557,7 +616,7 @@ fn run_lanes(addr: SocketAddr, queues: Vec<Vec<Job>>, deadline: Instant) -> (Vec
         .collect();
     let start = Instant::now();
     for lane in &mut lanes {
-        lane.send_next(addr, deadline);
+        lane.send_next(addr, deadline, start);
     }
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(lanes.len());
     let mut which: Vec<usize> = Vec::with_capacity(lanes.len());
@@ -575,18 +634,35 @@ fn run_lanes(addr: SocketAddr, queues: Vec<Vec<Job>>, deadline: Instant) -> (Vec
                 which.push(i);
             }
         }
-        if fds.is_empty() {
+        // Paced connections waiting for their next call's time.
+        let due = lanes.iter().filter_map(|l| l.next_due(start)).min();
+        if fds.is_empty() && due.is_none() {
             break;
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             for &i in &which {
                 lanes[i].report.unanswered += 1;
             }
             break;
         }
-        let timeout_ms = left(deadline).as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        let wait = due.map_or(left(deadline), |d| {
+            d.saturating_duration_since(now).min(left(deadline))
+        });
+        let timeout = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs (none at all is
+        // allowed: then it only sleeps), `timeout` a valid timespec, no signal mask.
+        let n = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &timeout,
+                std::ptr::null(),
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -608,7 +684,13 @@ fn run_lanes(addr: SocketAddr, queues: Vec<Vec<Job>>, deadline: Instant) -> (Vec
             }
             // Answered, or failed: on with the next job (a failed connection is reopened).
             if lane.in_flight.is_none() {
-                lane.send_next(addr, deadline);
+                lane.send_next(addr, deadline, start);
+            }
+        }
+        // Paced: whatever has come due meanwhile.
+        if due.is_some() {
+            for lane in &mut lanes {
+                lane.send_next(addr, deadline, start);
             }
         }
     }
@@ -699,6 +781,12 @@ fn main() -> ExitCode {
     }
     if args.txs == 0 || args.senders == 0 || args.connections == 0 {
         eprintln!("error: --txs, --senders and --connections must be at least 1");
+        return ExitCode::from(1);
+    }
+    if let Some(rate) = args.rate
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        eprintln!("error: --rate {rate}: txs/s must be a positive number");
         return ExitCode::from(1);
     }
     let signers = match load_signers(&args.accounts) {
@@ -818,7 +906,7 @@ fn main() -> ExitCode {
     eprintln!("sending over {connections} connections to {}…", args.rpc);
     let node_before = args.node_pid.map(node_cpu);
     let cpu_start = process_cpu();
-    let (reports, start) = run_lanes(args.rpc, queues, deadline);
+    let (reports, start) = run_lanes(args.rpc, queues, deadline, args.rate);
     let end = reports
         .iter()
         .filter_map(|r| r.finished)
@@ -875,6 +963,7 @@ fn main() -> ExitCode {
             "txs": args.txs,
             "senders": args.senders,
             "connections": connections,
+            "rate": args.rate,
             "sent": sent,
             "accepted": accepted,
             "errors": errors.len(),
@@ -900,6 +989,9 @@ fn main() -> ExitCode {
             "transactions:      {} from {} senders over {connections} connections",
             args.txs, args.senders
         );
+        if let Some(rate) = args.rate {
+            println!("offered:           {rate:.0} tx/s (latency from when each call was due)");
+        }
         println!("sent:              {sent}");
         println!("accepted:          {accepted}");
         println!("errors:            {}", errors.len());
@@ -994,6 +1086,27 @@ mod tests {
         let start: f64 = lines[0].strip_prefix("start ").unwrap().parse().unwrap();
         assert!(start > 0.0);
         assert_eq!(lines[1..], ["0 0 900", "0 950 1200", "1 3 14000"]);
+    }
+
+    #[test]
+    fn paced_calls_are_due_in_turn_across_connections_at_the_rate() {
+        let start = Instant::now();
+        let pace = |index| Pace {
+            index,
+            connections: 4,
+            rate: 1_000.0,
+        };
+        let ms = |k: usize, i: usize| (pace(i).due(start, k) - start).as_secs_f64() * 1e3;
+        // One call a millisecond in all: connection 1's calls at 1, 5, 9 ms.
+        assert!((ms(0, 1) - 1.0).abs() < 1e-6);
+        assert!((ms(2, 1) - 9.0).abs() < 1e-6);
+        // Every slot once: the 4 connections' first 3 calls fill 0..12 ms.
+        let mut slots: Vec<u64> = (0..4)
+            .flat_map(|i| (0..3).map(move |k| (k, i)))
+            .map(|(k, i)| ms(k, i).round() as u64)
+            .collect();
+        slots.sort();
+        assert_eq!(slots, (0..12).collect::<Vec<u64>>());
     }
 
     #[test]
