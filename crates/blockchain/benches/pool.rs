@@ -65,6 +65,21 @@ fn bench_admission(c: &mut Criterion) {
     }
     g.finish();
 
+    // Room made by evicting the top of one sender's 2,500-tx run, one tx per newcomer.
+    let run = long_run(2_500, 500);
+    let mut g = c.benchmark_group("evicting_a_long_run");
+    g.sample_size(10).measurement_time(Duration::from_secs(8));
+    g.bench_function("newcomer_evicting_the_top_of_2500", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters.div_ceil(500) {
+                total += time_evicting_long_run(&run);
+            }
+            total * iters as u32 / (iters.div_ceil(500) * 500) as u32
+        })
+    });
+    g.finish();
+
     // Rejections from raw bytes.
     let state = funded_state(&[&base[..1000]]);
     let pool = pool_with(roomy_config(), state.clone(), &base[..1000]);

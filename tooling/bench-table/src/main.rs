@@ -255,10 +255,19 @@ fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
         target: Target::AtMostTimes(1.0 / 0.9, "ref same sigs", around(2)),
     });
     let evicting = b::admission_with_eviction(&base, &fresh[..n.min(base.len())]);
+    let evicting_ns = per_op(evicting, n.min(base.len()));
     rows.push(Row {
         name: "pool: insert at capacity, evicting",
-        ns: per_op(evicting, n.min(base.len())),
+        ns: evicting_ns,
         target: Target::Report,
+    });
+    // The victim holds a 2,500-tx run (passed its allowance while pending was under half
+    // full): each eviction of its top costs about what any eviction does.
+    let run = b::long_run(2_500, 500);
+    rows.push(Row {
+        name: "pool: evicting a 2.5k run's top",
+        ns: per_op(b::time_evicting_long_run(&run), 500),
+        target: Target::AtMostTimes(2.0, "insert at capacity", evicting_ns),
     });
 
     // A remote sender's stream refused at a full pool: each refusal is remembered for a

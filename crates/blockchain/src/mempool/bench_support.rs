@@ -221,6 +221,60 @@ pub fn time_refused(m: &RefusedStream, before: usize, timed: usize) -> Duration 
     elapsed
 }
 
+/// One sender's run of cheap txs (tip 1) that passed its allowance while pending was
+/// under half full, the txs that then filled pending (tip 5, one per sender), and
+/// newcomers (tip 6, one per sender) that each need room.
+pub struct LongRun {
+    run: Vec<Signed>,
+    fill: Vec<Signed>,
+    newcomers: Vec<Signed>,
+}
+
+/// Signs the material of [`time_evicting_long_run`]: a run of `run` txs, pending filled
+/// to `2 × run + 120`, and `newcomers` (not timed).
+pub fn long_run(run: usize, newcomers: usize) -> LongRun {
+    let signer = Signer::from_seed(43_000_000);
+    LongRun {
+        run: (0..run as u64)
+            .map(|n| {
+                let tx = transfer(&signer, n, 1, 1_000);
+                Signed {
+                    raw: tx.encoded_2718().into(),
+                    hash: tx.hash(),
+                    sender: signer.address(),
+                }
+            })
+            .collect(),
+        fill: signed_transfers(run + 120, 44_000_000, 5),
+        newcomers: signed_transfers(newcomers, 45_000_000, 6),
+    }
+}
+
+/// Admits the run (remote, while pending is under half full), fills pending, then times
+/// the newcomers' admissions: each evicts the run's top tx. Signatures are cached.
+pub fn time_evicting_long_run(m: &LongRun) -> Duration {
+    let state = funded_state(&[&m.run, &m.fill, &m.newcomers]);
+    let mut cfg = roomy_config();
+    cfg.pending = SubPoolLimit::new(m.run.len() + m.fill.len(), 1 << 30);
+    let pool = Pool::new(cfg, state);
+    for s in m.run.iter().chain(&m.fill).chain(&m.newcomers) {
+        pool.sender_cache().insert(s.hash, s.sender);
+    }
+    let peer = TxOrigin::Peer(B512::ZERO);
+    for part in [&m.run, &m.fill] {
+        let (_, ok) = time_admissions(&pool, part, peer);
+        assert_eq!(ok, part.len(), "the run and the fill are admitted");
+    }
+    let (elapsed, ok) = time_admissions(&pool, &m.newcomers, peer);
+    assert_eq!(ok, m.newcomers.len(), "every newcomer got in");
+    assert_eq!(
+        pool.sender_txs(&m.run[0].sender).len(),
+        m.run.len() - m.newcomers.len(),
+        "each took the run's top"
+    );
+    elapsed
+}
+
 /// A pool with `senders` × `per_sender` pending transfers at varied tips.
 pub fn pending_pool(senders: usize, per_sender: u64) -> Pool {
     let state = Arc::new(InMemoryState::new(head()));

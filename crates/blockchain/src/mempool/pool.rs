@@ -148,6 +148,9 @@ pub(crate) struct PoolInner {
     /// its bound).
     #[cfg(test)]
     pub package_links: std::cell::Cell<u64>,
+    /// Txs walked by [`PoolInner::reclassify`] (for tests of the paths that avoid it).
+    #[cfg(test)]
+    pub walked: u64,
 }
 
 fn priority(tx: &PoolTx, base_fee: u64) -> (u128, u128) {
@@ -196,6 +199,8 @@ impl PoolInner {
             appends_classified: 0,
             #[cfg(test)]
             package_links: Default::default(),
+            #[cfg(test)]
+            walked: 0,
         }
     }
 
@@ -774,6 +779,10 @@ impl PoolInner {
             self.sender_ids.remove(&address);
             return;
         }
+        #[cfg(test)]
+        {
+            self.walked += s.txs.len() as u64;
+        }
         let mut expected = s.nonce;
         let mut gapped = false;
         let mut spent = U256::ZERO;
@@ -918,13 +927,87 @@ impl PoolInner {
             .range(down_to..)
             .map(|(_, h)| *h)
             .collect();
+        let mut gone = Vec::with_capacity(doomed.len());
         for h in &doomed {
-            if let Some(gone) = self.remove_entry(h) {
-                self.note_evicted(gone);
+            let subpool = self.by_hash.get(h).map(|e| e.subpool);
+            if let (Some(subpool), Some(tx)) = (subpool, self.remove_entry(h)) {
+                gone.push((subpool, tx.size()));
+                self.note_evicted(tx);
             }
         }
-        self.reclassify(id);
+        self.classify_truncated(id, down_to, &gone);
         Some(doomed)
+    }
+
+    /// Sender `id` has lost its txs from nonce `from` up; `gone` holds each one's subpool
+    /// and size (they are out of every index but the sender's classification). The txs
+    /// below keep their classes, as a tx's class depends only on the txs below it, so
+    /// only the sender's tails, counts, pending tips and package key change: O(log n)
+    /// plus the pending tips of one segment ([`packages::Suffixes::truncate`]), where
+    /// [`Self::reclassify`] walks every tx the sender holds. A sender holding thousands of
+    /// cheap txs (a run may pass its allowance while pending is under half full) would
+    /// otherwise make each eviction of its top, paid by whoever's admission needed the
+    /// room, walk them all under the pool's lock. Falls back to the walk when the sender's
+    /// local flag changed since it was classified, and frees a sender left with nothing.
+    fn classify_truncated(&mut self, id: SenderId, from: u64, gone: &[(SubPool, usize)]) {
+        let s = self.senders[id.0 as usize].as_ref().expect("live sender");
+        let Some((&top_nonce, top_hash)) = s.txs.last_key_value() else {
+            return self.reclassify(id);
+        };
+        if s.local != s.counted_local {
+            return self.reclassify(id);
+        }
+        let base_fee = self.head.base_fee;
+        let top = &self.by_hash[top_hash];
+        let top_sub = top.subpool;
+        let (tip, cap) = priority(&top.tx, base_fee);
+        let top_key = (tip, cap, u64::MAX - top.seq);
+        let s = self.senders[id.0 as usize].as_mut().expect("live sender");
+        let (indexed, packages) = if s.counted_local {
+            (&mut self.local_tails, &mut self.local_packages)
+        } else {
+            (&mut self.tails, &mut self.packages)
+        };
+        // A subpool whose tail was cut: its txs were all at or past the cut unless it is
+        // the class of the new top (classes only rise along a run), whose tail that is.
+        for sub in SubPool::ALL {
+            let i = sub as usize;
+            if let Some((key, nonce)) = s.tails[i]
+                && nonce >= from
+            {
+                indexed[i].remove(&(key, id));
+                s.tails[i] = (sub == top_sub).then_some((top_key, top_nonce));
+                if sub == top_sub {
+                    indexed[i].insert((top_key, id));
+                }
+            }
+        }
+        for &(sub, bytes) in gone {
+            let own = &mut s.counts[sub as usize];
+            own.txs -= 1;
+            own.bytes -= bytes;
+            if s.counted_local {
+                let total = &mut self.local_usage[sub as usize];
+                total.txs -= 1;
+                total.bytes -= bytes;
+            }
+        }
+        // The pending txs are the run's first ones: the tips kept are theirs.
+        s.suffixes.truncate(s.counts[SubPool::Pending as usize].txs);
+        let package = s
+            .suffixes
+            .least()
+            .zip(s.tails[SubPool::Pending as usize])
+            .map(|((average, _), ((_, _, newest), _))| (average, newest));
+        if package != s.package {
+            if let Some(old) = s.package {
+                packages.remove(&(old, id));
+            }
+            if let Some(new) = package {
+                packages.insert((new, id));
+            }
+            s.package = package;
+        }
     }
 
     /// Applies a new head: new fees, fresh state for `accounts`, mined hashes out.

@@ -134,6 +134,51 @@ fn subpools(pool: &Pool) -> Vec<(B256, SubPool)> {
     all
 }
 
+/// A run may pass its sender's allowance while pending is under half full; once the pool
+/// fills, each newcomer that needs room evicts that run's cheap top, one tx at a time.
+/// That eviction updates the sender's classification from the cut (tails, counts,
+/// pending tips, package key) instead of walking the run again: 50 evictions from a
+/// run of 400 walk no more than the newcomers' own one-tx senders (before, 50 × 400).
+#[tokio::test]
+async fn evicting_the_top_of_a_long_run_does_not_walk_it() {
+    let (pool, state) = setup_with(|c| c.pending = SubPoolLimit::new(1_000, 1 << 30));
+    let a = funded(&state, 900);
+    for nonce in 0..400 {
+        let added = add(&pool, &tx1559(&a, nonce, 1, 100)).await.unwrap();
+        assert_eq!(added.subpool, SubPool::Pending);
+    }
+    for i in 0..600 {
+        add(&pool, &tx1559(&funded(&state, 1_000 + i), 0, 5, 100))
+            .await
+            .unwrap();
+    }
+    assert_eq!(pool.status().pending.txs, 1_000);
+    pool.shared.pool.lock().walked = 0;
+    for i in 0..50 {
+        add(&pool, &tx1559(&funded(&state, 2_000 + i), 0, 6, 100))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        pool.sender_txs(&a.address()).len(),
+        350,
+        "one of a's per newcomer"
+    );
+    {
+        let inner = pool.shared.pool.lock();
+        assert!(inner.walked <= 50, "{} txs walked", inner.walked);
+        inner.assert_invariants();
+    }
+    // A whole walk of every sender finds what the cuts left.
+    let before = subpools(&pool);
+    {
+        let mut inner = pool.shared.pool.lock();
+        inner.reclassify_all();
+        inner.assert_invariants();
+    }
+    assert_eq!(subpools(&pool), before);
+}
+
 #[tokio::test]
 async fn an_append_to_a_senders_run_is_classified_without_walking_it() {
     let (pool, state) = setup();

@@ -12,6 +12,14 @@
 //! O(1) amortized (the append path of classification stays O(1)); a whole walk rebuilds
 //! the stack in O(pending txs), as it walks them anyway.
 //!
+//! Eviction takes pending txs from the top of a run, so the stack also drops its last
+//! tips ([`Suffixes::truncate`]): the segments wholly past the cut go, and the one the cut
+//! falls in is pushed again from its first tip up to the cut. The segments below it were
+//! last touched when its first tip was pushed (pushes only change the top), so they are
+//! the stack of the tips before it, and pushing the rest again gives the stack of the
+//! tips kept, as if the dropped ones had never come. That costs the tips of one segment,
+//! not a walk of the sender's txs.
+//!
 //! ```text
 //!  tips:      5   1   4   2        stack (sum, count), bottom first:
 //!  push 5     [5]                  (5,1)
@@ -29,10 +37,11 @@
 use alloy_primitives::U256;
 
 /// A sender's pending tips as the segments of the module's stack: (sum of tips, count),
-/// bottom (lowest nonces) first.
+/// bottom (lowest nonces) first; and the tips themselves, in nonce order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Suffixes {
     segments: Vec<(u128, u64)>,
+    tips: Vec<u128>,
 }
 
 /// Whether segment `a` averages more than segment `b` (exactly: by cross products, in
@@ -51,10 +60,12 @@ impl Suffixes {
     /// Forgets every tip (keeps the allocation: a whole walk refills it).
     pub(crate) fn clear(&mut self) {
         self.segments.clear();
+        self.tips.clear();
     }
 
     /// One more pending tx, above the others, with tip `tip`.
     pub(crate) fn push(&mut self, tip: u128) {
+        self.tips.push(tip);
         let mut top = (tip, 1u64);
         while let Some(&below) = self.segments.last() {
             if !averages_more(top, below) {
@@ -64,6 +75,35 @@ impl Suffixes {
             top = (below.0.saturating_add(top.0), below.1 + top.1);
         }
         self.segments.push(top);
+    }
+
+    /// Keeps the first `len` tips only, as if the others had never been pushed (see the
+    /// module's doc): O(tips of the segment the cut falls in).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        let mut end = self.tips.len();
+        if len >= end {
+            return;
+        }
+        while let Some(&(_, count)) = self.segments.last() {
+            let start = end - count as usize;
+            if start >= len {
+                // Wholly past the cut.
+                self.segments.pop();
+                end = start;
+                continue;
+            }
+            if end > len {
+                // The cut falls in it: pushed again from its first tip up to the cut.
+                self.segments.pop();
+                let again = self.tips[start..len].to_vec();
+                self.tips.truncate(start);
+                for tip in again {
+                    self.push(tip);
+                }
+            }
+            break;
+        }
+        self.tips.truncate(len);
     }
 
     /// The suffix with the least average tip, the shortest on a tie: (its average tip,
@@ -115,7 +155,47 @@ mod tests {
         assert_eq!(s.least(), None);
     }
 
+    #[test]
+    fn a_truncation_inside_a_merged_segment_splits_it_again() {
+        let mut s = Suffixes::default();
+        for tip in [5, 1, 4, 2] {
+            s.push(tip);
+        }
+        // [5] [1 4] [2]: cutting after the 1 leaves [5] [1].
+        s.truncate(2);
+        assert_eq!(s.segments, vec![(5, 1), (1, 1)]);
+        assert_eq!(s.least(), Some((1, 1)));
+        s.truncate(0);
+        assert_eq!(s, Suffixes::default());
+    }
+
     proptest! {
+        /// Tips pushed, then cut at any length, give the stack of pushing only the tips
+        /// kept; and pushing goes on from there as it would have.
+        #[test]
+        fn a_truncated_stack_is_the_stack_of_the_tips_kept(
+            tips in proptest::collection::vec(prop_oneof![0u128..6, 0u128..1 << 80], 0..60),
+            cut in 0usize..61,
+            more in proptest::collection::vec(0u128..6, 0..10),
+        ) {
+            let mut s = Suffixes::default();
+            for tip in &tips {
+                s.push(*tip);
+            }
+            s.truncate(cut);
+            let kept = &tips[..cut.min(tips.len())];
+            let mut fresh = Suffixes::default();
+            for tip in kept {
+                fresh.push(*tip);
+            }
+            prop_assert_eq!(&s, &fresh);
+            for tip in &more {
+                s.push(*tip);
+                fresh.push(*tip);
+            }
+            prop_assert_eq!(&s, &fresh);
+        }
+
         /// After every push, the stack's top is the suffix the scan of every suffix finds:
         /// the least average, the shortest on a tie (small tips make ties common; tips
         /// near 2^122 make the cross products pass 128 bits, their sums do not).
