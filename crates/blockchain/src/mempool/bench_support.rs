@@ -162,6 +162,22 @@ pub fn admission_with_eviction(base: &[Signed], txs: &[Signed]) -> Duration {
     elapsed
 }
 
+/// A pool with `cfg` holding `fill` (each group admitted in full from a peer, in turn),
+/// every sender of `fill` and `later` funded and its signatures cached.
+fn filled_pool(cfg: PoolConfig, fill: &[&[Signed]], later: &[Signed]) -> Pool {
+    let mut all: Vec<&[Signed]> = fill.to_vec();
+    all.push(later);
+    let pool = Pool::new(cfg, funded_state(&all));
+    for s in all.iter().flat_map(|g| g.iter()) {
+        pool.sender_cache().insert(s.hash, s.sender);
+    }
+    for group in fill {
+        let (_, ok) = time_admissions(&pool, group, TxOrigin::Peer(B512::ZERO));
+        assert_eq!(ok, group.len(), "what fills the pool is admitted");
+    }
+    pool
+}
+
 /// One remote sender's consecutive nonces at the lowest tip, with what fills a pool's
 /// pending and queued subpools (1,000 each) with better txs from other senders.
 pub struct RefusedStream {
@@ -201,19 +217,11 @@ pub fn time_refused(m: &RefusedStream, before: usize, timed: usize) -> Duration 
         before + timed <= m.stream.len(),
         "the stream is long enough"
     );
-    let state = funded_state(&[&m.pending, &m.queued, &m.stream]);
     let mut cfg = roomy_config();
     cfg.pending = SubPoolLimit::new(m.pending.len(), 1 << 30);
     cfg.queued = SubPoolLimit::new(m.queued.len(), 1 << 30);
-    let pool = Pool::new(cfg, state);
-    for s in m.pending.iter().chain(&m.queued).chain(&m.stream) {
-        pool.sender_cache().insert(s.hash, s.sender);
-    }
+    let pool = filled_pool(cfg, &[&m.pending, &m.queued], &m.stream);
     let peer = TxOrigin::Peer(B512::ZERO);
-    for fill in [&m.pending, &m.queued] {
-        let (_, ok) = time_admissions(&pool, fill, peer);
-        assert_eq!(ok, fill.len(), "the fillers are admitted");
-    }
     let (_, ok) = time_admissions(&pool, &m.stream[..before], peer);
     assert_eq!(ok, 0, "the stream is refused");
     let (elapsed, ok) = time_admissions(&pool, &m.stream[before..before + timed], peer);
@@ -253,18 +261,10 @@ pub fn long_run(run: usize, newcomers: usize) -> LongRun {
 /// Admits the run (remote, while pending is under half full), fills pending, then times
 /// the newcomers' admissions: each evicts the run's top tx. Signatures are cached.
 pub fn time_evicting_long_run(m: &LongRun) -> Duration {
-    let state = funded_state(&[&m.run, &m.fill, &m.newcomers]);
     let mut cfg = roomy_config();
     cfg.pending = SubPoolLimit::new(m.run.len() + m.fill.len(), 1 << 30);
-    let pool = Pool::new(cfg, state);
-    for s in m.run.iter().chain(&m.fill).chain(&m.newcomers) {
-        pool.sender_cache().insert(s.hash, s.sender);
-    }
+    let pool = filled_pool(cfg, &[&m.run, &m.fill], &m.newcomers);
     let peer = TxOrigin::Peer(B512::ZERO);
-    for part in [&m.run, &m.fill] {
-        let (_, ok) = time_admissions(&pool, part, peer);
-        assert_eq!(ok, part.len(), "the run and the fill are admitted");
-    }
     let (elapsed, ok) = time_admissions(&pool, &m.newcomers, peer);
     assert_eq!(ok, m.newcomers.len(), "every newcomer got in");
     assert_eq!(
