@@ -784,9 +784,9 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     if let Some(rate) = args.rate
-        && !(rate.is_finite() && rate > 0.0)
+        && !(rate.is_finite() && rate >= 1.0)
     {
-        eprintln!("error: --rate {rate}: txs/s must be a positive number");
+        eprintln!("error: --rate {rate}: txs/s must be a number of at least 1");
         return ExitCode::from(1);
     }
     let signers = match load_signers(&args.accounts) {

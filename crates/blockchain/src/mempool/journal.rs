@@ -44,13 +44,15 @@
 //!   [`PREALLOCATE`] (the first at open and with a rotation's records; each written and
 //!   synced once), and records overwrite those zeros in place. A batch's `fdatasync`
 //!   then changes no file size and writes the data block alone; appending at the end
-//!   would also make every sync write the inode (ext4 must persist the new size). Reading stops at the first zero length: the zeros after the
-//!   last record are free space, not damage. A graceful close cuts them off.
+//!   would also make every sync write the inode (ext4 must persist the new size).
+//!   Reading stops at the first zero length: the zeros after the last record are free
+//!   space, not damage. A graceful close cuts them off.
 //! - **Rotation.** The file is rewritten from a snapshot (the pool's local transactions,
 //!   plus entries held back at the last reload): written beside with its first step of
-//!   zeroed space, synced, renamed over the journal, the directory synced. The snapshot is taken on the writer thread, between
-//!   two batches, so a tx acknowledged before the rotation is in the pool and in the
-//!   snapshot, and one acknowledged after it is appended to the new file.
+//!   zeroed space, synced, renamed over the journal, the directory synced. The snapshot
+//!   is taken on the writer thread, between two batches, so a tx acknowledged before the
+//!   rotation is in the pool and in the snapshot, and one acknowledged after it is
+//!   appended to the new file.
 //! - **Damage.** A torn or corrupt tail (a kill in the middle of a write) is skipped with
 //!   a warning and cut off, so that later appends stay readable; it never stops a start.
 //!
