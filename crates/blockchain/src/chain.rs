@@ -31,7 +31,9 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 
 mod dev;
+mod finality;
 pub use dev::StateEdit;
+pub use finality::Mark;
 
 /// A block whose execution does not give what its header says: the field, the value
 /// execution gives (`expected`) and the header's (`found`).
@@ -94,6 +96,12 @@ pub enum ChainError {
     HistoryUnavailable { number: u64, head: u64 },
     #[error("reorg of {depth} blocks is deeper than the {max} kept for undo")]
     ReorgTooDeep { depth: u64, max: u64 },
+    #[error("{what} block {hash} is not in the canonical chain")]
+    NotCanonical { what: &'static str, hash: B256 },
+    #[error(
+        "reorg to a branch leaving the chain at block {fork_point} would undo finalized block {finalized}"
+    )]
+    BelowFinalized { fork_point: u64, finalized: u64 },
     #[error("the datadir holds genesis {found}, this chain's genesis is {expected}")]
     GenesisMismatch { expected: B256, found: B256 },
     #[error("stored data is corrupt: {0}")]
@@ -677,6 +685,13 @@ impl Chain {
             }
             cursor = header.parent_hash;
         };
+        let finalized = self.finalized_floor()?;
+        if fork_point < finalized {
+            return Err(ChainError::BelowFinalized {
+                fork_point,
+                finalized,
+            });
+        }
         let depth = head_number - fork_point;
         if depth > UNDO_DEPTH {
             return Err(ChainError::ReorgTooDeep {

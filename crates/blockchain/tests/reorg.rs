@@ -3,7 +3,7 @@
 //! that leaves the chain where it was.
 
 use alloy_primitives::{Address, B256, TxKind, U256};
-use moat_blockchain::chain::{Chain, ChainError, ExecutionMismatch, ImportOutcome};
+use moat_blockchain::chain::{Chain, ChainError, ExecutionMismatch, ImportOutcome, Mark};
 use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::Block;
@@ -172,6 +172,101 @@ async fn the_chain_switches_branches_and_its_state_follows() {
         chain.set_head(B256::repeat_byte(0x77)),
         Err(ChainError::UnknownBlock(_))
     ));
+}
+
+/// The consensus layer's safe and finalized blocks: kept only for canonical blocks, a
+/// zero hash leaves a mark as it was, a reorg may take the safe block off the chain but
+/// never cut below the finalized one, and the marks survive reopening the store.
+#[tokio::test]
+async fn safe_and_finalized_follow_the_consensus_layer_and_bound_reorgs() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let dir = std::env::temp_dir().join(format!("moat-marks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = Store::open(&dir, None).unwrap();
+    let chain = Chain::init(store, &genesis).unwrap();
+    let blocks = Block::decode_all(&std::fs::read(testdata("chain.rlp")).unwrap()).unwrap();
+    for block in blocks.iter().take(20) {
+        chain.import(block).unwrap();
+    }
+    // Before the consensus layer names any, there are none.
+    assert_eq!(chain.mark(Mark::Safe).unwrap(), None);
+    assert_eq!(chain.mark(Mark::Finalized).unwrap(), None);
+    chain.set_marks(B256::ZERO, B256::ZERO).unwrap();
+    assert_eq!(chain.mark(Mark::Finalized).unwrap(), None);
+
+    let hash_of = |n: u64| chain.store().canonical_hash(n).unwrap().unwrap();
+    chain.set_marks(hash_of(18), hash_of(10)).unwrap();
+    assert_eq!(chain.mark(Mark::Safe).unwrap(), Some((18, hash_of(18))));
+    assert_eq!(
+        chain.mark(Mark::Finalized).unwrap(),
+        Some((10, hash_of(10)))
+    );
+    // Zero keeps what was named before.
+    chain.set_marks(hash_of(19), B256::ZERO).unwrap();
+    assert_eq!(chain.mark(Mark::Safe).unwrap(), Some((19, hash_of(19))));
+    assert_eq!(
+        chain.mark(Mark::Finalized).unwrap(),
+        Some((10, hash_of(10)))
+    );
+    // An unknown or non-canonical block is refused and nothing changes.
+    assert!(matches!(
+        chain.set_marks(hash_of(19), B256::repeat_byte(0x55)),
+        Err(ChainError::NotCanonical {
+            what: "finalized",
+            ..
+        })
+    ));
+    assert_eq!(
+        chain.mark(Mark::Finalized).unwrap(),
+        Some((10, hash_of(10)))
+    );
+
+    // A side branch from #17: the reorg takes the safe block #19 off the chain.
+    let x = key();
+    let id = genesis.config.chain_id;
+    let removed = chain.rewind_to(17).unwrap();
+    let side = build(
+        &chain,
+        &[transfer(id, &x, nonce(&chain, x.address()), 0x33, 1)],
+        0xcc,
+    )
+    .await;
+    for block in &removed {
+        chain.import(block).unwrap();
+    }
+    chain.store_side_block(&side).unwrap();
+    chain.set_head(side.hash).unwrap();
+    assert_eq!(chain.head().unwrap(), (18, side.hash));
+    assert_eq!(
+        chain.mark(Mark::Safe).unwrap(),
+        None,
+        "a reorged-out safe block"
+    );
+    assert_eq!(
+        chain.mark(Mark::Finalized).unwrap(),
+        Some((10, hash_of(10)))
+    );
+
+    // A branch leaving the chain below the finalized block is refused.
+    chain.set_marks(side.hash, hash_of(18)).unwrap();
+    let back = removed.last().unwrap().hash;
+    assert!(matches!(
+        chain.set_head(back),
+        Err(ChainError::BelowFinalized {
+            fork_point: 17,
+            finalized: 18
+        })
+    ));
+    assert_eq!(chain.head().unwrap(), (18, side.hash));
+
+    // The marks are in the store: a reopened chain has them.
+    drop(chain);
+    let chain = Chain::init(Store::open(&dir, None).unwrap(), &genesis).unwrap();
+    assert_eq!(chain.mark(Mark::Safe).unwrap(), Some((18, side.hash)));
+    assert_eq!(chain.mark(Mark::Finalized).unwrap(), Some((18, side.hash)));
+    drop(chain);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The whole conformance chain imported through the stored tries (deployments, storage

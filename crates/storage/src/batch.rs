@@ -13,14 +13,15 @@
 //!    entry in this batch is a deletion: a deleted account keeps no storage;
 //! 6. accounts, in call order; code; trie wipes, then trie nodes in call order;
 //! 7. blob sidecars, the pool journal and undo records, puts and deletes in call order;
-//! 8. the head.
+//! 8. the head, then the safe and finalized marks.
 //!
 //! Within a phase, a later entry for the same key wins.
 
 use crate::backend::{Op, Table};
 use crate::codec::{
-    META_CHAIN, META_HEAD, encode_account, encode_meta, encode_number_hash, encode_slot_value,
-    encode_tx_location, number_key, storage_bounds, storage_key, trie_node_key, trie_owner_bounds,
+    META_CHAIN, META_FINALIZED, META_HEAD, META_SAFE, encode_account, encode_meta,
+    encode_number_hash, encode_slot_value, encode_tx_location, number_key, storage_bounds,
+    storage_key, trie_node_key, trie_owner_bounds,
 };
 use crate::{Account, ChainMeta, TxLocation};
 use alloy_primitives::{Address, B256, Bytes, U256};
@@ -46,6 +47,9 @@ pub struct WriteBatch {
     trie_nodes: Vec<(B256, Vec<u8>, Option<Vec<u8>>)>,
     clear_state: bool,
     head: Option<(u64, B256)>,
+    /// New safe and finalized marks: `Some(None)` deletes one.
+    safe: Option<Option<(u64, B256)>>,
+    finalized: Option<Option<(u64, B256)>>,
     /// Snap sync's writes (see `crate::snap`), applied last but for the head.
     pub(crate) snap: Vec<Op>,
 }
@@ -75,6 +79,8 @@ impl WriteBatch {
             && self.trie_nodes.is_empty()
             && !self.clear_state
             && self.head.is_none()
+            && self.safe.is_none()
+            && self.finalized.is_none()
             && self.snap.is_empty()
     }
 
@@ -200,6 +206,18 @@ impl WriteBatch {
 
     pub fn set_head(&mut self, number: u64, hash: B256) -> &mut Self {
         self.head = Some((number, hash));
+        self
+    }
+
+    /// Records the consensus layer's safe and finalized blocks as (number, hash); `None`
+    /// forgets one (no such block yet).
+    pub fn set_forkchoice_marks(
+        &mut self,
+        safe: Option<(u64, B256)>,
+        finalized: Option<(u64, B256)>,
+    ) -> &mut Self {
+        self.safe = Some(safe);
+        self.finalized = Some(finalized);
         self
     }
 
@@ -334,6 +352,12 @@ impl WriteBatch {
                 META_HEAD,
                 encode_number_hash(number, &hash).to_vec(),
             ));
+        }
+        for (key, mark) in [(META_SAFE, self.safe), (META_FINALIZED, self.finalized)] {
+            if let Some(mark) = mark {
+                let value = mark.map(|(number, hash)| encode_number_hash(number, &hash).to_vec());
+                ops.push(put_or_delete(Table::Meta, key, value));
+            }
         }
         ops
     }

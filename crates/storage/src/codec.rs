@@ -12,6 +12,9 @@ use alloy_primitives::{Address, B256, U256};
 /// Keys of the meta table.
 pub(crate) const META_CHAIN: &[u8] = b"chain_meta";
 pub(crate) const META_HEAD: &[u8] = b"head";
+/// The consensus layer's safe and finalized blocks (its last forkchoiceUpdated).
+pub(crate) const META_SAFE: &[u8] = b"safe";
+pub(crate) const META_FINALIZED: &[u8] = b"finalized";
 pub(crate) const META_SCHEMA: &[u8] = b"schema_version";
 
 /// Bumped whenever a table or layout below changes incompatibly.

@@ -54,9 +54,9 @@ pub use warm::{WarmEnd, Warmed};
 use alloy_primitives::{Address, B256, Bytes, KECCAK256_EMPTY, U256};
 use backend::{Backend, MemoryBackend, Op, RedbBackend, Table};
 use codec::{
-    META_CHAIN, META_HEAD, decode_account, decode_address, decode_b256, decode_meta, decode_number,
-    decode_number_hash, decode_slot_value, decode_tx_location, number_key, storage_bounds,
-    storage_key,
+    META_CHAIN, META_FINALIZED, META_HEAD, META_SAFE, decode_account, decode_address, decode_b256,
+    decode_meta, decode_number, decode_number_hash, decode_slot_value, decode_tx_location,
+    number_key, storage_bounds, storage_key,
 };
 use node_cache::{NodeCache, NodeChanges};
 use std::fmt;
@@ -197,6 +197,21 @@ impl Store {
     pub fn head(&self) -> Result<Option<(u64, B256)>, StoreError> {
         self.backend
             .get_with(Table::Meta, META_HEAD, |v| decode_number_hash(v, "head"))
+    }
+
+    /// (number, hash) of the block the consensus layer last named safe, if it named one.
+    /// Written by [`WriteBatch::set_forkchoice_marks`]; not checked against the canonical
+    /// chain here (the chain does that).
+    pub fn safe(&self) -> Result<Option<(u64, B256)>, StoreError> {
+        self.backend
+            .get_with(Table::Meta, META_SAFE, |v| decode_number_hash(v, "safe"))
+    }
+
+    /// (number, hash) of the block the consensus layer last named finalized, if any.
+    pub fn finalized(&self) -> Result<Option<(u64, B256)>, StoreError> {
+        self.backend.get_with(Table::Meta, META_FINALIZED, |v| {
+            decode_number_hash(v, "finalized")
+        })
     }
 
     pub fn header_rlp(&self, hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {

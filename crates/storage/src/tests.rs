@@ -108,6 +108,29 @@ fn absent_things_read_as_none_or_zero() {
 }
 
 #[test]
+fn forkchoice_marks_are_kept_and_forgotten() {
+    on_both("marks", |store| {
+        assert_eq!(store.safe().unwrap(), None);
+        assert_eq!(store.finalized().unwrap(), None);
+        commit(store, |b| {
+            b.set_forkchoice_marks(Some((5, hash(5))), Some((3, hash(3))));
+        });
+        assert_eq!(store.safe().unwrap(), Some((5, hash(5))));
+        assert_eq!(store.finalized().unwrap(), Some((3, hash(3))));
+        // A batch that says nothing of them leaves them as they are.
+        commit(store, |b| {
+            b.set_head(6, hash(6));
+        });
+        assert_eq!(store.finalized().unwrap(), Some((3, hash(3))));
+        commit(store, |b| {
+            b.set_forkchoice_marks(None, Some((4, hash(4))));
+        });
+        assert_eq!(store.safe().unwrap(), None);
+        assert_eq!(store.finalized().unwrap(), Some((4, hash(4))));
+    });
+}
+
+#[test]
 fn a_commit_is_visible_to_every_clone_when_it_returns() {
     on_both("visible", |store| {
         let other = store.clone();

@@ -100,6 +100,17 @@ impl Chain {
         Ok(block)
     }
 
+    /// Marks the head safe and a block of the last completed 32-block "epoch" finalized,
+    /// as go-ethereum's dev mode does: a dev chain has no consensus layer to name them.
+    pub fn mark_dev_head(&self) -> Result<(), ChainError> {
+        let (head, head_hash) = self.head()?;
+        let finalized = dev_finalized_number(head);
+        let finalized_hash = self.store.canonical_hash(finalized)?.ok_or_else(|| {
+            ChainError::Corrupt(format!("no canonical block {finalized} below the head"))
+        })?;
+        self.set_marks(head_hash, finalized_hash)
+    }
+
     /// Takes the canonical blocks above `number` back through their undo records (head
     /// first) and returns them oldest first; the block at `number` becomes the head. At
     /// most the last 128 blocks can be taken back.
@@ -116,6 +127,17 @@ impl Chain {
             });
         }
         self.unwind_to(number)
+    }
+}
+
+/// The block a dev chain at `head` calls finalized: the start of the last whole epoch
+/// of 32 blocks behind it.
+fn dev_finalized_number(head: u64) -> u64 {
+    const EPOCH: u64 = 32;
+    if head.is_multiple_of(EPOCH) {
+        head.saturating_sub(EPOCH)
+    } else {
+        head / EPOCH * EPOCH
     }
 }
 

@@ -8,7 +8,7 @@ use crate::params::{
 };
 use alloy_primitives::{Address, B256, Bytes};
 use jsonrpsee::types::Params;
-use moat_blockchain::chain::ChainError;
+use moat_blockchain::chain::{ChainError, Mark};
 use moat_blockchain::history::StateAtBlock;
 use moat_blockchain::mempool::TxInput;
 use moat_common::block::{Block, Header};
@@ -34,25 +34,34 @@ impl RpcContext {
         self.chain.head_header().map_err(internal)
     }
 
-    /// The canonical block hash a reference names, `None` if there is no such block.
-    /// safe and finalized follow the head: the node keeps no consensus-layer view yet.
-    pub(crate) fn resolve(&self, r: BlockRef) -> RpcResult<Option<B256>> {
-        let number = match r {
-            BlockRef::Hash(h) => {
-                return Ok(self
-                    .chain
-                    .store()
-                    .block_number(&h)
-                    .map_err(internal)?
-                    .map(|_| h));
-            }
-            BlockRef::Tag(Tag::Latest | Tag::Safe | Tag::Finalized | Tag::Pending) => {
-                return Ok(Some(self.head()?.1));
-            }
-            BlockRef::Tag(Tag::Earliest) => 0,
-            BlockRef::Number(n) => n,
+    /// The block a tag names, as (number, hash): the head for latest and pending, genesis
+    /// for earliest, and for safe and finalized the blocks the consensus layer last named
+    /// (an error, as geth's, before it has named one).
+    pub(crate) fn tag_block(&self, tag: Tag) -> RpcResult<(u64, B256)> {
+        let mark = match tag {
+            Tag::Latest | Tag::Pending => return self.head(),
+            Tag::Earliest => return Ok((0, self.chain.genesis_hash())),
+            Tag::Safe => Mark::Safe,
+            Tag::Finalized => Mark::Finalized,
         };
-        self.chain.store().canonical_hash(number).map_err(internal)
+        self.chain
+            .mark(mark)
+            .map_err(internal)?
+            .ok_or_else(|| server_error(format!("{} block not found", mark.name())))
+    }
+
+    /// The canonical block hash a reference names, `None` if there is no such block.
+    pub(crate) fn resolve(&self, r: BlockRef) -> RpcResult<Option<B256>> {
+        match r {
+            BlockRef::Hash(h) => Ok(self
+                .chain
+                .store()
+                .block_number(&h)
+                .map_err(internal)?
+                .map(|_| h)),
+            BlockRef::Tag(tag) => Ok(Some(self.tag_block(tag)?.1)),
+            BlockRef::Number(n) => self.chain.store().canonical_hash(n).map_err(internal),
+        }
     }
 
     /// Which state a block reference allows reading, or an error.
@@ -65,23 +74,26 @@ impl RpcContext {
                 Ok(StateAt::Past(n))
             }
         };
-        match r {
-            BlockRef::Tag(Tag::Pending) => Ok(StateAt::Pending),
-            BlockRef::Tag(Tag::Latest | Tag::Safe | Tag::Finalized) => Ok(StateAt::Head),
-            BlockRef::Tag(Tag::Earliest) | BlockRef::Number(_) => {
-                let n = if let BlockRef::Number(n) = r { n } else { 0 };
-                match n.cmp(&head_number) {
-                    std::cmp::Ordering::Equal => Ok(StateAt::Head),
-                    std::cmp::Ordering::Less => past(n),
-                    std::cmp::Ordering::Greater => Err(header_not_found()),
-                }
+        let number = match r {
+            BlockRef::Tag(Tag::Pending) => return Ok(StateAt::Pending),
+            BlockRef::Tag(Tag::Latest) => return Ok(StateAt::Head),
+            BlockRef::Tag(tag @ (Tag::Earliest | Tag::Safe | Tag::Finalized)) => {
+                self.tag_block(tag)?.0
             }
-            BlockRef::Hash(h) if h == head_hash => Ok(StateAt::Head),
-            BlockRef::Hash(h) => match self.chain.store().block_number(&h).map_err(internal)? {
-                Some(n) if self.chain.is_canonical(&h).map_err(internal)? => past(n),
-                Some(_) => Err(historical_state()),
-                None => Err(header_not_found()),
-            },
+            BlockRef::Number(n) => n,
+            BlockRef::Hash(h) if h == head_hash => return Ok(StateAt::Head),
+            BlockRef::Hash(h) => {
+                return match self.chain.store().block_number(&h).map_err(internal)? {
+                    Some(n) if self.chain.is_canonical(&h).map_err(internal)? => past(n),
+                    Some(_) => Err(historical_state()),
+                    None => Err(header_not_found()),
+                };
+            }
+        };
+        match number.cmp(&head_number) {
+            std::cmp::Ordering::Equal => Ok(StateAt::Head),
+            std::cmp::Ordering::Less => past(number),
+            std::cmp::Ordering::Greater => Err(header_not_found()),
         }
     }
 

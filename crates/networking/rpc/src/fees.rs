@@ -188,8 +188,8 @@ pub fn fee_history(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
             )));
         }
         BlockRef::Number(n) => n,
-        BlockRef::Tag(crate::params::Tag::Earliest) => 0,
-        _ => head_number,
+        BlockRef::Tag(tag) => ctx.tag_block(tag)?.0,
+        BlockRef::Hash(_) => head_number,
     };
     let oldest = newest_number.saturating_sub(count - 1);
     let config = ctx.chain.config();

@@ -1048,3 +1048,118 @@ async fn a_chain_the_syncer_refused_is_invalid_with_its_latest_valid_hash() {
     assert_eq!(fcu["payloadStatus"]["latestValidHash"], json!(g));
     assert!(!n.ctx.synced.load(Ordering::Acquire));
 }
+
+/// `safe` and `finalized` are the blocks the consensus layer named in its last
+/// forkchoiceUpdated, for every method that takes a block tag: before it names any they
+/// are "not found" as in geth, a block off the chain is refused with -38002 and changes
+/// nothing, and a zero hash leaves a mark as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn safe_and_finalized_are_the_blocks_the_forkchoice_named() {
+    let n = node().await;
+    let addr = n.handle.local_addr();
+    let fcu = |head: B256, safe: B256, finalized: B256| json!({ "headBlockHash": head, "safeBlockHash": safe, "finalizedBlockHash": finalized });
+    // Three blocks, each made head with zero safe and finalized hashes.
+    let mut hashes = vec![n.chain.head_header().unwrap().hash()];
+    for i in 0..3u64 {
+        let parent = *hashes.last().unwrap();
+        let ts = n.chain.head_header().unwrap().timestamp + 12;
+        let r = result(
+            addr,
+            "engine_forkchoiceUpdatedV3",
+            json!([fcu(parent, B256::ZERO, B256::ZERO), attributes(ts)]),
+        )
+        .await;
+        let id = r["payloadId"].as_str().expect("a payload id").to_string();
+        let env = result(addr, "engine_getPayloadV4", json!([id])).await;
+        let payload = env["executionPayload"].clone();
+        let status = result(
+            addr,
+            "engine_newPayloadV4",
+            json!([payload, [], B256::repeat_byte(9), []]),
+        )
+        .await;
+        assert_eq!(status["status"], "VALID", "block {i}: {status}");
+        hashes.push(payload["blockHash"].as_str().unwrap().parse().unwrap());
+    }
+    let head = hashes[3];
+    let r = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu(head, B256::ZERO, B256::ZERO), null]),
+    )
+    .await;
+    assert_eq!(r["payloadStatus"]["status"], "VALID", "{r}");
+
+    // The eth methods, served over the same chain as a node serves them.
+    let rpc = moat_rpc::start(
+        moat_rpc::RpcConfig {
+            http_addr: "127.0.0.1:0".parse().unwrap(),
+            ..moat_rpc::RpcConfig::default()
+        },
+        moat_rpc::RpcContext::new(n.chain.clone(), n.pool.clone()),
+    )
+    .await
+    .expect("rpc starts");
+    let eth = rpc.http_addr().expect("http is on");
+    let block = |tag: &'static str| async move {
+        call(eth, "eth_getBlockByNumber", json!([tag, false])).await
+    };
+    for tag in ["safe", "finalized"] {
+        let r = block(tag).await;
+        assert_eq!(r["error"]["code"], -32000, "{tag}: {r}");
+        assert_eq!(r["error"]["message"], format!("{tag} block not found"));
+        let r = call(eth, "eth_getBalance", json!([Address::ZERO, tag])).await;
+        assert_eq!(r["error"]["message"], format!("{tag} block not found"));
+    }
+    assert_eq!(block("latest").await["result"]["hash"], json!(head));
+
+    // The CL names #2 safe and #1 finalized.
+    let r = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu(head, hashes[2], hashes[1]), null]),
+    )
+    .await;
+    assert_eq!(r["payloadStatus"]["status"], "VALID", "{r}");
+    assert_eq!(block("safe").await["result"]["hash"], json!(hashes[2]));
+    assert_eq!(block("finalized").await["result"]["hash"], json!(hashes[1]));
+    assert_eq!(block("latest").await["result"]["hash"], json!(head));
+    // State, logs and fee history read the same blocks.
+    let rich = n.rich.address();
+    let at =
+        |tag: &'static str| async move { result(eth, "eth_getBalance", json!([rich, tag])).await };
+    assert_eq!(at("finalized").await, at("0x1").await);
+    assert_eq!(at("safe").await, at("0x2").await);
+    let logs = call(
+        eth,
+        "eth_getLogs",
+        json!([{ "fromBlock": "finalized", "toBlock": "safe" }]),
+    )
+    .await;
+    assert_eq!(logs["result"], json!([]), "{logs}");
+    let fees = result(eth, "eth_feeHistory", json!(["0x1", "finalized", []])).await;
+    assert_eq!(fees["oldestBlock"], "0x1", "{fees}");
+
+    // A finalized block that is not on the chain: -38002, the marks stay.
+    let code = error_code(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu(head, head, B256::repeat_byte(0x12)), null]),
+    )
+    .await;
+    assert_eq!(code, i64::from(moat_rpc::engine::INVALID_FORKCHOICE_STATE));
+    assert_eq!(block("safe").await["result"]["hash"], json!(hashes[2]));
+    assert_eq!(block("finalized").await["result"]["hash"], json!(hashes[1]));
+    // Zero keeps the finalized block; the safe one moves on.
+    let r = result(
+        addr,
+        "engine_forkchoiceUpdatedV3",
+        json!([fcu(head, head, B256::ZERO), null]),
+    )
+    .await;
+    assert_eq!(r["payloadStatus"]["status"], "VALID", "{r}");
+    assert_eq!(block("safe").await["result"]["hash"], json!(head));
+    assert_eq!(block("finalized").await["result"]["hash"], json!(hashes[1]));
+    rpc.stop();
+    n.handle.stop();
+}

@@ -300,15 +300,8 @@ impl EngineContext {
             self.request_sync(head);
             return Ok(Err(Status::Syncing));
         };
-        let store = self.chain.store();
-        let canonical = |h: &B256| -> RpcResult<bool> {
-            let Some(n) = store.block_number(h).map_err(internal)? else {
-                return Ok(false);
-            };
-            Ok(store.canonical_hash(n).map_err(internal)? == Some(*h))
-        };
         let mut news = None;
-        if !canonical(&head)? {
+        if !self.chain.is_canonical(&head).map_err(chain_err)? {
             // Known but off the canonical chain: reorg to it.
             match self.chain.set_head(head) {
                 Ok(change) => {
@@ -342,20 +335,26 @@ impl EngineContext {
                     return Ok(Err(Status::Syncing));
                 }
                 Err(ChainError::ReorgTooDeep { .. }) => return Ok(Err(Status::Syncing)),
+                Err(e @ ChainError::BelowFinalized { .. }) => {
+                    return Err(invalid_forkchoice_state(e.to_string()));
+                }
                 Err(e) => return Err(chain_err(e)),
-            }
-        }
-        for (name, h) in [("finalized", finalized), ("safe", safe)] {
-            if !h.is_zero() && !canonical(&h)? {
-                return Err(invalid_forkchoice_state(format!(
-                    "{name} block {h} is not in the canonical chain"
-                )));
             }
         }
         let (_, current) = self.chain.head().map_err(chain_err)?;
         if current != head {
             // A canonical ancestor: the CL is catching up; keep our head, as geth does.
             return Ok(Err(Status::Valid(head)));
+        }
+        // The head is ours: the safe and finalized blocks are kept for their tags and as
+        // the floor of later reorgs; a block off the head's chain is refused (engine
+        // spec). An old head above leaves them as they were, as geth does.
+        match self.chain.set_marks(safe, finalized) {
+            Ok(()) => {}
+            Err(e @ ChainError::NotCanonical { .. }) => {
+                return Err(invalid_forkchoice_state(e.to_string()));
+            }
+            Err(e) => return Err(chain_err(e)),
         }
         let pool_head = *self.shared.pool_head.lock();
         let news = if news.is_some() {

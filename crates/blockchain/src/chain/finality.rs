@@ -1,0 +1,81 @@
+//! The consensus layer's safe and finalized blocks, as its last forkchoiceUpdated named
+//! them.
+//!
+//! The marks are kept in the store beside the head (so they survive a restart) and read
+//! back only while they still name canonical blocks: a safe block that a reorg took off
+//! the chain is no longer safe. A finalized block is never taken off:
+//! [`Chain::set_head`] refuses a reorg whose fork point lies below it.
+//!
+//! The zero hash names no block: a mark given as zero is left as it was, as geth does
+//! (a consensus client sends zero only before it has a checkpoint).
+
+use super::{Chain, ChainError};
+use alloy_primitives::B256;
+use moat_storage::WriteBatch;
+
+/// Which of the two marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    Safe,
+    Finalized,
+}
+
+impl Mark {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mark::Safe => "safe",
+            Mark::Finalized => "finalized",
+        }
+    }
+}
+
+impl Chain {
+    /// (number, hash) of the block the consensus layer calls `mark`, while it is
+    /// canonical; `None` before there is one.
+    pub fn mark(&self, mark: Mark) -> Result<Option<(u64, B256)>, ChainError> {
+        let stored = match mark {
+            Mark::Safe => self.store.safe()?,
+            Mark::Finalized => self.store.finalized()?,
+        };
+        let Some((number, hash)) = stored else {
+            return Ok(None);
+        };
+        Ok((self.store.canonical_hash(number)? == Some(hash)).then_some((number, hash)))
+    }
+
+    /// Records the consensus layer's safe and finalized blocks. Each non-zero hash must
+    /// name a canonical block ([`ChainError::NotCanonical`] otherwise, and nothing is
+    /// written); a zero hash keeps that mark as it was. The write is no more durable
+    /// than the head's: a crash can only take the marks back to earlier ones, which are
+    /// ancestors of the head the store reopens at.
+    pub fn set_marks(&self, safe: B256, finalized: B256) -> Result<(), ChainError> {
+        let _writer = self.writer.lock();
+        let resolve = |mark: Mark, hash: B256| -> Result<Option<(u64, B256)>, ChainError> {
+            if hash.is_zero() {
+                return self.mark(mark);
+            }
+            match self.store.block_number(&hash)? {
+                Some(n) if self.store.canonical_hash(n)? == Some(hash) => Ok(Some((n, hash))),
+                _ => Err(ChainError::NotCanonical {
+                    what: mark.name(),
+                    hash,
+                }),
+            }
+        };
+        let finalized = resolve(Mark::Finalized, finalized)?;
+        let safe = resolve(Mark::Safe, safe)?;
+        if safe == self.mark(Mark::Safe)? && finalized == self.mark(Mark::Finalized)? {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        batch.set_forkchoice_marks(safe, finalized);
+        self.store.commit_relaxed(batch)?;
+        Ok(())
+    }
+
+    /// The finalized block's number, below which no reorg may cut (0 before finality:
+    /// genesis is final anyway).
+    pub(super) fn finalized_floor(&self) -> Result<u64, ChainError> {
+        Ok(self.mark(Mark::Finalized)?.map_or(0, |(n, _)| n))
+    }
+}
