@@ -123,11 +123,41 @@ pub enum Rejection {
     /// KZG verification did not answer (its worker went away, e.g. at shutdown).
     #[error("transaction verification was aborted")]
     Aborted,
+    /// A local tx the journal could not make durable (the disk is full, or a write or
+    /// sync failed): it is not admitted, since the answer promises it survives a crash.
+    #[error("{}", journal_message(.0))]
+    JournalFailed(JournalFailure),
+}
+
+/// Why the journal could not keep a tx: the kind of the I/O error and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalFailure {
+    pub kind: std::io::ErrorKind,
+    pub message: String,
+}
+
+impl From<&std::io::Error> for JournalFailure {
+    fn from(e: &std::io::Error) -> Self {
+        JournalFailure {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// geth's words for a full disk (what its own writes fail with); the error as it is
+/// otherwise.
+fn journal_message(f: &JournalFailure) -> String {
+    if f.kind == std::io::ErrorKind::StorageFull {
+        "no space left on device".to_string()
+    } else {
+        format!("transaction not journaled: {}", f.message)
+    }
 }
 
 impl Rejection {
     /// Number of distinct [`Rejection::reason`] values (metrics arrays are sized by it).
-    pub const REASONS: usize = 24;
+    pub const REASONS: usize = 25;
 
     /// Stable metric label.
     pub fn reason(&self) -> &'static str {
@@ -164,6 +194,7 @@ impl Rejection {
             Rejection::Aborted => ("aborted", 21),
             Rejection::BlobNonceGap { .. } => ("blob_nonce_gap", 22),
             Rejection::BlobFeeCapTooLow => ("blob_fee_cap_too_low", 23),
+            Rejection::JournalFailed(_) => ("journal_failed", 24),
         }
     }
 
@@ -248,8 +279,8 @@ impl Rejection {
             Rejection::TooManyAuthorizations { .. } => (None, true),
             // Blob txs before Cancun: no honest peer relays them.
             Rejection::BlobsNotActive => (Penalty, false),
-            // Our shutdown, not the peer.
-            Rejection::Aborted => (None, false),
+            // Our shutdown or our disk, not the peer.
+            Rejection::Aborted | Rejection::JournalFailed(_) => (None, false),
         }
     }
 }

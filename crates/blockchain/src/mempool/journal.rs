@@ -349,6 +349,7 @@ impl Journal {
             awake,
             interval: options.interval,
             last_sync: Mutex::new(None),
+            sync_failed: AtomicBool::new(false),
             #[cfg(test)]
             test: Default::default(),
         });
@@ -398,9 +399,18 @@ impl Journal {
 
     /// Whether the file has grown enough since the last rotation to rotate it now.
     pub fn wants_rotation(&self) -> bool {
+        if self.is_failed() {
+            return true;
+        }
         let size = self.size();
         let base = self.inner.rotated_size.load(Ordering::Relaxed).max(1);
         size > MIN_ROTATE_SIZE && size > base.saturating_mul(GROWTH_FACTOR)
+    }
+
+    /// Whether a sync failed since the last rotation: appends fail until a rotation
+    /// succeeds ([`Journal::wants_rotation`] asks for one).
+    pub fn is_failed(&self) -> bool {
+        self.inner.writers.sync_failed.load(Ordering::Acquire)
     }
 
     fn send(&self, command: Command) -> io::Result<()> {
@@ -493,6 +503,12 @@ impl Journal {
     /// Held entries forgotten at the bounds since the journal was opened.
     pub fn held_forgotten(&self) -> u64 {
         self.inner.held.lock().forgotten
+    }
+
+    /// Makes the sync of batch `number` (0 is the first since open) fail (tests).
+    #[cfg(test)]
+    pub(crate) fn fail_sync_of(&self, number: u64) {
+        self.inner.writers.test.failing_syncs.lock().insert(number);
     }
 
     /// Bounds of the held list other than [`MAX_HELD`] and [`MAX_HELD_BYTES`] (tests).
@@ -626,6 +642,10 @@ struct Writers {
     /// many records.
     interval: Duration,
     last_sync: Mutex<Option<(Instant, usize)>>,
+    /// A sync failed: what the file holds after the last good sync is unknown, and a
+    /// reader stops at the first damaged record, so no later batch is written or
+    /// acknowledged until a rotation has rewritten the file from the pool.
+    sync_failed: AtomicBool,
     #[cfg(test)]
     test: TestHooks,
 }
@@ -768,6 +788,9 @@ type Answers = Vec<oneshot::Sender<io::Result<()>>>;
 struct Acks {
     /// The batch to answer next.
     next: u64,
+    /// The first batch whose sync failed since the last rotation: it and every batch
+    /// after it are answered with an error.
+    failed_from: Option<u64>,
     synced: std::collections::BTreeMap<u64, (io::Result<()>, Answers)>,
 }
 
@@ -776,6 +799,8 @@ struct Acks {
 struct TestHooks {
     /// A delay before each sync, by batch number.
     delays: Mutex<std::collections::HashMap<u64, Duration>>,
+    /// Batches whose sync fails (as an I/O error of the disk would).
+    failing_syncs: Mutex<std::collections::HashSet<u64>>,
     /// Syncs running now, and the most seen at once.
     syncing: AtomicUsize,
     most_syncing: AtomicUsize,
@@ -896,7 +921,13 @@ impl Writers {
             return None;
         }
         let mut f = self.file.lock();
-        let written = f.write(records);
+        let written = if self.sync_failed.load(Ordering::Acquire) {
+            Err(io::Error::other(
+                "the pool journal is waiting to be rewritten after a failed sync",
+            ))
+        } else {
+            f.write(records)
+        };
         if written.is_ok() {
             self.size.store(f.end, Ordering::Relaxed);
         }
@@ -932,7 +963,22 @@ impl Writers {
         if !self.interval.is_zero() {
             *self.last_sync.lock() = Some((started, batch.records));
         }
+        let written = batch.written.is_ok();
         let result = batch.written.and_then(|()| batch.file.sync_data());
+        #[cfg(test)]
+        let result = result.and_then(|()| {
+            if self.test.failing_syncs.lock().remove(&batch.number) {
+                Err(io::Error::other("injected sync failure"))
+            } else {
+                Ok(())
+            }
+        });
+        // A failed write leaves the end where it was (the next batch writes over it); a
+        // failed sync leaves the file in doubt.
+        let sync_failed = written && result.is_err();
+        if sync_failed {
+            self.sync_failed.store(true, Ordering::Release);
+        }
         metrics::histogram!("moat_pool_journal_sync_seconds").record(started.elapsed());
         self.awake.end();
         #[cfg(test)]
@@ -950,14 +996,20 @@ impl Writers {
         let mut answer = Vec::new();
         {
             let mut acks = self.acks.lock();
+            if sync_failed && acks.failed_from.is_none_or(|f| batch.number < f) {
+                acks.failed_from = Some(batch.number);
+            }
             acks.synced.insert(batch.number, (result, batch.waiting));
             loop {
                 let next = acks.next;
-                let Some(done) = acks.synced.remove(&next) else {
+                let Some((mut result, waiting)) = acks.synced.remove(&next) else {
                     break;
                 };
+                if result.is_ok() && acks.failed_from.is_some_and(|f| next > f) {
+                    result = Err(io::Error::other("an earlier pool journal sync failed"));
+                }
                 acks.next += 1;
-                answer.push(done);
+                answer.push((result, waiting));
             }
         }
         for (result, waiting) in answer {
@@ -1019,6 +1071,11 @@ impl Writers {
         self.size.store(bytes.len() as u64, Ordering::Relaxed);
         self.rotated_size
             .store(bytes.len() as u64, Ordering::Relaxed);
+        // A fresh file: later batches are written and acknowledged again.
+        if self.sync_failed.swap(false, Ordering::AcqRel) {
+            self.acks.lock().failed_from = None;
+            tracing::info!("pool journal rewritten after a failed sync: writing again");
+        }
         Ok(count)
     }
 }
@@ -1134,7 +1191,8 @@ pub(crate) fn reload_fate(refusal: &Rejection) -> ReloadFate {
         | Rejection::AlreadyReserved
         | Rejection::InflightLimit
         | Rejection::AuthorityReserved
-        | Rejection::BlobNonceGap { .. } => ReloadFate::Held,
+        | Rejection::BlobNonceGap { .. }
+        | Rejection::JournalFailed(_) => ReloadFate::Held,
         Rejection::Oversized { .. }
         | Rejection::Decode(_)
         | Rejection::RecentlyFailed
@@ -1204,6 +1262,32 @@ mod tests {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
+    }
+
+    /// A failed sync fails its batch and every later one, written or not, until a
+    /// rotation rewrites the file; then appends are written and acknowledged again, and
+    /// a reopen finds exactly what was acknowledged (and what the rotation kept).
+    #[test]
+    fn after_a_failed_sync_nothing_is_acknowledged_until_a_rotation() {
+        let tmp = temp("failed-sync");
+        let path = tmp.path.clone();
+        let rt = rt();
+        let (j, _) = Journal::open(&path).unwrap();
+        j.fail_sync_of(1);
+        rt.block_on(async {
+            j.append(&[1; 10]).await.unwrap();
+            assert!(!j.is_failed());
+            j.append(&[2; 10]).await.unwrap_err();
+            assert!(j.is_failed() && j.wants_rotation());
+            j.append(&[3; 10]).await.unwrap_err();
+            let kept = j.rotate(Box::new(|| vec![vec![1; 10]])).await.unwrap();
+            assert_eq!(kept, 1);
+            assert!(!j.is_failed() && !j.wants_rotation());
+            j.append(&[4; 10]).await.unwrap();
+        });
+        j.close();
+        let (_j, contents) = Journal::open(&path).unwrap();
+        assert_eq!(contents.entries, vec![vec![1; 10], vec![4; 10]]);
     }
 
     #[test]

@@ -245,6 +245,10 @@ static REASON_PROBES: std::sync::LazyLock<Vec<Rejection>> = std::sync::LazyLock:
             found: 0,
         },
         Rejection::BlobFeeCapTooLow,
+        Rejection::JournalFailed(super::JournalFailure {
+            kind: std::io::ErrorKind::StorageFull,
+            message: String::new(),
+        }),
     ]
 });
 

@@ -22,7 +22,7 @@ pub use budget::{
     BudgetConfig, BudgetState, Budgets, CpuMeter, DropReason, PeerBudget, Spent, Verdict,
 };
 pub use config::{PoolConfig, SubPoolLimit};
-pub use error::{AddResult, Added, PeerCost, Rejection, SubPool};
+pub use error::{AddResult, Added, JournalFailure, PeerCost, Rejection, SubPool};
 pub use journal::{Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot};
 pub use lanes::{Lane, Standing};
 pub use metrics::{Counter, PoolMetrics, Stage};
@@ -455,13 +455,13 @@ impl Pool {
     /// [`Pool::submit_local`], and the network measures a peer's transactions a message
     /// chunk at a time with [`Pool::add_metered`].
     pub async fn add_transaction(&self, input: TxInput, origin: TxOrigin) -> AddResult {
-        let result = self.add_metered(input, origin, &mut CpuMeter::off()).await;
-        if origin == TxOrigin::Local
-            && let Ok(added) = &result
-        {
-            self.journal_record(&added.hash).await;
+        let added = self
+            .add_metered(input, origin, &mut CpuMeter::off())
+            .await?;
+        if origin == TxOrigin::Local {
+            self.journal_record(&added.hash).await?;
         }
-        result
+        Ok(added)
     }
 
     /// A transaction submitted over RPC (`eth_sendRawTransaction`): waits out the local
@@ -482,11 +482,10 @@ impl Pool {
         let mut meter = CpuMeter::start();
         let result = self.add_metered(input, TxOrigin::Local, &mut meter).await;
         self.charge(TxOrigin::Local, meter);
-        if let Ok(added) = &result {
-            self.journal_append(&added.hash, wire.as_ref().map(|b| &b[..]), coming)
-                .await;
-        }
-        result
+        let added = result?;
+        self.journal_append(&added.hash, wire.as_ref().map(|b| &b[..]), coming)
+            .await?;
+        Ok(added)
     }
 
     /// Charges what `meter` measured to `origin`'s budget.
@@ -628,9 +627,10 @@ impl Pool {
 
     /// Appends a local tx to the journal and waits until it is durable (group commit:
     /// concurrent submissions share one sync): when the RPC call returns, the tx
-    /// survives a crash.
-    async fn journal_record(&self, hash: &B256) {
-        self.journal_append(hash, None, None).await;
+    /// survives a crash. If the journal cannot make it durable, the tx leaves the pool
+    /// again and the caller gets [`Rejection::JournalFailed`].
+    async fn journal_record(&self, hash: &B256) -> Result<(), Rejection> {
+        self.journal_append(hash, None, None).await
     }
 
     /// [`Pool::journal_record`] of a tx whose network bytes the caller has (`wire`), or
@@ -640,9 +640,9 @@ impl Pool {
         hash: &B256,
         wire: Option<&[u8]>,
         coming: Option<journal::Coming>,
-    ) {
+    ) -> Result<(), Rejection> {
         let Some(journal) = self.shared.journal.get() else {
-            return;
+            return Ok(());
         };
         let encoded;
         let bytes = match wire {
@@ -652,13 +652,20 @@ impl Pool {
                     encoded = tx.tx.encoded_2718();
                     &encoded
                 }
-                None => return,
+                None => return Ok(()),
             },
         };
-        // A failed write costs durability, not the transaction: it stays pooled.
-        if let Err(e) = journal.append_announced(bytes, coming).await {
-            tracing::warn!(%hash, error = %e, "journal write failed");
-        }
+        // The answer promises a tx that survives a crash: one the journal could not
+        // keep is withdrawn (only it: its sender's later nonces were journaled on their
+        // own) and refused. Its peers may have heard of it already; that is all.
+        journal.append_announced(bytes, coming).await.map_err(|e| {
+            let withdrawn = self.shared.pool.lock().withdraw(hash);
+            tracing::warn!(%hash, withdrawn, error = %e, "local tx refused: journal write failed");
+            ::metrics::counter!("moat_pool_journal_failures_total").increment(1);
+            let rejection = Rejection::JournalFailed(JournalFailure::from(&e));
+            self.shared.metrics.rejected(&rejection);
+            rejection
+        })
     }
 
     /// Re-admits the journal's entries (origin `Journal`) and rewrites the journal from

@@ -1103,6 +1103,20 @@ impl PoolInner {
         removed
     }
 
+    /// Removes one transaction only (its sender's later nonces stay, queued behind the
+    /// gap if they were pending); whether it was pooled.
+    pub fn withdraw(&mut self, hash: &B256) -> bool {
+        let Some(entry) = self.by_hash.get(hash) else {
+            return false;
+        };
+        let id = self.sender_ids.get(&entry.tx.sender).copied();
+        self.remove_entry(hash);
+        if let Some(id) = id {
+            self.reclassify(id);
+        }
+        true
+    }
+
     /// Removes one transaction and everything its sender has above it.
     pub fn remove_with_descendants(&mut self, hash: &B256) -> Vec<B256> {
         let Some(entry) = self.by_hash.get(hash) else {

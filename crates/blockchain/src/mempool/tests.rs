@@ -1260,6 +1260,50 @@ async fn local_txs_survive_a_restart_through_the_journal() {
     assert_eq!(journal_entries(&path).len(), 40);
 }
 
+/// The answer to a local submission promises the tx survives a crash: one whose
+/// journal sync failed is refused (geth's words for a full disk, its own otherwise) and
+/// leaves the pool, the sender's earlier tx stays, and once a rotation has rewritten the
+/// journal the same tx is taken and kept.
+#[tokio::test]
+async fn a_local_tx_the_journal_could_not_keep_is_refused_and_leaves_the_pool() {
+    let path = journal_path("failing");
+    let (pool, state) = setup();
+    let (journal, _) = Journal::open(&path).unwrap();
+    pool.attach_journal(journal.clone());
+    let a = funded(&state, 92);
+    let (first, second) = (tx1559(&a, 0, 2, 100), tx1559(&a, 1, 2, 100));
+    journal.fail_sync_of(1);
+    pool.submit_local(raw(&first)).await.unwrap();
+    let e = pool.submit_local(raw(&second)).await.unwrap_err();
+    assert!(matches!(e, Rejection::JournalFailed(_)), "{e:?}");
+    assert!(!e.is_peer_fault() && !e.is_hash_determined());
+    assert!(
+        e.to_string().starts_with("transaction not journaled"),
+        "{e}"
+    );
+    assert!(pool.contains(&first.hash()) && !pool.contains(&second.hash()));
+    assert_eq!(pool.metrics().rejections("journal_failed"), 1);
+    pool.assert_consistent();
+    // geth's words when the disk is full.
+    let full = Rejection::JournalFailed(JournalFailure {
+        kind: std::io::ErrorKind::StorageFull,
+        message: "No space left on device (os error 28)".into(),
+    });
+    assert_eq!(full.to_string(), "no space left on device");
+
+    assert!(journal.wants_rotation());
+    pool.rotate_journal().await.unwrap();
+    pool.submit_local(raw(&second)).await.unwrap();
+    journal.close();
+    assert_eq!(
+        journal_entries(&path),
+        vec![
+            first.encoded_2718().to_vec(),
+            second.encoded_2718().to_vec()
+        ]
+    );
+}
+
 #[tokio::test]
 async fn an_out_of_order_journal_is_readmitted_in_nonce_order() {
     let path = journal_path("order");
