@@ -6,6 +6,7 @@
 mod chain_cmd;
 mod dev;
 mod discovery;
+mod disk;
 mod fdlimit;
 mod ops_flags;
 mod p2p_admin;
@@ -74,6 +75,7 @@ fn no_huge_pages() {
 
 fn main() -> ExitCode {
     no_huge_pages();
+    quiet_store_panics();
     // geth's help headings; flags are parsed as derived.
     let matches = ops_flags::with_geth_headings(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -83,4 +85,16 @@ fn main() -> ExitCode {
         Some(Command::Init(args)) => chain_cmd::init(&args),
         Some(Command::Import(args)) => chain_cmd::import(&args),
     }
+}
+
+/// A panic the store turns into an error (redb's on a damaged page) is reported as that
+/// error where it is met; the default hook's "thread panicked" line is left out for it.
+/// Every other panic is printed as before.
+fn quiet_store_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !moat_storage::in_guarded_read() {
+            default(info);
+        }
+    }));
 }

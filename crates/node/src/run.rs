@@ -32,6 +32,10 @@ pub struct NodeArgs {
     /// Database directory (dev mode: a temporary one when not given).
     #[arg(long)]
     pub datadir: Option<PathBuf>,
+    /// Free disk space (MB) the datadir must keep: below it the node stops cleanly
+    /// before a write can fail (0: no check), as geth's flag.
+    #[arg(long = "datadir.minfreedisk", default_value_t = 0)]
+    pub datadir_minfreedisk: u64,
     /// A built-in network (mainnet, sepolia, hoodi) or a geth-style genesis.json.
     #[arg(long)]
     pub network: Option<String>,
@@ -175,6 +179,17 @@ enum GenesisSource {
     Network(String),
 }
 
+/// A fresh chain each time: a directory of its own, never one a killed dev node with the
+/// same process id left behind.
+fn temporary_dev_datadir() -> std::path::PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!("moat-dev-{}-{nanos:09}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 fn load_genesis(args: &NodeArgs) -> Result<GenesisSource, String> {
     if args.dev {
         return Ok(GenesisSource::Dev(Box::new(dev::dev_genesis(
@@ -202,6 +217,16 @@ pub fn run(mut args: NodeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // A dev node without --datadir runs on a fresh directory of its own, removed when
+    // the node stops (a killed one leaves it behind).
+    let temporary = match (&args.datadir, args.dev) {
+        (None, true) => {
+            let dir = temporary_dev_datadir();
+            args.datadir = Some(dir.clone());
+            Some(dir)
+        }
+        _ => None,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -224,11 +249,20 @@ pub fn run(mut args: NodeArgs) -> ExitCode {
                 eprintln!("error: cannot make the last blocks durable: {e}");
                 return ExitCode::from(1);
             }
+            drop(store);
+            if let Some(dir) = temporary
+                && let Err(e) = std::fs::remove_dir_all(&dir)
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "the dev datadir was not removed");
+            }
             tracing::info!("stopped");
             ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("error: {e}");
+            if let Some(dir) = temporary {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
             ExitCode::from(1)
         }
     }
@@ -301,17 +335,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     let genesis = load_genesis(&args)?;
     let datadir = match (&args.datadir, args.dev) {
         (Some(d), _) => d.clone(),
-        // A fresh chain each time: a directory of its own, never one a killed dev node
-        // with the same process id left behind.
-        (None, true) => {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos());
-            let dir =
-                std::env::temp_dir().join(format!("moat-dev-{}-{nanos:09}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            dir
-        }
+        (None, true) => temporary_dev_datadir(),
         (None, false) => return Err("give --datadir".into()),
     };
     moat_blockchain::state_root::set_state_root_workers(args.state_root_workers.into());
@@ -479,7 +503,18 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         }
     });
 
-    shutdown.wait().await;
+    // Until a signal, or the disk says no: a write that failed for a reason of the disk
+    // leaves the database unwritable until it is reopened, so the node stops rather
+    // than run on with it (a supervisor, or the operator, starts it again once there is
+    // space; the datadir reopens at its last durable commit).
+    let disk = tokio::select! {
+        () = shutdown.wait() => None,
+        why = crate::disk::trouble(&store, &datadir, args.datadir_minfreedisk) => Some(why),
+    };
+    if let Some(why) = &disk {
+        metrics::gauge!("moat_store_write_failed").set(1.0);
+        tracing::error!(error = %why, "stopping: the datadir cannot be written");
+    }
     // Intake stops: no new RPC or engine calls.
     rpc.stop();
     engine.stop();
@@ -488,6 +523,13 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     let _quiet = engine_ctx.quiesce().await;
     // Every acknowledged tx is already durable; this writes what is queued and stops.
     journal.close();
+    if let Some(why) = disk {
+        return Err(format!(
+            "stopped: the datadir {} cannot be written ({why}); free disk space and start \
+             moat again (it reopens at its last durable block)",
+            datadir.display()
+        ));
+    }
     store
         .flush()
         .map_err(|e| format!("cannot make the last blocks durable: {e}"))?;

@@ -39,6 +39,12 @@ pub enum StoreError {
         supported: u32,
     },
 
+    /// A write failed for a reason of the disk (full, or an I/O error): the database must
+    /// be closed and reopened before it is written again, so the store refuses every
+    /// later write ([`crate::Store::write_failure`]).
+    #[error("the database cannot be written: {0}")]
+    WriteFailed(String),
+
     /// A stored value does not decode: the file was damaged or written by something else.
     #[error("corrupt database: {0}")]
     Corrupt(String),

@@ -45,6 +45,7 @@ mod warm;
 #[cfg(test)]
 mod tests;
 
+pub use backend::in_guarded_read;
 pub use batch::WriteBatch;
 /// The trie-node table's key layout: what [`Store::trie_node_entries_from`] scans in order.
 pub use codec::{trie_node_key, trie_node_path, trie_owner_bounds};
@@ -111,6 +112,8 @@ pub struct Store {
     /// [`snap`]): reads by address then look there too, and writes by address retire
     /// them.
     snap_state: Arc<std::sync::atomic::AtomicBool>,
+    /// The first write that failed for a reason of the disk: no write is tried after it.
+    write_failure: Arc<std::sync::OnceLock<String>>,
 }
 
 impl fmt::Debug for Store {
@@ -166,6 +169,7 @@ impl Store {
             backend: Arc::new(Backend::Redb(backend)),
             nodes: Arc::new(NodeCache::new(node_cache_bytes as u64)),
             snap_state: Default::default(),
+            write_failure: Default::default(),
         };
         store.detect_snap_state()?;
         if let (Some(expected), Some(found)) = (meta, store.chain_meta()?)
@@ -186,7 +190,16 @@ impl Store {
             backend: Arc::new(Backend::Memory(MemoryBackend::new())),
             nodes: Arc::new(NodeCache::new(IN_MEMORY_NODE_CACHE_BYTES)),
             snap_state: Default::default(),
+            write_failure: Default::default(),
         }
+    }
+
+    /// Why the store takes no more writes, once a write failed for a reason of the disk
+    /// (full, or an I/O error): the database engine then needs closing and reopening,
+    /// which the node does by stopping (see the node's run loop). Reads from caches may
+    /// go on; every later commit returns [`StoreError::WriteFailed`] without trying.
+    pub fn write_failure(&self) -> Option<&str> {
+        self.write_failure.get().map(String::as_str)
     }
 
     pub fn chain_meta(&self) -> Result<Option<ChainMeta>, StoreError> {
@@ -416,6 +429,9 @@ impl Store {
 
     /// Applies `ops` in the backend, then brings the trie-node cache up to date.
     fn apply(&self, mut ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
+        if let Some(why) = self.write_failure() {
+            return Err(StoreError::WriteFailed(why.to_string()));
+        }
         self.retire_snap_entries(&mut ops);
         let changes = NodeChanges::of(&ops);
         let applied = if relaxed {
@@ -423,16 +439,38 @@ impl Store {
         } else {
             self.backend.apply(ops)
         };
-        match applied {
+        match &applied {
             Ok(()) => self.nodes.apply(changes),
             Err(_) => self.nodes.clear(),
         }
-        applied
+        self.latch(applied)
+    }
+
+    /// Remembers a write the disk refused ([`Store::write_failure`]).
+    fn latch(&self, result: Result<(), StoreError>) -> Result<(), StoreError> {
+        if let Err(StoreError::WriteFailed(why)) = &result {
+            let _ = self.write_failure.set(why.clone());
+        }
+        result
     }
 
     /// Makes every relaxed commit durable.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.backend.flush()
+        if let Some(why) = self.write_failure() {
+            return Err(StoreError::WriteFailed(why.to_string()));
+        }
+        self.latch(self.backend.flush())
+    }
+
+    /// Makes the relaxed commits durable if the oldest is a second old: a relaxed commit
+    /// is made durable by the next commit after that second, and this keeps the promise
+    /// when no commit comes (a dev chain between blocks, an idle node). Call it about
+    /// once a second.
+    pub fn flush_due(&self) -> Result<(), StoreError> {
+        if let Some(why) = self.write_failure() {
+            return Err(StoreError::WriteFailed(why.to_string()));
+        }
+        self.latch(self.backend.flush_due())
     }
 
     fn raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {

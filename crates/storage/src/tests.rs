@@ -32,7 +32,10 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // A test may have put a file where the directory would be.
+        if std::fs::remove_dir_all(&self.0).is_err() {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 }
 
@@ -104,6 +107,36 @@ fn absent_things_read_as_none_or_zero() {
         assert!(store.journal().unwrap().is_empty());
         // The empty code needs no entry.
         assert_eq!(store.code(&KECCAK256_EMPTY).unwrap(), Some(Bytes::new()));
+    });
+}
+
+/// After a write the disk refused, the store tries no other (the engine needs closing and
+/// reopening first) and says why; reads go on.
+#[test]
+fn a_write_the_disk_refused_stops_every_later_write() {
+    on_both("disk", |store| {
+        commit(store, |b| {
+            b.set_head(1, hash(1));
+        });
+        assert_eq!(store.write_failure(), None);
+        let mut ops = {
+            let mut b = WriteBatch::new();
+            b.set_head(2, hash(2));
+            b.into_ops()
+        };
+        ops.push(Op::FailDisk);
+        assert!(matches!(
+            store.apply(ops, true),
+            Err(StoreError::WriteFailed(_))
+        ));
+        assert_eq!(store.write_failure(), Some("No space left on device"));
+        let mut later = WriteBatch::new();
+        later.set_head(3, hash(3));
+        assert!(matches!(
+            store.commit(later),
+            Err(StoreError::WriteFailed(_))
+        ));
+        assert_eq!(store.head().unwrap(), Some((1, hash(1))));
     });
 }
 
@@ -746,4 +779,23 @@ fn trie_node_reads_follow_every_commit_through_the_node_cache() {
         });
         assert_eq!(store.trie_node(&other, &[1, 2]).unwrap(), None);
     });
+}
+
+/// A panic inside a database operation (redb's on some damaged pages) is an error of
+/// the operation, not a dead thread; the guard says so while it runs.
+#[test]
+fn a_panic_inside_the_database_is_a_corrupt_error() {
+    use crate::backend::{guarded, in_guarded_read};
+    assert!(!in_guarded_read());
+    let e = guarded::<()>("reading a value", || {
+        assert!(in_guarded_read());
+        panic!("range end index 6080 out of range for slice of length 4096")
+    })
+    .unwrap_err();
+    assert!(!in_guarded_read());
+    assert!(
+        matches!(&e, StoreError::Corrupt(m) if m.contains("damaged") && m.contains("6080")),
+        "{e}"
+    );
+    assert_eq!(guarded("ok", || Ok(7)).unwrap(), 7);
 }

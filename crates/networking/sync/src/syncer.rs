@@ -1037,7 +1037,9 @@ impl<S: BlockSource> Syncer<S> {
                         why: error.to_string(),
                     })
                 }
-                ChainError::ReorgTooDeep { .. } => Err(Stop::Unreachable(error.to_string())),
+                ChainError::ReorgTooDeep { .. } | ChainError::BelowFinalized { .. } => {
+                    Err(Stop::Unreachable(error.to_string()))
+                }
                 other => Err(Stop::Retry(format!(
                     "importing #{number} ({hash}): {other}"
                 ))),

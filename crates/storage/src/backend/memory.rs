@@ -53,6 +53,10 @@ impl MemoryBackend {
         if ops.contains(&Op::Fail) {
             return Err(StoreError::Db("injected failure".into()));
         }
+        #[cfg(test)]
+        if ops.contains(&Op::FailDisk) {
+            return Err(StoreError::WriteFailed("No space left on device".into()));
+        }
         let mut tables = self.tables.write();
         for op in ops {
             match op {
@@ -73,7 +77,9 @@ impl MemoryBackend {
                     }
                 }
                 #[cfg(test)]
-                Op::Fail => unreachable!("checked before the first op is applied"),
+                Op::Fail | Op::FailDisk => {
+                    unreachable!("checked before the first op is applied")
+                }
             }
         }
         Ok(())

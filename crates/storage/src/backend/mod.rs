@@ -122,6 +122,9 @@ pub(crate) enum Op {
     /// before it were rolled back.
     #[cfg(test)]
     Fail,
+    /// Makes the commit fail as a full disk makes it fail ([`StoreError::WriteFailed`]).
+    #[cfg(test)]
+    FailDisk,
 }
 
 pub(crate) fn range_bounds<'a>(
@@ -145,6 +148,41 @@ pub(crate) enum Backend {
     Memory(MemoryBackend),
 }
 
+thread_local! {
+    /// Whether this thread is inside [`guarded`] (see [`in_guarded_read`]).
+    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the current thread is inside a database operation whose panic becomes a
+/// [`StoreError::Corrupt`]: a panic hook can leave such a panic unprinted, since the
+/// error that replaces it is reported where it is met.
+pub fn in_guarded_read() -> bool {
+    GUARDED.with(std::cell::Cell::get)
+}
+
+/// Runs a database operation, turning a panic inside it into [`StoreError::Corrupt`].
+/// redb panics on some damaged pages (an index past a page's end) where it means to
+/// return `Corrupted`: the work that read the page then stops with an error, and no
+/// thread dies of a rotted file.
+pub(crate) fn guarded<R>(
+    what: &str,
+    op: impl FnOnce() -> Result<R, StoreError>,
+) -> Result<R, StoreError> {
+    let outer = GUARDED.with(|g| g.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(op));
+    GUARDED.with(|g| g.set(outer));
+    result.unwrap_or_else(|payload| {
+        let why = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(StoreError::Corrupt(format!(
+            "{what}: the database file is damaged ({why})"
+        )))
+    })
+}
+
 impl Backend {
     /// Looks `key` up and hands its value to `decode` while it is still borrowed.
     pub(crate) fn get_with<R>(
@@ -154,7 +192,7 @@ impl Backend {
         decode: impl FnOnce(&[u8]) -> Result<R, StoreError>,
     ) -> Result<Option<R>, StoreError> {
         match self {
-            Backend::Redb(db) => db.get_with(table, key, decode),
+            Backend::Redb(db) => guarded("reading a value", || db.get_with(table, key, decode)),
             Backend::Memory(mem) => mem.get_with(table, key, decode),
         }
     }
@@ -168,7 +206,7 @@ impl Backend {
         visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => db.scan(table, start, end, visit),
+            Backend::Redb(db) => guarded("scanning a table", || db.scan(table, start, end, visit)),
             Backend::Memory(mem) => mem.scan(table, start, end, visit),
         }
     }
@@ -201,14 +239,22 @@ impl Backend {
     /// [`Backend::apply`], durable now or (`relaxed`) within a second.
     pub(crate) fn apply_with(&self, ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => db.apply(ops, relaxed),
+            Backend::Redb(db) => guarded("writing", || db.apply(ops, relaxed)),
             Backend::Memory(mem) => mem.apply(ops),
         }
     }
 
     pub(crate) fn flush(&self) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => db.flush(),
+            Backend::Redb(db) => guarded("flushing", || db.flush()),
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// [`Backend::flush`] once the oldest relaxed commit is a second old.
+    pub(crate) fn flush_due(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Redb(db) => guarded("flushing", || db.flush_due()),
             Backend::Memory(_) => Ok(()),
         }
     }

@@ -26,9 +26,16 @@ fn definition(table: Table) -> Def {
     TableDefinition::new(table.name())
 }
 
-/// Turns a redb error into [`StoreError::Db`], saying what the store was doing.
+/// Turns a redb error into [`StoreError::Db`], saying what the store was doing; an I/O
+/// failure (after which redb takes no more writes) is [`StoreError::WriteFailed`].
 fn db_err(context: &'static str) -> impl FnOnce(::redb::Error) -> StoreError {
-    move |err| StoreError::Db(format!("{context}: {err}"))
+    move |err| match err {
+        ::redb::Error::Io(e) => StoreError::WriteFailed(format!("{context}: {e}")),
+        ::redb::Error::PreviousIo => {
+            StoreError::WriteFailed(format!("{context}: an earlier I/O error occurred"))
+        }
+        other => StoreError::Db(format!("{context}: {other}")),
+    }
 }
 
 /// Every table of one read transaction, opened once and shared by all readers.
@@ -257,6 +264,10 @@ impl RedbBackend {
                     | Op::DeleteRange { table, .. } => *table,
                     #[cfg(test)]
                     Op::Fail => return Err(StoreError::Db("injected failure".into())),
+                    #[cfg(test)]
+                    Op::FailDisk => {
+                        return Err(StoreError::WriteFailed("No space left on device".into()));
+                    }
                 };
                 let handle = match &mut open[table.index()] {
                     Some(handle) => handle,
@@ -284,7 +295,7 @@ impl RedbBackend {
                             .map_err(|e| db_err("deleting a range")(e.into()))?;
                     }
                     #[cfg(test)]
-                    Op::Fail => unreachable!("returned above"),
+                    Op::Fail | Op::FailDisk => unreachable!("returned above"),
                 }
             }
         }
@@ -302,6 +313,15 @@ impl RedbBackend {
         // one makes the next read build it rather than serve pre-commit data.
         *self.snapshot.write() = Snapshot::begin(&self.db).ok().map(Arc::new);
         Ok(())
+    }
+
+    /// [`RedbBackend::flush`] if a relaxed commit has waited [`MAX_LAG`] or more.
+    pub(crate) fn flush_due(&self) -> Result<(), StoreError> {
+        let due = {
+            let lag = self.writer.lock();
+            lag.relaxed > 0 && lag.durable_at.elapsed() >= MAX_LAG
+        };
+        if due { self.flush() } else { Ok(()) }
     }
 
     /// Makes every relaxed commit durable (an empty durable commit).

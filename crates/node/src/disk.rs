@@ -1,0 +1,62 @@
+//! The datadir's disk: when it can no longer take writes, the node stops cleanly.
+//!
+//! A write the store could not make for a reason of the disk (full, or an I/O error)
+//! leaves the database unwritable until it is closed and reopened, and every later write
+//! refused (`Store::write_failure`). Running on would answer reads from a database that
+//! takes no block, so the node stops instead, with a message saying why; once there is
+//! space it is started again and reopens at its last durable commit. With
+//! `--datadir.minfreedisk` it stops before that, when free space falls under the floor,
+//! as geth does.
+
+use moat_storage::Store;
+use std::path::Path;
+use std::time::Duration;
+
+/// Resolves once the store has refused a write for a reason of the disk, or the datadir's
+/// free space has fallen under `min_free_mb` (0: not checked); says which. Meanwhile it
+/// makes the store's relaxed commits durable once they are a second old.
+pub async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> String {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        // Relaxed commits (blocks) durable within a second even when no later commit
+        // comes to carry them; a failure here is latched like any write's.
+        let _ = store.flush_due();
+        if let Some(why) = store.write_failure() {
+            return why.to_string();
+        }
+        if min_free_mb > 0
+            && let Some(free) = free_bytes(datadir)
+            && free < min_free_mb << 20
+        {
+            return format!(
+                "{} MB free, under --datadir.minfreedisk {min_free_mb} MB",
+                free >> 20
+            );
+        }
+    }
+}
+
+/// Bytes an unprivileged writer may still use on the file system of `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_space_of_an_existing_directory_is_known() {
+        let here = std::env::current_dir().unwrap();
+        assert!(free_bytes(&here).is_some_and(|b| b > 0));
+        assert_eq!(free_bytes(Path::new("/no/such/directory/here")), None);
+    }
+}
