@@ -2,10 +2,14 @@
 CARGO ?= cargo
 QUICK ?=
 
-.PHONY: build run test bench bench-table bench-check bench-baseline pool-quality attack-table lint fmt ci
+.PHONY: build install run test bench bench-table bench-check bench-baseline pool-quality attack-table lint fmt ci
 
 build:
 	$(CARGO) build --release
+
+# `moat` on PATH (~/.cargo/bin), built in release mode.
+install:
+	$(CARGO) install --locked --path crates/node
 
 # A development node: built-in chain, prefunded keys, a block every 2 s, RPC on :8545.
 run:

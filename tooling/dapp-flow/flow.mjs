@@ -220,6 +220,23 @@ async function main() {
     check("eth_call's revert reason reaches error.reason", e.reason === "zero bump", `${e.reason}`);
   }
 
+  // 9. An unfunded wallet: the library recognises the node's words as INSUFFICIENT_FUNDS.
+  const poor = ethers.Wallet.createRandom(provider);
+  try {
+    await provider.estimateGas({ from: poor.address, to: other.address, value: 1n });
+    check("estimateGas from an unfunded wallet fails", false);
+  } catch (e) {
+    check("estimateGas from an unfunded wallet raises INSUFFICIENT_FUNDS",
+      e.code === "INSUFFICIENT_FUNDS", `${e.code}: ${e.shortMessage ?? e.message}`);
+  }
+  try {
+    await poor.sendTransaction({ to: other.address, value: 1n });
+    check("a send from an unfunded wallet fails", false);
+  } catch (e) {
+    check("a send from an unfunded wallet raises INSUFFICIENT_FUNDS",
+      e.code === "INSUFFICIENT_FUNDS", `${e.code}: ${e.shortMessage ?? e.message}`);
+  }
+
   // An impersonated address sends through the node without a key.
   const whale = "0x00000000000000000000000000000000000000cc";
   await provider.send("anvil_setBalance", [whale, ethers.toQuantity(ethers.parseEther("2"))]);

@@ -75,12 +75,13 @@ fn the_ethtest_genesis_opens_with_its_tries() {
     assert_tries_match_flat_state(&chain);
 }
 
-/// A scratch directory of this test's own.
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-genesis-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this test's own (in cargo's scratch directory for integration
+/// tests), removed when dropped: also when the test panics.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("moat-genesis-{name}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
 }
 
 /// The ethtest genesis with `extra` synthetic accounts (every third with slots and
@@ -107,8 +108,9 @@ fn big_genesis(dir: &std::path::Path, extra: u64, extra_data: &str) -> std::path
 
 #[test]
 fn a_streamed_genesis_gives_the_hash_and_tries_of_a_parsed_one() {
-    let dir = scratch("streamed");
-    let path = big_genesis(&dir, 3_000, "0x");
+    let tmp = scratch("streamed");
+    let dir = tmp.path();
+    let path = big_genesis(dir, 3_000, "0x");
     let parsed = Chain::init(Store::in_memory(), &Genesis::from_file(&path).unwrap()).unwrap();
     let sort = dir.join("sort");
     let streamed = Chain::init_from_file(Store::in_memory(), &path, &sort).unwrap();
@@ -139,17 +141,17 @@ fn a_streamed_genesis_gives_the_hash_and_tries_of_a_parsed_one() {
     drop(streamed);
     let reopened = Chain::init_from_file(store.clone(), &path, &sort).unwrap();
     assert_eq!(reopened.genesis_hash(), parsed.genesis_hash());
-    let other = big_genesis(&dir, 3_000, "0x01");
+    let other = big_genesis(dir, 3_000, "0x01");
     assert!(matches!(
         Chain::init_from_file(store, &other, &sort),
         Err(ChainError::GenesisMismatch { .. })
     ));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_streamed_genesis_refuses_an_address_given_twice_and_a_bad_file() {
-    let dir = scratch("twice");
+    let tmp = scratch("twice");
+    let dir = tmp.path();
     let a = "0x00000000000000000000000000000000000000aa";
     let json = format!(
         r#"{{"config": {{"chainId": 1}}, "gasLimit": "0x1", "difficulty": "0x0",
@@ -163,5 +165,4 @@ fn a_streamed_genesis_refuses_an_address_given_twice_and_a_bad_file() {
     std::fs::write(&path, r#"{"config": {"chainId": 1}, "alloc": {"#).unwrap();
     let err = Chain::init_from_file(Store::in_memory(), &path, &dir.join("sort")).unwrap_err();
     assert!(matches!(err, ChainError::GenesisFile { .. }), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

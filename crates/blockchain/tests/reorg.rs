@@ -180,10 +180,13 @@ async fn the_chain_switches_branches_and_its_state_follows() {
 #[tokio::test]
 async fn safe_and_finalized_follow_the_consensus_layer_and_bound_reorgs() {
     let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let dir = std::env::temp_dir().join(format!("moat-marks-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let store = Store::open(&dir, None).unwrap();
+    // Removed when dropped (after the chain, declared later), also on a panic.
+    let scratch = tempfile::Builder::new()
+        .prefix("moat-marks-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let dir = scratch.path();
+    let store = Store::open(dir, None).unwrap();
     let chain = Chain::init(store, &genesis).unwrap();
     let blocks = Block::decode_all(&std::fs::read(testdata("chain.rlp")).unwrap()).unwrap();
     for block in blocks.iter().take(20) {
@@ -262,11 +265,10 @@ async fn safe_and_finalized_follow_the_consensus_layer_and_bound_reorgs() {
 
     // The marks are in the store: a reopened chain has them.
     drop(chain);
-    let chain = Chain::init(Store::open(&dir, None).unwrap(), &genesis).unwrap();
+    let chain = Chain::init(Store::open(dir, None).unwrap(), &genesis).unwrap();
     assert_eq!(chain.mark(Mark::Safe).unwrap(), Some((18, side.hash)));
     assert_eq!(chain.mark(Mark::Finalized).unwrap(), Some((18, side.hash)));
     drop(chain);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The whole conformance chain imported through the stored tries (deployments, storage

@@ -125,6 +125,7 @@ pub fn init_logging(level: tracing::level_filters::LevelFilter, format: LogForma
             let _ = tracing_subscriber::fmt()
                 .with_max_level(level)
                 .with_target(false)
+                .with_ansi(colour_wanted())
                 .try_init();
         }
         LogFormat::Json => {
@@ -135,6 +136,14 @@ pub fn init_logging(level: tracing::level_filters::LevelFilter, format: LogForma
                 .try_init();
         }
     }
+}
+
+/// Whether the terminal format colours its lines: only when stdout is a terminal and
+/// `NO_COLOR` is unset or empty (no-color.org), as geth and reth do; a log redirected
+/// to a file gets no escape codes.
+fn colour_wanted() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// One JSON object a log line: `{"t":…,"lvl":"info","msg":…, field: value, …}`.

@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 /// Runs `cmd` to its end within `limit`; its output is captured and returned with the
 /// status (a run past the limit is killed and reported as such).
 fn run_bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
-    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("moat-dapp-flow-out-{}-{run}", std::process::id()));
-    let out = std::fs::File::create(&dir).expect("temp output file");
+    // Removed on drop, also when a panic below ends the test.
+    let out = tempfile::Builder::new()
+        .prefix("moat-dapp-flow-out-")
+        .tempfile_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("temp output file");
     let mut child = cmd
-        .stdout(out.try_clone().expect("output handle"))
-        .stderr(out)
+        .stdout(out.as_file().try_clone().expect("output handle"))
+        .stderr(out.as_file().try_clone().expect("output handle"))
         .stdin(Stdio::null())
         .spawn()
         .expect("the command starts");
@@ -42,8 +43,7 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let output = std::fs::read_to_string(&dir).unwrap_or_default();
-    let _ = std::fs::remove_file(&dir);
+    let output = std::fs::read_to_string(out.path()).unwrap_or_default();
     match status {
         Some(s) => (s.success(), output),
         None => (false, format!("{output}\n(killed after {limit:?})")),

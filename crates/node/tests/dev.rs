@@ -231,8 +231,7 @@ fn start_automine_node(dir: &std::path::Path, port: u16) -> Node {
 /// checks the stored state against the head and opens it.
 #[test]
 fn dev_node_edits_state_snapshots_and_moves_its_clock() {
-    let dir = std::env::temp_dir().join(format!("moat-dev-edits-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::temp_path("dev-edits");
     let port = free_port();
     let node = start_automine_node(&dir, port);
     wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
@@ -517,7 +516,6 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
         .unwrap()["result"],
         word
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// State edits are blocks committed as imports are (one batch, durable within a second):
@@ -526,8 +524,7 @@ fn dev_node_edits_state_snapshots_and_moves_its_clock() {
 /// rewinding from it works.
 #[test]
 fn a_dev_node_killed_after_state_edits_reopens_with_its_heads_state() {
-    let dir = std::env::temp_dir().join(format!("moat-dev-kill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::temp_path("dev-kill");
     let port = free_port();
     let node = start_automine_node(&dir, port);
     wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
@@ -554,7 +551,6 @@ fn a_dev_node_killed_after_state_edits_reopens_with_its_heads_state() {
     assert_eq!(r["result"], true, "{r}");
     let balance = rpc(port, "eth_getBalance", &format!(r#"["{who}","latest"]"#)).unwrap();
     assert_eq!(quantity(&balance["result"]), head - start, "{balance}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With a period, blocks come on the dev node's clock however busy its RPC is: a client

@@ -134,8 +134,8 @@ fn http_flag() -> &'static [&'static str] {
 
 #[test]
 fn nodes_given_one_bootnode_find_each_other() {
-    let tmp = std::env::temp_dir().join(format!("moat-discovery-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let root = common::temp_dir("discovery");
+    let tmp = root.path();
     let (a, a_enode) = Moat::start(&tmp.join("a"), 0x61, None);
     let (b, _) = Moat::start(&tmp.join("b"), 0x62, Some(&a_enode));
     let (c, _) = Moat::start(&tmp.join("c"), 0x63, Some(&a_enode));
@@ -149,13 +149,12 @@ fn nodes_given_one_bootnode_find_each_other() {
     }
     a.wait("A to hold both", || (a.peer_count()? >= 2).then_some(()));
     drop((a, b, c));
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 #[test]
 fn nodes_given_one_discv5_record_find_each_other_without_discv4() {
-    let tmp = std::env::temp_dir().join(format!("moat-discovery-v5-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let root = common::temp_dir("discovery-v5");
+    let tmp = root.path();
     let v5_only = ["--discovery.v4=false"];
     let (a, _) = Moat::start_with(&tmp.join("a"), 0x71, None, &v5_only);
     let record = a.discv5_record();
@@ -171,5 +170,4 @@ fn nodes_given_one_discv5_record_find_each_other_without_discv4() {
     }
     a.wait("A to hold both", || (a.peer_count()? >= 2).then_some(()));
     drop((a, b, c));
-    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -19,10 +19,8 @@ fn engine_call(port: u16, body: &str) -> (u16, serde_json::Value) {
     engine_post(port, body).expect("the engine answers")
 }
 
-fn datadir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-engine-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn datadir(tag: &str) -> common::TempPath {
+    common::temp_path(&format!("engine-{tag}"))
 }
 
 fn headfcu() -> String {
@@ -71,7 +69,6 @@ fn newpayload_replay_rebuilds_the_chain_and_headfcu_is_accepted() {
         response["result"]["payloadStatus"]["status"], "VALID",
         "{response}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -93,7 +90,6 @@ fn headfcu_is_accepted_after_an_offline_import() {
     logs_agree_with_receipts(http);
     recent_state_is_served(http);
     proofs_verify_against_state_roots(http);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// State of the last 128 blocks is served (through the undo records), older is not.

@@ -24,8 +24,7 @@ fn feed(auth: u16, requests: &[serde_json::Value], from: usize) -> usize {
 
 #[test]
 fn a_node_killed_during_newpayload_reopens_at_a_consistent_head() {
-    let dir = std::env::temp_dir().join(format!("moat-engine-kill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::temp_path("engine-kill");
     let requests: std::sync::Arc<Vec<serde_json::Value>> = std::sync::Arc::new(
         serde_json::from_str(&std::fs::read_to_string(testdata("newpayload.json")).unwrap())
             .unwrap(),
@@ -80,6 +79,4 @@ fn a_node_killed_during_newpayload_reopens_at_a_consistent_head() {
     assert!(status.success());
     assert!(node.0.wait().unwrap().success());
     assert_eq!(common::consistent_head(&dir).map(|(n, _)| n), Some(600));
-    std::fs::remove_dir_all(&dir).ok();
-    std::fs::remove_file(dir.with_extension("jwt")).ok();
 }

@@ -38,9 +38,8 @@ fn engine_call(
 
 #[test]
 fn expbs_geth_command_line_runs_a_node() {
-    let dir = std::env::temp_dir().join(format!("moat-geth-flags-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let root = common::temp_dir("geth-flags");
+    let dir = root.path();
     let jwt = dir.join("jwtsecret.hex");
     let secret = [0x5au8; 32];
     std::fs::write(&jwt, alloy_primitives::hex::encode(secret)).unwrap();
@@ -77,6 +76,7 @@ fn expbs_geth_command_line_runs_a_node() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
+        None,
     );
     let caps = wait_for("the engine API", || {
         engine_call(engine, &secret, "engine_exchangeCapabilities", "[[]]")
@@ -152,5 +152,4 @@ fn expbs_geth_command_line_runs_a_node() {
         "{logs:?}"
     );
     assert!(logs.iter().any(|l| l["msg"] == "stopped"), "{logs:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

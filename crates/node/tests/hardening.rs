@@ -43,6 +43,15 @@ fn dev_node(http: u16, ulimit: Option<&str>, extra: &[&str]) -> Node {
         "0",
     ];
     args.extend_from_slice(extra);
+    // Its datadir, removed after the node is killed (moat's own temporary one would be
+    // left behind by the kill).
+    let datadir = common::dev_datadir(&args);
+    let datadir_arg = datadir
+        .as_ref()
+        .map(|d| d.path().to_str().unwrap().to_string());
+    if let Some(d) = &datadir_arg {
+        args.extend_from_slice(&["--datadir", d]);
+    }
     let child = match ulimit {
         None => Command::new(env!("CARGO_BIN_EXE_moat"))
             .args(&args)
@@ -59,7 +68,7 @@ fn dev_node(http: u16, ulimit: Option<&str>, extra: &[&str]) -> Node {
             .spawn(),
     }
     .expect("moat starts");
-    let node = Node(child);
+    let node = Node(child, datadir);
     wait_for("the RPC server", || {
         rpc(http.parse().unwrap(), "eth_chainId", "[]")
     });
@@ -359,8 +368,7 @@ fn read_text_frame(ws: &mut TcpStream) -> Vec<u8> {
 
 #[test]
 fn get_logs_returns_the_20_mib_of_block_11() {
-    let dir = std::env::temp_dir().join(format!("moat-hardening-logs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::temp_path("hardening-logs");
     import_ethtest(&dir);
     let http = free_port();
     let auth = free_port().to_string();
@@ -417,13 +425,11 @@ fn get_logs_returns_the_20_mib_of_block_11() {
     assert_eq!(v["error"]["message"], "Response is too big", "{v}");
     assert!(started.elapsed() < Duration::from_secs(10));
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn http_is_served_only_when_asked_for_outside_dev_mode() {
-    let dir = std::env::temp_dir().join(format!("moat-hardening-http-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::temp_path("hardening-http");
     let genesis = testdata("genesis.json");
     let (http, ws, auth) = (free_port(), free_port(), free_port());
     let (http_s, ws_s, auth_s) = (http.to_string(), ws.to_string(), auth.to_string());
@@ -458,5 +464,4 @@ fn http_is_served_only_when_asked_for_outside_dev_mode() {
     args.push("--http");
     let _node = Node::start(&args);
     wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

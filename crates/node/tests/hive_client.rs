@@ -14,20 +14,21 @@ fn script_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../hive/moat")
 }
 
-fn tools_present() -> bool {
-    let ok = |tool: &str| {
-        Command::new(tool)
+/// The hive start script runs under bash and reads its environment with jq: a machine
+/// without them fails here, saying so, rather than passing without the check.
+fn require_tools() {
+    for tool in ["bash", "jq"] {
+        let present = Command::new(tool)
             .arg("--version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .is_ok_and(|s| s.success())
-    };
-    let present = ok("bash") && ok("jq");
-    if !present {
-        eprintln!("bash or jq missing: the hive start script is not checked");
+            .is_ok_and(|s| s.success());
+        assert!(
+            present,
+            "{tool} is missing: the hive start script needs it (Debian: apt install {tool})"
+        );
     }
-    present
 }
 
 /// The environment hive's devp2p `eth` suite (and rpc-compat) gives: the chain's
@@ -56,12 +57,8 @@ fn script(env: &[(String, String)], datadir: &Path) -> Command {
 /// Runs the script without starting anything: the genesis it wrote and its flags.
 fn dry_run(env: &[(String, String)]) -> (Value, Vec<String>) {
     // One directory per run: the tests run side by side.
-    let dir = std::env::temp_dir().join(format!(
-        "moat-hive-dry-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    let datadir = dir.join("db");
+    let dir = common::temp_dir("hive-dry");
+    let datadir = dir.path().join("db");
     let out = script(env, &datadir)
         .env("MOAT_HIVE_DRY_RUN", "1")
         .output()
@@ -82,7 +79,6 @@ fn dry_run(env: &[(String, String)]) -> (Value, Vec<String>) {
         .skip(1)
         .map(String::from)
         .collect();
-    let _ = std::fs::remove_dir_all(&dir);
     (genesis, flags)
 }
 
@@ -103,9 +99,7 @@ fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[test]
 fn the_chain_environment_becomes_the_genesis_config_hive_meant() {
-    if !tools_present() {
-        return;
-    }
+    require_tools();
     let (genesis, flags) = dry_run(&forkenv());
     let expected: Value =
         serde_json::from_str(&std::fs::read_to_string(testdata("genesis.json")).unwrap()).unwrap();
@@ -144,9 +138,7 @@ fn the_chain_environment_becomes_the_genesis_config_hive_meant() {
 
 #[test]
 fn the_devp2p_and_engine_environments_become_flags_and_forks() {
-    if !tools_present() {
-        return;
-    }
+    require_tools();
     let enode = "enode://79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798483ada7726a3c4655da4fbfc0e1108a8fd17b448a68554199c47d08ffb10d4b8@10.0.0.2:30303";
     let mut devp2p = forkenv();
     devp2p.extend(env(&[
@@ -188,13 +180,12 @@ fn the_devp2p_and_engine_environments_become_flags_and_forks() {
     assert!(jwt.ends_with("-jwtsecret"));
 
     // A sync mode moat does not have stops the script.
-    let dir = std::env::temp_dir().join(format!("moat-hive-snap-{}", std::process::id()));
-    let out = script(&env(&[("HIVE_NODETYPE", "snap")]), &dir.join("db"))
+    let dir = common::temp_dir("hive-snap");
+    let out = script(&env(&[("HIVE_NODETYPE", "snap")]), &dir.path().join("db"))
         .env("MOAT_HIVE_DRY_RUN", "1")
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Kills the node the script became (it `exec`s moat) on drop.
@@ -209,11 +200,8 @@ impl Drop for Running {
 
 #[test]
 fn the_script_imports_the_mounted_chain_and_serves_it() {
-    if !tools_present() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("moat-hive-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    require_tools();
+    let dir = common::temp_dir("hive-run");
     let ports = [free_port(), free_port(), free_port(), free_port()];
     let mut environment = forkenv();
     // A bootnode on loopback that is not there: the node dials nothing else.
@@ -222,7 +210,7 @@ fn the_script_imports_the_mounted_chain_and_serves_it() {
         "enode://79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798483ada7726a3c4655da4fbfc0e1108a8fd17b448a68554199c47d08ffb10d4b8@127.0.0.1:9",
     )]));
     let node = Running(
-        script(&environment, &dir.join("db"))
+        script(&environment, &dir.path().join("db"))
             .env("MOAT_HIVE_ADDR", "127.0.0.1")
             .env("MOAT_HIVE_PORTS", ports.map(|p| p.to_string()).join(" "))
             .stdout(Stdio::null())
@@ -240,5 +228,4 @@ fn the_script_imports_the_mounted_chain_and_serves_it() {
     let block = rpc(ports[0], "eth_getBlockByNumber", r#"["latest",false]"#).unwrap();
     assert_eq!(block["result"]["hash"], head["hash"]);
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }

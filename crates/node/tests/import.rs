@@ -15,10 +15,8 @@ fn testdata(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn datadir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-import-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn datadir(tag: &str) -> common::TempPath {
+    common::temp_path(&format!("import-{tag}"))
 }
 
 fn import(dir: &Path) -> Command {
@@ -99,7 +97,6 @@ fn imports_the_ethtest_chain_and_a_second_import_is_a_no_op() {
         stdout.contains("imported 0 blocks (600 already present)"),
         "{stdout}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `kill -9` at moments spread over the import (five kills on one datadir): each time the
@@ -142,7 +139,6 @@ fn a_killed_import_resumes_at_the_same_head() {
     run(&mut import(&dir));
     assert_head_state(&dir);
     assert_eq!(common::consistent_head(&dir).map(|(n, _)| n), Some(600));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -171,7 +167,6 @@ fn another_chains_datadir_is_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `moat init --network <name>` writes the built-in network's block 0, the one its clients
@@ -203,6 +198,5 @@ fn init_writes_the_builtin_networks_genesis() {
                 "{name}: {stdout}"
             );
         }
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -8,7 +8,7 @@ mod common;
 
 use alloy_primitives::B256;
 use common::{Node, dev_transfers, free_port, rpc, wait_for};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -72,10 +72,8 @@ fn found(port: u16, hashes: &[B256]) -> usize {
         .count()
 }
 
-fn datadir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-journal-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn datadir(tag: &str) -> common::TempPath {
+    common::temp_path(&format!("journal-{tag}"))
 }
 
 /// A small xorshift over the clock: the kill points differ from run to run (the seed is
@@ -131,7 +129,6 @@ fn acknowledged_txs_survive_kill_9_at_random_moments() {
         assert!(acked.len() >= kill_at.min(TOTAL));
         assert_eq!(back, acked.len(), "trial {trial}: acknowledged txs lost");
         drop(node);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -161,5 +158,4 @@ fn acknowledged_txs_survive_a_graceful_stop() {
     assert_eq!(found(port, &acked), TOTAL);
     let pool = rpc(port, "txpool_status", "[]").unwrap();
     assert_eq!(pool["result"]["pending"], "0xf0", "{pool}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

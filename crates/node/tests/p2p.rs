@@ -29,15 +29,30 @@ const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365
 const HEAD_HASH: &str = "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a";
 const WAIT: Duration = Duration::from_secs(20);
 
-/// The chain imported once; each test runs a node on its own copy.
-fn imported() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("moat-p2p-template-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        import_ethtest(&dir);
-        dir
-    })
+/// The chain imported once (the datadir `data` in it); each test runs a node on its own
+/// copy.
+static TEMPLATE: OnceLock<tempfile::TempDir> = OnceLock::new();
+
+/// A static is never dropped: the template is removed when the test process exits.
+extern "C" fn remove_template() {
+    if let Some(dir) = TEMPLATE.get() {
+        let _ = std::fs::remove_dir_all(dir.path());
+    }
+}
+
+fn imported() -> PathBuf {
+    TEMPLATE
+        .get_or_init(|| {
+            let dir = common::temp_dir("p2p-template");
+            import_ethtest(&dir.path().join("data"));
+            // SAFETY: registers a function that only removes a directory, run at exit.
+            unsafe {
+                libc::atexit(remove_template);
+            }
+            dir
+        })
+        .path()
+        .join("data")
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -53,18 +68,13 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The node is killed, then its datadir removed (the fields drop in this order).
 struct Moat {
     _node: Node,
-    dir: PathBuf,
+    _dir: common::TempPath,
     http: u16,
     enode: Enode,
     genesis: Genesis,
-}
-
-impl Drop for Moat {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 fn key(n: u8) -> secp256k1::SecretKey {
@@ -78,9 +88,8 @@ fn start(tag: &str) -> Moat {
 }
 
 fn start_with(tag: &str, extra: &[&str]) -> Moat {
-    let dir = std::env::temp_dir().join(format!("moat-p2p-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(imported(), &dir);
+    let dir = common::temp_path(&format!("p2p-{tag}"));
+    copy_dir(&imported(), &dir);
     let secret_file = dir.join("suite.jwt");
     std::fs::write(&secret_file, SECRET_HEX).unwrap();
     let (http, auth, p2p) = (free_port(), free_port(), free_port());
@@ -129,7 +138,7 @@ fn start_with(tag: &str, extra: &[&str]) -> Moat {
     let id = moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1));
     Moat {
         _node: node,
-        dir,
+        _dir: dir,
         http,
         enode: Enode {
             id,

@@ -18,7 +18,7 @@ mod common;
 use alloy_primitives::B256;
 use common::{Node, dev_transfers, free_port, rpc, wait_for};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,10 +27,8 @@ use std::time::{Duration, Instant};
 /// The node's grace period plus slack: a stop that takes longer is a failure.
 const STOP_LIMIT: Duration = Duration::from_secs(40);
 
-fn datadir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-shutdown-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn datadir(tag: &str) -> common::TempPath {
+    common::temp_path(&format!("shutdown-{tag}"))
 }
 
 fn signal(child: &Child, name: &str) {
@@ -50,6 +48,7 @@ fn wait_exit(child: &mut Child) -> ExitStatus {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("moat did not stop within {STOP_LIMIT:?} of the signal");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -159,8 +158,6 @@ fn sigterm_during_import_stops_cleanly_at_a_consistent_head() {
     let last = text.lines().last().unwrap();
     assert_eq!(present_of(last), Some(head), "{text}");
     assert_eq!(head_of(last), Some(BLOCKS), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&chain);
 }
 
 const NONCES: u64 = 150;
@@ -258,7 +255,6 @@ fn sigterm_under_rpc_load_loses_nothing_acknowledged() {
         "{} acknowledged txs lost",
         missing.len()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Sends each block's newPayload and forkchoiceUpdated in turn until `stop` or an error;
@@ -373,6 +369,39 @@ fn sigterm_during_engine_import_keeps_every_acknowledged_block() {
         "the chain did not go on from #{number} after the restart"
     );
     eprintln!("acknowledged #{number} at the signal; the chain went on to #{BLOCKS} after restart");
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&chain);
+}
+
+/// A dev node given no datadir runs on a temporary one of its own (under `TMPDIR`) and
+/// removes it when stopped: a newcomer's `make run` and Ctrl-C leave nothing behind.
+#[test]
+fn a_dev_node_removes_its_temporary_datadir_when_stopped() {
+    let tmp = common::temp_dir("shutdown-dev-tmp");
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .args(["--dev", "--port", "0", "--discovery.v5.port", "0"])
+        .args(["--http.port", &port.to_string()])
+        .args(["--authrpc.port", &free_port().to_string()])
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("moat starts");
+    // Killed on drop, should the test fail before the node stops.
+    let mut node = Node(child, None);
+    wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
+    let entries = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let made = entries(tmp.path());
+    assert!(
+        made.iter().any(|n| n.starts_with("moat-dev-")),
+        "no temporary datadir under TMPDIR: {made:?}"
+    );
+    signal(&node.0, "TERM");
+    let status = wait_exit(&mut node.0);
+    assert!(status.success(), "exit {status:?}");
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
 }

@@ -99,22 +99,11 @@ fn ethtest_status() -> Status {
     }
 }
 
-/// Removed when the test ends, after the node (declared later) is stopped.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-        // A `Moat`'s engine secret, written beside its datadir.
-        let _ = std::fs::remove_file(self.0.with_extension("jwt"));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snap_answers_verify_against_recent_roots() {
-    let dir = TempDir(std::env::temp_dir().join(format!("moat-snap-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    import_ethtest(&dir.0);
+    // Removed when the test ends, after the node (declared later) is stopped.
+    let dir = common::temp_path("snap");
+    import_ethtest(&dir);
     let (http, auth, p2p) = (free_port(), free_port(), free_port());
     let key = secp256k1::SecretKey::from_byte_array([0x42; 32]).unwrap();
     let key_hex = alloy_primitives::hex::encode(key.secret_bytes());
@@ -124,7 +113,7 @@ async fn snap_answers_verify_against_recent_roots() {
         "--network",
         genesis_path.to_str().unwrap(),
         "--datadir",
-        dir.0.to_str().unwrap(),
+        dir.to_str().unwrap(),
         "--http",
         "--http.port",
         &http_s,
@@ -405,17 +394,13 @@ fn lists(b: &Moat, id: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_sending_a_bad_account_range_proof_is_dropped() {
     let wait = Duration::from_secs(90);
-    let pid = std::process::id();
-    let a_dir = TempDir(std::env::temp_dir().join(format!("moat-snap-liar-a-{pid}")));
-    let b_dir = TempDir(std::env::temp_dir().join(format!("moat-snap-liar-b-{pid}")));
-    for d in [&a_dir, &b_dir] {
-        let _ = std::fs::remove_dir_all(&d.0);
-    }
-    import_ethtest(&a_dir.0);
+    let a_dir = common::temp_path("snap-liar-a");
+    let b_dir = common::temp_path("snap-liar-b");
+    import_ethtest(&a_dir);
     let genesis = testdata("genesis.json");
     let (a_port, b_port) = (free_port(), free_port());
     let a = Moat::start(
-        &a_dir.0,
+        &a_dir,
         &genesis,
         a_port,
         0x71,
@@ -424,7 +409,7 @@ async fn a_peer_sending_a_bad_account_range_proof_is_dropped() {
         wait,
     );
     let admin = ["--http.api", "eth,net,admin"];
-    let b = Moat::start(&b_dir.0, &genesis, b_port, 0x72, &admin, &[], wait);
+    let b = Moat::start(&b_dir, &genesis, b_port, 0x72, &admin, &[], wait);
     let enode_of = |key: u8, port: u16| {
         let secret = secp256k1::SecretKey::from_byte_array([key; 32]).unwrap();
         Enode {

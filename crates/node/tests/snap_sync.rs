@@ -12,10 +12,10 @@
 mod common;
 
 use alloy_primitives::{Address, B256};
-use common::{Moat, enode, free_port, rpc, signed_transfer};
+use common::{Moat, TempPath, enode, free_port, rpc, signed_transfer};
 use moat_chaingen::{Generator, Params};
 use moat_crypto::secp::Signer;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ fn start(dir: &Path, genesis: &Path, p2p: u16, key: u8, extra: &[&str]) -> Moat 
 /// The source: `gen_dir`'s chain imported into datadir `tag`, started in full sync mode
 /// with node key `key` and checked at block `head`; (its datadir, the node, the head's
 /// hash, its enode).
-fn source(gen_dir: &Path, tag: &str, key: u8, head: u64) -> (PathBuf, Moat, String, String) {
+fn source(gen_dir: &Path, tag: &str, key: u8, head: u64) -> (TempPath, Moat, String, String) {
     let dir = datadir(tag);
     import(&dir, gen_dir);
     let port = free_port();
@@ -54,10 +54,8 @@ fn one_peer(node: &Moat) -> Option<()> {
     (rpc(node.http, "net_peerCount", "[]")?["result"] == "0x1").then_some(())
 }
 
-fn datadir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-snap-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn datadir(tag: &str) -> TempPath {
+    common::temp_path(&format!("snap-{tag}"))
 }
 
 /// The generated chain in `dir` (genesis.json, chain.rlp); the senders' keys.
@@ -153,7 +151,7 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     let signers = generate(&gen_dir);
     let genesis = gen_dir.join("genesis.json");
     let senders: Vec<Address> = signers.iter().map(|s| s.address()).collect();
-    let (a_dir, a, head_hash, a_enode) = source(&gen_dir, "a", 0x61, BLOCKS);
+    let (_a_dir, a, head_hash, a_enode) = source(&gen_dir, "a", 0x61, BLOCKS);
 
     // B: a fresh datadir, the default sync mode (snap).
     let b_dir = datadir("b");
@@ -220,10 +218,6 @@ fn a_fresh_node_snap_syncs_a_large_state_and_resumes_after_kill_9() {
     assert!(refused["error"].is_object(), "{refused}");
 
     drop((a, b));
-    for d in [gen_dir, a_dir, b_dir] {
-        let _ = std::fs::remove_dir_all(&d);
-        let _ = std::fs::remove_file(d.with_extension("jwt"));
-    }
 }
 
 /// B at A's head with A's state: the head's hash and state root, every sender's balance
@@ -338,7 +332,7 @@ fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
     let signers = generate_with(&gen_dir, params, &[("chain.rlp", HEAD)]);
     let senders: Vec<Address> = signers.iter().map(|s| s.address()).collect();
     let genesis = gen_dir.join("genesis.json");
-    let (a_dir, a, hash, a_enode) = source(&gen_dir, "stages-a", 0x65, HEAD);
+    let (_a_dir, a, hash, a_enode) = source(&gen_dir, "stages-a", 0x65, HEAD);
     let b_dir = datadir("stages-b");
     let b_port = free_port();
     let start_b = || {
@@ -427,10 +421,6 @@ fn a_node_killed_in_the_codes_tries_and_last_stretch_resumes_each_time() {
     );
     assert_same_state(&a, &b, &senders, &contracts);
     drop((a, b));
-    for d in [gen_dir, a_dir, b_dir] {
-        let _ = std::fs::remove_dir_all(&d);
-        let _ = std::fs::remove_file(d.with_extension("jwt"));
-    }
 }
 
 /// A batch's answers, each with its id and result, ordered by id (a batch's answers
@@ -567,8 +557,4 @@ fn a_node_killed_while_healing_resumes_from_its_record() {
         }
     }
     drop((a, b));
-    for d in [gen_dir, a_dir, b_dir] {
-        let _ = std::fs::remove_dir_all(&d);
-        let _ = std::fs::remove_file(d.with_extension("jwt"));
-    }
 }

@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::{Moat, enode, free_port, import_ethtest, rpc, testdata};
+use common::{Moat, TempPath, enode, free_port, import_ethtest, rpc, testdata};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const HEAD_HASH: &str = "0x44e3809c9a3cda717f00aea3a9da336d149612c8d5657fbc0028176ef8d94d2a";
@@ -42,20 +42,19 @@ impl FullSync for Moat {
     }
 }
 
-fn datadir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-sync-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn datadir(tag: &str) -> TempPath {
+    common::temp_path(&format!("sync-{tag}"))
 }
 
-/// Node A, serving the imported conformance chain.
-fn server(tag: &str) -> (Moat, String, PathBuf) {
+/// Node A, serving the imported conformance chain: its datadir (first, so that it is
+/// dropped after the node), the node and its enode.
+fn server(tag: &str) -> (TempPath, Moat, String) {
     let dir = datadir(&format!("{tag}-a"));
     import_ethtest(&dir);
     let port = free_port();
     let a = start(&dir, port, 0x51, &[]);
     assert_eq!(a.head(), Some(600));
-    (a, enode(0x51, port), dir)
+    (dir, a, enode(0x51, port))
 }
 
 fn check_syncing_object(s: &Value, starting: u64) {
@@ -79,7 +78,7 @@ fn check_syncing_object(s: &Value, starting: u64) {
 
 #[test]
 fn a_fresh_node_syncs_the_chain_from_a_peer() {
-    let (a, a_enode, a_dir) = server("fresh");
+    let (_a_dir, a, a_enode) = server("fresh");
     let b_dir = datadir("fresh-b");
     let b = start(&b_dir, free_port(), 0x52, &["--bootnodes", &a_enode]);
     assert_eq!(b.syncing(), Value::Bool(false));
@@ -108,13 +107,11 @@ fn a_fresh_node_syncs_the_chain_from_a_peer() {
     assert_eq!(b.forkchoice_to_head(), "VALID");
     eprintln!("eth_syncing answered a progress object {objects} times");
     drop((a, b));
-    let _ = std::fs::remove_dir_all(&a_dir);
-    let _ = std::fs::remove_dir_all(&b_dir);
 }
 
 #[test]
 fn a_node_killed_mid_sync_resumes_from_its_head() {
-    let (a, a_enode, a_dir) = server("kill");
+    let (_a_dir, a, a_enode) = server("kill");
     let b_dir = datadir("kill-b");
     let port = free_port();
     let b = start(&b_dir, port, 0x53, &["--bootnodes", &a_enode]);
@@ -157,6 +154,4 @@ fn a_node_killed_mid_sync_resumes_from_its_head() {
     assert_eq!(b.latest()["stateRoot"], a.latest()["stateRoot"]);
     eprintln!("killed at #{at_kill} (or later), restarted at #{restarted}");
     drop((a, b));
-    let _ = std::fs::remove_dir_all(&a_dir);
-    let _ = std::fs::remove_dir_all(&b_dir);
 }

@@ -77,10 +77,12 @@ fn malformed_input_exits_1() {
 
 #[test]
 fn blob_tx_with_sidecar_from_a_file() {
-    let dir = std::env::temp_dir().join(format!("moat-decode-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("moat-decode-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
     let tx = sample_blob_tx(SidecarVersion::V0, 2, 0, &Signer::from_seed(2));
-    let path = dir.join("blob.bin");
+    let path = dir.path().join("blob.bin");
     std::fs::write(&path, tx.encoded_2718()).unwrap();
     let arg = format!("@{}", path.display());
 
@@ -99,5 +101,4 @@ fn blob_tx_with_sidecar_from_a_file() {
     let out = moat(&["tx", "decode", "--fork", "Osaka", &arg]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("sidecar"));
-    std::fs::remove_dir_all(&dir).ok();
 }

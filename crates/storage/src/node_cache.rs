@@ -71,7 +71,7 @@ impl NodeChanges {
                 } => return NodeChanges::Clear,
                 Op::Put { .. } | Op::Delete { .. } | Op::DeleteRange { .. } => {}
                 #[cfg(test)]
-                Op::Fail => {}
+                Op::Fail | Op::FailDisk => {}
             }
         }
         if nodes.is_empty() {

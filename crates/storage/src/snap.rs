@@ -402,10 +402,12 @@ mod tests {
 
     #[test]
     fn a_store_reopened_knows_it_holds_downloaded_state() {
-        let dir = std::env::temp_dir().join(format!("moat-snap-store-{}", std::process::id()));
+        // Removed on drop (after the stores, declared later), also on a panic.
+        let tmp = crate::tests::TempDir::new("snap-store");
+        let dir = tmp.path();
         let a = Address::repeat_byte(0xcc);
         {
-            let store = Store::open(&dir, None).unwrap();
+            let store = Store::open(dir, None).unwrap();
             assert!(!store.has_snap_state());
             let mut batch = WriteBatch::new();
             batch
@@ -413,11 +415,10 @@ mod tests {
                 .set_snap_progress(Some(vec![1, 2, 3]));
             store.commit(batch).unwrap();
         }
-        let store = Store::open(&dir, None).unwrap();
+        let store = Store::open(dir, None).unwrap();
         assert!(store.has_snap_state());
         assert_eq!(store.account(&a).unwrap(), Some(account(4)));
         assert_eq!(store.snap_progress().unwrap(), Some(vec![1, 2, 3]));
         drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,7 +9,7 @@ use moat_blockchain::payload::PayloadService;
 use moat_rpc::{EngineConfig, EngineContext, StoreStateView};
 use moat_storage::Store;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
@@ -17,7 +17,8 @@ const SECRET: &str = "0x42424242424242424242424242424242424242424242424242424242
 const BLOCKS: usize = 16;
 
 struct Files {
-    dir: PathBuf,
+    /// Removed when dropped, also when the test panics.
+    dir: tempfile::TempDir,
     payloads: Vec<String>,
     fcus: Vec<String>,
 }
@@ -37,9 +38,10 @@ fn generate(tag: &str) -> (moat_common::config::Genesis, Files) {
         payloads.push(p);
         fcus.push(f);
     }
-    let dir = std::env::temp_dir().join(format!("moat-replay-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("moat-replay-{tag}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
     (
         generator.genesis().clone(),
         Files {
@@ -99,7 +101,7 @@ fn expb_jsonl_files_replay_with_skip_warmup_and_amount() {
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let array_path = files.dir.join("first.json");
+    let array_path = files.dir.path().join("first.json");
     std::fs::write(&array_path, serde_json::to_string(&array).unwrap()).unwrap();
     let out = replay(&addr, &["--file", array_path.to_str().unwrap(), "--fcu"]);
     assert!(out.status.success(), "{}", stdout(&out));
@@ -107,8 +109,8 @@ fn expb_jsonl_files_replay_with_skip_warmup_and_amount() {
 
     // The rest from EXPB's files: skip the two the node has, warm up on three, measure
     // ten, leave the last one.
-    let payloads = files.dir.join("payloads.jsonl");
-    let fcus = files.dir.join("fcus.jsonl");
+    let payloads = files.dir.path().join("payloads.jsonl");
+    let fcus = files.dir.path().join("fcus.jsonl");
     write_lines(&payloads, &files.payloads);
     write_lines(&fcus, &files.fcus);
     let out = replay(
@@ -147,7 +149,6 @@ fn expb_jsonl_files_replay_with_skip_warmup_and_amount() {
         3
     );
     assert_eq!(chain.head().unwrap().0, 15);
-    let _ = std::fs::remove_dir_all(&files.dir);
 }
 
 #[test]
@@ -159,8 +160,8 @@ fn a_payload_that_is_not_valid_fails_the_replay() {
     bad["params"][0]["gasUsed"] = Value::String("0x1".into());
     let mut lines = files.payloads[..3].to_vec();
     lines[1] = bad.to_string();
-    let payloads = files.dir.join("payloads.jsonl");
-    let fcus = files.dir.join("fcus.jsonl");
+    let payloads = files.dir.path().join("payloads.jsonl");
+    let fcus = files.dir.path().join("fcus.jsonl");
     write_lines(&payloads, &lines);
     write_lines(&fcus, &files.fcus[..3]);
     let out = replay(
@@ -190,5 +191,4 @@ fn a_payload_that_is_not_valid_fails_the_replay() {
         ],
     );
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let _ = std::fs::remove_dir_all(&files.dir);
 }

@@ -8,15 +8,19 @@ use alloy_primitives::{B256, U256};
 use moat_blockchain::chain::Chain;
 use moat_common::config::Genesis;
 use moat_storage::Store;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn base() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/ethtest/genesis.json")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("moat-state-bench-{name}-{}", std::process::id()))
+/// A scratch directory of the test's own, removed when dropped (also on a panic).
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("moat-state-bench-")
+        .tempdir()
+        .unwrap()
 }
 
 const LAYOUT: Layout = Layout {
@@ -24,9 +28,10 @@ const LAYOUT: Layout = Layout {
     slots_per_contract: 4,
 };
 
-/// Writes a genesis of `accounts` synthetic accounts and parses it as the node does.
-fn genesis(accounts: u64) -> (PathBuf, Genesis) {
-    let out = scratch(&format!("genesis-{accounts}.json"));
+/// Writes a genesis of `accounts` synthetic accounts in `dir` and parses it as the node
+/// does.
+fn genesis(dir: &Path, accounts: u64) -> (PathBuf, Genesis) {
+    let out = dir.join(format!("genesis-{accounts}.json"));
     let args = GenesisArgs {
         accounts,
         layout: LAYOUT,
@@ -44,8 +49,8 @@ fn genesis(accounts: u64) -> (PathBuf, Genesis) {
 
 #[test]
 fn the_streamed_genesis_is_the_base_plus_the_synthetic_layout() {
-    let (out, genesis) = genesis(25);
-    std::fs::remove_file(out).ok();
+    let tmp = scratch();
+    let (_, genesis) = genesis(tmp.path(), 25);
     let base = Genesis::from_file(&base()).unwrap();
     assert_eq!(genesis.alloc.len(), base.alloc.len() + 25);
     assert_eq!(genesis.timestamp, base.timestamp);
@@ -70,10 +75,9 @@ fn the_streamed_genesis_is_the_base_plus_the_synthetic_layout() {
 
 #[test]
 fn root_runs_on_a_datadir_initialised_from_it() {
-    let (out, genesis) = genesis(40);
-    std::fs::remove_file(out).ok();
-    let datadir = scratch("datadir");
-    std::fs::remove_dir_all(&datadir).ok();
+    let tmp = scratch();
+    let (_, genesis) = genesis(tmp.path(), 40);
+    let datadir = tmp.path().join("datadir");
     drop(Chain::init(Store::open(&datadir, None).unwrap(), &genesis).unwrap());
     // 40 accounts: contracts 0, 10, 20, 30; 8 slots take two of them.
     let args = RootArgs {
@@ -93,7 +97,6 @@ fn root_runs_on_a_datadir_initialised_from_it() {
     let outcome = root(&args);
     // More slots than the contracts hold is refused.
     let too_many = root(&RootArgs { slots: 20, ..args });
-    std::fs::remove_dir_all(&datadir).ok();
     assert_eq!(outcome, Ok(ExitCode::SUCCESS));
     assert!(too_many.unwrap_err().contains("contracts"));
 }
@@ -102,7 +105,8 @@ fn root_runs_on_a_datadir_initialised_from_it() {
 /// gives; a key given twice is refused.
 #[test]
 fn hash_root_agrees_with_moats_genesis() {
-    let (out, genesis) = genesis(300);
+    let tmp = scratch();
+    let (out, genesis) = genesis(tmp.path(), 300);
     let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
     let mut leaves = Vec::new();
     let mut add = |address, account| {
@@ -114,7 +118,6 @@ fn hash_root_agrees_with_moats_genesis() {
     };
     let streamed =
         Genesis::stream_file(&out, moat_common::config::AllocEntries::Parse(&mut add)).unwrap();
-    std::fs::remove_file(out).ok();
     assert_eq!(leaves.len(), 300 + 27);
     let root = crate::hashroot::root_of(leaves.clone()).unwrap();
     assert_eq!(

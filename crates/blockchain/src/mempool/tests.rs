@@ -1191,11 +1191,35 @@ async fn oversized_and_malformed_input_is_rejected_as_a_peer_fault() {
     assert_eq!(pool.metrics().rejections("decode"), 1);
 }
 
-/// A journal file of its own for each test.
-fn journal_path(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("moat-pool-journal-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir.join("txpool.journal")
+/// A journal file of its own for each test, in a directory removed when this is dropped
+/// (also when the test panics).
+struct JournalPath {
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for JournalPath {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for JournalPath {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+fn journal_path(tag: &str) -> JournalPath {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("moat-pool-journal-{tag}-"))
+        .tempdir()
+        .unwrap();
+    JournalPath {
+        path: dir.path().join("txpool.journal"),
+        _dir: dir,
+    }
 }
 
 /// A pool over `state` (a restart) with the journal at `path` reloaded into it.

@@ -141,7 +141,7 @@ fn outcome(result: ExecutionResult) -> CallOutcome {
         },
         ExecutionResult::Revert { output, .. } => CallOutcome::Revert { output, gas_used },
         ExecutionResult::Halt { reason, .. } => CallOutcome::Halt {
-            reason: format!("{reason:?}"),
+            reason: super::geth_words::halt_message(&reason),
             gas_used,
         },
     }
@@ -225,11 +225,7 @@ fn run(
         .build();
     let mut evm = setup.build_evm(db);
     let tx = call_tx(config, req, gas);
-    let result = evm.transact(tx).map_err(|e| match evm_error(e, Some(0)) {
-        // Not an invalid block here: the request itself is wrong (funds, gas, fee).
-        VmError::InvalidTransaction { reason, .. } => VmError::InvalidCall(reason),
-        other => other,
-    })?;
+    let result = evm.transact(tx).map_err(call_error)?;
     let gas_used = result.result.tx_gas_used();
     Ok(match result.result {
         ExecutionResult::Success { output, .. } => CallOutcome::Success {
@@ -238,7 +234,7 @@ fn run(
         },
         ExecutionResult::Revert { output, .. } => CallOutcome::Revert { output, gas_used },
         ExecutionResult::Halt { reason, .. } => CallOutcome::Halt {
-            reason: format!("{reason:?}"),
+            reason: super::geth_words::halt_message(&reason),
             gas_used,
         },
     })

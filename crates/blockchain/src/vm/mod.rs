@@ -31,6 +31,7 @@ mod call;
 mod changes;
 mod db;
 mod env;
+pub mod geth_words;
 mod overrides;
 pub mod simulate;
 mod system;
@@ -153,9 +154,12 @@ fn evm_error(err: EVMError<impl std::fmt::Display>, tx_index: Option<usize>) -> 
         EVMError::Transaction(e) => match tx_index {
             Some(index) => VmError::InvalidTransaction {
                 index,
-                reason: e.to_string(),
+                reason: geth_words::invalid_tx_message(&e),
             },
-            None => VmError::InvalidBlock(format!("system call rejected: {e}")),
+            None => VmError::InvalidBlock(format!(
+                "system call rejected: {}",
+                geth_words::invalid_tx_message(&e)
+            )),
         },
         EVMError::Header(e) => VmError::InvalidBlock(e.to_string()),
         EVMError::Database(e) => VmError::State(e.to_string()),

@@ -866,7 +866,7 @@ impl<'a> Simulator<'a> {
                 }
                 ExecutionResult::Revert { output, .. } => (SimStatus::Revert, output, Vec::new()),
                 ExecutionResult::Halt { reason, .. } => (
-                    SimStatus::Halt(halt_message(&reason)),
+                    SimStatus::Halt(super::geth_words::halt_message(&reason)),
                     Bytes::new(),
                     Vec::new(),
                 ),
@@ -1175,34 +1175,11 @@ fn tx_error<E: std::fmt::Display>(e: EVMError<E>, gas: u64) -> SimError {
             };
             SimError::InvalidTransaction {
                 kind,
-                message: t.to_string(),
+                message: super::geth_words::invalid_tx_message(&t),
                 gas,
             }
         }
         other => SimError::Vm(evm_error(other, Some(0))),
-    }
-}
-
-/// geth's wording of why execution halted.
-fn halt_message(reason: &revm::context::result::HaltReason) -> String {
-    use revm::context::result::HaltReason as H;
-    match reason {
-        H::OutOfGas(_) => "out of gas".into(),
-        H::InvalidFEOpcode => "invalid opcode: INVALID".into(),
-        H::OpcodeNotFound => "invalid opcode".into(),
-        H::InvalidJump => "invalid jump destination".into(),
-        H::StackUnderflow => "stack underflow".into(),
-        H::StackOverflow => "stack limit reached 1024 (1023)".into(),
-        H::OutOfFunds => "insufficient balance for transfer".into(),
-        H::CallTooDeep => "max call depth exceeded".into(),
-        H::CreateCollision => "contract address collision".into(),
-        H::CreateContractSizeLimit => "max code size exceeded".into(),
-        H::CreateContractStartingWithEF => "invalid code: must not begin with 0xef".into(),
-        H::StateChangeDuringStaticCall | H::CallNotAllowedInsideStatic => "write protection".into(),
-        H::PrecompileError | H::PrecompileErrorWithContext(_) => {
-            "precompiled contract failed".into()
-        }
-        other => format!("{other:?}"),
     }
 }
 

@@ -792,13 +792,12 @@ fn all_forks_at_genesis() {
 
 /// Streams `json` (written to a file) and collects the allocation.
 fn stream(json: &str) -> Result<Genesis, ConfigError> {
-    let dir = std::env::temp_dir().join(format!(
-        "moat-genesis-stream-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("genesis.json");
+    // Removed when dropped, also on a panic.
+    let dir = tempfile::Builder::new()
+        .prefix("moat-genesis-stream-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("genesis.json");
     std::fs::write(&path, json).unwrap();
     let mut alloc = std::collections::BTreeMap::new();
     let mut add = |address, account| {
@@ -808,7 +807,7 @@ fn stream(json: &str) -> Result<Genesis, ConfigError> {
     let streamed = Genesis::stream_file(&path, AllocEntries::Parse(&mut add));
     // Skipping the allocation reads the same genesis.
     let skipped = Genesis::stream_file(&path, AllocEntries::Skip);
-    std::fs::remove_dir_all(&dir).unwrap();
+    dir.close().unwrap();
     let mut g = streamed?;
     assert_eq!(skipped.map_err(|e| e.to_string()), Ok(g.clone()));
     assert!(g.alloc.is_empty());
@@ -856,11 +855,13 @@ fn a_malformed_streamed_genesis_is_an_error() {
         assert!(stream(json).is_err(), "accepted {json:?}");
     }
     let mut refuse = |_, _| Err("refused".to_string());
-    let dir = std::env::temp_dir().join(format!("moat-genesis-refuse-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("genesis.json");
+    let dir = tempfile::Builder::new()
+        .prefix("moat-genesis-refuse-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("genesis.json");
     std::fs::copy(ETHTEST_GENESIS, &path).unwrap();
     let err = Genesis::stream_file(&path, AllocEntries::Parse(&mut refuse)).unwrap_err();
-    std::fs::remove_dir_all(&dir).unwrap();
+    dir.close().unwrap();
     assert!(matches!(err, ConfigError::Alloc { .. }), "{err}");
 }

@@ -354,9 +354,8 @@ pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     match outcome.map_err(vm_error)? {
         CallOutcome::Success { output, .. } => Ok(json!(output)),
         CallOutcome::Revert { output, .. } => Err(reverted(&output)),
-        CallOutcome::Halt { reason, .. } => {
-            Err(server_error(format!("execution halted: {reason}")))
-        }
+        // geth answers the EVM's error as it is ("out of gas", "invalid opcode", ...).
+        CallOutcome::Halt { reason, .. } => Err(server_error(reason)),
     }
 }
 
@@ -420,7 +419,7 @@ pub fn create_access_list(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Val
             out.insert("error".into(), json!(reverted(output).message()));
         }
         CallOutcome::Halt { reason, .. } => {
-            out.insert("error".into(), json!(format!("execution halted: {reason}")));
+            out.insert("error".into(), json!(reason));
         }
     }
     out.insert(

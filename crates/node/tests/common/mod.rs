@@ -36,13 +36,67 @@ pub fn import_ethtest(datadir: &std::path::Path) {
     );
 }
 
-/// A running `moat`, killed on drop.
-pub struct Node(pub Child);
+/// A directory of its own for a test, named after `tag`, under cargo's scratch directory
+/// for integration tests (inside target/, not the system temp dir): removed with all in
+/// it when dropped, also when the test panics. Declare it before the nodes that use it,
+/// so they are killed before it goes.
+pub fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("moat-{tag}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a temporary directory")
+}
+
+/// `data` in a [`temp_dir`] of its own: a datadir path not created yet (a node or an
+/// import creates it), with room beside it for a `.jwt`, a genesis or a log; dropped, the
+/// whole directory goes.
+pub struct TempPath {
+    path: PathBuf,
+    _root: tempfile::TempDir,
+}
+
+pub fn temp_path(tag: &str) -> TempPath {
+    let root = temp_dir(tag);
+    TempPath {
+        path: root.path().join("data"),
+        _root: root,
+    }
+}
+
+impl std::ops::Deref for TempPath {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for TempPath {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempPath {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+/// A running `moat`, killed on drop; the directory it holds (a dev datadir, an engine
+/// secret), if any, is removed after the kill.
+pub struct Node(pub Child, pub Option<tempfile::TempDir>);
 
 impl Node {
     /// Starts `moat` with `args`; unless they name a p2p port (or discv5's), the OS
-    /// picks one, so nodes of parallel tests do not collide on 30303 (or 9200).
+    /// picks one, so nodes of parallel tests do not collide on 30303 (or 9200). A dev
+    /// node not given a datadir gets one the `Node` removes (moat's own temporary one is
+    /// left behind by a kill).
     pub fn start(args: &[&str]) -> Node {
+        Node::start_holding(args, None)
+    }
+
+    /// [`Node::start`], the node holding `dir` (removed after the kill).
+    pub fn start_holding(args: &[&str], dir: Option<tempfile::TempDir>) -> Node {
         let port: &[&str] = if args.contains(&"--port") {
             &[]
         } else {
@@ -53,23 +107,38 @@ impl Node {
         } else {
             &["--discovery.v5.port", "0"]
         };
-        Node(
-            Command::new(env!("CARGO_BIN_EXE_moat"))
-                .args(args)
-                .args(port)
-                .args(v5_port)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("moat starts"),
-        )
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_moat"));
+        cmd.args(args).args(port).args(v5_port);
+        let dir = match dev_datadir(args) {
+            Some(datadir) => {
+                cmd.arg("--datadir").arg(datadir.path());
+                assert!(dir.is_none(), "one directory per node");
+                Some(datadir)
+            }
+            None => dir,
+        };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moat starts");
+        Node(child, dir)
     }
+}
+
+/// A datadir for a dev node whose `args` name none (`--dev` without `--datadir`).
+pub fn dev_datadir(args: &[&str]) -> Option<tempfile::TempDir> {
+    let named = args
+        .iter()
+        .any(|a| *a == "--datadir" || a.starts_with("--datadir="));
+    (args.contains(&"--dev") && !named).then(|| temp_dir("dev"))
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        // The held directory (the field) is dropped after this: the process is gone.
     }
 }
 
@@ -130,28 +199,32 @@ pub fn engine_post(port: u16, body: &str) -> Option<(u16, serde_json::Value)> {
 }
 
 /// `moat` on the conformance genesis in `datadir`, no peers, its engine API on
-/// [`ENGINE_SECRET_HEX`] (written next to the datadir): the node, its HTTP port and its
-/// engine port, once the RPC server answers.
+/// [`ENGINE_SECRET_HEX`] (written in a directory the node holds): the node, its HTTP port
+/// and its engine port, once the RPC server answers.
 pub fn start_engine_node(datadir: &std::path::Path) -> (Node, u16, u16) {
-    let secret_file = datadir.with_extension("jwt");
+    let secrets = temp_dir("engine-jwt");
+    let secret_file = secrets.path().join("secret.jwt");
     std::fs::write(&secret_file, ENGINE_SECRET_HEX).unwrap();
     let (http, auth) = (free_port(), free_port());
-    let node = Node::start(&[
-        "--network",
-        testdata("genesis.json").to_str().unwrap(),
-        "--datadir",
-        datadir.to_str().unwrap(),
-        "--nodiscover",
-        "--maxpeers",
-        "0",
-        "--http",
-        "--http.port",
-        &http.to_string(),
-        "--authrpc.port",
-        &auth.to_string(),
-        "--authrpc.jwtsecret",
-        secret_file.to_str().unwrap(),
-    ]);
+    let node = Node::start_holding(
+        &[
+            "--network",
+            testdata("genesis.json").to_str().unwrap(),
+            "--datadir",
+            datadir.to_str().unwrap(),
+            "--nodiscover",
+            "--maxpeers",
+            "0",
+            "--http",
+            "--http.port",
+            &http.to_string(),
+            "--authrpc.port",
+            &auth.to_string(),
+            "--authrpc.jwtsecret",
+            secret_file.to_str().unwrap(),
+        ],
+        Some(secrets),
+    );
     wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
     (node, http, auth)
 }
@@ -214,8 +287,8 @@ pub fn signed_transfer(signer: &Signer, chain_id: u64, nonce: u64, value: u64) -
 pub const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
 
 /// A `moat` process on loopback without discovery (its p2p port and node key given),
-/// its stdout and stderr in a log file beside the datadir's (the tail shown when a wait
-/// fails); killed on drop.
+/// its stdout and stderr in a log file in the datadir (the tail shown when a wait
+/// fails); killed on drop, then its engine secret's directory removed.
 pub struct Moat {
     pub child: Child,
     pub log: PathBuf,
@@ -223,6 +296,8 @@ pub struct Moat {
     pub auth: u16,
     /// How long [`Moat::wait`] waits.
     pub patience: Duration,
+    /// The engine secret's file is in it; dropped after the kill.
+    _secrets: tempfile::TempDir,
 }
 
 impl Drop for Moat {
@@ -244,7 +319,8 @@ impl Moat {
         env: &[(&str, &str)],
         patience: Duration,
     ) -> Moat {
-        let secret_file = dir.with_extension("jwt");
+        let secrets = temp_dir("jwt");
+        let secret_file = secrets.path().join("secret.jwt");
         std::fs::write(&secret_file, SECRET_HEX).unwrap();
         let (http, auth) = (free_port(), free_port());
         std::fs::create_dir_all(dir).unwrap();
@@ -274,6 +350,7 @@ impl Moat {
             http,
             auth,
             patience,
+            _secrets: secrets,
         };
         node.wait("the RPC server", || rpc(http, "eth_chainId", "[]"));
         // The engine API listens a moment after the RPC server (and p2p before both).
