@@ -159,6 +159,14 @@ fn dev_attrs(
     }
 }
 
+/// Names the dev chain's safe and finalized blocks after a head change
+/// ([`Chain::mark_dev_head`]); a failure is logged, and the head change stands.
+fn mark_dev_head(chain: &Chain) {
+    if let Err(e) = chain.mark_dev_head() {
+        tracing::warn!(error = %e, "dev chain: safe and finalized blocks not marked");
+    }
+}
+
 /// Seals one block from the pool on the head and makes it the new head.
 async fn produce_block(
     chain: &Chain,
@@ -198,11 +206,11 @@ async fn produce_block(
             let (c, p, b) = (chain.clone(), pool.clone(), block.clone());
             let update = tokio::task::spawn_blocking(move || {
                 maintain::keep_blob_txs(&c, &p, &b);
-                c.mark_dev_head().map_err(|e| e.to_string())?;
-                Ok::<_, String>(maintain::block_update(&c, &p, &b))
+                mark_dev_head(&c);
+                maintain::block_update(&c, &p, &b)
             })
             .await
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| e.to_string())?;
             pool.on_head_change(update).await;
             rpc.notify_new_head(&block.header);
             Ok(Some((number, block.transactions.len())))
@@ -230,7 +238,7 @@ async fn seal_edits(
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     tracing::info!(number = block.header.number, "sealed a state edit");
-    chain.mark_dev_head().map_err(|e| e.to_string())?;
+    mark_dev_head(chain);
     pool.on_head_change(HeadUpdate {
         head: maintain::head_info(chain.config(), &block.header),
         touched,
@@ -280,7 +288,7 @@ async fn revert(
         .map_err(|e| format!("snapshot {id} (block {number}) cannot be restored: {e}"))?;
     // This snapshot and every later one are used up, as in anvil.
     let taken: Vec<Snapshot> = snapshots.drain(at..).collect();
-    chain.mark_dev_head().map_err(err)?;
+    mark_dev_head(chain);
     let snap = &taken[0];
     let head = chain.head_header().map_err(err)?;
     for (_, txs) in pool.content() {
@@ -325,9 +333,7 @@ pub async fn run_producer(
     mut requests: tokio::sync::mpsc::Receiver<DevRequest>,
 ) {
     // A fresh dev chain's genesis is safe and final; later blocks are marked as sealed.
-    if let Err(e) = chain.mark_dev_head() {
-        tracing::warn!(error = %e, "dev chain: safe and finalized blocks not marked");
-    }
+    mark_dev_head(&chain);
     let mut pending = pool.subscribe_pending();
     let mut requests_open = true;
     let mut clock = DevClock::default();
@@ -623,7 +629,7 @@ mod tests {
         );
         assert_eq!(chain.head().unwrap().0, head - 1);
         assert_eq!(snapshots.iter().map(|s| s.id).collect::<Vec<_>>(), [0]);
-        // As geth's dev mode: the head is safe, the last whole 32-block epoch final.
+        // As geth's dev mode: the head is safe, the last multiple of 32 final.
         use moat_blockchain::chain::Mark;
         let number = |m| chain.mark(m).unwrap().map(|(n, _)| n);
         assert_eq!(number(Mark::Safe), Some(head - 1));

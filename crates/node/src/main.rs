@@ -88,12 +88,14 @@ fn main() -> ExitCode {
 }
 
 /// A panic the store turns into an error (redb's on a damaged page) is reported as that
-/// error where it is met; the default hook's "thread panicked" line is left out for it.
-/// Every other panic is printed as before.
+/// error where it is met: here it is one warning line with its message and place, not
+/// the usual panic report. Every other panic is printed as before.
 fn quiet_store_panics() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !moat_storage::in_guarded_read() {
+        if moat_storage::in_guarded_read() {
+            tracing::warn!(panic = %info, "a database operation panicked: it fails with an error");
+        } else {
             default(info);
         }
     }));

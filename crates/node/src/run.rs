@@ -491,7 +491,9 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     tokio::spawn(async move {
         let mut last = tokio::time::Instant::now();
         loop {
-            tokio::time::sleep(every.min(Duration::from_secs(60))).await;
+            // Looked at every 5 s: after a failed sync the journal takes nothing until it
+            // is rewritten (`wants_rotation` then says so).
+            tokio::time::sleep(every.min(Duration::from_secs(5))).await;
             let grown = rejournal.journal().is_some_and(|j| j.wants_rotation());
             if grown || last.elapsed() >= every {
                 match rejournal.rotate_journal().await {

@@ -148,6 +148,8 @@ fn a_full_disk_refuses_what_it_cannot_keep_and_loses_no_acknowledged_tx() {
     let log = root.path().join("moat.log");
     let port = free_port();
     let mut node = start(&datadir, port, &log);
+    // The start's relaxed commits (the dev chain's first marks) made durable first.
+    std::thread::sleep(Duration::from_secs(2));
 
     // The disk full but for 2.5 MiB: the journal's next steps of zeroed space find no room.
     let filler = fill(&mnt, 5 << 19);

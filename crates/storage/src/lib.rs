@@ -446,9 +446,10 @@ impl Store {
         self.latch(applied)
     }
 
-    /// Remembers a write the disk refused ([`Store::write_failure`]).
+    /// Remembers a write the disk refused, or one that met a damaged page (the engine's
+    /// state is then unknown): [`Store::write_failure`].
     fn latch(&self, result: Result<(), StoreError>) -> Result<(), StoreError> {
-        if let Err(StoreError::WriteFailed(why)) = &result {
+        if let Err(StoreError::WriteFailed(why) | StoreError::Corrupt(why)) = &result {
             let _ = self.write_failure.set(why.clone());
         }
         result
@@ -462,10 +463,10 @@ impl Store {
         self.latch(self.backend.flush())
     }
 
-    /// Makes the relaxed commits durable if the oldest is a second old: a relaxed commit
-    /// is made durable by the next commit after that second, and this keeps the promise
-    /// when no commit comes (a dev chain between blocks, an idle node). Call it about
-    /// once a second.
+    /// Makes the relaxed commits durable once the last durable commit is a second old: a
+    /// relaxed commit is made durable by the next commit after that second, and this
+    /// keeps the promise when no commit comes (a dev chain between blocks, an idle node).
+    /// Called every half second, it bounds the wait to about 1.5 s.
     pub fn flush_due(&self) -> Result<(), StoreError> {
         if let Some(why) = self.write_failure() {
             return Err(StoreError::WriteFailed(why.to_string()));

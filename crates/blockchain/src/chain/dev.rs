@@ -100,8 +100,8 @@ impl Chain {
         Ok(block)
     }
 
-    /// Marks the head safe and a block of the last completed 32-block "epoch" finalized,
-    /// as go-ethereum's dev mode does: a dev chain has no consensus layer to name them.
+    /// Marks the head safe and the last multiple of 32 at or below it finalized, as
+    /// go-ethereum's dev mode does: a dev chain has no consensus layer to name them.
     pub fn mark_dev_head(&self) -> Result<(), ChainError> {
         let (head, head_hash) = self.head()?;
         let finalized = dev_finalized_number(head);
@@ -130,15 +130,11 @@ impl Chain {
     }
 }
 
-/// The block a dev chain at `head` calls finalized: the start of the last whole epoch
-/// of 32 blocks behind it.
+/// The block a dev chain at `head` calls finalized: the last multiple of 32 at or below
+/// it, as go-ethereum's simulated beacon names it.
 fn dev_finalized_number(head: u64) -> u64 {
     const EPOCH: u64 = 32;
-    if head.is_multiple_of(EPOCH) {
-        head.saturating_sub(EPOCH)
-    } else {
-        head / EPOCH * EPOCH
-    }
+    head / EPOCH * EPOCH
 }
 
 #[cfg(test)]
@@ -179,6 +175,22 @@ mod tests {
 
     fn account(chain: &Chain, a: Address) -> Option<AccountInfo> {
         StateReader::account(&StateAtBlock::head(chain.store().clone()), &a).unwrap()
+    }
+
+    #[test]
+    fn a_dev_chain_finalizes_the_last_multiple_of_32() {
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (31, 0),
+            (32, 32),
+            (33, 32),
+            (63, 32),
+            (64, 64),
+        ];
+        for (head, finalized) in cases {
+            assert_eq!(dev_finalized_number(head), finalized, "head {head}");
+        }
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! The marks are kept in the store beside the head (so they survive a restart) and read
 //! back only while they still name canonical blocks: a safe block that a reorg took off
-//! the chain is no longer safe. A finalized block is never taken off:
-//! [`Chain::set_head`] refuses a reorg whose fork point lies below it.
+//! the chain is no longer safe. A finalized block is never taken off by a reorg:
+//! [`Chain::set_head`] refuses one whose fork point lies below it (a dev chain's
+//! `evm_revert` rewinds anyway, and its marks are named again).
 //!
 //! The zero hash names no block: a mark given as zero is left as it was, as geth does
 //! (a consensus client sends zero only before it has a checkpoint).

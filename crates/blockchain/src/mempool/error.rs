@@ -304,6 +304,63 @@ mod tests {
     use super::*;
     use moat_crypto::kzg::KzgError;
 
+    /// What wallets and client libraries match on: each admission refusal begins with
+    /// go-ethereum's own string for it (core/txpool/errors.go, core/error.go).
+    #[test]
+    fn refusals_begin_with_geths_words() {
+        let table: Vec<(Rejection, &str)> = vec![
+            (Rejection::AlreadyKnown, "already known"),
+            (
+                Rejection::ReplacementUnderpriced,
+                "replacement transaction underpriced",
+            ),
+            (Rejection::Underpriced, "transaction underpriced"),
+            (Rejection::NonceTooLow { state: 2, tx: 1 }, "nonce too low"),
+            (
+                Rejection::BlobNonceGap {
+                    expected: 1,
+                    found: 3,
+                },
+                "nonce too high",
+            ),
+            (
+                Rejection::InsufficientFunds {
+                    balance: U256::from(1),
+                    cost: U256::from(2),
+                },
+                "insufficient funds for gas * price + value",
+            ),
+            (
+                Rejection::Stateless(StatelessError::IntrinsicGas {
+                    have: 1,
+                    need: 21_000,
+                }),
+                "intrinsic gas too low",
+            ),
+            (
+                Rejection::Stateless(StatelessError::GasLimitAboveBlock { have: 2, limit: 1 }),
+                "exceeds block gas limit",
+            ),
+            (
+                Rejection::Stateless(StatelessError::TipAboveFeeCap { tip: 2, fee_cap: 1 }),
+                "max priority fee per gas higher than max fee per gas",
+            ),
+            (Rejection::SenderHasCode, "sender not an eoa"),
+            (Rejection::AlreadyReserved, "address already reserved"),
+            (
+                Rejection::JournalFailed(JournalFailure {
+                    kind: std::io::ErrorKind::StorageFull,
+                    message: String::new(),
+                }),
+                "no space left on device",
+            ),
+        ];
+        for (rejection, geth) in table {
+            let ours = rejection.to_string();
+            assert!(ours.starts_with(geth), "{ours:?} is not geth's {geth:?}");
+        }
+    }
+
     #[test]
     fn what_a_rejection_costs_the_peer_that_delivered_it() {
         let cases = [

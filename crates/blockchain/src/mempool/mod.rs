@@ -208,6 +208,9 @@ struct Shared {
     metrics: Arc<PoolMetrics>,
     pending_events: broadcast::Sender<B256>,
     journal: std::sync::OnceLock<Journal>,
+    /// Local txs replaced by a local tx whose journal record is being written, by the
+    /// replacement's hash: put back if the journal refuses the replacement.
+    replaced_locals: parking_lot::Mutex<FastMap<B256, Arc<PoolTx>>>,
 }
 
 /// A transaction past admission's stages 2-6 ([`Shared::screen`]).
@@ -418,6 +421,7 @@ impl Pool {
             metrics,
             pending_events: broadcast::channel(4096).0,
             journal: std::sync::OnceLock::new(),
+            replaced_locals: Default::default(),
             state,
             cfg,
         };
@@ -644,6 +648,7 @@ impl Pool {
         let Some(journal) = self.shared.journal.get() else {
             return Ok(());
         };
+        let replaced = self.shared.replaced_locals.lock().remove(hash);
         let encoded;
         let bytes = match wire {
             Some(bytes) => bytes,
@@ -658,14 +663,29 @@ impl Pool {
         // The answer promises a tx that survives a crash: one the journal could not
         // keep is withdrawn (only it: its sender's later nonces were journaled on their
         // own) and refused. Its peers may have heard of it already; that is all.
-        journal.append_announced(bytes, coming).await.map_err(|e| {
-            let withdrawn = self.shared.pool.lock().withdraw(hash);
-            tracing::warn!(%hash, withdrawn, error = %e, "local tx refused: journal write failed");
-            ::metrics::counter!("moat_pool_journal_failures_total").increment(1);
-            let rejection = Rejection::JournalFailed(JournalFailure::from(&e));
-            self.shared.metrics.rejected(&rejection);
-            rejection
-        })
+        let Err(e) = journal.append_announced(bytes, coming).await else {
+            return Ok(());
+        };
+        let withdrawn = self.shared.pool.lock().withdraw(hash);
+        tracing::warn!(%hash, withdrawn, error = %e, "local tx refused: journal write failed");
+        ::metrics::counter!("moat_pool_journal_failures_total").increment(1);
+        let rejection = Rejection::JournalFailed(JournalFailure::from(&e));
+        self.shared.metrics.rejected(&rejection);
+        // The tx it replaced was acknowledged and journaled: it goes back in, or, if the
+        // pool no longer takes it, stays in the journal for the next start.
+        if let Some(old) = replaced {
+            let back = self
+                .add_metered(
+                    TxInput::Decoded(Box::new(old.tx.clone())),
+                    TxOrigin::Local,
+                    &mut CpuMeter::off(),
+                )
+                .await;
+            if back.is_err() {
+                journal.hold_more(vec![old.tx.encoded_2718()]);
+            }
+        }
+        Err(rejection)
     }
 
     /// Re-admits the journal's entries (origin `Journal`) and rewrites the journal from
@@ -902,6 +922,7 @@ impl Pool {
 
     /// Inserts under the lock, then publishes events with the lock released.
     fn insert(&self, tx: Arc<PoolTx>, account: AccountState) -> AddResult {
+        let tx_origin = tx.origin;
         let (result, evicted, pending, evicted_locals) = {
             let mut pool = self.shared.pool.lock();
             let (result, evicted) = pool.insert(tx, account);
@@ -909,6 +930,14 @@ impl Pool {
             // insert (which promotes a handful of txs at most) allocates nothing here.
             let pending: SmallVec<[B256; 8]> = pool.newly_pending.drain(..).collect();
             let evicted_locals = std::mem::take(&mut pool.evicted_locals);
+            // A local replacement is journaled by its caller next: the tx it replaced
+            // waits here until then ([`Pool::journal_append`]).
+            if let (Some(old), Ok(added)) = (pool.replaced_local.take(), &result)
+                && self.shared.journal.get().is_some()
+                && tx_origin == TxOrigin::Local
+            {
+                self.shared.replaced_locals.lock().insert(added.hash, old);
+            }
             (result, evicted, pending, evicted_locals)
         };
         if !evicted.is_empty() {

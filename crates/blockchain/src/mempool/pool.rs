@@ -141,6 +141,9 @@ pub(crate) struct PoolInner {
     /// Local (journaled) txs that left for room since the last drain: evicted for price
     /// or displaced by their sender's gap-filler. The journal keeps them.
     pub evicted_locals: Vec<Arc<PoolTx>>,
+    /// The local tx the last insert replaced (same sender and nonce), if any: kept until
+    /// the replacement is journaled, to be put back should the journal refuse it.
+    pub replaced_local: Option<Arc<PoolTx>>,
     /// Inserts classified by [`PoolInner::classify_appended`] (for tests of that path).
     #[cfg(test)]
     pub appends_classified: u64,
@@ -195,6 +198,7 @@ impl PoolInner {
             let_go: Default::default(),
             newly_pending: Vec::new(),
             evicted_locals: Vec::new(),
+            replaced_local: None,
             #[cfg(test)]
             appends_classified: 0,
             #[cfg(test)]
@@ -471,8 +475,11 @@ impl PoolInner {
             Some(id) => *id,
             None => self.new_sender(tx.sender, account),
         };
-        if let Some(old) = plan.replaces {
-            self.remove_entry(&old);
+        if let Some(old) = plan.replaces
+            && let Some(gone) = self.remove_entry(&old)
+            && gone.origin.is_local()
+        {
+            self.replaced_local = Some(gone);
         }
         let mut evicted = Vec::new();
         if let Some(doomed) = plan.displaces {
@@ -1104,7 +1111,9 @@ impl PoolInner {
     }
 
     /// Removes one transaction only (its sender's later nonces stay, queued behind the
-    /// gap if they were pending); whether it was pooled.
+    /// gap if they were pending; the one exception to "no gap is created below a pooled
+    /// tx": a local tx the journal could not keep, whose later nonces were journaled on
+    /// their own); whether it was pooled.
     pub fn withdraw(&mut self, hash: &B256) -> bool {
         let Some(entry) = self.by_hash.get(hash) else {
             return false;

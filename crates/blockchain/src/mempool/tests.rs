@@ -1318,6 +1318,15 @@ async fn a_local_tx_the_journal_could_not_keep_is_refused_and_leaves_the_pool() 
     assert!(journal.wants_rotation());
     pool.rotate_journal().await.unwrap();
     pool.submit_local(raw(&second)).await.unwrap();
+    // A replacement the journal cannot keep: refused, and the tx it replaced (answered
+    // and journaled before) is back in the pool.
+    let replacement = tx1559(&a, 1, 5, 200);
+    journal.fail_sync_of(3);
+    let e = pool.submit_local(raw(&replacement)).await.unwrap_err();
+    assert!(matches!(e, Rejection::JournalFailed(_)), "{e:?}");
+    assert!(pool.contains(&second.hash()) && !pool.contains(&replacement.hash()));
+    pool.assert_consistent();
+    pool.rotate_journal().await.unwrap();
     journal.close();
     assert_eq!(
         journal_entries(&path),

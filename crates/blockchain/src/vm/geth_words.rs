@@ -68,7 +68,8 @@ pub fn invalid_tx_message(e: &InvalidTransaction) -> String {
     }
 }
 
-/// geth's wording of why execution halted (its EVM errors).
+/// geth's wording of why execution halted (its EVM errors). The rule table: every
+/// variant.
 pub fn halt_message(reason: &HaltReason) -> String {
     use HaltReason as H;
     match reason {
@@ -84,10 +85,13 @@ pub fn halt_message(reason: &HaltReason) -> String {
         H::CreateContractSizeLimit => "max code size exceeded".into(),
         H::CreateContractStartingWithEF => "invalid code: must not begin with 0xef".into(),
         H::StateChangeDuringStaticCall | H::CallNotAllowedInsideStatic => "write protection".into(),
-        H::PrecompileError | H::PrecompileErrorWithContext(_) => {
-            "precompiled contract failed".into()
-        }
-        other => format!("{other:?}"),
+        H::PrecompileError => "precompiled contract failed".into(),
+        H::PrecompileErrorWithContext(why) => why.clone(),
+        H::OutOfOffset => "return data out of bounds".into(),
+        H::NonceOverflow => "nonce uint64 overflow".into(),
+        H::CreateInitCodeSizeLimit => "max initcode size exceeded".into(),
+        H::NotActivated => "invalid opcode".into(),
+        H::OverflowPayment => "gas uint64 overflow".into(),
     }
 }
 

@@ -319,7 +319,7 @@ async fn impossible_blob_and_set_code_calls_are_errors() {
         ),
         (
             json!({ "from": FROM, "to": NEEDS_BLOB, "blobVersionedHashes": vec![hash; 1000] }),
-            "too many blobs",
+            "blob transaction has too many blobs",
         ),
         (
             json!({ "from": FROM, "to": NEEDS_BLOB, "blobVersionedHashes": [B256::repeat_byte(0xab)] }),

@@ -1058,9 +1058,17 @@ async fn safe_and_finalized_are_the_blocks_the_forkchoice_named() {
     let n = node().await;
     let addr = n.handle.local_addr();
     let fcu = |head: B256, safe: B256, finalized: B256| json!({ "headBlockHash": head, "safeBlockHash": safe, "finalizedBlockHash": finalized });
-    // Three blocks, each made head with zero safe and finalized hashes.
+    // Three blocks, each with a transfer of the rich key's (its balance differs at each)
+    // and made head with zero safe and finalized hashes.
     let mut hashes = vec![n.chain.head_header().unwrap().hash()];
     for i in 0..3u64 {
+        n.pool
+            .add_transaction(
+                TxInput::Raw(transfer(&n.rich, i).encoded_2718().into()),
+                TxOrigin::Local,
+            )
+            .await
+            .expect("pool admits the transfer");
         let parent = *hashes.last().unwrap();
         let ts = n.chain.head_header().unwrap().timestamp + 12;
         let r = result(
@@ -1130,6 +1138,8 @@ async fn safe_and_finalized_are_the_blocks_the_forkchoice_named() {
         |tag: &'static str| async move { result(eth, "eth_getBalance", json!([rich, tag])).await };
     assert_eq!(at("finalized").await, at("0x1").await);
     assert_eq!(at("safe").await, at("0x2").await);
+    assert_ne!(at("finalized").await, at("safe").await);
+    assert_ne!(at("safe").await, at("latest").await);
     let logs = call(
         eth,
         "eth_getLogs",

@@ -280,7 +280,7 @@ impl EngineContext {
         head: B256,
         safe: B256,
         finalized: B256,
-    ) -> RpcResult<Result<(Header, Option<PoolNews>), Status>> {
+    ) -> RpcResult<Result<Forkchoice, Status>> {
         if head.is_zero() {
             return Ok(Err(Status::Invalid(
                 None,
@@ -349,13 +349,14 @@ impl EngineContext {
         // The head is ours: the safe and finalized blocks are kept for their tags and as
         // the floor of later reorgs; a block off the head's chain is refused (engine
         // spec). An old head above leaves them as they were, as geth does.
-        match self.chain.set_marks(safe, finalized) {
-            Ok(()) => {}
+        // Refused marks do not undo a reorg made above: its news still goes out.
+        let refused = match self.chain.set_marks(safe, finalized) {
+            Ok(()) => None,
             Err(e @ ChainError::NotCanonical { .. }) => {
-                return Err(invalid_forkchoice_state(e.to_string()));
+                Some(invalid_forkchoice_state(e.to_string()))
             }
             Err(e) => return Err(chain_err(e)),
-        }
+        };
         let pool_head = *self.shared.pool_head.lock();
         let news = if news.is_some() {
             news
@@ -379,8 +380,21 @@ impl EngineContext {
         } else {
             None
         };
-        Ok(Ok((header, news)))
+        Ok(Ok(Forkchoice {
+            header,
+            news,
+            refused,
+        }))
     }
+}
+
+/// What forkchoiceUpdated's head checks found for a head that is ours: its header, the
+/// pool's news if it has not seen this head, and the error to answer if the safe or
+/// finalized block was refused (after the news is out: a reorg made is not undone).
+struct Forkchoice {
+    header: Header,
+    news: Option<PoolNews>,
+    refused: Option<jsonrpsee::types::ErrorObjectOwned>,
 }
 
 /// Parses payload attributes of a forkchoiceUpdated `version` (2 or 3).
@@ -448,7 +462,11 @@ async fn forkchoice_updated(
         .blocking(move || c.forkchoice(head, safe, finalized))
         .await
         .map_err(join_err)??;
-    let (header, news) = match outcome {
+    let Forkchoice {
+        header,
+        news,
+        refused,
+    } = match outcome {
         Ok(found) => found,
         Err(status) => {
             if matches!(status, Status::Valid(_)) {
@@ -462,6 +480,9 @@ async fn forkchoice_updated(
     ctx.head_is_known(head);
     if let Some(news) = news {
         ctx.announce(news).await;
+    }
+    if let Some(refused) = refused {
+        return Err(refused);
     }
 
     let mut payload_id = Value::Null;
