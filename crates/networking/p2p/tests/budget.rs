@@ -281,6 +281,12 @@ async fn a_peers_lane_follows_its_standing() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(pool.sender_txs(&honest_signer.address()).len(), 8);
+    // The record is credited once each admission has returned to the peer's reader: the
+    // last one may still be on its way when the pool already shows the tx.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while standing(0x44) != Standing::PeerProven && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(standing(0x44), Standing::PeerProven);
     assert_eq!(lane(0x44), Lane::Trusted);
     // The flooder's unfunded transfers are all refused: a poor record, untrusted (or
