@@ -333,11 +333,8 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         tracing::info!(%addr, "Prometheus metrics listening");
     }
     let genesis = load_genesis(&args)?;
-    let datadir = match (&args.datadir, args.dev) {
-        (Some(d), _) => d.clone(),
-        (None, true) => temporary_dev_datadir(),
-        (None, false) => return Err("give --datadir".into()),
-    };
+    // `run` has given a dev node without one its temporary datadir.
+    let datadir = args.datadir.clone().ok_or("give --datadir")?;
     moat_blockchain::state_root::set_state_root_workers(args.state_root_workers.into());
     let store =
         Store::open_with_cache(&datadir, None, args.cache << 20).map_err(|e| e.to_string())?;

@@ -30,6 +30,11 @@
 //! The batch is lowered to plain key-value ops above the backends, so the in-memory
 //! backend used by tests runs exactly the same rules as redb on disk.
 //!
+//! A write the disk refuses (full, an I/O error) leaves redb unwritable until reopened:
+//! the store latches it ([`Store::write_failure`]) and tries no write after it, and a
+//! panic inside redb (some damaged pages) is a [`StoreError::Corrupt`], not a dead
+//! thread.
+//!
 //! Trie-node reads go through a bounded read-through cache (`node_cache`) that every
 //! commit brings up to date once the backend has applied it, so it never holds what the
 //! database does not.

@@ -681,7 +681,10 @@ impl Pool {
                     &mut CpuMeter::off(),
                 )
                 .await;
-            if back.is_err() {
+            if let Ok(added) = back {
+                // Journaled already: nothing it replaced now waits for its record.
+                self.shared.replaced_locals.lock().remove(&added.hash);
+            } else {
                 journal.hold_more(vec![old.tx.encoded_2718()]);
             }
         }
@@ -923,23 +926,24 @@ impl Pool {
     /// Inserts under the lock, then publishes events with the lock released.
     fn insert(&self, tx: Arc<PoolTx>, account: AccountState) -> AddResult {
         let tx_origin = tx.origin;
-        let (result, evicted, pending, evicted_locals) = {
+        let (result, evicted, pending, evicted_locals, replaced_local) = {
             let mut pool = self.shared.pool.lock();
             let (result, evicted) = pool.insert(tx, account);
             // Copied out rather than taken: the pool's buffer keeps its capacity, and an
             // insert (which promotes a handful of txs at most) allocates nothing here.
             let pending: SmallVec<[B256; 8]> = pool.newly_pending.drain(..).collect();
             let evicted_locals = std::mem::take(&mut pool.evicted_locals);
-            // A local replacement is journaled by its caller next: the tx it replaced
-            // waits here until then ([`Pool::journal_append`]).
-            if let (Some(old), Ok(added)) = (pool.replaced_local.take(), &result)
-                && self.shared.journal.get().is_some()
-                && tx_origin == TxOrigin::Local
-            {
-                self.shared.replaced_locals.lock().insert(added.hash, old);
-            }
-            (result, evicted, pending, evicted_locals)
+            let replaced_local = pool.replaced_local.take();
+            (result, evicted, pending, evicted_locals, replaced_local)
         };
+        // A local replacement is journaled by its caller next: the tx it replaced waits
+        // here until then ([`Pool::journal_append`]).
+        if let (Some(old), Ok(added)) = (replaced_local, &result)
+            && tx_origin == TxOrigin::Local
+            && self.shared.journal.get().is_some()
+        {
+            self.shared.replaced_locals.lock().insert(added.hash, old);
+        }
         if !evicted.is_empty() {
             self.shared
                 .metrics
