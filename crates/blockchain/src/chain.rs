@@ -778,10 +778,43 @@ impl Chain {
         self.check_pow_rules(block, &parent)?;
 
         let senders = self.senders_of(block)?;
+        match self.execute_on_head(block, &senders) {
+            Ok((executed, update)) => {
+                self.commit_executed(block, &executed.receipts, executed.changes, update)?;
+                Ok(ImportOutcome::Imported {
+                    number,
+                    hash,
+                    gas_used: executed.gas_used,
+                })
+            }
+            Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
+                // Before a block is called invalid, the flat state it was executed on is
+                // checked against the state trie: a rotted value there is damage in the
+                // file, not a fault of the block.
+                crate::verify::confirm_flat_reads(&self.config, &self.store, block, &senders)
+                    .inspect_err(|e| {
+                        if let ChainError::Store(StoreError::Corrupt(why)) = e {
+                            self.store.note_damage(why.clone());
+                        }
+                    })?;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Executes `block` on the head's state and checks what it gives against its
+    /// header: the receipts, state changes and the state update to commit.
+    fn execute_on_head(
+        &self,
+        block: &Block,
+        senders: &[Address],
+    ) -> Result<(vm::ExecutedBlock, crate::state_root::StateUpdate), ChainError> {
+        let (number, hash) = (block.header.number, block.hash);
         let executed = vm::execute_block(
             &self.config,
             block,
-            &senders,
+            senders,
             &StateAtBlock::head(self.store.clone()),
         )
         .map_err(|e| match e {
@@ -838,20 +871,20 @@ impl Chain {
                 return mismatch(ExecutionMismatch::RequestsHash { expected, found });
             }
         }
-        let update = state_update(&self.store, &executed.changes)?;
+        // Under the writer lock no commit moves the trie under this read: a node that
+        // does not hash to what its parent names is damage in the file.
+        let update = state_update(&self.store, &executed.changes).inspect_err(|e| {
+            if let StoreError::Corrupt(why) = e {
+                self.store.note_damage(why.clone());
+            }
+        })?;
         if update.root != h.state_root {
             return mismatch(ExecutionMismatch::StateRoot {
                 expected: update.root,
                 found: h.state_root,
             });
         }
-
-        self.commit_executed(block, &executed.receipts, executed.changes, update)?;
-        Ok(ImportOutcome::Imported {
-            number,
-            hash,
-            gas_used: executed.gas_used,
-        })
+        Ok((executed, update))
     }
 
     /// Stores an executed `block` as the new head in one write: header, body, receipts,

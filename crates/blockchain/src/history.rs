@@ -366,6 +366,31 @@ impl moat_trie::NodeSource for StateAtBlock {
         self.trie_node(owner, path)
             .map_err(|e| moat_trie::TrieError::Source(e.to_string()))
     }
+
+    /// A node the undo records give is checked here; one the store gives, by the store
+    /// (its cache of checked nodes spares hashing it again).
+    fn node_expected(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        expected: moat_trie::Expected<'_>,
+    ) -> Result<Vec<u8>, moat_trie::TrieError> {
+        if let Some(o) = &self.overlay {
+            let key = trie_node_key(owner, path);
+            let old = match (o.nodes.get(&key), o.tries.get(owner)) {
+                (Some(old), _) => Some(old.clone()),
+                (None, Some(trie)) => Some(trie.get(&key).cloned()),
+                (None, None) => None,
+            };
+            if let Some(old) = old {
+                let rlp = old.ok_or_else(|| moat_trie::TrieError::missing(owner, path))?;
+                expected.check(owner, path, &rlp)?;
+                return Ok(rlp);
+            }
+        }
+        let store = crate::state_root::StoreNodes(&self.store);
+        moat_trie::NodeSource::node_expected(&store, owner, path, expected)
+    }
 }
 
 #[cfg(test)]

@@ -30,4 +30,5 @@ pub mod payload;
 pub mod premerge;
 pub mod state_root;
 pub mod undo;
+pub mod verify;
 pub mod vm;

@@ -26,7 +26,7 @@ use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use alloy_trie::{EMPTY_ROOT_HASH, TrieAccount};
 use moat_storage::{Account, Store, StoreError, TrieNode, WriteBatch};
 use moat_trie::subtrie::{RootBranch, Subtrie, SubtrieCommit};
-use moat_trie::{NodeSource, Trie, TrieError, TrieWrite};
+use moat_trie::{Expected, NodeSource, Trie, TrieError, TrieWrite};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -67,6 +67,25 @@ impl NodeSource for StoreNodes<'_> {
         self.0
             .trie_node(owner, path)
             .map_err(|e| TrieError::Source(e.to_string()))
+    }
+
+    /// Nodes from the database are hashed against their parent's reference; the node
+    /// cache holds only nodes that passed (or that a commit wrote), and answers unhashed.
+    fn node_expected(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        expected: Expected<'_>,
+    ) -> Result<Vec<u8>, TrieError> {
+        let found = self
+            .0
+            .trie_node_checked(owner, path, |rlp| expected.matches(rlp))
+            .map_err(|e| TrieError::Source(e.to_string()))?;
+        match found {
+            Ok(rlp) => Ok(rlp),
+            Err(Some(rlp)) => expected.check(owner, path, &rlp).map(|()| rlp),
+            Err(None) => Err(TrieError::missing(owner, path)),
+        }
     }
 }
 
@@ -337,6 +356,9 @@ fn update_account(
             storage_changed = true;
         }
     }
+    // The storage trie's root as read, checked below against the storage root the
+    // account's leaf names (the account trie checks that leaf against its parents).
+    let storage_root_read = if wiped { None } else { storage.original_root() };
     let new_storage_root = if storage_changed {
         let commit = storage.commit().map_err(trie_err)?;
         out.storage_writes = commit.writes;
@@ -352,6 +374,15 @@ fn update_account(
             let before = old
                 .map(|raw| decode_account_leaf(&owner, raw))
                 .transpose()?;
+            if let Some(read) = storage_root_read
+                && read != before.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
+            {
+                return Err(TrieError::Corrupt {
+                    owner,
+                    path: String::new(),
+                    reason: "the storage trie's root is not the one its account names",
+                });
+            }
             let storage_root = new_storage_root
                 .unwrap_or_else(|| before.map_or(EMPTY_ROOT_HASH, |p| p.storage_root));
             let account = Account {
@@ -403,6 +434,20 @@ pub fn state_update_with_workers(
 
 type Grouped<'c> = [(Address, Vec<&'c AccountChange>)];
 
+/// The state root of the head block, which the stored account trie must hash to
+/// (`None` for a store with no head yet).
+pub fn head_state_root(store: &Store) -> Result<Option<B256>, StoreError> {
+    let Some((_, head)) = store.head()? else {
+        return Ok(None);
+    };
+    let Some(raw) = store.header_rlp(&head)? else {
+        return Err(StoreError::Corrupt(format!("head header {head} missing")));
+    };
+    moat_common::block::Header::decode(&mut raw.as_slice())
+        .map(|h| Some(h.state_root))
+        .map_err(|e| StoreError::Corrupt(format!("head header {head}: {e}")))
+}
+
 fn sequential_update(
     store: &Store,
     grouped: &Grouped<'_>,
@@ -411,6 +456,9 @@ fn sequential_update(
     let source = StoreNodes(store);
     let mut update = StateUpdate::default();
     let mut accounts = Trie::new(&source, ACCOUNT_TRIE);
+    if let Some(root) = head_state_root(store)? {
+        accounts = accounts.with_root(root);
+    }
     for ((address, list), owner) in grouped.iter().zip(owners) {
         update_account(store, &source, *address, *owner, list, &mut accounts)?
             .append_to(*owner, &mut update);
@@ -440,6 +488,8 @@ struct RootJob {
     /// Taken out once every task has finished, so that a helper that picks the job up
     /// late holds no handle on the database.
     store: Mutex<Option<Store>>,
+    /// The account trie's root as read: each subtrie's first node is checked against it.
+    root: RootBranch,
     changes: Vec<AccountChange>,
     /// Per account, in block order: its address, hashed address and changes (indices
     /// into `changes`).
@@ -492,7 +542,7 @@ impl RootJob {
 
     fn subtrie(&self, store: &Store, nibble: usize) -> Result<SubtrieWork, StoreError> {
         let source = StoreNodes(store);
-        let mut sub = Subtrie::new(&source, ACCOUNT_TRIE, nibble as u8);
+        let mut sub = self.root.subtrie(&source, ACCOUNT_TRIE, nibble as u8);
         let mut outcomes = Vec::with_capacity(self.buckets[nibble].len());
         let mut list = Vec::new();
         for &i in &self.buckets[nibble] {
@@ -550,7 +600,12 @@ fn parallel_update(
     owners: &[B256],
     workers: usize,
 ) -> Result<Option<StateUpdate>, StoreError> {
-    let Some(root) = RootBranch::read(&StoreNodes(store), &ACCOUNT_TRIE).map_err(trie_err)? else {
+    let source = StoreNodes(store);
+    let root = match head_state_root(store)? {
+        Some(root) => RootBranch::read_expecting(&source, &ACCOUNT_TRIE, &root),
+        None => RootBranch::read(&source, &ACCOUNT_TRIE),
+    };
+    let Some(root) = root.map_err(trie_err)? else {
         return Ok(None);
     };
     let mut changes = Vec::new();
@@ -568,6 +623,7 @@ fn parallel_update(
     let helpers = helpers(workers.min(tasks.len()) - 1);
     let job = Arc::new(RootJob {
         store: Mutex::new(Some(store.clone())),
+        root: root.clone(),
         changes,
         accounts,
         buckets,

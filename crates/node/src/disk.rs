@@ -1,4 +1,5 @@
-//! The datadir's disk: when it can no longer take writes, the node stops cleanly.
+//! The datadir's disk: when it can no longer take writes, or its database is found
+//! damaged, the node stops cleanly.
 //!
 //! A write the store could not make for a reason of the disk (full, or an I/O error)
 //! leaves the database unwritable until it is closed and reopened, and every later write
@@ -7,15 +8,30 @@
 //! space it is started again and reopens at its last durable commit. With
 //! `--datadir.minfreedisk` it stops before that, when free space falls under the floor,
 //! as geth does.
+//!
+//! A damaged database (a page the engine cannot read, a value that does not decode, a
+//! trie node that does not hash to what its parent names: `Store::damage`) failed the
+//! work that met it with an error; the node then stops too, rather than build on a
+//! rotted file, and says to run `moat db verify`.
 
 use moat_storage::Store;
 use std::path::Path;
 use std::time::Duration;
 
-/// Resolves once the store has refused a write for a reason of the disk, or the datadir's
-/// free space has fallen under `min_free_mb` (0: not checked); says which. Meanwhile it
-/// makes the store's relaxed commits durable once they are a second old.
-pub async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> String {
+/// Why the node must stop for its datadir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trouble {
+    /// The disk takes no more writes (full, an I/O error, under the free-space floor).
+    Unwritable(String),
+    /// The database file is damaged.
+    Damaged(String),
+}
+
+/// Resolves once the store has refused a write for a reason of the disk, the datadir's
+/// free space has fallen under `min_free_mb` (0: not checked), or the database was found
+/// damaged; says which. Meanwhile it makes the store's relaxed commits durable once they
+/// are a second old.
+pub async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> Trouble {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
@@ -23,16 +39,19 @@ pub async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> String 
         // comes to carry them; a failure here is latched like any write's.
         let _ = store.flush_due();
         if let Some(why) = store.write_failure() {
-            return why.to_string();
+            return Trouble::Unwritable(why.to_string());
+        }
+        if let Some(why) = store.damage() {
+            return Trouble::Damaged(why.to_string());
         }
         if min_free_mb > 0
             && let Some(free) = free_bytes(datadir)
             && free < min_free_mb << 20
         {
-            return format!(
+            return Trouble::Unwritable(format!(
                 "{} MB free, under --datadir.minfreedisk {min_free_mb} MB",
                 free >> 20
-            );
+            ));
         }
     }
 }

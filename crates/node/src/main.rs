@@ -4,6 +4,7 @@
 //! breaks.
 
 mod chain_cmd;
+mod db_cmd;
 mod dev;
 mod discovery;
 mod disk;
@@ -48,6 +49,17 @@ enum Command {
     Init(chain_cmd::NetworkArgs),
     /// Import and execute blocks from RLP files (as hive prepares a client).
     Import(chain_cmd::ImportArgs),
+    /// Database tools.
+    #[command(subcommand)]
+    Db(DbCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum DbCommand {
+    /// Check a stopped node's datadir: the head's state tries against its state root and
+    /// the flat state, the canonical chain, code, the journal. Exit 1 when something is
+    /// wrong (each problem is printed), 2 when it cannot be read.
+    Verify(db_cmd::VerifyArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -84,6 +96,7 @@ fn main() -> ExitCode {
         Some(Command::Tx(TxCommand::Decode(args))) => tx_decode::run(&args),
         Some(Command::Init(args)) => chain_cmd::init(&args),
         Some(Command::Import(args)) => chain_cmd::import(&args),
+        Some(Command::Db(DbCommand::Verify(args))) => db_cmd::verify_cmd(&args),
     }
 }
 

@@ -2,6 +2,7 @@
 //! dev mode produce blocks from the pool.
 
 use crate::dev;
+use crate::disk::Trouble;
 use moat_blockchain::chain::Chain;
 use moat_blockchain::mempool::{Journal, Pool, ReloadFate};
 use moat_blockchain::payload::PayloadService;
@@ -345,7 +346,17 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         GenesisSource::Network(network) => {
             crate::chain_cmd::open_chain_in(store.clone(), &network, &datadir)
         }
-    }?;
+    }
+    .map_err(|e| {
+        if store.damage().is_some() || e.contains("corrupt") {
+            format!(
+                "{e}: the database is damaged; `moat db verify --datadir {}` lists what is wrong",
+                datadir.display()
+            )
+        } else {
+            e
+        }
+    })?;
     let config = chain.config().clone();
     moat_blockchain::mempool::lanes::set_rpc_lane_budget(args.pool.rpc_lane_budget());
     let pool = Pool::new(
@@ -510,9 +521,16 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         () = shutdown.wait() => None,
         why = crate::disk::trouble(&store, &datadir, args.datadir_minfreedisk) => Some(why),
     };
-    if let Some(why) = &disk {
-        metrics::gauge!("moat_store_write_failed").set(1.0);
-        tracing::error!(error = %why, "stopping: the datadir cannot be written");
+    match &disk {
+        Some(Trouble::Unwritable(why)) => {
+            metrics::gauge!("moat_store_write_failed").set(1.0);
+            tracing::error!(error = %why, "stopping: the datadir cannot be written");
+        }
+        Some(Trouble::Damaged(why)) => {
+            metrics::gauge!("moat_store_damaged").set(1.0);
+            tracing::error!(error = %why, "stopping: the database is damaged");
+        }
+        None => {}
     }
     // Intake stops: no new RPC or engine calls.
     rpc.stop();
@@ -522,12 +540,25 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     let _quiet = engine_ctx.quiesce().await;
     // Every acknowledged tx is already durable; this writes what is queued and stops.
     journal.close();
-    if let Some(why) = disk {
-        return Err(format!(
-            "stopped: the datadir {} cannot be written ({why}); free disk space and start \
-             moat again (it reopens at its last durable block)",
-            datadir.display()
-        ));
+    match disk {
+        Some(Trouble::Unwritable(why)) => {
+            return Err(format!(
+                "stopped: the datadir {} cannot be written ({why}); free disk space and start \
+                 moat again (it reopens at its last durable block)",
+                datadir.display()
+            ));
+        }
+        Some(Trouble::Damaged(why)) => {
+            // What is committed is kept: the damage is elsewhere in the file.
+            let _ = store.flush();
+            return Err(format!(
+                "stopped: the database in {} is damaged ({why}); `moat db verify --datadir {}` \
+                 lists what is wrong; restore the datadir from a copy or sync a new one",
+                datadir.display(),
+                datadir.display()
+            ));
+        }
+        None => {}
     }
     store
         .flush()

@@ -119,6 +119,8 @@ pub struct Store {
     snap_state: Arc<std::sync::atomic::AtomicBool>,
     /// The first write that failed for a reason of the disk: no write is tried after it.
     write_failure: Arc<std::sync::OnceLock<String>>,
+    /// Damage found above the store ([`Store::note_damage`]).
+    damage: Arc<std::sync::OnceLock<String>>,
 }
 
 impl fmt::Debug for Store {
@@ -175,6 +177,7 @@ impl Store {
             nodes: Arc::new(NodeCache::new(node_cache_bytes as u64)),
             snap_state: Default::default(),
             write_failure: Default::default(),
+            damage: Default::default(),
         };
         store.detect_snap_state()?;
         if let (Some(expected), Some(found)) = (meta, store.chain_meta()?)
@@ -196,7 +199,25 @@ impl Store {
             nodes: Arc::new(NodeCache::new(IN_MEMORY_NODE_CACHE_BYTES)),
             snap_state: Default::default(),
             write_failure: Default::default(),
+            damage: Default::default(),
         }
+    }
+
+    /// The first damage met in the database file, if any: a page the engine could not
+    /// make sense of, or a value that does not decode (a [`StoreError::Corrupt`] of a
+    /// read or write), or a trie node that does not hash to what its parent names
+    /// ([`Store::note_damage`]). The work that met it failed with an error; the node
+    /// stops on it rather than run on a rotted file (see the node's run loop).
+    pub fn damage(&self) -> Option<&str> {
+        self.backend
+            .damage()
+            .or_else(|| self.damage.get().map(String::as_str))
+    }
+
+    /// Records damage found above the store (a trie node whose hash is not the one its
+    /// parent names): [`Store::damage`] reports it.
+    pub fn note_damage(&self, why: String) {
+        let _ = self.damage.set(why);
     }
 
     /// Why the store takes no more writes, once a write failed for a reason of the disk
@@ -305,6 +326,20 @@ impl Store {
         Ok(slots)
     }
 
+    /// Every stored slot of every account in (address, slot) order, until `visit`
+    /// answers `false` (a whole-datadir check walks them once).
+    pub fn storage_entries(
+        &self,
+        mut visit: impl FnMut(Address, B256, U256) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        self.backend
+            .scan_while(Table::Storage, &[], None, |key, value| {
+                let address = decode_address(key.get(..20).unwrap_or_default(), "storage key")?;
+                let slot = decode_b256(key.get(20..).unwrap_or_default(), "storage key")?;
+                visit(address, slot, decode_slot_value(value)?)
+            })
+    }
+
     /// Every account, sorted by address (the state root is recomputed from it for now).
     pub fn accounts(&self) -> Result<Vec<(Address, Account)>, StoreError> {
         let mut accounts = Vec::new();
@@ -339,19 +374,41 @@ impl Store {
     }
 
     /// The RLP of the trie node at `path` (nibbles) of trie `owner` (zero: the account
-    /// trie; keccak(address): that account's storage trie).
-    /// Served from the trie-node cache when it holds the node.
+    /// trie; keccak(address): that account's storage trie), unchecked.
+    /// Served from the trie-node cache when it holds the node; what this reads from the
+    /// database is not cached (the cache holds only checked nodes, see
+    /// [`Store::trie_node_checked`]).
     pub fn trie_node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let key = codec::trie_node_key(owner, path);
         if let Some(node) = self.nodes.get(&key) {
             return Ok(Some(node));
         }
-        let generation = self.nodes.generation();
-        let node = self.raw(Table::TrieNodes, &key)?;
-        if let Some(node) = &node {
-            self.nodes.fill(generation, &key, node);
+        self.raw(Table::TrieNodes, &key)
+    }
+
+    /// The trie node at `path` of trie `owner` when `check` accepts it (the caller
+    /// hashes it against the reference its parent holds); what the database holds there
+    /// otherwise gives `Ok(Err(found))` (`None` when it holds nothing). A node read from
+    /// the database is checked and then cached; the cache holds only nodes checked so or
+    /// written by this store's commits, so a cached node is returned unchecked.
+    pub fn trie_node_checked(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        check: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<Result<Vec<u8>, Option<Vec<u8>>>, StoreError> {
+        let key = codec::trie_node_key(owner, path);
+        if let Some(node) = self.nodes.get(&key) {
+            return Ok(Ok(node));
         }
-        Ok(node)
+        let generation = self.nodes.generation();
+        match self.raw(Table::TrieNodes, &key)? {
+            Some(node) if check(&node) => {
+                self.nodes.fill(generation, &key, &node);
+                Ok(Ok(node))
+            }
+            found => Ok(Err(found)),
+        }
     }
 
     /// Every stored trie node: (owner, path, RLP), in key order (for checks and tools).

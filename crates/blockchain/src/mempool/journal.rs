@@ -264,6 +264,21 @@ impl std::fmt::Debug for Journal {
     }
 }
 
+/// The records of the journal file at `path`, read without changing it (for a check of
+/// a datadir: [`crate::verify`]); a damaged tail is counted, not cut off.
+pub fn read_journal(path: &Path) -> io::Result<JournalContents> {
+    let raw = std::fs::read(path)?;
+    let (entries, good) = parse_records(&raw);
+    let damaged_tail = raw[good..]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last as u64 + 1);
+    Ok(JournalContents {
+        entries,
+        damaged_tail,
+    })
+}
+
 impl Journal {
     /// Opens (or creates) the journal at `path`, reads its records, cuts off a damaged
     /// tail, and starts the writer threads, with the default [`JournalOptions`].
@@ -588,7 +603,9 @@ impl Drop for Coming {
 /// writer ~50 µs of CPU (the disk's requests) and ~100 µs or more of wall time.
 pub const GATHER_MAX: Duration = Duration::from_micros(200);
 
-fn encode_record(tx: &[u8]) -> Vec<u8> {
+/// One record of the file: `len | crc32 | tx`. Public for the fuzz targets only.
+#[doc(hidden)]
+pub fn encode_record(tx: &[u8]) -> Vec<u8> {
     let mut record = Vec::with_capacity(RECORD_HEADER + tx.len());
     record.extend_from_slice(&(tx.len() as u32).to_le_bytes());
     record.extend_from_slice(&crc32fast::hash(tx).to_le_bytes());
@@ -597,7 +614,9 @@ fn encode_record(tx: &[u8]) -> Vec<u8> {
 }
 
 /// The intact records of `raw`, and how many bytes they span (the rest is damage).
-fn parse_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize) {
+/// Public for the fuzz targets only.
+#[doc(hidden)]
+pub fn parse_records(raw: &[u8]) -> (Vec<Vec<u8>>, usize) {
     let mut entries = Vec::new();
     let mut at = 0;
     while raw.len() - at >= RECORD_HEADER {

@@ -23,7 +23,11 @@ pub use budget::{
 };
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, JournalFailure, PeerCost, Rejection, SubPool};
-pub use journal::{Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot};
+pub use journal::{
+    Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot, read_journal,
+};
+#[doc(hidden)]
+pub use journal::{encode_record as journal_record, parse_records as journal_records};
 pub use lanes::{Lane, Standing};
 pub use metrics::{Counter, PoolMetrics, Stage};
 pub use pool::Usage;

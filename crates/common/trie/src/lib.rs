@@ -56,6 +56,95 @@ pub const EMPTY_ROOT: B256 =
 pub trait NodeSource {
     /// The RLP of the node at `path` (nibbles) of trie `owner`, if there is one.
     fn node(&self, owner: &B256, path: &[u8]) -> Result<Option<Vec<u8>>, TrieError>;
+
+    /// The node at `path` that its parent (or, for a root, whoever holds the root hash)
+    /// names as `expected`: an error when the source holds none there or one that does
+    /// not hash to that name. A source that keeps nodes it has checked before (the
+    /// store's node cache) may answer those without hashing them again; what comes from
+    /// a disk is always checked.
+    fn node_expected(
+        &self,
+        owner: &B256,
+        path: &[u8],
+        expected: Expected<'_>,
+    ) -> Result<Vec<u8>, TrieError> {
+        let rlp = self
+            .node(owner, path)?
+            .ok_or_else(|| TrieError::missing(owner, path))?;
+        expected.check(owner, path, &rlp)?;
+        Ok(rlp)
+    }
+}
+
+/// What a node must hash to: the name its parent or its holder gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected<'a> {
+    /// A child's reference as its parent's RLP holds it: the hash with its RLP header
+    /// (33 bytes), or the node's own RLP when that is under 32 bytes.
+    Ref(&'a [u8]),
+    /// A trie's root hash (a root is named by its hash whatever its size).
+    Root(&'a B256),
+}
+
+impl Expected<'_> {
+    /// Whether `rlp` is the node this names.
+    pub fn matches(&self, rlp: &[u8]) -> bool {
+        match self {
+            Expected::Ref(r) => NodeRef::to_node(rlp).as_slice() == *r,
+            Expected::Root(root) => keccak256(rlp) == **root,
+        }
+    }
+
+    /// [`Self::matches`] as an error naming the node.
+    pub fn check(&self, owner: &B256, path: &[u8], rlp: &[u8]) -> Result<(), TrieError> {
+        if self.matches(rlp) {
+            Ok(())
+        } else {
+            Err(corrupt_at(
+                owner,
+                path,
+                "the node does not hash to what its parent names",
+            ))
+        }
+    }
+}
+
+fn corrupt_at(owner: &B256, path: &[u8], reason: &'static str) -> TrieError {
+    TrieError::Corrupt {
+        owner: *owner,
+        path: path_text(path),
+        reason,
+    }
+}
+
+impl TrieError {
+    /// A node its parent names that the source does not hold.
+    pub fn missing(owner: &B256, path: &[u8]) -> TrieError {
+        corrupt_at(owner, path, "a node its parent names is missing")
+    }
+}
+
+/// What the walk down to a node knows of it before loading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Nothing: a root whose hash was not given, or a node this update already holds.
+    Unknown,
+    /// Its parent has an empty slot there: the source must hold nothing.
+    Absent,
+    /// Its parent's reference.
+    Ref(NodeRef),
+    /// The trie's root hash.
+    Root(B256),
+}
+
+impl Expect {
+    fn of(child: &Child) -> Expect {
+        match child {
+            Child::Empty => Expect::Absent,
+            Child::Stored(r) => Expect::Ref(*r),
+            Child::Dirty => Expect::Unknown,
+        }
+    }
 }
 
 /// Why a trie operation failed.
@@ -443,6 +532,8 @@ pub struct Trie<'s, S: NodeSource + ?Sized> {
     original: HashMap<PathKey, Option<Vec<u8>>>,
     /// Paths written or deleted.
     touched: HashSet<PathKey>,
+    /// The root hash the trie's root node must have (see [`Trie::with_root`]).
+    root: Option<B256>,
 }
 
 /// A nibble path as the overlay's map key: packed two nibbles a byte on the stack, so
@@ -486,6 +577,32 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
             nodes: HashMap::default(),
             original: HashMap::default(),
             touched: HashSet::default(),
+            root: None,
+        }
+    }
+
+    /// The same trie, whose stored root must hash to `root` (the state root of the block
+    /// the store holds, or an account's storage root): a root node that does not is a
+    /// [`TrieError::Corrupt`], as is any node below that does not hash to the reference
+    /// its parent holds. Without it, the nodes below the root are still checked.
+    pub fn with_root(mut self, root: B256) -> Self {
+        self.root = Some(root);
+        self
+    }
+
+    /// The hash of the root the source held, when the update has read it (the empty
+    /// root when the source held none); `None` when it has not been read.
+    pub fn original_root(&self) -> Option<B256> {
+        self.original
+            .get(&PathKey::of(&[]))
+            .map(|raw| raw.as_deref().map_or(EMPTY_ROOT, keccak256))
+    }
+
+    fn root_expect(&self) -> Expect {
+        match self.root {
+            Some(root) if root == EMPTY_ROOT => Expect::Absent,
+            Some(root) => Expect::Root(root),
+            None => Expect::Unknown,
         }
     }
 
@@ -521,25 +638,56 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     }
 
     fn load_original_at(&mut self, key: PathKey, path: &[u8]) -> Result<(), TrieError> {
+        self.load_expected(key, path, Expect::Unknown)
+    }
+
+    /// [`Self::load_original_at`], checking what the source holds against what the walk
+    /// down to it knows.
+    fn load_expected(
+        &mut self,
+        key: PathKey,
+        path: &[u8],
+        expect: Expect,
+    ) -> Result<(), TrieError> {
         if let std::collections::hash_map::Entry::Vacant(slot) = self.original.entry(key) {
             let raw = if self.wiped {
                 None
             } else {
-                self.source.node(&self.owner, path)?
+                let (source, owner) = (self.source, &self.owner);
+                match expect {
+                    Expect::Unknown => source.node(owner, path)?,
+                    Expect::Absent => match source.node(owner, path)? {
+                        Some(_) => {
+                            return Err(corrupt_at(
+                                owner,
+                                path,
+                                "a node where its parent names none",
+                            ));
+                        }
+                        None => None,
+                    },
+                    Expect::Ref(r) => {
+                        Some(source.node_expected(owner, path, Expected::Ref(r.as_slice()))?)
+                    }
+                    Expect::Root(root) => {
+                        Some(source.node_expected(owner, path, Expected::Root(&root))?)
+                    }
+                }
             };
             slot.insert(raw);
         }
         Ok(())
     }
 
-    /// Takes the node at `path` out of the overlay (reading the source on a miss); the
-    /// caller puts it back with [`Self::keep`] or replaces it with [`Self::set`].
-    fn take(&mut self, path: &[u8]) -> Result<Option<Node>, TrieError> {
+    /// Takes the node at `path` out of the overlay (reading the source on a miss, and
+    /// checking what it reads against `expect`); the caller puts it back with
+    /// [`Self::keep`] or replaces it with [`Self::set`].
+    fn take(&mut self, path: &[u8], expect: Expect) -> Result<Option<Node>, TrieError> {
         let key = PathKey::of(path);
         if let Some(entry) = self.nodes.remove(&key) {
             return Ok(entry);
         }
-        self.load_original_at(key, path)?;
+        self.load_expected(key, path, expect)?;
         match self.original.get(&key) {
             Some(Some(raw)) => decode_node(raw)
                 .map(Some)
@@ -562,7 +710,8 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     /// Sets `key` (32 bytes, hashed) to `value` (the leaf's payload: an account's or a
     /// slot value's RLP); returns the value it had.
     pub fn insert(&mut self, key: &B256, value: Vec<u8>) -> Result<Option<Vec<u8>>, TrieError> {
-        self.insert_at(Vec::new(), &nibbles(key), |_| Ok(value))
+        let expect = self.root_expect();
+        self.insert_at(Vec::new(), expect, &nibbles(key), |_| Ok(value))
     }
 
     /// Sets `key` to what `value` makes of its current value (`None`: absent), in one
@@ -572,24 +721,27 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         key: &B256,
         value: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
     ) -> Result<Option<Vec<u8>>, TrieError> {
-        self.insert_at(Vec::new(), &nibbles(key), value)
+        let expect = self.root_expect();
+        self.insert_at(Vec::new(), expect, &nibbles(key), value)
     }
 
     /// Removes `key`; absent keys change nothing. Returns the value it had.
     pub fn remove(&mut self, key: &B256) -> Result<Option<Vec<u8>>, TrieError> {
-        self.remove_at(Vec::new(), &nibbles(key))
+        let expect = self.root_expect();
+        self.remove_at(Vec::new(), expect, &nibbles(key))
     }
 
     fn insert_at<F>(
         &mut self,
         path: Vec<u8>,
+        expect: Expect,
         rest: &[u8],
         value: F,
     ) -> Result<Option<Vec<u8>>, TrieError>
     where
         F: FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
     {
-        match self.take(&path)? {
+        match self.take(&path, expect)? {
             None => {
                 let value = value(None)?;
                 self.set(
@@ -651,6 +803,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                 let c = common_prefix(&key, rest);
                 if c == key.len() {
                     let below = joined(&path, &key);
+                    let expect = Expect::of(&child);
                     self.set(
                         path,
                         Some(Node::Extension {
@@ -658,7 +811,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                             child: Child::Dirty,
                         }),
                     );
-                    return self.insert_at(below, &rest[c..], value);
+                    return self.insert_at(below, expect, &rest[c..], value);
                 }
                 if c >= rest.len() {
                     return Err(self.corrupt(&path, "keys of different lengths"));
@@ -696,10 +849,11 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                 let Some(&n) = rest.first() else {
                     return Err(self.corrupt(&path, "a key ends at a branch"));
                 };
+                let expect = Expect::of(&children[n as usize]);
                 children[n as usize] = Child::Dirty;
                 let below = joined(&path, &[n]);
                 self.set(path, Some(Node::Branch { children }));
-                return self.insert_at(below, &rest[1..], value);
+                return self.insert_at(below, expect, &rest[1..], value);
             }
         }
         Ok(None)
@@ -729,8 +883,13 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
     }
 
     /// Removes the key `rest` below `path`; the value it had, if it was there.
-    fn remove_at(&mut self, path: Vec<u8>, rest: &[u8]) -> Result<Option<Vec<u8>>, TrieError> {
-        match self.take(&path)? {
+    fn remove_at(
+        &mut self,
+        path: Vec<u8>,
+        expect: Expect,
+        rest: &[u8],
+    ) -> Result<Option<Vec<u8>>, TrieError> {
+        match self.take(&path, expect)? {
             None => {
                 self.keep(path, None);
                 Ok(None)
@@ -750,12 +909,13 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                     return Ok(None);
                 }
                 let below = joined(&path, &key);
-                let Some(old) = self.remove_at(below.clone(), &rest[key.len()..])? else {
+                let expect = Expect::of(&child);
+                let Some(old) = self.remove_at(below.clone(), expect, &rest[key.len()..])? else {
                     self.keep(path, Some(Node::Extension { key, child }));
                     return Ok(None);
                 };
                 // The child changed: merge it up if it is no longer a branch.
-                match self.take(&below)? {
+                match self.take(&below, Expect::Unknown)? {
                     None => self.set(path, None),
                     Some(Node::Leaf { key: k2, value }) => {
                         self.set(below, None);
@@ -781,11 +941,12 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                     return Ok(None);
                 };
                 let below = joined(&path, &[n]);
-                let Some(old) = self.remove_at(below.clone(), &rest[1..])? else {
+                let expect = Expect::of(&children[n as usize]);
+                let Some(old) = self.remove_at(below.clone(), expect, &rest[1..])? else {
                     self.keep(path, Some(Node::Branch { children }));
                     return Ok(None);
                 };
-                let still = self.take(&below)?;
+                let still = self.take(&below, Expect::Unknown)?;
                 children[n as usize] = if still.is_some() {
                     Child::Dirty
                 } else {
@@ -798,7 +959,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
                     [only] => {
                         // One child left: the branch becomes that child, one nibble up.
                         let only_path = joined(&path, &[*only as u8]);
-                        match self.take(&only_path)? {
+                        match self.take(&only_path, Expect::of(&children[*only]))? {
                             Some(Node::Leaf { key, value }) => {
                                 self.set(only_path, None);
                                 let key = joined(&[*only as u8], &key);
@@ -965,19 +1126,29 @@ pub fn proof<S: NodeSource + ?Sized>(
         path: path_text(path),
         reason,
     };
-    while let Some(rlp) = source.node(owner, &path)? {
+    // Each node below the root is checked against its parent's reference.
+    let mut expected: Option<NodeRef> = None;
+    loop {
+        let rlp = match &expected {
+            None => match source.node(owner, &path)? {
+                Some(rlp) => rlp,
+                None => break,
+            },
+            Some(r) => source.node_expected(owner, &path, Expected::Ref(r.as_slice()))?,
+        };
         let node = decode_node(&rlp).ok_or_else(|| corrupt(&path, "undecodable node"))?;
         if path.is_empty() || rlp.len() >= 32 {
             out.push(rlp);
         }
         let rest = &key[path.len()..];
-        match node {
+        let child = match node {
             Node::Leaf { .. } => break,
-            Node::Extension { key: ext, .. } => {
+            Node::Extension { key: ext, child } => {
                 if !rest.starts_with(&ext) {
                     break;
                 }
                 path.extend_from_slice(&ext);
+                child
             }
             Node::Branch { children } => {
                 let Some(&n) = rest.first() else { break };
@@ -985,8 +1156,15 @@ pub fn proof<S: NodeSource + ?Sized>(
                     break;
                 }
                 path.push(n);
+                children[n as usize].clone()
             }
-        }
+        };
+        expected = match child {
+            Child::Stored(r) => Some(r),
+            Child::Empty | Child::Dirty => {
+                return Err(corrupt(&path, "an empty reference where a child is named"));
+            }
+        };
     }
     Ok(out)
 }

@@ -17,8 +17,8 @@
 //! proof then shows that nothing lies at or after the origin.
 
 use crate::{
-    Child, EMPTY_ROOT, Node, NodeSource, TrieError, compact, decode_node, from_compact, nibbles,
-    node_items, node_ref, path_text, proof, string_payload,
+    Child, EMPTY_ROOT, Expected, Node, NodeSource, TrieError, compact, decode_node, from_compact,
+    nibbles, node_items, node_ref, path_text, proof, string_payload,
 };
 use alloy_primitives::{B256, keccak256};
 use alloy_rlp::{Encodable, Header};
@@ -55,27 +55,45 @@ pub fn walk_from<S: NodeSource + ?Sized>(
 ) -> Result<(), TrieError> {
     let origin = nibbles(origin);
     let mut path = Vec::with_capacity(KEY_NIBBLES);
-    walk(source, owner, &mut path, &origin, true, true, &mut f).map(|_| ())
+    walk(source, owner, &mut path, None, &origin, true, &mut f).map(|_| ())
 }
 
-/// Walks the subtree at `path`; `bounded` while `path` is a prefix of the origin.
-/// Returns whether to go on.
+/// The node at `path`: the root as the source holds it (`expected` none), or a child
+/// checked against its parent's reference.
+fn load<S: NodeSource + ?Sized>(
+    source: &S,
+    owner: &B256,
+    path: &[u8],
+    expected: Option<&Child>,
+) -> Result<Option<Vec<u8>>, TrieError> {
+    match expected {
+        None => source.node(owner, path),
+        Some(Child::Stored(r)) => source
+            .node_expected(owner, path, Expected::Ref(r.as_slice()))
+            .map(Some),
+        Some(Child::Empty | Child::Dirty) => Err(corrupt(
+            owner,
+            path,
+            "an empty reference where a child is named",
+        )),
+    }
+}
+
+/// Walks the subtree at `path` (the root when `expected` is none, else the child its
+/// parent names so); `bounded` while `path` is a prefix of the origin. Returns whether
+/// to go on.
 fn walk<S: NodeSource + ?Sized>(
     source: &S,
     owner: &B256,
     path: &mut Vec<u8>,
+    expected: Option<&Child>,
     origin: &[u8],
     bounded: bool,
-    is_root: bool,
     f: &mut impl FnMut(B256, &[u8]) -> bool,
 ) -> Result<bool, TrieError> {
-    let Some(rlp) = source.node(owner, path)? else {
-        // An empty trie has no root; any other node is referenced by its parent.
-        return if is_root {
-            Ok(true)
-        } else {
-            Err(corrupt(owner, path, "missing child"))
-        };
+    // An empty trie has no root; a missing child is an error of `load`.
+    let Some(rlp) = load(source, owner, path, expected)? else {
+        return Ok(true);
     };
     let node = decode_node(&rlp).ok_or_else(|| corrupt(owner, path, "undecodable node"))?;
     match node {
@@ -93,7 +111,7 @@ fn walk<S: NodeSource + ?Sized>(
             path.truncate(depth);
             Ok(go_on)
         }
-        Node::Extension { key, .. } => {
+        Node::Extension { key, child } => {
             let depth = path.len();
             path.extend_from_slice(&key);
             if path.len() >= KEY_NIBBLES {
@@ -105,7 +123,7 @@ fn walk<S: NodeSource + ?Sized>(
                 Ok(true)
             } else {
                 let still = bounded && path.as_slice() == below;
-                walk(source, owner, path, origin, still, false, f)
+                walk(source, owner, path, Some(&child), origin, still, f)
             };
             path.truncate(depth);
             result
@@ -120,7 +138,8 @@ fn walk<S: NodeSource + ?Sized>(
                     continue;
                 }
                 path.push(i);
-                let go_on = walk(source, owner, path, origin, bounded && i == first, false, f);
+                let child = Some(&children[i as usize]);
+                let go_on = walk(source, owner, path, child, origin, bounded && i == first, f);
                 path.pop();
                 if !go_on? {
                     return Ok(false);
@@ -159,7 +178,8 @@ pub fn leaf_on_path<S: NodeSource + ?Sized>(
 ) -> Result<Option<(B256, Vec<u8>)>, TrieError> {
     let key = nibbles(key);
     let mut path = Vec::with_capacity(KEY_NIBBLES);
-    while let Some(rlp) = source.node(owner, &path)? {
+    let mut expected: Option<Child> = None;
+    while let Some(rlp) = load(source, owner, &path, expected.as_ref())? {
         let node = decode_node(&rlp).ok_or_else(|| corrupt(owner, &path, "undecodable node"))?;
         let rest = &key[path.len()..];
         match node {
@@ -170,13 +190,14 @@ pub fn leaf_on_path<S: NodeSource + ?Sized>(
                 }
                 return Ok(Some((key_of(&path), value)));
             }
-            Node::Extension { key: k, .. } => {
+            Node::Extension { key: k, child } => {
                 if !rest.starts_with(&k) {
                     return Ok(None);
                 }
                 path.extend_from_slice(&k);
+                expected = Some(child);
             }
-            Node::Branch { children } => {
+            Node::Branch { mut children } => {
                 let Some(&n) = rest.first() else {
                     return Ok(None);
                 };
@@ -184,6 +205,7 @@ pub fn leaf_on_path<S: NodeSource + ?Sized>(
                     return Ok(None);
                 }
                 path.push(n);
+                expected = Some(std::mem::replace(&mut children[n as usize], Child::Empty));
             }
         }
     }

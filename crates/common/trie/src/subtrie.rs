@@ -22,6 +22,7 @@
 use super::*;
 
 /// The root of a trie as stored, when it is a branch: its RLP and its children.
+#[derive(Clone)]
 pub struct RootBranch {
     rlp: Vec<u8>,
     children: Box<[Child; 16]>,
@@ -34,7 +35,24 @@ impl RootBranch {
         source: &S,
         owner: &B256,
     ) -> Result<Option<RootBranch>, TrieError> {
-        let Some(rlp) = source.node(owner, &[])? else {
+        Self::decode(source.node(owner, &[])?, owner)
+    }
+
+    /// [`Self::read`] of a trie whose root must hash to `root`.
+    pub fn read_expecting<S: NodeSource + ?Sized>(
+        source: &S,
+        owner: &B256,
+        root: &B256,
+    ) -> Result<Option<RootBranch>, TrieError> {
+        if *root == EMPTY_ROOT {
+            return Self::read(source, owner);
+        }
+        let rlp = source.node_expected(owner, &[], Expected::Root(root))?;
+        Self::decode(Some(rlp), owner)
+    }
+
+    fn decode(rlp: Option<Vec<u8>>, owner: &B256) -> Result<Option<RootBranch>, TrieError> {
+        let Some(rlp) = rlp else {
             return Ok(None);
         };
         match decode_node(&rlp) {
@@ -94,10 +112,30 @@ impl RootBranch {
     }
 }
 
+impl RootBranch {
+    /// The subtrie below `nibble` of this root, whose first node is checked against the
+    /// reference this root holds for it.
+    pub fn subtrie<'s, S: NodeSource + ?Sized>(
+        &self,
+        source: &'s S,
+        owner: B256,
+        nibble: u8,
+    ) -> Subtrie<'s, S> {
+        let nibble = nibble & 0x0f;
+        Subtrie {
+            trie: Trie::new(source, owner),
+            nibble,
+            expect: Expect::of(&self.children[nibble as usize]),
+        }
+    }
+}
+
 /// The part of a trie below one nibble of its root branch, being updated.
 pub struct Subtrie<'s, S: NodeSource + ?Sized> {
     trie: Trie<'s, S>,
     nibble: u8,
+    /// What the root branch names at the nibble (`Unknown` when not given).
+    expect: Expect,
 }
 
 /// What a [`Subtrie`] changed: its new reference in the root branch and its writes.
@@ -122,6 +160,7 @@ impl<'s, S: NodeSource + ?Sized> Subtrie<'s, S> {
         Self {
             trie: Trie::new(source, owner),
             nibble: nibble & 0x0f,
+            expect: Expect::Unknown,
         }
     }
 
@@ -144,7 +183,8 @@ impl<'s, S: NodeSource + ?Sized> Subtrie<'s, S> {
         value: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, TrieError>,
     ) -> Result<Option<Vec<u8>>, TrieError> {
         let rest = self.rest(key)?;
-        self.trie.insert_at(vec![self.nibble], &rest, value)
+        self.trie
+            .insert_at(vec![self.nibble], self.expect, &rest, value)
     }
 
     /// [`Trie::insert`] for a key of this subtrie.
@@ -155,7 +195,7 @@ impl<'s, S: NodeSource + ?Sized> Subtrie<'s, S> {
     /// [`Trie::remove`] for a key of this subtrie.
     pub fn remove(&mut self, key: &B256) -> Result<Option<Vec<u8>>, TrieError> {
         let rest = self.rest(key)?;
-        self.trie.remove_at(vec![self.nibble], &rest)
+        self.trie.remove_at(vec![self.nibble], self.expect, &rest)
     }
 
     /// Hashes the changed nodes below the nibble; its writes as [`Trie::commit`] would

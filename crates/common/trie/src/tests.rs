@@ -278,3 +278,83 @@ fn sorted_build_refuses_keys_out_of_order_and_handles_tiny_tries() {
     let two: BTreeMap<B256, u64> = [(B256::repeat_byte(2), 1), (B256::repeat_byte(3), 1)].into();
     assert_eq!(builder.finish().0, reference_root(&two));
 }
+
+/// A trie of 300 keys and one stored node below the root changed by a byte: every read
+/// whose walk passes it (an update, a proof, a range walk, a point read) is an error that
+/// names it, never a value read through it.
+#[test]
+fn a_node_that_does_not_hash_to_its_parents_reference_is_an_error() {
+    let state: BTreeMap<B256, u64> = (0..300u64)
+        .map(|i| (keccak256(i.to_be_bytes()), i + 1))
+        .collect();
+    let root_hash = reference_root(&state);
+    let clean = fresh(&state);
+    let key = *state.keys().nth(17).unwrap();
+    let path = nibbles(&key)[..2].to_vec();
+    let mut nodes = clean.clone();
+    let stored = nodes.nodes.get_mut(&(OWNER, path.clone())).unwrap();
+    let last = stored.len() - 2;
+    stored[last] ^= 0x01;
+    let corrupt =
+        |e: TrieError| matches!(e, TrieError::Corrupt { reason, .. } if reason.contains("hash"));
+
+    let mut trie = Trie::new(&nodes, OWNER).with_root(root_hash);
+    assert!(corrupt(trie.insert(&key, value(9)).unwrap_err()));
+    let mut trie = Trie::new(&nodes, OWNER);
+    assert!(corrupt(trie.remove(&key).unwrap_err()));
+    assert!(corrupt(proof(&nodes, &OWNER, &key).unwrap_err()));
+    assert!(corrupt(range::get(&nodes, &OWNER, &key).unwrap_err()));
+    assert!(corrupt(
+        range::walk_from(&nodes, &OWNER, &B256::ZERO, |_, _| true).unwrap_err()
+    ));
+    // A key whose path avoids the damaged node is read and updated as before.
+    let other = *state.keys().find(|k| nibbles(k)[..2] != path[..]).unwrap();
+    assert!(range::get(&nodes, &OWNER, &other).unwrap().is_some());
+    let mut trie = Trie::new(&nodes, OWNER).with_root(root_hash);
+    trie.insert(&other, value(7)).unwrap();
+
+    // The clean trie reads and updates under the same checks.
+    let mut trie = Trie::new(&clean, OWNER).with_root(root_hash);
+    trie.insert(&key, value(9)).unwrap();
+    range::walk_from(&clean, &OWNER, &B256::ZERO, |_, _| true).unwrap();
+}
+
+#[test]
+fn a_root_that_is_not_the_named_one_and_a_node_under_an_empty_slot_are_errors() {
+    let state: BTreeMap<B256, u64> = (0..50u64)
+        .map(|i| (keccak256(i.to_be_bytes()), i + 1))
+        .collect();
+    let nodes = fresh(&state);
+    let key = *state.keys().next().unwrap();
+    let mut trie = Trie::new(&nodes, OWNER).with_root(B256::repeat_byte(7));
+    assert!(matches!(
+        trie.insert(&key, value(1)),
+        Err(TrieError::Corrupt { .. })
+    ));
+    // A trie said to be empty whose store holds a root.
+    let mut trie = Trie::new(&nodes, OWNER).with_root(EMPTY_ROOT);
+    assert!(matches!(
+        trie.insert(&key, value(1)),
+        Err(TrieError::Corrupt { .. })
+    ));
+    // A stray node at a path whose parent slot is empty.
+    let root_node = view_node(&nodes.nodes[&(OWNER, vec![])]).unwrap();
+    let NodeView::Branch(children) = root_node else {
+        panic!("50 keys make a root branch")
+    };
+    let Some(empty) = children.iter().position(|c| c.is_empty()) else {
+        return;
+    };
+    let mut stray = nodes.clone();
+    stray.nodes.insert(
+        (OWNER, vec![empty as u8]),
+        nodes.nodes[&(OWNER, vec![])].clone(),
+    );
+    let mut key = [0u8; 32];
+    key[0] = (empty as u8) << 4;
+    let mut trie = Trie::new(&stray, OWNER);
+    assert!(matches!(
+        trie.insert(&B256::from(key), value(1)),
+        Err(TrieError::Corrupt { .. })
+    ));
+}

@@ -192,7 +192,9 @@ impl Backend {
         decode: impl FnOnce(&[u8]) -> Result<R, StoreError>,
     ) -> Result<Option<R>, StoreError> {
         match self {
-            Backend::Redb(db) => guarded("reading a value", || db.get_with(table, key, decode)),
+            Backend::Redb(db) => db.latched(guarded("reading a value", || {
+                db.get_with(table, key, decode)
+            })),
             Backend::Memory(mem) => mem.get_with(table, key, decode),
         }
     }
@@ -206,7 +208,9 @@ impl Backend {
         visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => guarded("scanning a table", || db.scan(table, start, end, visit)),
+            Backend::Redb(db) => db.latched(guarded("scanning a table", || {
+                db.scan(table, start, end, visit)
+            })),
             Backend::Memory(mem) => mem.scan(table, start, end, visit),
         }
     }
@@ -239,14 +243,14 @@ impl Backend {
     /// [`Backend::apply`], durable now or (`relaxed`) within a second.
     pub(crate) fn apply_with(&self, ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => guarded("writing", || db.apply(ops, relaxed)),
+            Backend::Redb(db) => db.latched(guarded("writing", || db.apply(ops, relaxed))),
             Backend::Memory(mem) => mem.apply(ops),
         }
     }
 
     pub(crate) fn flush(&self) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => guarded("flushing", || db.flush()),
+            Backend::Redb(db) => db.latched(guarded("flushing", || db.flush())),
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -254,7 +258,7 @@ impl Backend {
     /// [`Backend::flush`] once the oldest relaxed commit is a second old.
     pub(crate) fn flush_due(&self) -> Result<(), StoreError> {
         match self {
-            Backend::Redb(db) => guarded("flushing", || db.flush_due()),
+            Backend::Redb(db) => db.latched(guarded("flushing", || db.flush_due())),
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -264,6 +268,14 @@ impl Backend {
         match self {
             Backend::Redb(db) => db.cache_bytes(),
             Backend::Memory(_) => 0,
+        }
+    }
+
+    /// The first damage met in the database file ([`crate::Store::damage`]).
+    pub(crate) fn damage(&self) -> Option<&str> {
+        match self {
+            Backend::Redb(db) => db.damage.get().map(String::as_str),
+            Backend::Memory(_) => None,
         }
     }
 

@@ -69,6 +69,9 @@ pub(crate) struct RedbBackend {
     snapshot: RwLock<Option<Arc<Snapshot>>>,
     /// The page cache's size given to redb.
     cache_bytes: usize,
+    /// The first damage a read or write met (a page redb could not make sense of, or a
+    /// value that does not decode): latched for the node to act on.
+    pub(crate) damage: std::sync::OnceLock<String>,
 }
 
 /// How far the file lags behind the last commit.
@@ -83,6 +86,14 @@ const MAX_LAG: std::time::Duration = std::time::Duration::from_secs(1);
 const MAX_RELAXED: usize = 256;
 
 impl RedbBackend {
+    /// Latches the first [`StoreError::Corrupt`] of `result` as the file's damage.
+    pub(crate) fn latched<R>(&self, result: Result<R, StoreError>) -> Result<R, StoreError> {
+        if let Err(StoreError::Corrupt(why)) = &result {
+            let _ = self.damage.set(why.clone());
+        }
+        result
+    }
+
     /// Opens or creates `path`, creates any missing table and checks the schema version.
     pub(crate) fn open(
         path: &Path,
@@ -112,6 +123,7 @@ impl RedbBackend {
             }),
             snapshot: RwLock::new(Some(Arc::new(snapshot))),
             cache_bytes,
+            damage: std::sync::OnceLock::new(),
         })
     }
 
