@@ -35,9 +35,15 @@
 //! panic inside redb (some damaged pages) is a [`StoreError::Corrupt`], not a dead
 //! thread.
 //!
+//! A read that meets damage (a page redb cannot make sense of, a value that does not
+//! decode) fails with [`StoreError::Corrupt`] and is latched as [`Store::damage`], with
+//! damage found above the store ([`Store::note_damage`]: a trie node whose hash is not
+//! the one its parent names); the node stops on it.
+//!
 //! Trie-node reads go through a bounded read-through cache (`node_cache`) that every
 //! commit brings up to date once the backend has applied it, so it never holds what the
-//! database does not.
+//! database does not. It holds only nodes that passed their caller's hash check
+//! ([`Store::trie_node_checked`]) or that a commit wrote: a cached node is trusted.
 
 mod backend;
 mod batch;

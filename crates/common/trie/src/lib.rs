@@ -32,6 +32,14 @@
 //! [`range`] serves and verifies the ranges of snap/1: leaves in key order from an
 //! origin, boundary proofs, and the range-proof verifier a syncing node checks them with.
 //! The store behind the trie is a [`NodeSource`]; no database code lives here.
+//!
+//! # Checked reads
+//! A walk from the root knows what each node must hash to before it loads it: its
+//! parent's reference, or the root hash a caller gives ([`Trie::with_root`]). Every
+//! loaded node is checked against it ([`NodeSource::node_expected`]; a source that keeps
+//! checked nodes, as the store's cache does, answers those without hashing again), and a
+//! node under an empty slot is refused: a node that rotted on disk is a
+//! [`TrieError::Corrupt`], never a wrong root or a wrong value.
 
 use alloy_primitives::{B256, keccak256};
 use alloy_rlp::{Encodable, Header};
