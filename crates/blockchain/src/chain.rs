@@ -794,12 +794,24 @@ impl Chain {
                 crate::verify::confirm_flat_reads(&self.config, &self.store, block, &senders)
                     .inspect_err(|e| {
                         if let ChainError::Store(StoreError::Corrupt(why)) = e {
-                            self.store.note_damage(why.clone());
+                            self.note_damage(why);
                         }
                     })?;
                 Err(e)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Records damage met under the writer lock, unless a snap sync is under way: its
+    /// download replaces the tries below genesis' root, so a block the engine API
+    /// imports on genesis' state meets nodes that are not genesis' (the syncer drops the
+    /// download when that happens), which is no damage of the file.
+    fn note_damage(&self, why: &str) {
+        let syncing = self.store.snap_progress().map_or(true, |p| p.is_some())
+            || self.store.snap_heal().map_or(true, |h| h.is_some());
+        if !syncing {
+            self.store.note_damage(why.to_string());
         }
     }
 
@@ -875,7 +887,7 @@ impl Chain {
         // does not hash to what its parent names is damage in the file.
         let update = state_update(&self.store, &executed.changes).inspect_err(|e| {
             if let StoreError::Corrupt(why) = e {
-                self.store.note_damage(why.clone());
+                self.note_damage(why);
             }
         })?;
         if update.root != h.state_root {

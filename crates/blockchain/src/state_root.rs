@@ -89,8 +89,13 @@ impl NodeSource for StoreNodes<'_> {
     }
 }
 
+/// A trie node that is not what its parent names is damage; a source that could not be
+/// read (the database failing) is not.
 pub(crate) fn trie_err(e: TrieError) -> StoreError {
-    StoreError::Corrupt(e.to_string())
+    match e {
+        TrieError::Corrupt { .. } => StoreError::Corrupt(e.to_string()),
+        TrieError::Source(why) => StoreError::Db(why),
+    }
 }
 
 /// The root of the stored account trie: the state root of the head when the store is

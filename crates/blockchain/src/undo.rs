@@ -34,8 +34,11 @@ pub struct Undo {
 }
 
 impl Undo {
-    /// Adds the writes that restore the state before the block to `batch`.
+    /// Adds the writes that restore the state before the block to `batch`. The trie
+    /// nodes come from the record, not from a hashed update: the node cache forgets
+    /// them, and they are checked against their parents when next read.
     pub fn apply(&self, batch: &mut WriteBatch) {
+        batch.nodes_from_records();
         for (address, slots) in &self.wiped {
             batch.wipe_storage(*address);
             for (slot, value) in slots {

@@ -14,8 +14,9 @@
 //!   transaction in network form; a torn tail (a write cut by a crash, cut off at the
 //!   next start) is a note, not a problem.
 //!
-//! Nothing is written. The check reads every trie node and flat entry once: its cost is
-//! linear in the state (docs/OPERATING.md gives a figure).
+//! The check writes nothing of its own (opening the database may let the engine finish
+//! an interrupted commit, as any open does). It reads every trie node and flat entry
+//! once: its cost is linear in the state (docs/OPERATING.md gives a figure).
 //!
 //! At run time the same rule guards verdicts: before a block is called invalid, the flat
 //! values its execution read are compared with the state trie ([`confirm_flat_reads`]),
@@ -152,10 +153,19 @@ pub fn verify(
     if let Some(path) = &options.journal {
         check_journal(path, &mut report, max);
     }
-    for (_, raw) in store.journal()? {
-        report.journal_records += 1;
-        if let Err(e) = PooledTransaction::decode_2718(&raw) {
-            let message = format!("a record of the store's journal table does not decode: {e}");
+    match store.journal() {
+        Ok(records) => {
+            for (_, raw) in records {
+                report.journal_records += 1;
+                if let Err(e) = PooledTransaction::decode_2718(&raw) {
+                    let message =
+                        format!("a record of the store's journal table does not decode: {e}");
+                    report.problem(max, Area::Journal, message);
+                }
+            }
+        }
+        Err(e) => {
+            let message = format!("the store's journal table cannot be read: {e}");
             report.problem(max, Area::Journal, message);
         }
     }
@@ -184,7 +194,8 @@ fn stopped_by<T>(
 }
 
 /// The canonical chain from the head down; `head_header` gets the head's header when it
-/// could be read (before a later block stops the walk).
+/// could be read (before a later block stops the walk). A snap-synced datadir holds
+/// genesis and the blocks from its pivot on: the gap between is noted, not a problem.
 fn check_chain(
     store: &Store,
     report: &mut VerifyReport,
@@ -199,12 +210,25 @@ fn check_chain(
     if store.canonical_hash(head_number)? != Some(head_hash) {
         let message = format!("the head {head_number} {head_hash} is not the canonical block");
         report.problem(max, Area::Chain, message);
+        return Ok(());
+    }
+    // The lowest block above genesis the datadir holds.
+    let low = store.first_canonical_from(1)?.unwrap_or(head_number).max(1);
+    if low > 1 {
+        report.notes.push(format!(
+            "blocks 1 to {} are not held (the datadir was snap-synced)",
+            low - 1
+        ));
     }
     // The block checked just before (one above), whose parent must be this one.
     let mut child: Option<(u64, B256)> = None;
-    for number in (0..=head_number).rev() {
+    let numbers = (low..=head_number).rev().chain(std::iter::once(0));
+    for number in numbers {
         if number % 100_000 == 0 && number != head_number {
             progress(&format!("chain: at block {number}"));
+        }
+        if number == 0 && low > 1 {
+            child = None;
         }
         let Some(hash) = store.canonical_hash(number)? else {
             report.problem(
@@ -265,6 +289,27 @@ fn check_chain(
     Ok(())
 }
 
+/// Flat slots of one account: (hashed slot, the slot when known, value).
+type FlatSlots = Vec<(B256, Option<B256>, U256)>;
+
+/// An account as execution reads it: by address, or (after a snap sync, until it is
+/// written again) by hashed address in the downloaded tables.
+struct FlatAccount {
+    hashed: B256,
+    /// `None` for an account of the downloaded tables.
+    address: Option<Address>,
+    account: Account,
+}
+
+impl FlatAccount {
+    fn name(&self) -> String {
+        match self.address {
+            Some(a) => format!("account {a}"),
+            None => format!("account of hashed address {}", self.hashed),
+        }
+    }
+}
+
 /// The head's account trie against `root` and the flat state, each storage trie against
 /// its account's storage root and the flat slots, each code against its hash.
 fn check_state(
@@ -275,11 +320,34 @@ fn check_state(
     progress: &mut impl FnMut(&str),
 ) -> Result<(), StoreError> {
     let source = StoreNodes(store);
-    match store.trie_node(&ACCOUNT_TRIE, &[])? {
+    // The flat accounts by hashed address, to meet the trie's leaves in their order.
+    let mut flat: Vec<FlatAccount> = store
+        .accounts()?
+        .into_iter()
+        .map(|(a, account)| FlatAccount {
+            hashed: hashed_address(&a),
+            address: Some(a),
+            account,
+        })
+        .collect();
+    store.snap_accounts_from(&B256::ZERO, |hashed, account| {
+        flat.push(FlatAccount {
+            hashed,
+            address: None,
+            account,
+        });
+        true
+    })?;
+    // An account in both tables is read by address (writes by address retire the other).
+    flat.sort_by_key(|f| (f.hashed, f.address.is_none()));
+    flat.dedup_by_key(|f| f.hashed);
+    progress(&format!("state: {} flat accounts", flat.len()));
+
+    let root_ok = match store.trie_node(&ACCOUNT_TRIE, &[])? {
         None if root != EMPTY_ROOT_HASH => {
             let message = format!("the state root {root} has no root node");
             report.problem(max, Area::State, message);
-            return Ok(());
+            false
         }
         Some(rlp) if keccak256(&rlp) != root => {
             let message = format!(
@@ -287,101 +355,102 @@ fn check_state(
                 keccak256(&rlp)
             );
             report.problem(max, Area::State, message);
-            return Ok(());
+            false
         }
-        _ => {}
-    }
+        _ => true,
+    };
 
-    // The flat accounts by hashed address, to meet the trie's leaves in their order.
-    let mut flat: Vec<(B256, Address, Account)> = store
-        .accounts()?
-        .into_iter()
-        .map(|(a, acc)| (hashed_address(&a), a, acc))
-        .collect();
-    flat.sort_unstable_by_key(|(h, _, _)| *h);
-    progress(&format!("state: {} flat accounts", flat.len()));
-
-    // Storage tries and code are checked against the flat accounts (what execution
-    // reads), whether or not the account trie could be walked to them.
-    let with_storage: HashMap<Address, B256> = flat
-        .iter()
-        .filter(|(_, _, a)| a.storage_root != EMPTY_ROOT_HASH)
-        .map(|(_, address, a)| (*address, a.storage_root))
-        .collect();
-    let codes: HashSet<B256> = flat
-        .iter()
-        .map(|(_, _, a)| a.code_hash)
-        .filter(|h| *h != KECCAK256_EMPTY)
-        .collect();
-    let mut at = 0usize;
-    let mut problems: Vec<(Area, String)> = Vec::new();
-    let walked = range::walk_from(&source, &ACCOUNT_TRIE, &B256::ZERO, |key, leaf| {
-        report.accounts += 1;
-        if report.accounts.is_multiple_of(250_000) {
-            progress(&format!("state: {} accounts", report.accounts));
-        }
-        while at < flat.len() && flat[at].0 < key {
-            let address = flat[at].1;
-            problems.push((
-                Area::State,
-                format!("flat account {address} is in no trie leaf"),
-            ));
-            at += 1;
-        }
-        if at < flat.len() && flat[at].0 == key {
-            let (_, address, account) = flat[at];
-            at += 1;
-            if account_leaf(&account) != leaf {
-                problems.push((
-                    Area::State,
-                    format!("account {address}: the flat record differs from its trie leaf"),
-                ));
+    // The account trie's leaves against the flat accounts.
+    if root_ok {
+        let mut at = 0usize;
+        let walked = range::walk_from(&source, &ACCOUNT_TRIE, &B256::ZERO, |key, leaf| {
+            report.accounts += 1;
+            if report.accounts.is_multiple_of(250_000) {
+                progress(&format!("state: {} accounts", report.accounts));
             }
-        } else {
-            problems.push((
-                Area::State,
-                format!("the trie leaf of hashed address {key} has no flat account"),
-            ));
+            while at < flat.len() && flat[at].hashed < key {
+                let message = format!("flat {} is in no trie leaf", flat[at].name());
+                report.problem(max, Area::State, message);
+                at += 1;
+            }
+            if at < flat.len() && flat[at].hashed == key {
+                if account_leaf(&flat[at].account) != leaf {
+                    let message = format!(
+                        "{}: the flat record differs from its trie leaf",
+                        flat[at].name()
+                    );
+                    report.problem(max, Area::State, message);
+                }
+                at += 1;
+            } else {
+                let message = format!("the trie leaf of hashed address {key} has no flat account");
+                report.problem(max, Area::State, message);
+            }
+            true
+        });
+        match walked {
+            Err(e) => {
+                let message = format!("the account trie (its walk stops here): {e}");
+                report.problem(max, Area::State, message);
+            }
+            Ok(()) => {
+                for f in &flat[at..] {
+                    report.problem(
+                        max,
+                        Area::State,
+                        format!("flat {} is in no trie leaf", f.name()),
+                    );
+                }
+            }
         }
-        true
-    });
-    if let Err(e) = walked {
-        let message = format!("the account trie (its walk stops here): {e}");
-        problems.push((Area::State, message));
-    } else {
-        for (_, address, _) in &flat[at..] {
-            problems.push((
-                Area::State,
-                format!("flat account {address} is in no trie leaf"),
-            ));
-        }
-    }
-    for (area, message) in problems.drain(..) {
-        report.problem(max, area, message);
     }
 
-    // Storage: the flat slots come grouped by address; each group meets its trie.
+    // Storage and code are checked against the flat accounts (what execution reads),
+    // whether or not the account trie could be walked to them.
     progress(&format!(
-        "state: {} accounts, {} with storage; checking storage",
-        report.accounts,
-        with_storage.len()
+        "state: {} accounts; checking storage",
+        report.accounts
     ));
-    let mut seen: HashSet<Address> = HashSet::new();
-    let mut group: Option<(Address, Vec<(B256, U256)>)> = None;
-    let mut finish = |group: (Address, Vec<(B256, U256)>), report: &mut VerifyReport| {
-        let (address, slots) = group;
-        seen.insert(address);
-        let root = with_storage.get(&address).copied();
+    let by_address: HashMap<Address, usize> = flat
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.address.map(|a| (a, i)))
+        .collect();
+    let mut seen = vec![false; flat.len()];
+    // Slots by address: one scan of the table, grouped as it comes.
+    let mut group: Option<(Address, FlatSlots)> = None;
+    let mut finish = |(address, slots): (Address, FlatSlots), report: &mut VerifyReport| {
         report.slots += slots.len() as u64;
-        for message in check_storage(&source, &address, root, slots) {
-            report.problem(max, Area::State, message);
+        let owner = hashed_address(&address);
+        match by_address.get(&address) {
+            Some(&i) => {
+                seen[i] = true;
+                let name = flat[i].name();
+                check_storage(
+                    &source,
+                    &owner,
+                    &name,
+                    flat[i].account.storage_root,
+                    slots,
+                    report,
+                    max,
+                );
+            }
+            None => {
+                let message = format!(
+                    "{} flat slots of {address}, which has no account",
+                    slots.len()
+                );
+                report.problem(max, Area::State, message);
+            }
         }
     };
     store.storage_entries(|address, slot, value| {
+        let entry = (hashed_slot(&slot), Some(slot), value);
         match &mut group {
-            Some((a, slots)) if *a == address => slots.push((slot, value)),
+            Some((a, slots)) if *a == address => slots.push(entry),
             _ => {
-                if let Some(done) = group.replace((address, vec![(slot, value)])) {
+                if let Some(done) = group.replace((address, vec![entry])) {
                     finish(done, report);
                 }
             }
@@ -391,13 +460,41 @@ fn check_state(
     if let Some(done) = group.take() {
         finish(done, report);
     }
-    for (address, root) in &with_storage {
-        if !seen.contains(address) {
-            let message = format!("account {address}: storage root {root} but no flat slots");
+    // Accounts of the downloaded tables: their slots are kept by hashed slot.
+    for (i, f) in flat.iter().enumerate() {
+        if f.address.is_some() || f.account.storage_root == EMPTY_ROOT_HASH {
+            continue;
+        }
+        let mut slots = Vec::new();
+        store.snap_slots_of(&f.hashed, |hashed, value| slots.push((hashed, None, value)))?;
+        report.slots += slots.len() as u64;
+        seen[i] = true;
+        check_storage(
+            &source,
+            &f.hashed,
+            &f.name(),
+            f.account.storage_root,
+            slots,
+            report,
+            max,
+        );
+    }
+    for (f, seen) in flat.iter().zip(&seen) {
+        if !seen && f.account.storage_root != EMPTY_ROOT_HASH {
+            let message = format!(
+                "{}: storage root {} but no flat slots",
+                f.name(),
+                f.account.storage_root
+            );
             report.problem(max, Area::State, message);
         }
     }
 
+    let codes: HashSet<B256> = flat
+        .iter()
+        .map(|f| f.account.code_hash)
+        .filter(|h| *h != KECCAK256_EMPTY)
+        .collect();
     progress(&format!("code: {} contracts", codes.len()));
     for hash in codes {
         report.codes += 1;
@@ -414,74 +511,77 @@ fn check_state(
     Ok(())
 }
 
-/// One account's storage trie (from the storage root its account names; `None`: the
-/// account has none or does not exist) against its flat `slots`.
+/// One storage trie (of `owner`, from the storage root `root` its account names) against
+/// its flat slots: (hashed slot, the slot when known, value).
 fn check_storage(
     source: &StoreNodes<'_>,
-    address: &Address,
-    root: Option<B256>,
-    slots: Vec<(B256, U256)>,
-) -> Vec<String> {
-    let Some(root) = root else {
-        return vec![format!(
-            "{} flat slots of {address}, whose account has no storage",
-            slots.len()
-        )];
+    owner: &B256,
+    name: &str,
+    root: B256,
+    slots: FlatSlots,
+    report: &mut VerifyReport,
+    max: usize,
+) {
+    let slot_name = |hashed: &B256, slot: &Option<B256>| match slot {
+        Some(s) => format!("slot {s} of {name}"),
+        None => format!("slot of hashed key {hashed} of {name}"),
     };
-    let owner = hashed_address(address);
-    let mut out = Vec::new();
-    match store_root(source, &owner) {
+    if root == EMPTY_ROOT_HASH {
+        let message = format!(
+            "{} flat slots of {name}, whose account has no storage",
+            slots.len()
+        );
+        report.problem(max, Area::State, message);
+        return;
+    }
+    match store_root(source, owner) {
         Ok(Some(found)) if found == root => {}
         Ok(found) => {
-            out.push(format!(
-                "the storage trie of {address} has root {}, its account names {root}",
+            let message = format!(
+                "the storage trie of {name} has root {}, its account names {root}",
                 found.unwrap_or(EMPTY_ROOT_HASH)
-            ));
-            return out;
+            );
+            report.problem(max, Area::State, message);
+            return;
         }
         Err(e) => {
-            out.push(format!("the storage trie of {address}: {e}"));
-            return out;
+            report.problem(max, Area::State, format!("the storage trie of {name}: {e}"));
+            return;
         }
     }
-    let mut flat: Vec<(B256, B256, U256)> = slots
-        .into_iter()
-        .map(|(slot, value)| (hashed_slot(&slot), slot, value))
-        .collect();
+    let mut flat = slots;
     flat.sort_unstable_by_key(|(h, _, _)| *h);
     let mut at = 0usize;
-    let walked = range::walk_from(source, &owner, &B256::ZERO, |key, leaf| {
+    let walked = range::walk_from(source, owner, &B256::ZERO, |key, leaf| {
         while at < flat.len() && flat[at].0 < key {
-            out.push(format!(
-                "slot {} of {address} is in no trie leaf",
-                flat[at].1
-            ));
+            let message = format!("{} is in no trie leaf", slot_name(&flat[at].0, &flat[at].1));
+            report.problem(max, Area::State, message);
             at += 1;
         }
         if at < flat.len() && flat[at].0 == key {
-            let (_, slot, value) = flat[at];
-            at += 1;
-            if alloy_rlp::encode(value) != leaf {
-                out.push(format!(
-                    "slot {slot} of {address}: the flat value differs from its trie leaf"
-                ));
+            if alloy_rlp::encode(flat[at].2) != leaf {
+                let message = format!(
+                    "{}: the flat value differs from its trie leaf",
+                    slot_name(&flat[at].0, &flat[at].1)
+                );
+                report.problem(max, Area::State, message);
             }
+            at += 1;
         } else {
-            out.push(format!(
-                "the storage trie leaf {key} of {address} has no flat slot"
-            ));
+            let message = format!("the storage trie leaf {key} of {name} has no flat slot");
+            report.problem(max, Area::State, message);
         }
-        out.len() < 100
+        true
     });
     match walked {
-        Err(e) => out.push(format!("the storage trie of {address}: {e}")),
+        Err(e) => report.problem(max, Area::State, format!("the storage trie of {name}: {e}")),
         Ok(()) => {
-            for (_, slot, _) in &flat[at..] {
-                out.push(format!("slot {slot} of {address} is in no trie leaf"));
+            for (hashed, slot, _) in &flat[at..] {
+                let message = format!("{} is in no trie leaf", slot_name(hashed, slot));
+                report.problem(max, Area::State, message);
             }
         }
     }
-    out
 }
 
 /// The hash of the stored root node of trie `owner` (`None`: no root node).
@@ -514,7 +614,8 @@ fn check_journal(path: &std::path::Path, report: &mut VerifyReport, max: usize) 
     }
     if contents.damaged_tail > 0 {
         report.notes.push(format!(
-            "the journal ends with {} bytes of a torn record (a write a crash cut; the next start cuts it off)",
+            "{} bytes after the journal's last intact record (a record a crash cut, or \
+             damage): the next start drops them",
             contents.damaged_tail
         ));
     }

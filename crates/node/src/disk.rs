@@ -38,11 +38,12 @@ pub async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> Trouble
         // Relaxed commits (blocks) durable within a second even when no later commit
         // comes to carry them; a failure here is latched like any write's.
         let _ = store.flush_due();
-        if let Some(why) = store.write_failure() {
-            return Trouble::Unwritable(why.to_string());
-        }
+        // Damage first: a damaged page that failed a commit latches both.
         if let Some(why) = store.damage() {
             return Trouble::Damaged(why.to_string());
+        }
+        if let Some(why) = store.write_failure() {
+            return Trouble::Unwritable(why.to_string());
         }
         if min_free_mb > 0
             && let Some(free) = free_bytes(datadir)

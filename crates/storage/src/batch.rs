@@ -52,6 +52,9 @@ pub struct WriteBatch {
     finalized: Option<Option<(u64, B256)>>,
     /// Snap sync's writes (see `crate::snap`), applied last but for the head.
     pub(crate) snap: Vec<Op>,
+    /// The trie nodes written come from stored records, not from an update that hashed
+    /// them ([`WriteBatch::nodes_from_records`]).
+    pub(crate) nodes_from_records: bool,
 }
 
 impl WriteBatch {
@@ -195,6 +198,15 @@ impl WriteBatch {
     /// Drops every node of trie `owner` before this batch's trie node writes.
     pub fn wipe_trie(&mut self, owner: B256) -> &mut Self {
         self.wipe_tries.push(owner);
+        self
+    }
+
+    /// Marks the trie nodes of this batch as taken from stored records (an undo record
+    /// taking a block back), not computed and hashed by a trie update: the node cache,
+    /// which holds only checked nodes, forgets their paths instead of holding them, and
+    /// the next read hashes them against their parents.
+    pub fn nodes_from_records(&mut self) -> &mut Self {
+        self.nodes_from_records = true;
         self
     }
 

@@ -279,6 +279,18 @@ impl Store {
             })
     }
 
+    /// The lowest canonical block number at or above `number`, if any (a snap-synced
+    /// datadir holds genesis and the blocks from its pivot on, nothing between).
+    pub fn first_canonical_from(&self, number: u64) -> Result<Option<u64>, StoreError> {
+        let mut found = None;
+        self.backend
+            .scan_while(Table::Canonical, &number_key(number), None, |key, _| {
+                found = Some(decode_number(key, "canonical number")?);
+                Ok(false)
+            })?;
+        Ok(found)
+    }
+
     pub fn canonical_hash(&self, number: u64) -> Result<Option<B256>, StoreError> {
         self.backend
             .get_with(Table::Canonical, &number_key(number), |v| {
@@ -480,7 +492,8 @@ impl Store {
         if batch.is_empty() {
             return Ok(());
         }
-        self.apply(batch.into_ops(), false)
+        let forget = batch.nodes_from_records;
+        self.apply(batch.into_ops(), false, forget)
     }
 
     /// Applies the batch atomically, durable within a second (or 256 such commits):
@@ -492,16 +505,23 @@ impl Store {
         if batch.is_empty() {
             return Ok(());
         }
-        self.apply(batch.into_ops(), true)
+        let forget = batch.nodes_from_records;
+        self.apply(batch.into_ops(), true, forget)
     }
 
-    /// Applies `ops` in the backend, then brings the trie-node cache up to date.
-    fn apply(&self, mut ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
+    /// Applies `ops` in the backend, then brings the trie-node cache up to date
+    /// (`forget`: the nodes written leave it rather than enter it).
+    fn apply(&self, mut ops: Vec<Op>, relaxed: bool, forget: bool) -> Result<(), StoreError> {
         if let Some(why) = self.write_failure() {
             return Err(StoreError::WriteFailed(why.to_string()));
         }
         self.retire_snap_entries(&mut ops);
         let changes = NodeChanges::of(&ops);
+        let changes = if forget {
+            changes.forgetting()
+        } else {
+            changes
+        };
         let applied = if relaxed {
             self.backend.apply_with(ops, true)
         } else {

@@ -8,10 +8,12 @@
 //! Coherence: the cache holds only what the database holds. Every write to the trie-node
 //! table goes through a store commit, and the commit, once the database has applied it,
 //! updates the cache with the written values (a removed node leaves the cache; a range
-//! delete, rare: a wiped storage trie or a cleared state, empties it). A reader that
-//! missed fills the cache with what it read only if no commit updated the cache since it
-//! started (a generation counter checked under a lock the commit takes to write), so a
-//! value read before a commit can never be inserted after that commit's update.
+//! delete, rare: a wiped storage trie or a cleared state, empties it; nodes a commit takes
+//! from stored records, an undo record, leave it). A checked reader that missed fills the
+//! cache with what it read, once it passed the reader's hash check, and only if no commit
+//! updated the cache since it started (a generation counter checked under a lock the
+//! commit takes to write), so a value read before a commit can never be inserted after
+//! that commit's update. Unchecked reads do not fill it: a cached node is a checked one.
 
 use crate::backend::{Op, Table};
 use parking_lot::RwLock;
@@ -52,6 +54,16 @@ pub(crate) enum NodeChanges {
 }
 
 impl NodeChanges {
+    /// The same paths, each forgotten rather than cached (nodes nobody hashed).
+    pub(crate) fn forgetting(self) -> NodeChanges {
+        match self {
+            NodeChanges::Nodes(nodes) => {
+                NodeChanges::Nodes(nodes.into_iter().map(|(k, _)| (k, None)).collect())
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn of(ops: &[Op]) -> NodeChanges {
         let mut nodes = Vec::new();
         for op in ops {

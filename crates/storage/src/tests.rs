@@ -126,7 +126,7 @@ fn a_write_the_disk_refused_stops_every_later_write() {
         };
         ops.push(Op::FailDisk);
         assert!(matches!(
-            store.apply(ops, true),
+            store.apply(ops, true, false),
             Err(StoreError::WriteFailed(_))
         ));
         assert_eq!(store.write_failure(), Some("No space left on device"));
@@ -798,4 +798,35 @@ fn a_panic_inside_the_database_is_a_corrupt_error() {
         "{e}"
     );
     assert_eq!(guarded("ok", || Ok(7)).unwrap(), 7);
+}
+
+/// The node cache holds only nodes that passed a check or that a trie update wrote: a
+/// node a commit takes from a stored record (an undo record) is checked when next read,
+/// and one that fails its check is not cached.
+#[test]
+fn nodes_from_records_are_checked_when_next_read() {
+    let store = Store::in_memory();
+    let owner = B256::repeat_byte(5);
+    let mut batch = WriteBatch::new();
+    batch.set_trie_node(owner, vec![1], Some(b"computed".to_vec()));
+    store.commit(batch).unwrap();
+    // Written by an update: trusted, answered without the check.
+    let read = store.trie_node_checked(&owner, &[1], |_| false).unwrap();
+    assert_eq!(read, Ok(b"computed".to_vec()));
+
+    let mut batch = WriteBatch::new();
+    batch
+        .nodes_from_records()
+        .set_trie_node(owner, vec![1], Some(b"restored".to_vec()));
+    store.commit(batch).unwrap();
+    // From a record: checked, and a failed check leaves it out of the cache.
+    let read = store.trie_node_checked(&owner, &[1], |_| false).unwrap();
+    assert_eq!(read, Err(Some(b"restored".to_vec())));
+    let read = store
+        .trie_node_checked(&owner, &[1], |n| n == b"restored")
+        .unwrap();
+    assert_eq!(read, Ok(b"restored".to_vec()));
+    // Once checked it is cached.
+    let read = store.trie_node_checked(&owner, &[1], |_| false).unwrap();
+    assert_eq!(read, Ok(b"restored".to_vec()));
 }

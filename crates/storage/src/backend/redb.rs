@@ -34,6 +34,9 @@ fn db_err(context: &'static str) -> impl FnOnce(::redb::Error) -> StoreError {
         ::redb::Error::PreviousIo => {
             StoreError::WriteFailed(format!("{context}: an earlier I/O error occurred"))
         }
+        ::redb::Error::Corrupted(why) => {
+            StoreError::Corrupt(format!("{context}: the database file is damaged ({why})"))
+        }
         other => StoreError::Db(format!("{context}: {other}")),
     }
 }
