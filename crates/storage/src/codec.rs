@@ -152,12 +152,19 @@ pub(crate) fn encode_slot_value(value: &U256) -> Vec<u8> {
     bytes[first..].to_vec()
 }
 
+/// A stored slot value: its minimal big-endian bytes, never zero (a zero slot is
+/// deleted), so a leading zero byte is damage, not a value.
 pub(crate) fn decode_slot_value(bytes: &[u8]) -> Result<U256, StoreError> {
     if bytes.is_empty() || bytes.len() > 32 {
         return Err(StoreError::Corrupt(format!(
             "storage value: expected 1 to 32 bytes, found {}",
             bytes.len()
         )));
+    }
+    if bytes[0] == 0 {
+        return Err(StoreError::Corrupt(
+            "storage value: a leading zero byte (zero slots are not stored)".to_string(),
+        ));
     }
     Ok(U256::from_be_slice(bytes))
 }
@@ -186,6 +193,21 @@ pub(crate) fn decode_schema(bytes: &[u8]) -> Result<u32, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the store_codecs fuzz target: bytes of a zero value, which the encoder
+    /// never writes, decoded as zero instead of as damage.
+    #[test]
+    fn a_slot_value_with_a_leading_zero_is_damage() {
+        for bytes in [&[0x00][..], &[0x00, 0x01], &[0x00, 0x00]] {
+            assert!(matches!(
+                decode_slot_value(bytes),
+                Err(StoreError::Corrupt(_))
+            ));
+        }
+        let value = U256::from(0x0102u64);
+        assert_eq!(encode_slot_value(&value), vec![0x01, 0x02]);
+        assert_eq!(decode_slot_value(&[0x01, 0x02]).unwrap(), value);
+    }
 
     #[test]
     fn account_round_trip() {
