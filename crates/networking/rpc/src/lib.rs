@@ -55,6 +55,8 @@ mod eth;
 mod eth_config;
 mod fees;
 mod filters;
+#[doc(hidden)]
+pub mod fuzzing;
 mod json;
 pub mod limits;
 mod logs;

@@ -296,7 +296,7 @@ fn error_json(id: Id<'_>, err: ErrorObject<'_>) -> String {
 /// When the batch `body` (a JSON array) has more than `limit` elements: the id of its
 /// first call (geth puts it on the error), or null. Counts at most `limit + 1` elements
 /// and builds none of them; a malformed batch within the limit is left to jsonrpsee.
-fn batch_over_limit(body: &[u8], limit: usize) -> Option<Id<'static>> {
+pub(crate) fn batch_over_limit(body: &[u8], limit: usize) -> Option<Id<'static>> {
     let mut count = 0;
     // Stopping early leaves the array unfinished, which serde reports as an error: the
     // count is what matters.

@@ -137,7 +137,7 @@ struct Call<'a> {
 
 /// The id and the transaction's bytes of a body that is one `eth_sendRawTransaction`
 /// call of the usual form; `None` for anything else.
-fn parse(body: &[u8]) -> Option<(Id<'_>, Bytes)> {
+pub(crate) fn parse(body: &[u8]) -> Option<(Id<'_>, Bytes)> {
     let call: Call<'_> = serde_json::from_slice(body).ok()?;
     if call.jsonrpc != "2.0" || call.method != METHOD {
         return None;

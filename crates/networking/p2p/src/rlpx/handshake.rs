@@ -57,7 +57,7 @@ const PADDING: std::ops::RangeInclusive<usize> = 100..=300;
 
 /// Which encoding a handshake message used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Format {
+pub enum Format {
     /// Fixed-size, pre-EIP-8.
     Old,
     /// Size-prefixed RLP.
@@ -99,7 +99,7 @@ impl Kind {
 
 /// The initiator's message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Auth {
+pub struct Auth {
     /// Recoverable signature `r || s || v` of `static-shared-secret ^ nonce` by the
     /// initiator's ephemeral key.
     pub signature: [u8; SIG_LEN],
@@ -113,7 +113,7 @@ pub(crate) struct Auth {
 
 /// The recipient's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Ack {
+pub struct Ack {
     pub ephemeral: PeerId,
     pub nonce: B256,
     pub version: u64,
@@ -155,7 +155,8 @@ fn rlp_list_encode(fields: &[&dyn Encodable]) -> Vec<u8> {
 }
 
 impl Auth {
-    fn decode(plain: &[u8], format: Format) -> Result<Self, RlpxError> {
+    /// Reads a decrypted auth body in `format`.
+    pub fn decode(plain: &[u8], format: Format) -> Result<Self, RlpxError> {
         match format {
             Format::Eip8 => {
                 let mut list = rlp_list(plain, Kind::Auth)?;
@@ -190,7 +191,8 @@ impl Auth {
         }
     }
 
-    fn encode_eip8(&self) -> Vec<u8> {
+    /// The EIP-8 body (RLP list, no padding).
+    pub fn encode_eip8(&self) -> Vec<u8> {
         rlp_list_encode(&[
             &&self.signature[..],
             &self.initiator.as_slice(),
@@ -226,7 +228,8 @@ impl Auth {
 }
 
 impl Ack {
-    fn decode(plain: &[u8], format: Format) -> Result<Self, RlpxError> {
+    /// Reads a decrypted ack body in `format`.
+    pub fn decode(plain: &[u8], format: Format) -> Result<Self, RlpxError> {
         match format {
             Format::Eip8 => {
                 let mut list = rlp_list(plain, Kind::Ack)?;
@@ -252,7 +255,8 @@ impl Ack {
         }
     }
 
-    fn encode_eip8(&self) -> Vec<u8> {
+    /// The EIP-8 body (RLP list, no padding).
+    pub fn encode_eip8(&self) -> Vec<u8> {
         rlp_list_encode(&[
             &self.ephemeral.as_slice(),
             &self.nonce.as_slice(),
@@ -260,7 +264,8 @@ impl Ack {
         ])
     }
 
-    fn encode_old(&self) -> Vec<u8> {
+    /// The old fixed-size body.
+    pub fn encode_old(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(OLD_ACK_PLAIN);
         out.extend_from_slice(self.ephemeral.as_slice());
         out.extend_from_slice(self.nonce.as_slice());
@@ -314,7 +319,7 @@ fn make_auth(our_key: &SecretKey, remote: &PublicKey, ephemeral: &SecretKey, non
 }
 
 /// Pads an RLP body, encrypts it to `remote` and prepends the size prefix.
-fn seal_eip8(remote: &PublicKey, body: &[u8]) -> Result<Vec<u8>, RlpxError> {
+pub(crate) fn seal_eip8(remote: &PublicKey, body: &[u8]) -> Result<Vec<u8>, RlpxError> {
     let mut pick = [0u8; 2];
     random_bytes(&mut pick)?;
     let span = PADDING.end() - PADDING.start() + 1;

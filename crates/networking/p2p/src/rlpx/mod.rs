@@ -34,6 +34,8 @@
 
 mod codec;
 mod ecies;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod stream;
 

@@ -176,6 +176,17 @@ impl<R: AsyncRead + Unpin> RlpxReader<R> {
 }
 
 impl<R> RlpxReader<R> {
+    /// A reader over `io` with the receiving half of `secrets`, no handshake (the fuzz
+    /// targets').
+    pub(crate) fn with_secrets(io: R, secrets: Secrets, remote: PeerId) -> Self {
+        let (_, decoder) = secrets.into_codec();
+        Self {
+            io,
+            ingress: Ingress::new(decoder),
+            remote,
+        }
+    }
+
     /// The peer's identity; see [`RlpxStream::remote_id`].
     pub fn remote_id(&self) -> PeerId {
         self.remote

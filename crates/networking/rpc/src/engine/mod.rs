@@ -28,7 +28,7 @@
 //! pool update that follows it are never interleaved with another import.
 
 pub(crate) mod api;
-mod auth;
+pub(crate) mod auth;
 mod errors;
 pub(crate) mod types;
 
