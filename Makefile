@@ -1,8 +1,9 @@
 # moat — the commands the README shows.
 CARGO ?= cargo
 QUICK ?=
+MINUTES ?= 30
 
-.PHONY: build install run test bench bench-table bench-check bench-baseline pool-quality attack-table lint fmt ci
+.PHONY: build install run test bench bench-table bench-check bench-baseline pool-quality attack-table soak lint fmt ci fuzz fuzz-smoke fuzz-seeds
 
 build:
 	$(CARGO) build --release
@@ -42,6 +43,13 @@ attack-table:
 	$(CARGO) build --release -p moat -p moat-attack
 	GETH=$(GETH) tooling/attack/attack-table.sh
 
+# A soak: moat for MINUTES (30) under mixed load (RPC txs, a gossiping peer, engine API
+# blocks, reorgs), its RSS, fds, threads and pool size over time; with GETH=/path/to/geth,
+# go-ethereum beside it under the same load. Output and CSVs in /tmp/soak (SOAK_DIR).
+soak:
+	$(CARGO) build --release -p moat -p moat-soak
+	MINUTES=$(MINUTES) GETH=$(GETH) NODE_ARGS="$(NODE_ARGS)" tooling/soak/soak.sh
+
 # Block value from the pool against the ideal block of the same stream, five seeds.
 pool-quality:
 	$(CARGO) run --release -p moat-pool-quality -- --seeds 1,2,3,4,5
@@ -53,3 +61,28 @@ lint:
 
 fmt:
 	$(CARGO) fmt --all
+
+# Coverage-guided fuzzing of every decoder of outside bytes (fuzz/, a cargo-fuzz project:
+# nightly and `cargo install cargo-fuzz`). Each target runs FUZZ_SECONDS in turn, from
+# its seeds (fuzz/corpus/, read only) and what earlier runs found (fuzz/work/); a crash
+# leaves its input in fuzz/artifacts/<target>/ and fails the run once all have run.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= $(sort $(basename $(notdir $(wildcard fuzz/fuzz_targets/*.rs))))
+FUZZ_FLAGS = --sanitizer none --debug-assertions
+
+fuzz:
+	$(CARGO) +nightly fuzz build $(FUZZ_FLAGS)
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/work/$$t; \
+	  echo "== $$t ($(FUZZ_SECONDS) s)"; \
+	  $(CARGO) +nightly fuzz run $(FUZZ_FLAGS) $$t fuzz/work/$$t fuzz/corpus/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "crashed:$$failed (inputs in fuzz/artifacts/)"; exit 1; fi
+
+fuzz-smoke:
+	$(MAKE) fuzz FUZZ_SECONDS=10
+
+# Rewrites the seed corpus from moat's own encoders.
+fuzz-seeds:
+	cd fuzz && $(CARGO) +nightly run --example seeds -- corpus
