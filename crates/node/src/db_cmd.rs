@@ -37,10 +37,7 @@ pub fn verify_cmd(args: &VerifyArgs) -> ExitCode {
     let store = match Store::open_with_cache(&args.datadir, None, args.cache << 20) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!(
-                "error: cannot open {} (a node still running on it holds it): {e}",
-                args.datadir.display()
-            );
+            eprintln!("error: cannot open {}: {e}", args.datadir.display());
             return ExitCode::from(2);
         }
     };
