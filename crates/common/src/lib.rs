@@ -9,6 +9,8 @@
 //!   fork id, with mainnet, sepolia and hoodi built in.
 //! - [`rlp`]: the strict RLP reader the decoders share.
 //! - [`throttle`]: a log line at most once per period (the p2p and RPC servers').
+//! - [`system_contracts`]: the runtime code and addresses of the post-Prague system
+//!   contracts a genesis deploys (the dev chain, test tools).
 //!
 //! Data flows one way: bytes from a peer or an RPC client → [`rlp`] → typed values that
 //! hash themselves at decode time. Nothing in this crate touches state; anything that
@@ -21,6 +23,7 @@ pub mod fees;
 pub mod genesis_block;
 pub mod receipt;
 pub mod rlp;
+pub mod system_contracts;
 pub mod testing;
 pub mod throttle;
 pub mod transaction;

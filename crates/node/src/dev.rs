@@ -1,13 +1,13 @@
 //! Dev mode: a built-in chain with well-known prefunded keys, and a block producer that
 //! seals a block from the pool every period (or on every transaction with period 0).
 
-use crate::system_contracts as sys;
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use moat_blockchain::chain::{Chain, ImportOutcome, StateEdit};
 use moat_blockchain::maintain;
 use moat_blockchain::mempool::{HeadUpdate, Pool, TxInput};
 use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
+use moat_common::system_contracts as sys;
 use moat_common::transaction::PooledTransaction;
 use moat_crypto::secp::Signer;
 use moat_rpc::{DevRequest, MineTime, RpcContext};

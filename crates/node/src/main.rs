@@ -16,7 +16,6 @@ mod rpc_flags;
 mod run;
 mod shutdown;
 mod sync;
-mod system_contracts;
 mod tx_decode;
 
 /// mimalloc: the state-root update and the pool allocate many small, short-lived

@@ -27,8 +27,6 @@
 //! (as RLP, and as EXPB's engine API request lines with [`expb_requests`]).
 
 mod expb;
-#[path = "../../../crates/node/src/system_contracts.rs"]
-mod system_contracts;
 
 pub use expb::expb_requests;
 
@@ -200,7 +198,7 @@ pub fn genesis(params: &Params, senders: &[Signer]) -> Genesis {
             },
         );
     }
-    use system_contracts as sys;
+    use moat_common::system_contracts as sys;
     for (address, code) in [
         (sys::BEACON_ROOTS_ADDRESS, sys::BEACON_ROOTS_CODE),
         (sys::HISTORY_STORAGE_ADDRESS, sys::HISTORY_STORAGE_CODE),

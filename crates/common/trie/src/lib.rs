@@ -34,11 +34,12 @@
 //! The store behind the trie is a [`NodeSource`]; no database code lives here.
 //!
 //! # Checked reads
-//! A walk from the root knows what each node must hash to before it loads it: its
-//! parent's reference, or the root hash a caller gives ([`Trie::with_root`]). Every
-//! loaded node is checked against it ([`NodeSource::node_expected`]; a source that keeps
-//! checked nodes, as the store's cache does, answers those without hashing again), and a
-//! node under an empty slot is refused: a node that rotted on disk is a
+//! A walk from the root knows what each node below the root must hash to before it loads
+//! it: its parent's reference; the root itself is checked when a caller gives its hash
+//! ([`Trie::with_root`], [`subtrie::RootBranch::read_expecting`]). Every such node is
+//! checked ([`NodeSource::node_expected`]; a source that keeps
+//! checked nodes, as the store's cache does, answers those without hashing again), and an
+//! update refuses a node under an empty slot: a node that rotted on disk is a
 //! [`TrieError::Corrupt`], never a wrong root or a wrong value.
 
 use alloy_primitives::{B256, keccak256};

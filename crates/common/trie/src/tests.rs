@@ -337,14 +337,20 @@ fn a_root_that_is_not_the_named_one_and_a_node_under_an_empty_slot_are_errors() 
         trie.insert(&key, value(1)),
         Err(TrieError::Corrupt { .. })
     ));
-    // A stray node at a path whose parent slot is empty.
+    // A stray node at a path whose parent slot is empty (a trie of 4 keys: its root
+    // branch has empty slots).
+    let small: BTreeMap<B256, u64> = (0..4u64)
+        .map(|i| (keccak256(i.to_be_bytes()), i + 1))
+        .collect();
+    let nodes = fresh(&small);
     let root_node = view_node(&nodes.nodes[&(OWNER, vec![])]).unwrap();
     let NodeView::Branch(children) = root_node else {
-        panic!("50 keys make a root branch")
+        panic!("these 4 keys make a root branch")
     };
-    let Some(empty) = children.iter().position(|c| c.is_empty()) else {
-        return;
-    };
+    let empty = children
+        .iter()
+        .position(|c| c.is_empty())
+        .expect("4 keys leave empty slots in a 16-slot branch");
     let mut stray = nodes.clone();
     stray.nodes.insert(
         (OWNER, vec![empty as u8]),
