@@ -20,7 +20,7 @@ use crate::mempool::SenderCache;
 use crate::premerge;
 pub use crate::state_root::{AccountUpdates, state_root_after};
 use crate::state_root::{build_tries, state_update};
-use crate::undo::{UNDO_DEPTH, Undo};
+use crate::undo::{Undo, UndoWindow};
 use crate::vm::{self, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256};
 use moat_common::block::{Block, Header};
@@ -32,8 +32,11 @@ use std::path::Path;
 
 mod dev;
 mod finality;
+mod undo_window;
 pub use dev::StateEdit;
 pub use finality::Mark;
+pub use undo_window::SIDECAR_DEPTH;
+pub(crate) use undo_window::UNKNOWN as UNKNOWN_CURSOR;
 
 /// A block whose execution does not give what its header says: the field, the value
 /// execution gives (`expected`) and the header's (`found`).
@@ -92,10 +95,14 @@ pub enum ChainError {
     NotOnHead { number: u64, hash: B256, head: B256 },
     #[error("unknown block {0}")]
     UnknownBlock(B256),
-    #[error("state of block {number} is not available (head {head}; the last 128 blocks are kept)")]
-    HistoryUnavailable { number: u64, head: u64 },
-    #[error("reorg of {depth} blocks is deeper than the {max} kept for undo")]
-    ReorgTooDeep { depth: u64, max: u64 },
+    #[error(
+        "state of block {number} is not available (head {head}; the undo records reach back to block {oldest})"
+    )]
+    HistoryUnavailable { number: u64, head: u64, oldest: u64 },
+    #[error(
+        "reorg to a branch leaving the chain at block {fork_point} reaches below block {oldest}, the oldest the undo records can take the chain back to"
+    )]
+    ReorgTooDeep { fork_point: u64, oldest: u64 },
     #[error("{what} block {hash} is not in the canonical chain")]
     NotCanonical { what: &'static str, hash: B256 },
     #[error(
@@ -149,6 +156,15 @@ pub struct Chain {
     /// Total difficulties of recent proof-of-work blocks, by hash (bounded): import of a
     /// chain block by block finds its parent's here instead of summing from genesis.
     td_cache: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<B256, U256>>>,
+    /// Which undo records are kept ([`crate::undo`]).
+    undo_window: UndoWindow,
+    /// The oldest block whose undo record is kept, as last seen (checked before use).
+    undo_tail: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// While `set_head` runs: its fork point, above which no record is pruned (the old
+    /// branch may have to be put back); `u64::MAX` otherwise. Under the writer lock.
+    undo_pin: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The last block whose kept blob sidecars are deleted (`maintain::keep_blob_txs`).
+    sidecar_cursor: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Entries the total-difficulty cache holds before it starts over.
@@ -374,6 +390,10 @@ impl Chain {
             senders: None,
             writer: Default::default(),
             td_cache: Default::default(),
+            undo_window: UndoWindow::default(),
+            undo_tail: std::sync::Arc::new(undo_window::UNKNOWN.into()),
+            undo_pin: std::sync::Arc::new(u64::MAX.into()),
+            sidecar_cursor: std::sync::Arc::new(undo_window::UNKNOWN.into()),
         })
     }
 
@@ -407,8 +427,9 @@ impl Chain {
         )
     }
 
-    /// [`Chain::call`] on the state after canonical block `number` (up to 128 back). The
-    /// outer error is about the block's state, the inner one about the call.
+    /// [`Chain::call`] on the state after canonical block `number` (back to
+    /// [`Chain::undo_floor`]). The outer error is about the block's state, the inner one
+    /// about the call.
     #[allow(clippy::type_complexity)]
     pub fn call_at(
         &self,
@@ -658,15 +679,23 @@ impl Chain {
     /// branch is put back and the error returned. A `target` already on the canonical
     /// chain below the head changes nothing (the consensus client is catching up).
     ///
+    /// The fork point may be any block from [`Chain::oldest_undoable`] up: one below the
+    /// finalized block is refused ([`ChainError::BelowFinalized`]), one the undo records
+    /// no longer reach too ([`ChainError::ReorgTooDeep`]).
+    ///
     /// Each block taken back or added is its own atomic commit, so a crash leaves a
     /// consistent chain at some point on the way.
     pub fn set_head(&self, target: B256) -> Result<HeadChange, ChainError> {
         let _writer = self.writer.lock();
-        let (head_number, head_hash) = self.head()?;
+        let (_, head_hash) = self.head()?;
         if target == head_hash || self.is_canonical(&target)? {
             return Ok(HeadChange::default());
         }
-        // The new branch, from `target` down to the first canonical ancestor.
+        let finalized = self.finalized_floor()?;
+        let floor = self.undo_floor()?;
+        let oldest = floor.max(finalized);
+        // The new branch, from `target` down to the first canonical ancestor; past the
+        // oldest fork point allowed only the headers are walked, for the error.
         let mut branch = Vec::new();
         let mut cursor = target;
         let fork_point = loop {
@@ -676,33 +705,30 @@ impl Chain {
             if self.store.canonical_hash(header.number)? == Some(cursor) {
                 break header.number;
             }
-            branch.push(cursor);
-            if branch.len() as u64 > UNDO_DEPTH {
-                return Err(ChainError::ReorgTooDeep {
-                    depth: branch.len() as u64,
-                    max: UNDO_DEPTH,
-                });
+            if header.number > oldest {
+                branch.push(cursor);
             }
             cursor = header.parent_hash;
         };
-        let finalized = self.finalized_floor()?;
         if fork_point < finalized {
             return Err(ChainError::BelowFinalized {
                 fork_point,
                 finalized,
             });
         }
-        let depth = head_number - fork_point;
-        if depth > UNDO_DEPTH {
+        if fork_point < floor {
             return Err(ChainError::ReorgTooDeep {
-                depth,
-                max: UNDO_DEPTH,
+                fork_point,
+                oldest: floor,
             });
         }
         let mut blocks = Vec::with_capacity(branch.len());
         for hash in branch.iter().rev() {
             blocks.push(self.block(hash)?.ok_or(ChainError::UnknownBlock(*hash))?);
         }
+        // A long new branch moves the floor up as it is imported: its records above the
+        // fork point stay until it is in, in case the old branch has to be put back.
+        let _pin = undo_window::Pin::new(&self.undo_pin, fork_point);
         let removed = self.unwind_to(fork_point)?;
         let mut added = Vec::with_capacity(blocks.len());
         for block in blocks {
@@ -731,10 +757,12 @@ impl Chain {
             let block = self
                 .block(&hash)?
                 .ok_or_else(|| ChainError::Corrupt(format!("canonical block {n} missing")))?;
-            let record = self.store.undo(&hash)?.ok_or(ChainError::ReorgTooDeep {
-                depth: head - number,
-                max: UNDO_DEPTH,
-            })?;
+            let Some(record) = self.store.undo(&hash)? else {
+                return Err(ChainError::ReorgTooDeep {
+                    fork_point: number,
+                    oldest: n,
+                });
+            };
             let undo = Undo::decode(&record)
                 .map_err(|e| ChainError::Corrupt(format!("undo record of {hash}: {e}")))?;
             let mut batch = WriteBatch::new();
@@ -912,11 +940,9 @@ impl Chain {
         let mut batch = WriteBatch::new();
         batch.put_undo(hash, update.undo.encode());
         update.write_trie(&mut batch);
-        if let Some(old) = number.checked_sub(UNDO_DEPTH + 1)
-            && let Some(old_hash) = self.store.canonical_hash(old)?
-        {
-            batch.delete_undo(old_hash);
-        }
+        // The records that leave the window with this block (and, after a finality
+        // jump, a bounded share of those left behind) go in the same commit.
+        let pruned = self.prune_undo(&mut batch, number, self.finalized_number()?)?;
         batch
             .put_header(hash, number, h.encoded())
             .put_body(hash, block.encode_body())
@@ -950,6 +976,7 @@ impl Chain {
         // Durable within a second: one sync a second rather than one a block. A crash
         // reopens at an earlier head whose state matches it, and the blocks come again.
         self.store.commit_relaxed(batch)?;
+        self.pruned_to(pruned);
         Ok(())
     }
 }

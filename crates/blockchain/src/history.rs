@@ -1,12 +1,13 @@
 //! State as it was after a recent block, read through the undo records.
 //!
-//! The store holds the head state only. The state after canonical block `n` (at most
-//! [`UNDO_DEPTH`] below the head) is the head state with the undo records of blocks
+//! The store holds the head state only. The state after canonical block `n` (at or above
+//! [`Chain::undo_floor`]: the last 128 blocks, back to the finalized block while the
+//! records reach it) is the head state with the undo records of blocks
 //! `n + 1 ..= head` laid over it: walking from the head down, each record says what an
 //! account or slot held before its block, and the oldest record for a key wins.
 
 use crate::chain::{Chain, ChainError};
-use crate::undo::{UNDO_DEPTH, Undo};
+use crate::undo::Undo;
 use crate::vm::{AccountInfo, StateReader, VmError};
 use alloy_primitives::{Address, B256, Bytes, U256};
 use moat_storage::{Account, Store, StoreError, trie_node_key, trie_node_path, trie_owner_bounds};
@@ -333,15 +334,20 @@ impl StateReader for StateAtBlock {
 }
 
 impl Chain {
-    /// The state after canonical block `number`: the head's, or one up to
-    /// [`UNDO_DEPTH`] blocks back. Older state is gone ([`ChainError::HistoryUnavailable`]).
+    /// The state after canonical block `number`: the head's, or one back to
+    /// [`Chain::undo_floor`]. Older state is gone ([`ChainError::HistoryUnavailable`]).
     pub fn state_at(&self, number: u64) -> Result<StateAtBlock, ChainError> {
         let (head, _) = self.head()?;
         if number >= head {
             return Ok(StateAtBlock::head(self.store().clone()));
         }
-        if head - number > UNDO_DEPTH {
-            return Err(ChainError::HistoryUnavailable { number, head });
+        let oldest = self.undo_floor()?;
+        if number < oldest {
+            return Err(ChainError::HistoryUnavailable {
+                number,
+                head,
+                oldest,
+            });
         }
         let mut state = StateAtBlock::head(self.store().clone());
         for n in (number + 1..=head).rev() {
@@ -352,7 +358,11 @@ impl Chain {
             let record = self
                 .store()
                 .undo(&hash)?
-                .ok_or(ChainError::HistoryUnavailable { number, head })?;
+                .ok_or(ChainError::HistoryUnavailable {
+                    number,
+                    head,
+                    oldest: n,
+                })?;
             let undo = Undo::decode(&record)
                 .map_err(|e| ChainError::Corrupt(format!("undo record of {hash}: {e}")))?;
             state.apply(undo);

@@ -7,7 +7,8 @@
 //! so a block moves the pool the same way whichever of them sealed or received it:
 //!
 //! ```text
-//!  block imported ─▶ keep_blob_txs (sidecars of mined blob txs; those UNDO_DEPTH+1 back go)
+//!  block imported ─▶ keep_blob_txs (sidecars of mined blob txs; those at or below
+//!                    Chain::sidecar_floor go)
 //!                 ─▶ block_update: head_info, mined hashes, touched accounts
 //!                 ─▶ Pool::on_head_change
 //!  reorg          ─▶ reorg_update: both branches' accounts, the new branch mined, the old
@@ -16,7 +17,6 @@
 
 use crate::chain::Chain;
 use crate::mempool::{AccountState, CodeKind, HeadInfo, HeadUpdate, Pool, StateView};
-use crate::undo::UNDO_DEPTH;
 use alloy_primitives::{Address, B256, KECCAK256_EMPTY};
 use moat_common::block::{Block, Header};
 use moat_common::config::ChainConfig;
@@ -206,8 +206,14 @@ pub fn reorg_update(
 
 /// Keeps the blob txs `block` mines, sidecar included, while a reorg may still take the
 /// block back (the pool forgets them once mined; a block carries no sidecar), and drops
-/// those of the block that has just left that window. Blocking (store writes).
+/// those of the blocks that have left that window: the blocks at or below
+/// [`Chain::sidecar_floor`], which follows the undo records' reorg floor (a reorg that
+/// can be undone can re-inject its blob txs) but keeps at most the last
+/// [`SIDECAR_DEPTH`](crate::chain::SIDECAR_DEPTH) blocks' sidecars, as they are large.
+/// Blocking (store reads and writes).
 pub fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
+    use crate::chain::SIDECAR_DEPTH;
+    use std::sync::atomic::Ordering;
     let store = chain.store();
     let mut batch = WriteBatch::new();
     for tx in &block.transactions {
@@ -217,21 +223,35 @@ pub fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
             batch.put_sidecar(tx.hash(), pooled.tx.encoded_2718());
         }
     }
-    let expired = block
-        .header
-        .number
-        .checked_sub(UNDO_DEPTH + 1)
-        .and_then(|n| store.canonical_hash(n).ok().flatten())
-        .and_then(|h| chain.block(&h).ok().flatten());
-    for tx in expired.iter().flat_map(|b| &b.transactions) {
-        if tx.tx_type() == TxType::Eip4844 {
-            batch.delete_sidecar(tx.hash());
+    // Sidecars are kept only for blocks above the floor when they were mined, and the
+    // floor is never below the head's last SIDECAR_DEPTH: the blocks from the cursor up
+    // to SIDECAR_DEPTH + 2 above it hold all that may be left (after a restart, from
+    // just under the head's window).
+    let (Ok((head, _)), Ok(floor)) = (chain.head(), chain.sidecar_floor()) else {
+        return;
+    };
+    let cursor = match chain.sidecar_cursor().load(Ordering::Relaxed) {
+        crate::chain::UNKNOWN_CURSOR => head.saturating_sub(SIDECAR_DEPTH + 2),
+        c => c,
+    };
+    let last = floor.min(cursor + SIDECAR_DEPTH + 2);
+    for n in cursor + 1..=last {
+        let expired = store
+            .canonical_hash(n)
+            .ok()
+            .flatten()
+            .and_then(|h| chain.block(&h).ok().flatten());
+        for tx in expired.iter().flat_map(|b| &b.transactions) {
+            if tx.tx_type() == TxType::Eip4844 {
+                batch.delete_sidecar(tx.hash());
+            }
         }
     }
-    if !batch.is_empty()
-        && let Err(e) = store.commit(batch)
-    {
-        tracing::warn!(error = %e, "could not keep mined blob txs for reorgs");
+    match store.commit(batch) {
+        Ok(()) => chain
+            .sidecar_cursor()
+            .store(last.max(cursor), Ordering::Relaxed),
+        Err(e) => tracing::warn!(error = %e, "could not keep mined blob txs for reorgs"),
     }
 }
 

@@ -5,16 +5,80 @@
 //! by block from the head down, every account and storage slot each block changed. The
 //! record is taken at import from the state before the block (the reads the state root
 //! needs anyway, `chain::state_root_and_undo`) and written in the block's own atomic
-//! commit. Records older
-//! than [`UNDO_DEPTH`] blocks are dropped: a deeper reorg is refused.
+//! commit.
+//!
+//! Which records are kept is [`UndoWindow`]'s rule: those of the last [`UNDO_DEPTH`]
+//! blocks, and those of every block above the consensus layer's finalized block (so a
+//! reorg can always reach back to it, however long finality stalls), but none more than
+//! [`UndoWindow::ceiling`] blocks behind the head. The rest are pruned a bounded number
+//! per commit (`chain::undo_window`); a reorg whose fork point they no longer reach, or
+//! that lies below the finalized block, is refused.
 
 use alloy_primitives::{Address, B256, U256};
 use alloy_rlp::Encodable;
 use moat_common::rlp::{self, RlpError};
 use moat_storage::{Account, TrieNode, WriteBatch};
 
-/// How many blocks back a reorg may reach.
+/// How many blocks back the undo records always reach (finality or not): reorgs of this
+/// depth, and the state of the last this many blocks.
 pub const UNDO_DEPTH: u64 = 128;
+
+/// The default [`UndoWindow::ceiling`]: go-ethereum's `--history.state` default.
+pub const DEFAULT_UNDO_CEILING: u64 = 90_000;
+
+/// Undo records deleted per commit at most: a finality jump after a long stall leaves
+/// tens of thousands to delete, taken over several commits.
+pub const DEFAULT_PRUNE_BATCH: u64 = 1024;
+
+/// Which undo records the chain keeps, in blocks behind the head `h`. With the
+/// finalized block at `f` (`None` before the consensus layer names one), the records of
+/// blocks above `floor` are kept, where
+///
+/// ```text
+///  floor = max(h - ceiling, min(h - recent, f))      (f = None: max(h - ceiling, h - recent))
+/// ```
+///
+/// so the state after `floor` and every block above it can be read, and the chain taken
+/// back to any fork point at or above `max(floor, f)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UndoWindow {
+    /// Blocks always kept, finality or not ([`UNDO_DEPTH`]).
+    pub recent: u64,
+    /// Blocks kept at most, however far the finalized block lags (a disk guard during a
+    /// long non-finality); `u64::MAX` for no limit.
+    pub ceiling: u64,
+    /// Records deleted per commit at most.
+    pub prune_batch: u64,
+}
+
+impl Default for UndoWindow {
+    fn default() -> Self {
+        Self {
+            recent: UNDO_DEPTH,
+            ceiling: DEFAULT_UNDO_CEILING,
+            prune_batch: DEFAULT_PRUNE_BATCH,
+        }
+    }
+}
+
+impl UndoWindow {
+    /// The window with at most `ceiling` blocks kept (0: no limit, as geth's
+    /// `--history.state 0`).
+    pub fn with_ceiling(ceiling: u64) -> Self {
+        Self {
+            ceiling: if ceiling == 0 { u64::MAX } else { ceiling },
+            ..Self::default()
+        }
+    }
+
+    /// The block at and below which records go, at head `head` with the finalized block
+    /// at `finalized`.
+    pub fn floor(&self, head: u64, finalized: Option<u64>) -> u64 {
+        let recent = head.saturating_sub(self.recent);
+        let wanted = finalized.map_or(recent, |f| recent.min(f));
+        wanted.max(head.saturating_sub(self.ceiling))
+    }
+}
 
 /// The state a block overwrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -228,6 +292,27 @@ impl Undo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_is_the_recent_blocks_or_back_to_finality_under_the_ceiling() {
+        let w = UndoWindow {
+            recent: 4,
+            ceiling: 10,
+            prune_batch: 2,
+        };
+        // No finality: the recent blocks only.
+        assert_eq!(w.floor(100, None), 96);
+        assert_eq!(w.floor(3, None), 0);
+        // Finality above the recent window: the recent blocks still kept.
+        assert_eq!(w.floor(100, Some(99)), 96);
+        // Finality lagging: back to it...
+        assert_eq!(w.floor(100, Some(93)), 93);
+        // ...but not past the ceiling.
+        assert_eq!(w.floor(100, Some(50)), 90);
+        assert_eq!(UndoWindow::with_ceiling(0).floor(1_000_000, Some(5)), 5);
+        assert_eq!(UndoWindow::default().floor(200_000, Some(5)), 110_000);
+        assert_eq!(UndoWindow::default().floor(200_000, None), 200_000 - 128);
+    }
 
     #[test]
     fn round_trip() {

@@ -76,12 +76,15 @@ fn state_older_than_the_undo_window_is_refused() {
     for block in blocks.iter().take(131) {
         chain.import(block).unwrap();
     }
+    // No finalized block named: the last 128 blocks alone.
+    assert_eq!(chain.undo_floor().unwrap(), 3);
     assert!(chain.state_at(3).is_ok(), "128 back is kept");
     assert!(matches!(
         chain.state_at(2),
         Err(ChainError::HistoryUnavailable {
             number: 2,
-            head: 131
+            head: 131,
+            oldest: 3
         })
     ));
 }

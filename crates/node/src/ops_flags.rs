@@ -1,7 +1,7 @@
 //! The flags operators bring from geth that are about running the node rather than what
-//! it serves: `--mainnet` / `--sepolia` / `--hoodi` (beside `--network`), `--syncmode`
-//! and `--log.format`; the JSON log format itself; and the grouping of `moat --help`
-//! under geth's headings.
+//! it serves: `--mainnet` / `--sepolia` / `--hoodi` (beside `--network`), `--syncmode`,
+//! `--history.state` and `--log.format`; the JSON log format itself; and the grouping of
+//! `moat --help` under geth's headings.
 //!
 //! `--verbosity`, `--metrics.addr` and `--metrics.port` live with the node's other flags
 //! (run.rs); the metrics listener answers on every path, geth's `/debug/metrics/prometheus`
@@ -69,6 +69,17 @@ pub struct OpsArgs {
         help_heading = "ETHEREUM"
     )]
     pub snap_response_bytes: u64,
+    /// Blocks behind the head whose undo records (and so whose state, and the reorgs
+    /// reaching them) are kept at most while finality lags: the last 128 blocks are
+    /// always kept, and every block above the finalized one up to this many (0: no
+    /// limit). geth's flag and default.
+    #[arg(
+        long = "history.state",
+        default_value_t = moat_blockchain::undo::DEFAULT_UNDO_CEILING,
+        value_parser = parse_history_state,
+        help_heading = "ETHEREUM"
+    )]
+    pub history_state: u64,
     /// Log format: `terminal` or `json` (one object a line).
     #[arg(long = "log.format", value_enum, default_value_t = LogFormat::Terminal, help_heading = "LOGGING AND DEBUGGING")]
     pub log_format: LogFormat,
@@ -95,6 +106,11 @@ impl OpsArgs {
         Ok(())
     }
 
+    /// The undo records `--history.state` keeps.
+    pub fn undo_window(&self) -> moat_blockchain::undo::UndoWindow {
+        moat_blockchain::undo::UndoWindow::with_ceiling(self.history_state)
+    }
+
     /// Whether a fresh datadir syncs its state by snap.
     pub fn snap_sync(&self) -> bool {
         match self.syncmode {
@@ -102,6 +118,18 @@ impl OpsArgs {
             SyncMode::Full => false,
         }
     }
+}
+
+/// `--history.state`: 0 (no limit) or at least the 128 blocks always kept.
+fn parse_history_state(s: &str) -> Result<u64, String> {
+    let n: u64 = s.parse().map_err(|e| format!("{e}"))?;
+    let least = moat_blockchain::undo::UNDO_DEPTH;
+    if n != 0 && n < least {
+        return Err(format!(
+            "at least {least} (the blocks always kept), or 0 for no limit"
+        ));
+    }
+    Ok(n)
 }
 
 /// geth's `--verbosity` levels: 0 silent, 1 error, 2 warn, 3 info, 4 debug, 5 trace.
@@ -369,6 +397,14 @@ mod tests {
         for bad in ["0", "2097153", "lots"] {
             assert!(parse(&["--snap.responsebytes", bad]).is_err(), "{bad}");
         }
+        let window = |args: &[&str]| parse(args).unwrap().node.ops.undo_window();
+        assert_eq!(window(&[]).ceiling, 90_000);
+        assert_eq!(window(&["--history.state", "200000"]).ceiling, 200_000);
+        assert_eq!(window(&["--history.state", "0"]).ceiling, u64::MAX);
+        assert_eq!(window(&["--history.state", "128"]).ceiling, 128);
+        for bad in ["127", "1", "-1", "lots"] {
+            assert!(parse(&["--history.state", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -379,6 +415,7 @@ mod tests {
             hoodi: false,
             syncmode,
             snap_response_bytes: 512 * 1024,
+            history_state: 90_000,
             log_format: LogFormat::Terminal,
         };
         let mut network = None;

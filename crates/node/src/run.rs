@@ -347,6 +347,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
             crate::chain_cmd::open_chain_in(store.clone(), &network, &datadir)
         }
     }
+    .map(|chain| chain.with_undo_window(args.ops.undo_window()))
     .map_err(|e| {
         if store.damage().is_some() || e.contains("corrupt") {
             format!(

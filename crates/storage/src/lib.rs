@@ -7,8 +7,9 @@
 //!   (number → hash), the head, and a tx hash → [`TxLocation`] index;
 //! - **state**, typed: [`Account`]s, storage slots and contract code, and the **trie
 //!   nodes** of the account and storage tries, each under its owner and path;
-//! - **mined blob txs** with their sidecars (for the last 128 blocks, so a reorg can
-//!   give them back to the pool), **undo records** of recent blocks, and the **journal**
+//! - **mined blob txs** with their sidecars (for at most the last 128 blocks, so a reorg
+//!   can give them back to the pool), **undo records** of recent blocks (the chain says
+//!   which), and the **journal**
 //!   table of local txs of earlier versions (the pool now keeps its own journal file;
 //!   the node reads the table once into it);
 //! - the [`ChainMeta`] (chain id, genesis hash) that ties a datadir to one network.
@@ -389,6 +390,14 @@ impl Store {
     /// What `block_hash` overwrote when it was imported, if still kept.
     pub fn undo(&self, block_hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
         self.raw(Table::Undo, block_hash.as_slice())
+    }
+
+    /// Whether the undo record of `block_hash` is kept (without copying it out).
+    pub fn has_undo(&self, block_hash: &B256) -> Result<bool, StoreError> {
+        Ok(self
+            .backend
+            .get_with(Table::Undo, block_hash.as_slice(), |_| Ok(()))?
+            .is_some())
     }
 
     /// The RLP of the trie node at `path` (nibbles) of trie `owner` (zero: the account

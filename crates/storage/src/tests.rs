@@ -716,6 +716,8 @@ fn undo_records_put_and_delete() {
         });
         assert_eq!(store.undo(&hash(1)).unwrap(), None);
         assert_eq!(store.undo(&hash(2)).unwrap(), Some(vec![4]));
+        assert!(!store.has_undo(&hash(1)).unwrap());
+        assert!(store.has_undo(&hash(2)).unwrap());
     });
 }
 

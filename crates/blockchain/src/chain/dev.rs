@@ -112,18 +112,20 @@ impl Chain {
     }
 
     /// Takes the canonical blocks above `number` back through their undo records (head
-    /// first) and returns them oldest first; the block at `number` becomes the head. At
-    /// most the last 128 blocks can be taken back.
+    /// first) and returns them oldest first; the block at `number` becomes the head. The
+    /// chain goes back as far as the undo records reach ([`Chain::undo_floor`]), below
+    /// the finalized block too (a dev chain's marks are named again).
     pub fn rewind_to(&self, number: u64) -> Result<Vec<Block>, ChainError> {
         let _writer = self.writer.lock();
         let (head, _) = self.head()?;
         if number >= head {
             return Ok(Vec::new());
         }
-        if head - number > crate::undo::UNDO_DEPTH {
+        let oldest = self.undo_floor()?;
+        if number < oldest {
             return Err(ChainError::ReorgTooDeep {
-                depth: head - number,
-                max: crate::undo::UNDO_DEPTH,
+                fork_point: number,
+                oldest,
             });
         }
         self.unwind_to(number)

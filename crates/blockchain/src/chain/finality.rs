@@ -5,7 +5,9 @@
 //! back only while they still name canonical blocks: a safe block that a reorg took off
 //! the chain is no longer safe. A finalized block is never taken off by a reorg:
 //! [`Chain::set_head`] refuses one whose fork point lies below it (a dev chain's
-//! `evm_revert` rewinds anyway, and its marks are named again).
+//! `evm_revert` rewinds anyway, and its marks are named again). The finalized block also
+//! bounds the undo records kept (`undo_window`): those above it are kept, under a
+//! ceiling, so a reorg can always reach back to it.
 //!
 //! The zero hash names no block: a mark given as zero is left as it was, as geth does
 //! (a consensus client sends zero only before it has a checkpoint).
@@ -70,7 +72,12 @@ impl Chain {
         }
         let mut batch = WriteBatch::new();
         batch.set_forkchoice_marks(safe, finalized);
+        // Records the new finalized block no longer needs go with the marks, a bounded
+        // number a commit: the imports after catch up with the rest.
+        let (head, _) = self.head()?;
+        let pruned = self.prune_undo(&mut batch, head, finalized.map(|(n, _)| n))?;
         self.store.commit_relaxed(batch)?;
+        self.pruned_to(pruned);
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! `debug_traceTransaction`, `debug_traceBlockByNumber` and `debug_traceBlockByHash`:
 //! geth's tracers (struct logger, `callTracer`, `prestateTracer`, ...) over a block
-//! replayed on its parent's state, which must be one the node still holds (the last
-//! 128 blocks).
+//! replayed on its parent's state, which must be one the node still holds (one the undo
+//! records reach: `Chain::undo_floor`).
 
 use crate::RpcContext;
 use crate::blocks::hash_param;

@@ -14,8 +14,8 @@ use moat_blockchain::mempool::TxInput;
 use moat_common::block::{Block, Header};
 use serde_json::Value;
 
-/// Which state a state query reads: the head's, or that of one of the last 128 blocks
-/// (read through the undo records; older state is not kept).
+/// Which state a state query reads: the head's, or that of a block the undo records
+/// reach (`Chain::undo_floor`; older state is not kept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateAt {
     Head,
@@ -68,7 +68,9 @@ impl RpcContext {
     pub(crate) fn state_at(&self, r: BlockRef) -> RpcResult<StateAt> {
         let (head_number, head_hash) = self.head()?;
         let past = |n: u64| {
-            if head_number - n > moat_blockchain::undo::UNDO_DEPTH {
+            // The undo records reach back to the floor (the last 128 blocks, or back to
+            // the finalized block under the configured ceiling).
+            if n < self.chain.undo_floor().map_err(internal)? {
                 Err(historical_state())
             } else {
                 Ok(StateAt::Past(n))
@@ -225,7 +227,7 @@ pub fn get_storage_at(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> 
 
 /// `eth_getProof(address, storageKeys, block)` (EIP-1186): the account and each slot
 /// with the trie nodes that prove them against the block's state root; the head's and
-/// the last 128 blocks'. Keys are echoed as given, values are quantities, as geth does.
+/// those of the blocks the undo records reach. Keys are echoed as given, values are quantities, as geth does.
 pub fn get_proof(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, k, b] = positional::<3>(&params)?;
     let address = address_param(a)?;

@@ -163,7 +163,7 @@ pub fn eth_config(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
 /// back to genesis; state (and proofs) only as far as the undo records reach.
 pub fn capabilities(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
     let (number, hash) = ctx.head()?;
-    let oldest_state = number.saturating_sub(moat_blockchain::undo::UNDO_DEPTH);
+    let oldest_state = ctx.chain.undo_floor().map_err(internal)?.min(number);
     let full = json!({ "disabled": false, "oldestBlock": q(0u64) });
     Ok(json!({
         "head": { "number": q(number), "hash": hash },

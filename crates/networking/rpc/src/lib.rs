@@ -22,9 +22,11 @@
 //!  node, after each import ─▶ HeadNotifier::notify_new_head ─▶ newHeads subscribers
 //! ```
 //!
-//! State methods answer for "latest", "safe", "finalized", "pending" and any of the
-//! last 128 canonical blocks (the head state with the undo records laid over it); an
-//! older block gets -32000 "historical state is not available". Handlers that read the
+//! State methods answer for "latest", "safe", "finalized", "pending" and any canonical
+//! block the undo records reach (`Chain::undo_floor`: the last 128 blocks, back to the
+//! finalized block while it lags, under `--history.state`; the head state with the undo
+//! records laid over it); an older block gets -32000 "historical state is not
+//! available". Handlers that read the
 //! store run on the blocking pool so a slow disk never stalls the runtime's I/O.
 //!
 //! Everything a client sends is untrusted: parameters are parsed into typed values with

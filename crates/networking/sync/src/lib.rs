@@ -19,7 +19,8 @@
 //!  4 import         in order on the importer thread: Chain::import, one atomic commit per
 //!                   block, durable within a second (at once when nothing more is
 //!                   queued); a block whose parent is not the head (the target's chain
-//!                   forks below it) is stored aside and made head (set_head, ≤ 128 deep)
+//!                   forks below it) is stored aside and made head (set_head, the fork
+//!                   point not below Chain::oldest_undoable)
 //!  5 done           target canonical ─▶ "synced" flag on, eth_syncing false again
 //! ```
 //!

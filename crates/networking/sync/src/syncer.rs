@@ -6,7 +6,6 @@ use crate::source::BlockSource;
 use alloy_primitives::B256;
 use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
 use moat_blockchain::mempool::SenderCache;
-use moat_blockchain::undo::UNDO_DEPTH;
 use moat_common::block::Block;
 use moat_p2p::requests::MAX_IN_FLIGHT;
 use moat_p2p::rlpx::PeerId;
@@ -789,9 +788,10 @@ impl<S: BlockSource> Syncer<S> {
     /// The walked headers start right above canonical block `fork_point`.
     fn join_canonical(&mut self, fresh: Vec<SealedHeader>, fork_point: u64) -> Result<(), Stop> {
         let (head, _) = self.chain.head().map_err(retry)?;
-        if head.saturating_sub(fork_point) > UNDO_DEPTH {
+        let oldest = self.chain.oldest_undoable().map_err(retry)?;
+        if fork_point < oldest {
             return Err(Stop::Unreachable(format!(
-                "the target's chain leaves ours at #{fork_point}, {} blocks below the head #{head} (at most {UNDO_DEPTH} can be undone)",
+                "the target's chain leaves ours at #{fork_point}, {} blocks below the head #{head}: the chain can be taken back to #{oldest} at the oldest (the finalized block or the oldest undo record)",
                 head - fork_point
             )));
         }

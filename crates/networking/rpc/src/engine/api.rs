@@ -19,7 +19,6 @@ use moat_blockchain::chain::{ChainError, HeadChange, ImportOutcome};
 use moat_blockchain::maintain;
 use moat_blockchain::mempool::HeadUpdate;
 use moat_blockchain::payload::PayloadAttributes;
-use moat_blockchain::undo::UNDO_DEPTH;
 use moat_common::block::{Block, Header};
 use moat_common::config::Fork;
 use moat_common::transaction::SidecarVersion;
@@ -127,21 +126,23 @@ impl EngineContext {
     /// The pool's head is no longer canonical (the syncer reorganised the chain under
     /// it): the change from it to `head`, for [`PoolNews::of_reorg`]. `None` when the
     /// pool's head is an ancestor of `head` (or unknown). Blocks undone stay stored, so
-    /// the walk back from the pool's head finds them; it stops after the undo depth.
+    /// the walk back from the pool's head finds them; it stops at the oldest block the
+    /// undo records reach (`Chain::undo_floor`): no reorg left the chain below it.
     fn undone_since(&self, pool_head: B256, head: &Header) -> RpcResult<Option<HeadChange>> {
         let store = self.chain.store();
+        let floor = self.chain.undo_floor().map_err(chain_err)?;
         let mut removed = Vec::new();
         let mut at = pool_head;
         let fork = loop {
-            if removed.len() as u64 > UNDO_DEPTH {
-                return Ok(None);
-            }
             let Some(block) = self.chain.block(&at).map_err(chain_err)? else {
                 return Ok(None);
             };
             let n = block.header.number;
             if store.canonical_hash(n).map_err(internal)? == Some(at) {
                 break n;
+            }
+            if n <= floor {
+                return Ok(None);
             }
             at = block.header.parent_hash;
             removed.push(block);
