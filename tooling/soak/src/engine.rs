@@ -18,8 +18,8 @@
 //! block; ten failures in a row end the run.
 
 use crate::Shared;
-use crate::http::{CallError, RpcClient, quantity};
 use alloy_primitives::{Address, B256, keccak256};
+use moat_harness::http::{CallError, RpcClient, quantity};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;

@@ -8,10 +8,10 @@
 //! load stays the one asked for.
 
 use crate::Shared;
-use crate::http::{CallError, RpcClient, quantity};
 use alloy_primitives::{Address, Bytes, TxKind, U256, hex, keccak256};
 use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
+use moat_harness::http::{CallError, RpcClient, quantity};
 use moat_p2p::Enode;
 use moat_p2p::client::Client;
 use moat_p2p::eth::{EthMessage, Status};

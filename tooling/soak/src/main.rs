@@ -45,15 +45,14 @@
 //! 0 when every metric levels off, 2 when one does not, 1 when the run failed.
 
 mod engine;
-mod http;
 mod load;
 mod node;
 mod sample;
 mod summary;
 
 use clap::Parser;
-use http::RpcClient;
-use node::{Kind, Node, Ports, Setup};
+use moat_harness::el::{self, Kind, Node, Ports, Setup};
+use moat_harness::http::{self, RpcClient};
 use sample::Sample;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -341,20 +340,28 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         .map_err(|e| format!("node key: {e}"))?;
     let node_key_hex = alloy_primitives::hex::encode(node_key.secret_bytes());
 
+    // The builder's gas limit pinned, so neither client moves it during the run.
+    let gas_limit = node::GAS_LIMIT.to_string();
     let setup = Setup {
         kind,
         bin: &bin,
         ports,
         genesis: &genesis_path,
         jwt: &jwt_path,
+        network_id: node::CHAIN_ID,
         node_key_hex: &node_key_hex,
         dir: dir.path(),
-        extra: args.node_args.split_whitespace().collect(),
+        http_api: "eth,net,txpool,web3",
+        max_peers: 5,
+        extra: ["--miner.gaslimit", &gas_limit]
+            .into_iter()
+            .chain(args.node_args.split_whitespace())
+            .collect(),
     };
     println!(
         "node:   {} ({}), {}",
         kind.name(),
-        node::version(&bin, kind),
+        el::version(&bin, kind),
         bin.display()
     );
     println!(

@@ -1,7 +1,7 @@
 //! One sample of the node: what `/proc/<pid>` says of its memory, files, threads and CPU,
 //! and what its JSON-RPC says of its pool and head.
 
-use crate::http::{RpcClient, quantity};
+use moat_harness::http::{RpcClient, quantity};
 use serde_json::json;
 
 /// One reading, `t` seconds into the run.

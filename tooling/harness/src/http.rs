@@ -1,6 +1,8 @@
 //! A small blocking JSON-RPC client over one kept-alive HTTP/1.1 connection: bodies
 //! framed by `Content-Length` or chunked encoding, a fresh engine-API JWT on each request
 //! when it holds a secret, one reconnection when the server has closed the connection.
+//! [`RpcClient::get`] and [`RpcClient::post_path`] speak to REST APIs (a beacon node's)
+//! the same way.
 
 use serde_json::{Value, json};
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -117,18 +119,56 @@ impl RpcClient {
             .collect())
     }
 
-    fn post_json(&mut self, body: &str) -> Result<Value, CallError> {
-        // A kept-alive connection the server closed meanwhile fails at once: try a fresh one.
-        let (status, bytes) = match self.post(body) {
-            Ok(a) => a,
+    /// GET `path` of a REST API: the JSON body of a 2xx answer; any other status is an
+    /// error carrying the body.
+    pub fn get(&mut self, path: &str) -> Result<Value, CallError> {
+        self.rest("GET", path, "")
+    }
+
+    /// POST `body` (JSON, may be empty) to `path` of a REST API; the JSON answer (`null`
+    /// for an empty 2xx body).
+    pub fn post_path(&mut self, path: &str, body: &str) -> Result<Value, CallError> {
+        self.rest("POST", path, body)
+    }
+
+    fn rest(&mut self, method: &str, path: &str, body: &str) -> Result<Value, CallError> {
+        let (status, bytes) = self
+            .exchange(method, path, body)
+            .map_err(|e| CallError::Transport(format!("{method} {path}: {e}")))?;
+        if !(200..300).contains(&status) {
+            return Err(CallError::Rpc(format!(
+                "{method} {path}: http {status}: {}",
+                short(&String::from_utf8_lossy(&bytes))
+            )));
+        }
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes).map_err(|_| {
+            CallError::Transport(format!(
+                "{method} {path}: not JSON: {}",
+                short(&String::from_utf8_lossy(&bytes))
+            ))
+        })
+    }
+
+    /// One request, tried again on a fresh connection when a kept-alive one the server
+    /// closed meanwhile fails at once.
+    fn exchange(&mut self, method: &str, path: &str, body: &str) -> io::Result<(u16, Vec<u8>)> {
+        match self.send(method, path, body) {
+            Ok(a) => Ok(a),
             Err(_) => {
                 self.stream = None;
-                self.post(body).map_err(|e| {
-                    self.stream = None;
-                    CallError::Transport(e.to_string())
-                })?
+                self.send(method, path, body)
+                    .inspect_err(|_| self.stream = None)
             }
-        };
+        }
+    }
+
+    fn post_json(&mut self, body: &str) -> Result<Value, CallError> {
+        let (status, bytes) = self
+            .exchange("POST", "/", body)
+            .map_err(|e| CallError::Transport(e.to_string()))?;
         serde_json::from_slice(&bytes).map_err(|_| {
             CallError::Transport(format!(
                 "http {status}: {}",
@@ -137,15 +177,21 @@ impl RpcClient {
         })
     }
 
-    fn post(&mut self, body: &str) -> io::Result<(u16, Vec<u8>)> {
+    fn send(&mut self, method: &str, path: &str, body: &str) -> io::Result<(u16, Vec<u8>)> {
         let auth = self.secret.map_or(String::new(), |s| {
             format!(
                 "Authorization: Bearer {}\r\n",
                 moat_rpc::engine::make_token(&s, moat_rpc::engine::unix_now())
             )
         });
+        // No content type on an empty body: some REST servers refuse "empty JSON".
+        let content_type = if body.is_empty() {
+            ""
+        } else {
+            "Content-Type: application/json\r\n"
+        };
         let request = format!(
-            "POST / HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n{content_type}{auth}Content-Length: {}\r\n\r\n{body}",
             self.addr,
             body.len()
         );
@@ -180,8 +226,9 @@ fn short(text: &str) -> String {
     text.trim().chars().take(160).collect()
 }
 
-/// Reads one HTTP answer: status, body, and whether the server closes after it.
-fn read_answer(stream: &mut impl BufRead) -> io::Result<(u16, Vec<u8>, bool)> {
+/// Reads one HTTP answer: status, body, and whether the server closes after it (bodies
+/// above 16 MiB refused).
+pub fn read_answer(stream: &mut impl BufRead) -> io::Result<(u16, Vec<u8>, bool)> {
     let mut line = String::new();
     if stream.read_line(&mut line)? == 0 {
         return Err(io::Error::new(
