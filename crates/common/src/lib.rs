@@ -8,6 +8,8 @@
 //! - [`config`]: geth-style genesis files, fork schedules, blob parameters and the EIP-2124
 //!   fork id, with mainnet, sepolia and hoodi built in.
 //! - [`rlp`]: the strict RLP reader the decoders share.
+//! - [`enode`]: node ids and enode URLs (`enode://<id>@<ip>:<port>`), read by the p2p
+//!   network and by discovery alike.
 //! - [`throttle`]: a log line at most once per period (the p2p and RPC servers').
 //! - [`system_contracts`]: the runtime code and addresses of the post-Prague system
 //!   contracts a genesis deploys (the dev chain, test tools).
@@ -19,6 +21,7 @@
 pub mod block;
 pub mod config;
 pub mod constants;
+pub mod enode;
 pub mod fees;
 pub mod genesis_block;
 pub mod receipt;

@@ -46,26 +46,15 @@ pub use enr::{Enr, EnrError, EnrFields};
 pub use moat_common::config::ForkId;
 
 use alloy_primitives::{B256, B512, keccak256};
-use secp256k1::PublicKey;
 use std::net::{IpAddr, SocketAddr};
 
 /// A node's identity: its uncompressed secp256k1 public key without the `0x04` prefix
 /// (what enode URLs and discv4 packets carry).
 pub type NodeId = B512;
 
-/// The [`NodeId`] of a public key.
-pub fn node_id(pk: &PublicKey) -> NodeId {
-    let full = pk.serialize_uncompressed();
-    B512::from_slice(&full[1..])
-}
-
-/// The public key behind a [`NodeId`], if it is a point on the curve.
-pub fn public_key(id: &NodeId) -> Option<PublicKey> {
-    let mut full = [0u8; 65];
-    full[0] = 0x04;
-    full[1..].copy_from_slice(id.as_slice());
-    PublicKey::from_byte_array_uncompressed(full).ok()
-}
+/// [`node_id`] gives the [`NodeId`] of a public key, [`public_key`] the key behind an
+/// id if it is a point on the curve.
+pub use moat_common::enode::{EnodeError, EnodeUrl, node_id, public_key};
 
 /// `keccak256(id)`: where a node sits in the Kademlia keyspace.
 pub fn node_hash(id: &NodeId) -> B256 {
@@ -135,15 +124,12 @@ impl NodeRecord {
 
     /// `enode://<id>@<ip>:<tcp>`, with `?discport=<udp>` when the ports differ.
     pub fn enode_url(&self) -> String {
-        let mut s = format!(
-            "enode://{}@{}",
-            alloy_primitives::hex::encode(self.id),
-            self.tcp_addr()
-        );
-        if self.udp != self.tcp {
-            s.push_str(&format!("?discport={}", self.udp));
+        EnodeUrl {
+            id: self.id,
+            addr: self.tcp_addr(),
+            udp: self.udp,
         }
-        s
+        .to_string()
     }
 }
 
@@ -158,14 +144,8 @@ impl std::fmt::Display for NodeRecord {
 pub enum NodeParseError {
     #[error("expected enode://<id>@<ip>:<port> or enr:...")]
     Scheme,
-    #[error("enode id must be 128 hex characters")]
-    Id,
-    #[error("enode id is not a valid public key")]
-    Key,
-    #[error("enode address must be <ip>:<port>")]
-    Addr,
-    #[error("discport must be a port number")]
-    DiscPort,
+    #[error(transparent)]
+    Enode(#[from] EnodeError),
     #[error("{0}")]
     Enr(#[from] EnrError),
     #[error("record has no IP address and UDP port")]
@@ -182,24 +162,16 @@ impl std::str::FromStr for NodeRecord {
             let enr: Enr = s.parse()?;
             return NodeRecord::from_enr(enr).ok_or(NodeParseError::EnrNoEndpoint);
         }
-        let rest = s.strip_prefix("enode://").ok_or(NodeParseError::Scheme)?;
-        let (id, addr) = rest.split_once('@').ok_or(NodeParseError::Addr)?;
-        let bytes = alloy_primitives::hex::decode(id).map_err(|_| NodeParseError::Id)?;
-        let id: [u8; 64] = bytes.try_into().map_err(|_| NodeParseError::Id)?;
-        let id = NodeId::from(id);
-        public_key(&id).ok_or(NodeParseError::Key)?;
-        let (addr, query) = match addr.split_once('?') {
-            Some((a, q)) => (a, Some(q)),
-            None => (addr, None),
-        };
-        let addr: SocketAddr = addr.parse().map_err(|_| NodeParseError::Addr)?;
-        let mut udp = addr.port();
-        for pair in query.unwrap_or_default().split('&') {
-            if let Some(v) = pair.strip_prefix("discport=") {
-                udp = v.parse().map_err(|_| NodeParseError::DiscPort)?;
-            }
+        if !s.starts_with("enode://") {
+            return Err(NodeParseError::Scheme);
         }
-        Ok(NodeRecord::new(id, addr.ip(), udp, addr.port()))
+        let url: EnodeUrl = s.parse()?;
+        Ok(NodeRecord::new(
+            url.id,
+            url.addr.ip(),
+            url.udp,
+            url.addr.port(),
+        ))
     }
 }
 
@@ -277,7 +249,7 @@ mod tests {
         assert_eq!("x".parse::<NodeRecord>(), Err(NodeParseError::Scheme));
         assert_eq!(
             format!("enode://{}@1.2.3.4:1", "00".repeat(64)).parse::<NodeRecord>(),
-            Err(NodeParseError::Key)
+            Err(NodeParseError::Enode(EnodeError::Key))
         );
         let enr = Enr::build(
             &key,

@@ -35,6 +35,7 @@ pub use network::{
 };
 pub use requests::{HeadersRequest, RequestError, SealedHeader, SyncPeer};
 
+use moat_common::enode::EnodeUrl;
 use rlpx::PeerId;
 use std::net::SocketAddr;
 
@@ -45,42 +46,25 @@ pub struct Enode {
     pub addr: SocketAddr,
 }
 
-/// Why an enode URL does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnodeError {
-    #[error("enode URL must start with enode://")]
-    Scheme,
-    #[error("enode id must be 128 hex characters")]
-    Id,
-    #[error("enode id is not a valid public key")]
-    Key,
-    #[error("enode address must be <ip>:<port>")]
-    Addr,
-}
+pub use moat_common::enode::EnodeError;
 
 impl std::str::FromStr for Enode {
     type Err = EnodeError;
 
+    /// Reads an enode URL ([`moat_common::enode`]); a `?discport=` is checked and
+    /// dropped: RLPx needs only the TCP address.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let rest = s
-            .trim()
-            .strip_prefix("enode://")
-            .ok_or(EnodeError::Scheme)?;
-        let (id, addr) = rest.split_once('@').ok_or(EnodeError::Addr)?;
-        let bytes = hex::decode(id).map_err(|_| EnodeError::Id)?;
-        let id: [u8; 64] = bytes.try_into().map_err(|_| EnodeError::Id)?;
-        let id = PeerId::from(id);
-        rlpx::public_key(&id).map_err(|_| EnodeError::Key)?;
-        // Drop a `?discport=` query: RLPx needs only the TCP address.
-        let addr = addr.split('?').next().unwrap_or_default();
-        let addr = addr.parse().map_err(|_| EnodeError::Addr)?;
-        Ok(Enode { id, addr })
+        let url: EnodeUrl = s.parse()?;
+        Ok(Enode {
+            id: url.id,
+            addr: url.addr,
+        })
     }
 }
 
 impl std::fmt::Display for Enode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "enode://{}@{}", hex::encode(self.id), self.addr)
+        EnodeUrl::new(self.id, self.addr).fmt(f)
     }
 }
 

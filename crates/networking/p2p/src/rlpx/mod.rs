@@ -53,16 +53,12 @@ pub type PeerId = B512;
 
 /// The [`PeerId`] of a public key.
 pub fn peer_id(pk: &PublicKey) -> PeerId {
-    let full = pk.serialize_uncompressed();
-    B512::from_slice(&full[1..])
+    moat_common::enode::node_id(pk)
 }
 
 /// The public key a [`PeerId`] stands for, if it is a point on the curve.
 pub fn public_key(id: &PeerId) -> Result<PublicKey, RlpxError> {
-    let mut full = [0u8; 65];
-    full[0] = 0x04;
-    full[1..].copy_from_slice(id.as_slice());
-    PublicKey::from_byte_array_uncompressed(full).map_err(|_| RlpxError::InvalidPublicKey)
+    moat_common::enode::public_key(id).ok_or(RlpxError::InvalidPublicKey)
 }
 
 /// Everything that can go wrong on an RLPx connection.
