@@ -444,6 +444,12 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         &budget,
         EngineConfig {
             addr: SocketAddr::new(args.authrpc_addr, args.authrpc_port),
+            // geth's auth port serves `eth` beside `engine`; consensus clients check the
+            // connection with eth_chainId there before anything else.
+            eth: Some(
+                moat_rpc::eth_methods(ctx.clone(), format!("moat/v{}", env!("CARGO_PKG_VERSION")))
+                    .map_err(|e| e.to_string())?,
+            ),
             ..EngineConfig::new(secret)
         },
     );

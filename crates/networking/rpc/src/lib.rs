@@ -79,7 +79,7 @@ pub use accounts::impersonated_signature;
 pub use admin::{AddPeerError, PeerAdmin};
 pub use dev_methods::{DevRequest, MineTime, Reply as DevReply};
 pub use engine::{
-    EngineConfig, EngineContext, EngineHandle, JwtError, read_jwt_secret, start_engine,
+    EngineConfig, EngineContext, EngineHandle, EthMethods, JwtError, read_jwt_secret, start_engine,
 };
 pub use eth::StateAt;
 use limits::{
@@ -360,6 +360,23 @@ fn cheap(
         f(ctx, params)
     })?;
     Ok(())
+}
+
+/// The `eth_*` methods of the table over `ctx` (subscriptions included), for the engine
+/// port, where geth serves the `eth` namespace beside `engine`.
+pub fn eth_methods(
+    ctx: RpcContext,
+    client_version: String,
+) -> Result<EthMethods, RegisterMethodError> {
+    let mut methods = module(ctx, client_version)?;
+    let others: Vec<&'static str> = methods
+        .method_names()
+        .filter(|name| !name.starts_with("eth_"))
+        .collect();
+    for name in others {
+        methods.remove_method(name);
+    }
+    Ok(EthMethods(methods.into()))
 }
 
 /// The method table.

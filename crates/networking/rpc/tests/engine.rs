@@ -1173,3 +1173,126 @@ async fn safe_and_finalized_are_the_blocks_the_forkchoice_named() {
     rpc.stop();
     n.handle.stop();
 }
+
+/// What a consensus client asks the engine port besides engine_* (Prysm checks the
+/// connection with eth_chainId before exchanging capabilities) and the bodies it rebuilds
+/// blinded blocks from: getPayloadBodiesByHash/ByRange as geth answers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_bodies_and_the_eth_namespace_are_served_on_the_engine_port() {
+    let rich = Signer::from_seed(1);
+    let store = Store::in_memory();
+    let chain = Chain::init(store.clone(), &genesis(rich.address())).expect("genesis");
+    let view = StoreStateView::new(store, chain.config().clone());
+    let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
+    let payloads = PayloadService::new(chain.clone(), pool.clone());
+    let ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let eth = moat_rpc::eth_methods(
+        moat_rpc::RpcContext::new(chain.clone(), pool.clone()),
+        "moat/test".into(),
+    )
+    .unwrap();
+    assert!(eth.0.method_names().all(|m| m.starts_with("eth_")));
+    let config = EngineConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        eth: Some(eth),
+        ..EngineConfig::new(SECRET)
+    };
+    let handle = moat_rpc::start_engine(config, ctx).await.unwrap();
+    let addr = handle.local_addr();
+
+    // The eth namespace, behind the same JWT; nothing of the others.
+    assert_eq!(
+        result(addr, "eth_chainId", json!([])).await,
+        json!(format!("{CHAIN_ID:#x}"))
+    );
+    assert_eq!(result(addr, "eth_blockNumber", json!([])).await, "0x0");
+    assert_eq!(
+        error_code(addr, "admin_nodeInfo", json!([])).await,
+        -32601,
+        "only eth_ beside engine_"
+    );
+    let caps = result(addr, "engine_exchangeCapabilities", json!([[]])).await;
+    for m in [
+        "engine_getPayloadBodiesByHashV1",
+        "engine_getPayloadBodiesByRangeV1",
+    ] {
+        assert!(caps.as_array().unwrap().contains(&json!(m)), "{caps}");
+    }
+
+    // Two blocks, the first with a transfer.
+    let tx = transfer(&rich, 0);
+    pool.add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
+        .await
+        .unwrap();
+    let mut parent = chain.head_header().unwrap();
+    let mut hashes = Vec::new();
+    for _ in 0..2 {
+        let env = build_on(addr, parent.hash(), attributes(parent.timestamp + 12)).await;
+        let payload = env["executionPayload"].clone();
+        assert_eq!(new_payload(addr, &payload).await["status"], "VALID");
+        let hash: B256 = payload["blockHash"].as_str().unwrap().parse().unwrap();
+        assert_eq!(
+            forkchoice(addr, hash).await["payloadStatus"]["status"],
+            "VALID"
+        );
+        hashes.push(hash);
+        parent = chain.head_header().unwrap();
+    }
+    let raw = format!("0x{}", alloy_primitives::hex::encode(tx.encoded_2718()));
+
+    let unknown = B256::repeat_byte(0x77);
+    let bodies = result(
+        addr,
+        "engine_getPayloadBodiesByHashV1",
+        json!([[hashes[0], unknown, hashes[1]]]),
+    )
+    .await;
+    assert_eq!(bodies[0]["transactions"], json!([raw]), "{bodies}");
+    assert_eq!(bodies[0]["withdrawals"], json!([]));
+    assert_eq!(bodies[1], Value::Null, "an unknown block is null");
+    assert_eq!(bodies[2]["transactions"], json!([]));
+
+    // A range past the head stops at the head: no trailing nulls.
+    let range = result(
+        addr,
+        "engine_getPayloadBodiesByRangeV1",
+        json!(["0x1", "0x10"]),
+    )
+    .await;
+    assert_eq!(range.as_array().unwrap().len(), 2, "{range}");
+    assert_eq!(range[0]["transactions"], json!([raw]));
+    assert_eq!(
+        result(
+            addr,
+            "engine_getPayloadBodiesByRangeV1",
+            json!(["0x9", "0x1"])
+        )
+        .await,
+        json!([])
+    );
+    // The spec's refusals.
+    assert_eq!(
+        error_code(
+            addr,
+            "engine_getPayloadBodiesByRangeV1",
+            json!(["0x0", "0x1"])
+        )
+        .await,
+        -32602
+    );
+    assert_eq!(
+        error_code(
+            addr,
+            "engine_getPayloadBodiesByRangeV1",
+            json!(["0x1", "0x401"])
+        )
+        .await,
+        i64::from(moat_rpc::engine::TOO_LARGE_REQUEST)
+    );
+    let many: Vec<B256> = (0..1025u32).map(|_| unknown).collect();
+    assert_eq!(
+        error_code(addr, "engine_getPayloadBodiesByHashV1", json!([many])).await,
+        i64::from(moat_rpc::engine::TOO_LARGE_REQUEST)
+    );
+    handle.stop();
+}

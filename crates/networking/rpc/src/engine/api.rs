@@ -29,6 +29,10 @@ use std::sync::atomic::Ordering;
 /// Most versioned hashes one getBlobs call may ask for (the spec's limit).
 const MAX_BLOB_REQUEST: usize = 128;
 
+/// Most bodies one getPayloadBodies call may ask for (geth's limit; the spec asks for at
+/// least 32).
+const MAX_BODIES_REQUEST: usize = 1024;
+
 /// Every method served, as `engine_exchangeCapabilities` reports them.
 const CAPABILITIES: &[&str] = &[
     "engine_forkchoiceUpdatedV1",
@@ -46,6 +50,8 @@ const CAPABILITIES: &[&str] = &[
     "engine_getBlobsV1",
     "engine_getBlobsV2",
     "engine_getClientVersionV1",
+    "engine_getPayloadBodiesByHashV1",
+    "engine_getPayloadBodiesByRangeV1",
 ];
 
 /// Positional parameters; absent params read as none.
@@ -643,6 +649,70 @@ fn get_blobs(ctx: &EngineContext, params: Params<'_>, v2: bool) -> RpcResult<Val
     Ok(Value::Array(out))
 }
 
+/// One block's body as getPayloadBodies answers it: its transactions (2718 bytes) and,
+/// from Shanghai on, its withdrawals (`null` before).
+fn body_json(block: &Block) -> Value {
+    json!({
+        "transactions": block
+            .transactions
+            .iter()
+            .map(|tx| hex0x(tx.encoded_2718()))
+            .collect::<Vec<_>>(),
+        "withdrawals": block
+            .withdrawals
+            .as_deref()
+            .map_or(Value::Null, crate::json::withdrawals_json),
+    })
+}
+
+/// getPayloadBodiesByHashV1: a body per hash, `null` for a block not held.
+fn bodies_by_hash(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
+    let args = args(&params)?;
+    let [list] = &args[..] else {
+        return Err(invalid_params("expected one list of block hashes"));
+    };
+    if list
+        .as_array()
+        .is_some_and(|l| l.len() > MAX_BODIES_REQUEST)
+    {
+        return Err(too_large(format!("more than {MAX_BODIES_REQUEST} bodies")));
+    }
+    let wanted = hashes(list, "blockHashes")?;
+    let mut out = Vec::with_capacity(wanted.len());
+    for hash in &wanted {
+        let block = ctx.chain.block(hash).map_err(internal)?;
+        out.push(block.as_ref().map_or(Value::Null, body_json));
+    }
+    Ok(Value::Array(out))
+}
+
+/// getPayloadBodiesByRangeV1: the bodies of canonical blocks `start..start + count`,
+/// cut at the head (no trailing nulls), `null` for one not held.
+fn bodies_by_range(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
+    let args = args(&params)?;
+    let [start, count] = &args[..] else {
+        return Err(invalid_params("expected start and count"));
+    };
+    let (start, count) = (quantity(start, "start")?, quantity(count, "count")?);
+    if start == 0 || count == 0 {
+        return Err(invalid_params("start and count must be at least 1"));
+    }
+    if count > MAX_BODIES_REQUEST as u64 {
+        return Err(too_large(format!("more than {MAX_BODIES_REQUEST} bodies")));
+    }
+    let (head, _) = ctx.chain.head().map_err(internal)?;
+    let last = start.saturating_add(count - 1).min(head);
+    let mut out = Vec::new();
+    for n in start..=last {
+        let block = match ctx.chain.store().canonical_hash(n).map_err(internal)? {
+            Some(hash) => ctx.chain.block(&hash).map_err(internal)?,
+            None => None,
+        };
+        out.push(block.as_ref().map_or(Value::Null, body_json));
+    }
+    Ok(Value::Array(out))
+}
+
 fn client_version() -> Value {
     json!([{
         "code": "MO",
@@ -675,6 +745,14 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
     m.register_method("engine_getBlobsV2", |params, ctx, _| {
         count("engine_getBlobsV2");
         get_blobs(ctx, params, true)
+    })?;
+    m.register_blocking_method("engine_getPayloadBodiesByHashV1", |params, ctx, _| {
+        count("engine_getPayloadBodiesByHashV1");
+        bodies_by_hash(&ctx, params)
+    })?;
+    m.register_blocking_method("engine_getPayloadBodiesByRangeV1", |params, ctx, _| {
+        count("engine_getPayloadBodiesByRangeV1");
+        bodies_by_range(&ctx, params)
     })?;
     for (name, version) in [
         ("engine_forkchoiceUpdatedV1", Version::V1),

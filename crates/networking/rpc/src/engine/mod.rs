@@ -74,6 +74,22 @@ pub struct EngineConfig {
     pub timeouts: HttpTimeouts,
     /// Open connections, in all and per client address.
     pub connections: ConnLimits,
+    /// The `eth` namespace served beside the engine methods, as geth serves it on its
+    /// auth port (consensus clients call `eth_chainId` there to check the connection
+    /// before anything else, then `eth_getBlockByNumber`, `eth_getLogs`, ...). `None`:
+    /// engine methods only.
+    pub eth: Option<EthMethods>,
+}
+
+/// The `eth_*` methods of the JSON-RPC table ([`crate::eth_methods`]), to serve on the
+/// engine port.
+#[derive(Clone)]
+pub struct EthMethods(pub jsonrpsee::Methods);
+
+impl std::fmt::Debug for EthMethods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EthMethods({} methods)", self.0.method_names().count())
+    }
 }
 
 impl EngineConfig {
@@ -89,6 +105,7 @@ impl EngineConfig {
                 total: 512,
                 per_ip: 512,
             },
+            eth: None,
         }
     }
 }
@@ -252,7 +269,10 @@ pub async fn start_engine(
     config: EngineConfig,
     ctx: EngineContext,
 ) -> Result<EngineHandle, RpcError> {
-    let methods: jsonrpsee::Methods = api::module(ctx)?.into();
+    let mut methods: jsonrpsee::Methods = api::module(ctx)?.into();
+    if let Some(EthMethods(eth)) = &config.eth {
+        methods.merge(eth.clone())?;
+    }
     let server_config = ServerConfig::builder()
         .max_request_body_size(config.max_body_size)
         .max_response_body_size(config.max_body_size)
