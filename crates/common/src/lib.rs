@@ -11,6 +11,7 @@
 //! - [`enode`]: node ids and enode URLs (`enode://<id>@<ip>:<port>`), read by the p2p
 //!   network and by discovery alike.
 //! - [`throttle`]: a log line at most once per period (the p2p and RPC servers').
+//! - [`net`]: the address a peer or client is counted under (an IPv6 address by its /64).
 //! - [`system_contracts`]: the runtime code and addresses of the post-Prague system
 //!   contracts a genesis deploys (the dev chain, test tools).
 //!
@@ -24,6 +25,7 @@ pub mod constants;
 pub mod enode;
 pub mod fees;
 pub mod genesis_block;
+pub mod net;
 pub mod receipt;
 pub mod rlp;
 pub mod system_contracts;

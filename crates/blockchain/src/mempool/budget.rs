@@ -32,6 +32,7 @@
 use super::lanes::CeilingMutex;
 use super::lanes::{Lane, PROVEN_ADMITTED, Standing};
 use alloy_primitives::B512;
+use moat_common::net::host_key;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -362,19 +363,16 @@ pub enum Subnet {
 
 impl Subnet {
     pub fn of(ip: IpAddr) -> Self {
-        match ip {
+        match host_key(ip) {
             IpAddr::V4(v4) => {
                 let o = v4.octets();
                 Subnet::V4([o[0], o[1], o[2]])
             }
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Subnet::of(IpAddr::V4(v4)),
-                None => {
-                    let mut p = [0u8; 8];
-                    p.copy_from_slice(&v6.octets()[..8]);
-                    Subnet::V6(p)
-                }
-            },
+            IpAddr::V6(v6) => {
+                let mut p = [0u8; 8];
+                p.copy_from_slice(&v6.octets()[..8]);
+                Subnet::V6(p)
+            }
         }
     }
 }

@@ -17,6 +17,7 @@
 //!   idle sockets are recycled quickly while an honest handshake (three round trips)
 //!   still fits.
 
+use moat_common::net::host_key;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -90,24 +91,9 @@ impl GateRefusal {
     }
 }
 
-/// An address as counted: IPv4 as is, IPv6 by its /64.
-fn addr_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mut s = v6.segments();
-                s[4..].fill(0);
-                IpAddr::V6(s.into())
-            }
-        },
-        v4 => v4,
-    }
-}
-
 /// The subnet of an address: IPv4 /24, IPv6 /48.
 fn subnet_key(ip: IpAddr) -> IpAddr {
-    match addr_key(ip) {
+    match host_key(ip) {
         IpAddr::V4(v4) => {
             let o = v4.octets();
             IpAddr::from([o[0], o[1], o[2], 0])
@@ -205,14 +191,14 @@ impl HandshakeGate {
     }
 
     pub fn is_known(&self, ip: IpAddr) -> bool {
-        let key = addr_key(ip);
+        let key = host_key(ip);
         let k = self.known.lock();
         k.statics.contains_key(&key) || k.seen.contains_key(&key)
     }
 
     /// Remembers a peer's address as seen in good standing.
     pub fn remember(&self, ip: IpAddr) {
-        let key = addr_key(ip);
+        let key = host_key(ip);
         let mut k = self.known.lock();
         if !k.seen.contains_key(&key)
             && k.seen.len() >= self.cfg.known_cap
@@ -225,7 +211,7 @@ impl HandshakeGate {
 
     /// Counts a static peer's address as known (`add`) or one fewer (`!add`).
     pub fn set_static(&self, ip: IpAddr, add: bool) {
-        let key = addr_key(ip);
+        let key = host_key(ip);
         let mut k = self.known.lock();
         if add {
             *k.statics.entry(key).or_insert(0) += 1;
@@ -237,7 +223,7 @@ impl HandshakeGate {
     /// Takes a slot for a handshake from `ip`, or says why not.
     pub fn admit(&self, ip: IpAddr) -> Result<GatePermit, GateRefusal> {
         let known = self.is_known(ip);
-        let key = addr_key(ip);
+        let key = host_key(ip);
         let subnet = subnet_key(ip);
         let mut p = self.pending.lock();
         let room = if known {
@@ -346,8 +332,8 @@ mod tests {
     #[test]
     fn ipv6_counts_by_64_and_48() {
         assert_eq!(
-            addr_key(ip("2001:db8:1:2::5")),
-            addr_key(ip("2001:db8:1:2:ffff::1"))
+            host_key(ip("2001:db8:1:2::5")),
+            host_key(ip("2001:db8:1:2:ffff::1"))
         );
         assert_eq!(
             subnet_key(ip("2001:db8:1:2::5")),

@@ -32,6 +32,7 @@ use hyper_util::server::conn::auto;
 use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, StopHandle};
 use moat_blockchain::mempool::lanes::{self, Lane, Record};
+use moat_common::net::host_key;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
@@ -77,22 +78,6 @@ pub struct ConnLimits {
     pub per_ip: usize,
 }
 
-/// The address connections are counted under: IPv4 as is (IPv4-mapped IPv6 too), IPv6
-/// by its /64, which one host usually holds whole.
-pub fn client_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mut s = v6.segments();
-                s[4..].fill(0);
-                IpAddr::V6(s.into())
-            }
-        },
-    }
-}
-
 /// Open connections, in all and per client address, against [`ConnLimits`]. Shared by
 /// the servers it covers; a slot is held by a [`ConnSlot`] and given back on drop.
 #[derive(Debug)]
@@ -127,11 +112,11 @@ impl ConnTable {
     /// Connections open now: in all, and from `ip`'s address.
     pub fn open(&self, ip: IpAddr) -> (usize, usize) {
         let open = self.open.lock();
-        (open.0, open.1.get(&client_key(ip)).copied().unwrap_or(0))
+        (open.0, open.1.get(&host_key(ip)).copied().unwrap_or(0))
     }
 
     pub fn try_open(self: &Arc<Self>, ip: IpAddr) -> Result<ConnSlot, Refusal> {
-        let key = client_key(ip);
+        let key = host_key(ip);
         let mut open = self.open.lock();
         if open.0 >= self.limits.total {
             return Err(Refusal::Total);
@@ -634,13 +619,21 @@ mod tests {
 
     #[test]
     fn ipv6_clients_count_by_their_64() {
+        let t = ConnTable::new(ConnLimits {
+            total: 10,
+            per_ip: 2,
+        });
         let x: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
         let y: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
         let z: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(client_key(x), client_key(y));
-        assert_ne!(client_key(x), client_key(z));
+        let _x1 = t.try_open(x).unwrap();
+        let _y1 = t.try_open(y).unwrap();
+        assert_eq!(t.open(x), (2, 2), "one /64, one count");
+        assert_eq!(t.try_open(y).unwrap_err(), Refusal::PerIp);
+        let _z1 = t.try_open(z).unwrap();
         let mapped: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
-        assert_eq!(client_key(mapped), "10.1.2.3".parse::<IpAddr>().unwrap());
+        let _m1 = t.try_open(mapped).unwrap();
+        assert_eq!(t.open("10.1.2.3".parse().unwrap()), (4, 1));
     }
 
     /// A connection from 127.0.0.1 in a table of one.
