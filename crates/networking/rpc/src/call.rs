@@ -5,12 +5,14 @@
 use crate::RpcContext;
 use crate::eth::{StateAt, block_param, positional};
 use crate::params::{RpcResult, internal, invalid_params, server_error};
-use alloy_primitives::{Address, B256, Bytes, U256, hex};
+use alloy_primitives::{Address, B256, Bytes, U64, U256, hex};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use moat_blockchain::chain::ChainError;
+use moat_blockchain::vm::simulate::SimOverride;
 use moat_blockchain::vm::{AccountOverride, CallOutcome, CallRequest, OverriddenState, VmError};
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// geth's code for a reverted call.
 pub const EXECUTION_REVERTED: i32 = 3;
@@ -172,63 +174,81 @@ fn history_error(e: ChainError) -> ErrorObjectOwned {
     }
 }
 
-/// geth's state override object: per address `balance`, `nonce`, `code`, and `state`
-/// or `stateDiff`.
-fn parse_overrides(v: Option<Value>) -> RpcResult<Option<HashMap<Address, AccountOverride>>> {
-    let Some(Value::Object(o)) = v else {
-        return match v {
-            None | Some(Value::Null) => Ok(None),
-            Some(_) => Err(invalid_params("invalid argument 2: expected an object")),
-        };
+/// The field `name` of `o` as a `T`, null as absent.
+pub(crate) fn field<T: DeserializeOwned>(
+    o: &Map<String, Value>,
+    name: &str,
+) -> RpcResult<Option<T>> {
+    match o.get(name).filter(|v| !v.is_null()) {
+        None => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| invalid_params(format!("{name}: {e}"))),
+    }
+}
+
+/// geth's state override object (eth_call's and eth_estimateGas's third parameter,
+/// eth_simulateV1's `stateOverrides`): per address `balance`, `nonce`, `code`, `state` or
+/// `stateDiff` (32-byte keys to 32-byte values), and `movePrecompileToAddress`. `None`
+/// when absent or null; `arg` names the argument in the errors.
+pub(crate) fn parse_state_overrides(
+    v: Option<&Value>,
+    arg: &str,
+) -> RpcResult<Option<BTreeMap<Address, SimOverride>>> {
+    let o = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(invalid_params(format!("{arg}: expected an object"))),
     };
-    let mut out = HashMap::new();
+    let in_arg = |e: ErrorObjectOwned| invalid_params(format!("{arg}: {}", e.message()));
+    let mut out = BTreeMap::new();
     for (key, entry) in o {
         let address: Address = key
             .parse()
-            .map_err(|e| invalid_params(format!("invalid argument 2: {key}: {e}")))?;
+            .map_err(|e| invalid_params(format!("{arg}: {key}: {e}")))?;
         let Value::Object(e) = entry else {
-            return Err(invalid_params(format!("invalid argument 2: {key}")));
+            return Err(invalid_params(format!("{arg}: {key}")));
         };
-        let slots = |name: &str| -> RpcResult<Option<HashMap<B256, U256>>> {
-            match e.get(name).filter(|v| !v.is_null()) {
-                None => Ok(None),
-                Some(v) => serde_json::from_value::<HashMap<B256, B256>>(v.clone())
-                    .map(|m| {
-                        Some(
-                            m.into_iter()
-                                .map(|(k, v)| (k, U256::from_be_bytes(v.0)))
-                                .collect(),
-                        )
-                    })
-                    .map_err(|err| invalid_params(format!("invalid argument 2: {name}: {err}"))),
-            }
-        };
-        let balance = match e.get("balance").filter(|v| !v.is_null()) {
-            None => None,
-            Some(v) => Some(
-                serde_json::from_value::<U256>(v.clone())
-                    .map_err(|err| invalid_params(format!("invalid argument 2: balance: {err}")))?,
-            ),
-        };
-        let code = match e.get("code").filter(|v| !v.is_null()) {
-            None => None,
-            Some(v) => Some(
-                serde_json::from_value::<Bytes>(v.clone())
-                    .map_err(|err| invalid_params(format!("invalid argument 2: code: {err}")))?,
-            ),
+        let slots = |name: &str| -> RpcResult<Option<BTreeMap<B256, U256>>> {
+            Ok(field::<BTreeMap<B256, B256>>(e, name)
+                .map_err(in_arg)?
+                .map(|m| m.into_iter().map(|(k, v)| (k, v.into())).collect()))
         };
         out.insert(
             address,
-            AccountOverride {
-                balance,
-                nonce: quantity(&e, "nonce")?,
-                code,
+            SimOverride {
+                balance: field(e, "balance").map_err(in_arg)?,
+                nonce: field::<U64>(e, "nonce").map_err(in_arg)?.map(|n| n.to()),
+                code: field(e, "code").map_err(in_arg)?,
                 state: slots("state")?,
-                state_diff: slots("stateDiff")?.unwrap_or_default(),
+                state_diff: slots("stateDiff")?,
+                move_precompile_to: field(e, "movePrecompileToAddress").map_err(in_arg)?,
             },
         );
     }
     Ok(Some(out))
+}
+
+/// eth_call's and eth_estimateGas's state overrides, as the VM's overridden state takes
+/// them.
+fn account_overrides(v: Option<&Value>) -> RpcResult<Option<HashMap<Address, AccountOverride>>> {
+    let Some(o) = parse_state_overrides(v, "invalid argument 2")? else {
+        return Ok(None);
+    };
+    Ok(Some(
+        o.into_iter()
+            .map(|(address, o)| {
+                let o = AccountOverride {
+                    balance: o.balance,
+                    nonce: o.nonce,
+                    code: o.code,
+                    state: o.state.map(|s| s.into_iter().collect()),
+                    state_diff: o.state_diff.unwrap_or_default().into_iter().collect(),
+                };
+                (address, o)
+            })
+            .collect(),
+    ))
 }
 
 /// geth's block override object (the fourth parameter), as edits of the header the call
@@ -340,7 +360,11 @@ fn with_overrides<T>(
 pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
     let [_, _, o, b] = positional::<4>(&params)?;
-    let outcome = match (parse_overrides(o)?, parse_block_overrides(b)?, at) {
+    let outcome = match (
+        account_overrides(o.as_ref())?,
+        parse_block_overrides(b)?,
+        at,
+    ) {
         (None, None, None) => ctx.chain.call(&req),
         (None, None, Some(n)) => ctx.chain.call_at(n, &req).map_err(history_error)?,
         (overrides, block, at) => with_overrides(
@@ -362,7 +386,11 @@ pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
     let [_, _, o, b] = positional::<4>(&params)?;
-    let outcome = match (parse_overrides(o)?, parse_block_overrides(b)?, at) {
+    let outcome = match (
+        account_overrides(o.as_ref())?,
+        parse_block_overrides(b)?,
+        at,
+    ) {
         (None, None, None) => ctx.chain.estimate_gas(&req),
         (None, None, Some(n)) => ctx.chain.estimate_gas_at(n, &req).map_err(history_error)?,
         (overrides, block, at) => with_overrides(
@@ -432,6 +460,36 @@ pub fn create_access_list(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_overrides_are_the_shared_parse_named_as_argument_2() {
+        let a: Address = "0xc000000000000000000000000000000000000000"
+            .parse()
+            .unwrap();
+        let v = json!({ a.to_string(): {
+            "balance": "0x10", "nonce": "0x2", "code": "0x6000",
+            "state": {
+                "0x0000000000000000000000000000000000000000000000000000000000000001":
+                "0x0000000000000000000000000000000000000000000000000000000000000005"
+            }
+        }});
+        let o = account_overrides(Some(&v)).unwrap().unwrap();
+        let o = &o[&a];
+        assert_eq!((o.balance, o.nonce), (Some(U256::from(16)), Some(2)));
+        assert_eq!(o.code.as_ref().map(|c| c.to_vec()), Some(vec![0x60, 0x00]));
+        assert_eq!(
+            o.state.as_ref().unwrap().values().next(),
+            Some(&U256::from(5))
+        );
+        assert!(o.state_diff.is_empty());
+        assert!(account_overrides(None).unwrap().is_none());
+        assert!(account_overrides(Some(&Value::Null)).unwrap().is_none());
+        let bad = account_overrides(Some(&json!({ a.to_string(): {"nonce": "x"} }))).unwrap_err();
+        assert!(
+            bad.message().starts_with("invalid argument 2: nonce: "),
+            "{bad:?}"
+        );
+    }
 
     #[test]
     fn error_string_reverts_are_decoded() {

@@ -13,7 +13,7 @@
 //! request with geth's -380xx code.
 
 use crate::RpcContext;
-use crate::call::parse_request;
+use crate::call::{field, parse_request, parse_state_overrides};
 use crate::eth::{StateAt, block_param};
 use crate::json::{block_json, q};
 use crate::params::{RpcResult, internal, invalid_params, server_error};
@@ -112,18 +112,6 @@ pub struct BlockStateCall {
     pub calls: Vec<SimCall>,
 }
 
-fn field<T: serde::de::DeserializeOwned>(
-    o: &Map<String, Value>,
-    name: &str,
-) -> RpcResult<Option<T>> {
-    match o.get(name).filter(|v| !v.is_null()) {
-        None => Ok(None),
-        Some(v) => serde_json::from_value(v.clone())
-            .map(Some)
-            .map_err(|e| invalid_params(format!("{name}: {e}"))),
-    }
-}
-
 fn quantity(o: &Map<String, Value>, name: &str) -> RpcResult<Option<u128>> {
     match field::<U256>(o, name)? {
         None => Ok(None),
@@ -180,41 +168,6 @@ fn parse_block_overrides(v: Option<&Value>) -> RpcResult<BlockOverrides> {
         beacon_root: field(o, "beaconRoot")?,
         withdrawals,
     })
-}
-
-/// Storage maps are 32-byte keys to 32-byte values.
-fn slots(o: &Map<String, Value>, name: &str) -> RpcResult<Option<BTreeMap<B256, U256>>> {
-    Ok(field::<BTreeMap<B256, B256>>(o, name)?
-        .map(|m| m.into_iter().map(|(k, v)| (k, v.into())).collect()))
-}
-
-pub fn parse_state_overrides(v: Option<&Value>) -> RpcResult<BTreeMap<Address, SimOverride>> {
-    let o = match v {
-        None | Some(Value::Null) => return Ok(BTreeMap::new()),
-        Some(Value::Object(o)) => o,
-        Some(_) => return Err(invalid_params("stateOverrides: expected an object")),
-    };
-    let mut out = BTreeMap::new();
-    for (key, entry) in o {
-        let address: Address = key
-            .parse()
-            .map_err(|e| invalid_params(format!("stateOverrides: {key}: {e}")))?;
-        let Value::Object(e) = entry else {
-            return Err(invalid_params(format!("stateOverrides: {key}")));
-        };
-        out.insert(
-            address,
-            SimOverride {
-                balance: field(e, "balance")?,
-                nonce: quantity_u64(e, "nonce")?,
-                code: field::<Bytes>(e, "code")?,
-                state: slots(e, "state")?,
-                state_diff: slots(e, "stateDiff")?,
-                move_precompile_to: field(e, "movePrecompileToAddress")?,
-            },
-        );
-    }
-    Ok(out)
 }
 
 /// One EIP-7702 tuple: `chainId`, `address`, `nonce`, `yParity`, `r`, `s`.
@@ -300,7 +253,8 @@ pub fn parse_opts(v: Option<Value>) -> RpcResult<SimOpts> {
                 };
                 Ok(BlockStateCall {
                     overrides: parse_block_overrides(b.get("blockOverrides"))?,
-                    state: parse_state_overrides(b.get("stateOverrides"))?,
+                    state: parse_state_overrides(b.get("stateOverrides"), "stateOverrides")?
+                        .unwrap_or_default(),
                     calls,
                 })
             })
@@ -641,7 +595,9 @@ mod tests {
                 "movePrecompileToAddress": "0x0000000000000000000000000000000000123456"
             }
         });
-        let o = parse_state_overrides(Some(&v)).unwrap();
+        let o = parse_state_overrides(Some(&v), "stateOverrides")
+            .unwrap()
+            .unwrap();
         let a = &o[&"0xc000000000000000000000000000000000000000"
             .parse::<Address>()
             .unwrap()];
@@ -654,11 +610,12 @@ mod tests {
         );
         assert!(a.state.is_none());
         assert!(a.move_precompile_to.is_some());
-        assert!(parse_state_overrides(Some(&json!({"nope": {}}))).is_err());
+        assert!(parse_state_overrides(Some(&json!({"nope": {}})), "stateOverrides").is_err());
         assert!(
-            parse_state_overrides(Some(
-                &json!({"0xc000000000000000000000000000000000000000": {"balance": "x"}})
-            ))
+            parse_state_overrides(
+                Some(&json!({"0xc000000000000000000000000000000000000000": {"balance": "x"}})),
+                "stateOverrides"
+            )
             .is_err()
         );
     }
