@@ -15,20 +15,17 @@
 //!   method of another namespace gets -32601 "Method not found", as an unknown method
 //!   does; `admin`, `txpool` and `debug` are served only when listed.
 
+use crate::middleware::{
+    BoxFuture, HttpMiddleware, HttpService, Middleware, RpcMiddleware, RpcService, answer, pass,
+};
 use crate::server;
-use jsonrpsee::core::BoxError;
-use jsonrpsee::core::middleware::{Batch, Notification, Request, RpcServiceT};
+use jsonrpsee::core::middleware::{Notification, Request};
 use jsonrpsee::core::server::MethodResponse;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use jsonrpsee::types::{ErrorCode, ErrorObject};
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tower::{Layer, Service};
-
-type BoxFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send>>;
 
 /// geth's default `--http.api` and `--ws.api`.
 pub const DEFAULT_API: &[&str] = &["eth", "net", "web3"];
@@ -337,32 +334,17 @@ pub struct AccessPolicy {
 
 /// Applies an [`AccessPolicy`] to each HTTP request (and WebSocket upgrade) before
 /// anything else reads it.
-#[derive(Debug, Clone)]
-pub struct AccessLayer(Arc<AccessPolicy>);
+pub type AccessLayer = Middleware<Access>;
 
 impl AccessLayer {
     pub fn new(policy: AccessPolicy) -> Self {
-        Self(Arc::new(policy))
+        Middleware(Access(Arc::new(policy)))
     }
 }
 
-impl<S> Layer<S> for AccessLayer {
-    type Service = Access<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Access {
-            inner,
-            policy: Arc::clone(&self.0),
-        }
-    }
-}
-
-/// The service [`AccessLayer`] wraps.
+/// [`AccessLayer`]'s logic.
 #[derive(Debug, Clone)]
-pub struct Access<S> {
-    inner: S,
-    policy: Arc<AccessPolicy>,
-}
+pub struct Access(Arc<AccessPolicy>);
 
 fn text(status: u16, body: &'static str) -> HttpResponse {
     HttpResponse::builder()
@@ -377,26 +359,12 @@ fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-impl<S> Service<HttpRequest> for Access<S>
-where
-    S: Service<HttpRequest, Response = HttpResponse>,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, mut req: HttpRequest) -> Self::Future {
-        let p = &self.policy;
-        let refuse = |resp: HttpResponse| -> BoxFuture { Box::pin(async move { Ok(resp) }) };
+impl HttpMiddleware<HttpBody> for Access {
+    fn call<S: HttpService<HttpBody>>(&self, inner: &mut S, mut req: HttpRequest) -> BoxFuture {
+        let p = &self.0;
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
             let Some(api) = &p.ws else {
-                return refuse(text(404, "not found\n"));
+                return answer(text(404, "not found\n"));
             };
             // An Origin header that is not valid text is a foreign one.
             let origin = match req.headers().get("origin") {
@@ -407,34 +375,33 @@ where
                 metrics::counter!("moat_rpc_refused_access_total", "check" => "origin")
                     .increment(1);
                 tracing::debug!(origin = ?origin, remote = ?server::meta(&req).map(|m| m.conn.remote), "WebSocket refused: origin not allowed (--ws.origins)");
-                return refuse(text(
+                return answer(text(
                     403,
                     "websocket: request origin not allowed by --ws.origins\n",
                 ));
             }
             req.extensions_mut().insert(Allowed(Arc::clone(api)));
-            let fut = self.inner.call(req);
-            return Box::pin(async move { fut.await.map_err(Into::into) });
+            return pass(inner, req);
         }
         let Some(api) = &p.http else {
-            return refuse(text(404, "not found\n"));
+            return answer(text(404, "not found\n"));
         };
         if !p.vhosts.allows(header(&req, "host")) {
             metrics::counter!("moat_rpc_refused_access_total", "check" => "host").increment(1);
-            return refuse(text(403, "invalid host specified\n"));
+            return answer(text(403, "invalid host specified\n"));
         }
         let origin = header(&req, "origin")
             .filter(|o| !p.cors.is_empty() && p.cors.allows(o))
             .map(str::to_string);
         if req.method() == "OPTIONS" && header(&req, "access-control-request-method").is_some() {
-            return refuse(preflight(&req, origin.as_deref()));
+            return answer(preflight(&req, origin.as_deref()));
         }
         req.extensions_mut().insert(Allowed(Arc::clone(api)));
         if let Some(t) = p.call_timeout {
             req.extensions_mut()
                 .insert(crate::limits::CallDeadline(std::time::Instant::now() + t));
         }
-        let fut = self.inner.call(req);
+        let fut = inner.call(req);
         Box::pin(async move {
             let mut resp = fut.await.map_err(Into::into)?;
             if let Some(origin) = origin
@@ -474,43 +441,23 @@ fn preflight(req: &HttpRequest, origin: Option<&str>) -> HttpResponse {
 
 /// Refuses calls to namespaces the transport does not serve (see [`Allowed`]); calls
 /// with no [`Allowed`] (in-process) pass.
+pub type NamespaceFilterLayer = Middleware<NamespaceFilter>;
+
+/// [`NamespaceFilterLayer`]'s logic.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NamespaceFilterLayer;
-
-impl<S> Layer<S> for NamespaceFilterLayer {
-    type Service = NamespaceFilter<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        NamespaceFilter { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct NamespaceFilter<S> {
-    inner: S,
-}
+pub struct NamespaceFilter;
 
 fn served(allowed: Option<&Allowed>, method: &str) -> bool {
     allowed.is_none_or(|a| a.0.allows(method))
 }
 
-impl<S> RpcServiceT for NamespaceFilter<S>
-where
-    S: RpcServiceT<
-            MethodResponse = MethodResponse,
-            BatchResponse = MethodResponse,
-            NotificationResponse = MethodResponse,
-        > + Send
-        + Sync
-        + Clone
-        + 'static,
-{
-    type MethodResponse = MethodResponse;
-    type NotificationResponse = MethodResponse;
-    type BatchResponse = MethodResponse;
-
-    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let inner = self.inner.clone();
+impl RpcMiddleware for NamespaceFilter {
+    fn call<'a, S: RpcService>(
+        &self,
+        inner: &S,
+        req: Request<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let inner = inner.clone();
         async move {
             if !served(req.extensions().get::<Allowed>(), req.method_name()) {
                 metrics::counter!("moat_rpc_refused_access_total", "check" => "namespace")
@@ -522,11 +469,12 @@ where
         }
     }
 
-    fn notification<'a>(
+    fn notification<'a, S: RpcService>(
         &self,
+        inner: &S,
         n: Notification<'a>,
     ) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let inner = self.inner.clone();
+        let inner = inner.clone();
         async move {
             if !served(n.extensions().get::<Allowed>(), n.method_name()) {
                 return MethodResponse::notification();
@@ -535,10 +483,7 @@ where
         }
     }
 
-    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        // Batches are split into calls by the layer outside this one.
-        self.inner.batch(batch)
-    }
+    // Batches are split into calls by the layer outside this one: they pass.
 }
 
 #[cfg(test)]

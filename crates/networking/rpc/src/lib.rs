@@ -62,6 +62,7 @@ pub mod fuzzing;
 mod json;
 pub mod limits;
 mod logs;
+pub mod middleware;
 mod params;
 mod raw_tx;
 mod reorg;
@@ -622,8 +623,8 @@ async fn serve(
         ));
     let rpc_layers = RpcServiceBuilder::new()
         .layer(BatchResponseCapLayer::new(config.batch_response_max_size))
-        .layer(NamespaceFilterLayer)
-        .layer(CallTimeoutLayer);
+        .layer(NamespaceFilterLayer::default())
+        .layer(CallTimeoutLayer::default());
     let builder = Server::builder()
         .set_config(server_config(config, http, ws))
         .set_http_middleware(http_layers)

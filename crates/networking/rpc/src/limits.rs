@@ -23,9 +23,13 @@
 //! Over WebSocket, a batch over the limit is refused by jsonrpsee's own check, which also
 //! runs before the calls are parsed, with its -32010 "The batch request was too large".
 
+use crate::middleware::{
+    BoxFuture, HttpMiddleware, HttpService, Middleware, RpcMiddleware, RpcService, answer, pass,
+    take_ready,
+};
 use jsonrpsee::core::BoxError;
 use jsonrpsee::core::http_helpers::{HttpError, read_body};
-use jsonrpsee::core::middleware::{Batch, BatchEntry, Notification, Request, RpcServiceT};
+use jsonrpsee::core::middleware::{Batch, BatchEntry, Request};
 use jsonrpsee::core::server::{BatchResponseBuilder, MethodResponse};
 use jsonrpsee::server::http::{content_type_is_json, response};
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
@@ -36,9 +40,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tower::{Layer, Service};
 
 use crate::server::{self, ConnTable, Refusal};
 
@@ -70,8 +72,6 @@ const RETRY_AFTER_SECS: &str = "1";
 
 const JSON: &str = "application/json; charset=utf-8";
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send>>;
-
 /// Counts the HTTP requests executing across the servers that share it, and refuses new
 /// ones past `max` with HTTP 429.
 ///
@@ -81,26 +81,31 @@ type BoxFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + S
 /// running then finishes on its own. A WebSocket upgrade is counted once, for its
 /// handshake: calls on an open WebSocket are not counted ([`WsCapLayer`] bounds open
 /// sockets).
-#[derive(Debug, Clone)]
-pub struct InFlightLimitLayer {
-    in_flight: Arc<AtomicUsize>,
-    max: usize,
-}
+pub type InFlightLimitLayer = Middleware<InFlightLimit>;
 
 impl InFlightLimitLayer {
     /// `max` below 1 is taken as 1.
     pub fn new(max: u32) -> Self {
-        Self {
+        Middleware(InFlightLimit {
             in_flight: Arc::default(),
             max: (max as usize).max(1),
-        }
+        })
     }
 
     /// Requests in progress now.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        self.0.in_flight.load(Ordering::Acquire)
     }
+}
 
+/// [`InFlightLimitLayer`]'s logic: the count it shares.
+#[derive(Debug, Clone)]
+pub struct InFlightLimit {
+    in_flight: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl InFlightLimit {
     fn try_acquire(&self) -> Option<InFlightGuard> {
         self.in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -120,24 +125,6 @@ impl Drop for InFlightGuard {
     }
 }
 
-impl<S> Layer<S> for InFlightLimitLayer {
-    type Service = InFlightLimit<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        InFlightLimit {
-            inner,
-            limit: self.clone(),
-        }
-    }
-}
-
-/// The service [`InFlightLimitLayer`] wraps around the rest of the server.
-#[derive(Debug, Clone)]
-pub struct InFlightLimit<S> {
-    inner: S,
-    limit: InFlightLimitLayer,
-}
-
 /// The answer to a request refused because too many are in progress.
 fn busy() -> HttpResponse {
     metrics::counter!("moat_rpc_refused_busy_total").increment(1);
@@ -150,26 +137,12 @@ fn busy() -> HttpResponse {
         .expect("a static status and headers make a valid response")
 }
 
-impl<S, B> Service<HttpRequest<B>> for InFlightLimit<S>
-where
-    S: Service<HttpRequest<B>, Response = HttpResponse>,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: HttpRequest<B>) -> Self::Future {
-        let Some(guard) = self.limit.try_acquire() else {
-            let resp = busy();
-            return Box::pin(async move { Ok(resp) });
+impl<B> HttpMiddleware<B> for InFlightLimit {
+    fn call<S: HttpService<B>>(&self, inner: &mut S, req: HttpRequest<B>) -> BoxFuture {
+        let Some(guard) = self.try_acquire() else {
+            return answer(busy());
         };
-        let fut = self.inner.call(req);
+        let fut = inner.call(req);
         Box::pin(async move {
             let resp = fut.await.map_err(Into::into);
             drop(guard);
@@ -181,62 +154,33 @@ where
 /// Refuses an HTTP batch with more than `limit` calls (0: no limit) with geth's error,
 /// before jsonrpsee parses its calls. It reads the body itself (with the same size cap and
 /// the same 413 as jsonrpsee) and hands it on to jsonrpsee.
+pub type BatchCountLayer = Middleware<BatchCount>;
+
+impl BatchCountLayer {
+    pub fn new(limit: u32, max_body_size: u32) -> Self {
+        Middleware(BatchCount {
+            limit,
+            max_body_size,
+        })
+    }
+}
+
+/// [`BatchCountLayer`]'s logic.
 #[derive(Debug, Clone, Copy)]
-pub struct BatchCountLayer {
+pub struct BatchCount {
     limit: u32,
     max_body_size: u32,
 }
 
-impl BatchCountLayer {
-    pub fn new(limit: u32, max_body_size: u32) -> Self {
-        Self {
-            limit,
-            max_body_size,
-        }
-    }
-}
-
-impl<S> Layer<S> for BatchCountLayer {
-    type Service = BatchCount<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        BatchCount { inner, cfg: *self }
-    }
-}
-
-/// The service [`BatchCountLayer`] wraps around jsonrpsee.
-#[derive(Debug, Clone)]
-pub struct BatchCount<S> {
-    inner: S,
-    cfg: BatchCountLayer,
-}
-
-impl<S> Service<HttpRequest> for BatchCount<S>
-where
-    S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: HttpRequest) -> Self::Future {
+impl HttpMiddleware<HttpBody> for BatchCount {
+    fn call<S: HttpService<HttpBody>>(&self, inner: &mut S, req: HttpRequest) -> BoxFuture {
         let checked =
-            self.cfg.limit != 0 && req.method().as_str() == "POST" && content_type_is_json(&req);
+            self.limit != 0 && req.method().as_str() == "POST" && content_type_is_json(&req);
         if !checked {
-            let fut = self.inner.call(req);
-            return Box::pin(async move { fut.await.map_err(Into::into) });
+            return pass(inner, req);
         }
-        // The inner service was made ready for this call; the clone left behind takes its
-        // place once the body is in.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let cfg = self.cfg;
+        let mut inner = take_ready(inner);
+        let cfg = *self;
         Box::pin(async move {
             let (parts, body, is_single) = match read_request(req, cfg.max_body_size).await {
                 Ok(read) => read,
@@ -370,32 +314,17 @@ impl<'de> Visitor<'de> for FirstCallId<'_> {
 /// gets -32003 "response too large" (notifications past the cap are dropped). The response
 /// that crossed the cap is kept, so a batch answer may exceed `max` by one response.
 /// Bytes are those of the serialized responses.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchResponseCapLayer {
-    max: usize,
-}
+pub type BatchResponseCapLayer = Middleware<BatchResponseCap>;
 
 impl BatchResponseCapLayer {
     pub fn new(max: usize) -> Self {
-        Self { max }
+        Middleware(BatchResponseCap { max })
     }
 }
 
-impl<S> Layer<S> for BatchResponseCapLayer {
-    type Service = BatchResponseCap<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        BatchResponseCap {
-            inner,
-            max: self.max,
-        }
-    }
-}
-
-/// The RPC service [`BatchResponseCapLayer`] wraps around jsonrpsee's method dispatch.
-#[derive(Debug, Clone)]
-pub struct BatchResponseCap<S> {
-    inner: S,
+/// [`BatchResponseCapLayer`]'s logic.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchResponseCap {
     max: usize,
 }
 
@@ -403,34 +332,13 @@ fn response_too_large() -> ErrorObject<'static> {
     ErrorObject::borrowed(RESPONSE_TOO_LARGE_CODE, RESPONSE_TOO_LARGE_MSG, None)
 }
 
-impl<S> RpcServiceT for BatchResponseCap<S>
-where
-    S: RpcServiceT<
-            MethodResponse = MethodResponse,
-            BatchResponse = MethodResponse,
-            NotificationResponse = MethodResponse,
-        > + Clone
-        + Send
-        + Sync
-        + 'static,
-{
-    type MethodResponse = MethodResponse;
-    type NotificationResponse = MethodResponse;
-    type BatchResponse = MethodResponse;
-
-    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        self.inner.call(req)
-    }
-
-    fn notification<'a>(
+impl RpcMiddleware for BatchResponseCap {
+    fn batch<'a, S: RpcService>(
         &self,
-        n: Notification<'a>,
+        inner: &S,
+        batch: Batch<'a>,
     ) -> impl Future<Output = MethodResponse> + Send + 'a {
-        self.inner.notification(n)
-    }
-
-    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let inner = self.inner.clone();
+        let inner = inner.clone();
         let max = if self.max == 0 { usize::MAX } else { self.max };
         async move {
             // Our own accounting decides; the builder itself never refuses.
@@ -485,34 +393,22 @@ where
 /// layers after it run: within `max_body_size` bytes (HTTP 413 past it) and by the read
 /// deadline, `read_timeout` after the request's first byte (HTTP 408 and
 /// `Connection: close` past it). The layers after it see the whole body in memory.
-#[derive(Debug, Clone, Copy)]
-pub struct ReadBodyLayer {
-    max_body_size: u32,
-    read_timeout: Duration,
-}
+pub type ReadBodyLayer = Middleware<ReadBody>;
 
 impl ReadBodyLayer {
     pub fn new(max_body_size: u32, read_timeout: Duration) -> Self {
-        Self {
+        Middleware(ReadBody {
             max_body_size,
             read_timeout,
-        }
+        })
     }
 }
 
-impl<S> Layer<S> for ReadBodyLayer {
-    type Service = ReadBody<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ReadBody { inner, cfg: *self }
-    }
-}
-
-/// The service [`ReadBodyLayer`] wraps.
-#[derive(Debug, Clone)]
-pub struct ReadBody<S> {
-    inner: S,
-    cfg: ReadBodyLayer,
+/// [`ReadBodyLayer`]'s logic.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadBody {
+    max_body_size: u32,
+    read_timeout: Duration,
 }
 
 static READ_TIMEOUT_LOG: server::Throttle = server::Throttle::new(Duration::from_secs(10));
@@ -563,28 +459,13 @@ async fn collect_body(
     Ok(out)
 }
 
-impl<S> Service<HttpRequest> for ReadBody<S>
-where
-    S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: HttpRequest) -> Self::Future {
+impl HttpMiddleware<HttpBody> for ReadBody {
+    fn call<S: HttpService<HttpBody>>(&self, inner: &mut S, req: HttpRequest) -> BoxFuture {
         if jsonrpsee::server::ws::is_upgrade_request(&req) || req.method() != "POST" {
-            let fut = self.inner.call(req);
-            return Box::pin(async move { fut.await.map_err(Into::into) });
+            return pass(inner, req);
         }
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let cfg = self.cfg;
+        let mut inner = take_ready(inner);
+        let cfg = *self;
         let (started, remote) =
             server::meta(&req).map_or((Instant::now(), None), |m| (m.started, Some(m.conn.remote)));
         let deadline = tokio::time::Instant::from_std(started + cfg.read_timeout);
@@ -616,52 +497,24 @@ where
 /// Caps open WebSockets in all and per client address with a [`ConnTable`] of their own:
 /// an upgrade past a cap gets HTTP 429; an admitted one holds its slot until its
 /// connection closes.
-#[derive(Debug, Clone)]
-pub struct WsCapLayer {
-    table: Arc<ConnTable>,
-}
+pub type WsCapLayer = Middleware<WsCap>;
 
 impl WsCapLayer {
     pub fn new(table: Arc<ConnTable>) -> Self {
-        Self { table }
+        Middleware(WsCap { table })
     }
 }
 
-impl<S> Layer<S> for WsCapLayer {
-    type Service = WsCap<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        WsCap {
-            inner,
-            table: Arc::clone(&self.table),
-        }
-    }
-}
-
-/// The service [`WsCapLayer`] wraps.
+/// [`WsCapLayer`]'s logic.
 #[derive(Debug, Clone)]
-pub struct WsCap<S> {
-    inner: S,
+pub struct WsCap {
     table: Arc<ConnTable>,
 }
 
 static WS_REFUSED_LOG: server::Throttle = server::Throttle::new(Duration::from_secs(10));
 
-impl<S> Service<HttpRequest> for WsCap<S>
-where
-    S: Service<HttpRequest, Response = HttpResponse>,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: HttpRequest) -> Self::Future {
+impl HttpMiddleware<HttpBody> for WsCap {
+    fn call<S: HttpService<HttpBody>>(&self, inner: &mut S, req: HttpRequest) -> BoxFuture {
         if jsonrpsee::server::ws::is_upgrade_request(&req)
             && let Some(meta) = server::meta(&req)
         {
@@ -686,12 +539,11 @@ where
                         .header("retry-after", RETRY_AFTER_SECS)
                         .body(HttpBody::from(body))
                         .expect("a static status and headers make a valid response");
-                    return Box::pin(async move { Ok(resp) });
+                    return answer(resp);
                 }
             }
         }
-        let fut = self.inner.call(req);
-        Box::pin(async move { fut.await.map_err(Into::into) })
+        pass(inner, req)
     }
 }
 
@@ -702,40 +554,19 @@ pub struct CallDeadline(pub Instant);
 
 /// Answers a call still running at its request's [`CallDeadline`] with geth's -32002
 /// "request timed out". Calls without a deadline (WebSocket) run to the end.
+pub type CallTimeoutLayer = Middleware<CallTimeout>;
+
+/// [`CallTimeoutLayer`]'s logic.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CallTimeoutLayer;
+pub struct CallTimeout;
 
-impl<S> Layer<S> for CallTimeoutLayer {
-    type Service = CallTimeout<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        CallTimeout { inner }
-    }
-}
-
-/// The RPC service [`CallTimeoutLayer`] wraps.
-#[derive(Debug, Clone)]
-pub struct CallTimeout<S> {
-    inner: S,
-}
-
-impl<S> RpcServiceT for CallTimeout<S>
-where
-    S: RpcServiceT<
-            MethodResponse = MethodResponse,
-            BatchResponse = MethodResponse,
-            NotificationResponse = MethodResponse,
-        > + Clone
-        + Send
-        + Sync
-        + 'static,
-{
-    type MethodResponse = MethodResponse;
-    type NotificationResponse = MethodResponse;
-    type BatchResponse = MethodResponse;
-
-    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let inner = self.inner.clone();
+impl RpcMiddleware for CallTimeout {
+    fn call<'a, S: RpcService>(
+        &self,
+        inner: &S,
+        req: Request<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let inner = inner.clone();
         async move {
             let Some(CallDeadline(deadline)) = req.extensions().get::<CallDeadline>().copied()
             else {
@@ -755,22 +586,13 @@ where
             }
         }
     }
-
-    fn notification<'a>(
-        &self,
-        n: Notification<'a>,
-    ) -> impl Future<Output = MethodResponse> + Send + 'a {
-        self.inner.notification(n)
-    }
-
-    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        self.inner.batch(batch)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::{Context, Poll};
+    use tower::{Layer, Service};
 
     #[test]
     fn batch_count_stops_past_the_limit_and_finds_the_first_call() {
@@ -891,14 +713,14 @@ mod tests {
     #[test]
     fn in_flight_slots_are_given_back_on_drop() {
         let limit = InFlightLimitLayer::new(2);
-        let a = limit.try_acquire().expect("first slot");
-        let b = limit.try_acquire().expect("second slot");
-        assert!(limit.try_acquire().is_none());
+        let a = limit.0.try_acquire().expect("first slot");
+        let b = limit.0.try_acquire().expect("second slot");
+        assert!(limit.0.try_acquire().is_none());
         drop(a);
         assert_eq!(limit.in_flight(), 1);
-        let _c = limit.try_acquire().expect("a freed slot");
+        let _c = limit.0.try_acquire().expect("a freed slot");
         drop(b);
         assert_eq!(limit.in_flight(), 1);
-        assert_eq!(InFlightLimitLayer::new(0).max, 1);
+        assert_eq!(InFlightLimitLayer::new(0).0.max, 1);
     }
 }

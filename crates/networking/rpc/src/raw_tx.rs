@@ -18,88 +18,46 @@
 use crate::RpcContext;
 use crate::access::Allowed;
 use crate::limits::{CallDeadline, TIMEOUT_CODE, TIMEOUT_MSG, read_request, rebuild_request};
+use crate::middleware::{BoxFuture, HttpMiddleware, HttpService, Middleware, pass, take_ready};
 use crate::server::RequestMeta;
 use alloy_primitives::Bytes;
-use jsonrpsee::core::BoxError;
 use jsonrpsee::core::server::{MethodResponse, ResponsePayload};
 use jsonrpsee::server::http::{content_type_is_json, response};
-use jsonrpsee::server::{HttpRequest, HttpResponse};
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use jsonrpsee::types::{ErrorObject, Id};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tower::{Layer, Service};
 
 const METHOD: &str = "eth_sendRawTransaction";
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send>>;
-
 /// Puts [`RawTx`] in front of the service it wraps; with no context it passes every
 /// request on (a WebSocket-only port).
-#[derive(Debug, Clone)]
-pub struct RawTxLayer {
-    ctx: Option<Arc<RpcContext>>,
-    max_body_size: u32,
-}
+pub type RawTxLayer = Middleware<RawTx>;
 
 impl RawTxLayer {
     pub fn new(ctx: Option<Arc<RpcContext>>, max_body_size: u32) -> Self {
-        Self { ctx, max_body_size }
+        Middleware(RawTx { ctx, max_body_size })
     }
 }
 
-impl<S> Layer<S> for RawTxLayer {
-    type Service = RawTx<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RawTx {
-            inner,
-            ctx: self.ctx.clone(),
-            max_body_size: self.max_body_size,
-        }
-    }
-}
-
-/// The service [`RawTxLayer`] makes.
+/// [`RawTxLayer`]'s logic.
 #[derive(Debug, Clone)]
-pub struct RawTx<S> {
-    inner: S,
+pub struct RawTx {
     ctx: Option<Arc<RpcContext>>,
     max_body_size: u32,
 }
 
-impl<S> Service<HttpRequest> for RawTx<S>
-where
-    S: Service<HttpRequest, Response = HttpResponse> + Clone + Send + 'static,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: HttpRequest) -> Self::Future {
+impl HttpMiddleware<HttpBody> for RawTx {
+    fn call<S: HttpService<HttpBody>>(&self, inner: &mut S, req: HttpRequest) -> BoxFuture {
         let ctx = match &self.ctx {
             Some(ctx) if req.method().as_str() == "POST" && content_type_is_json(&req) => {
                 Arc::clone(ctx)
             }
-            _ => {
-                let fut = self.inner.call(req);
-                return Box::pin(async move { fut.await.map_err(Into::into) });
-            }
+            _ => return pass(inner, req),
         };
-        // The inner service was made ready for this call; the clone left behind takes its
-        // place once the body is in.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(inner);
         let max = self.max_body_size;
         Box::pin(async move {
             // The same read, cap and answers as jsonrpsee's own.

@@ -6,20 +6,16 @@
 //! verifies with the shared secret, and `iat` is within [`IAT_WINDOW_SECS`] of our clock.
 //! Other claims (`id`, `clv`, `exp`) are ignored, as geth ignores them.
 
+use crate::middleware::{BoxFuture, HttpMiddleware, HttpService, Middleware, answer, pass};
 use base64::Engine as _;
 use base64::alphabet::URL_SAFE;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
-use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use sha2::Sha256;
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tower::{Layer, Service};
 
 /// How far a token's `iat` may be from our clock, either way (the spec's ±60 s).
 pub const IAT_WINDOW_SECS: u64 = 60;
@@ -166,58 +162,28 @@ fn unauthorized(e: &JwtError) -> HttpResponse {
 }
 
 /// The tower layer that refuses requests without a valid token with HTTP 401.
-#[derive(Clone)]
-pub struct JwtAuthLayer {
-    secret: Arc<[u8; 32]>,
-}
+pub type JwtAuthLayer = Middleware<JwtAuth>;
 
 impl JwtAuthLayer {
     pub fn new(secret: [u8; 32]) -> Self {
-        Self {
+        Middleware(JwtAuth {
             secret: Arc::new(secret),
-        }
+        })
     }
 }
 
-impl<S> Layer<S> for JwtAuthLayer {
-    type Service = JwtAuth<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        JwtAuth {
-            inner,
-            secret: Arc::clone(&self.secret),
-        }
-    }
-}
-
-/// The service [`JwtAuthLayer`] wraps around jsonrpsee.
+/// [`JwtAuthLayer`]'s logic.
 #[derive(Clone)]
-pub struct JwtAuth<S> {
-    inner: S,
+pub struct JwtAuth {
     secret: Arc<[u8; 32]>,
 }
 
-impl<S, B> Service<HttpRequest<B>> for JwtAuth<S>
-where
-    S: Service<HttpRequest<B>, Response = HttpResponse>,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: HttpRequest<B>) -> Self::Future {
+impl<B> HttpMiddleware<B> for JwtAuth {
+    fn call<S: HttpService<B>>(&self, inner: &mut S, req: HttpRequest<B>) -> BoxFuture {
         if let Err(e) = check_request(&req, &self.secret) {
-            let resp = unauthorized(&e);
-            return Box::pin(async move { Ok(resp) });
+            return answer(unauthorized(&e));
         }
-        let fut = self.inner.call(req);
-        Box::pin(async move { fut.await.map_err(Into::into) })
+        pass(inner, req)
     }
 }
 
