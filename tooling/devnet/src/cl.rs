@@ -143,6 +143,9 @@ pub struct ClView {
     pub finalized: (B256, u64),
     pub justified_epoch: u64,
     pub justified: (B256, u64),
+    /// The CL names a checkpoint at the genesis block with the zero hash, which the EL
+    /// reads as "none yet" (Prysm); Lodestar names the EL genesis block.
+    pub genesis_is_none: bool,
 }
 
 /// Interop validators in the genesis state of every devnet.
@@ -197,8 +200,13 @@ impl Beacon {
         self.client.get(path)
     }
 
-    /// Its libp2p identity: (peer id, a loopback multiaddr without the peer id).
+    /// Its libp2p identity: (peer id, a loopback multiaddr without the peer id). Prysm
+    /// without discovery has no ENR to answer `/eth/v1/node/identity` with; its log names
+    /// the address it listens on.
     pub fn identity(&mut self) -> Result<(String, String), String> {
+        if self.kind == ClKind::Prysm {
+            return crate::prysm::identity(&self.procs[0].log, self.p2p_port);
+        }
         let id = self
             .get("/eth/v1/node/identity")
             .map_err(|e| format!("{}: identity: {e}", self.name))?;
@@ -264,26 +272,56 @@ impl Beacon {
             return Ok(*v);
         }
         let block = self
-            .get(&format!("/eth/v2/beacon/blocks/{root}"))
+            .get(&self.block_path(root))
             .map_err(|e| format!("block {root}: {e}"))?;
         let found = exec_in(&block["data"]["message"], el_genesis)?;
         self.exec_of_root.insert(root.to_string(), found);
         Ok(found)
     }
 
-    /// The CL's head, finalized and current-justified checkpoints, as execution blocks.
+    /// Where a beacon block's execution hash is read: the full block (Lodestar), or the
+    /// blinded one (Prysm keeps blinded blocks and rebuilds full ones from the EL's
+    /// payload bodies; the header is enough here).
+    fn block_path(&self, id: &str) -> String {
+        match self.kind {
+            ClKind::Lodestar => format!("/eth/v2/beacon/blocks/{id}"),
+            ClKind::Prysm => format!("/eth/v1/beacon/blinded_blocks/{id}"),
+        }
+    }
+
+    /// The CL's head, finalized and justified checkpoints, as execution blocks: the
+    /// checkpoints each CL puts in its forkchoiceUpdated. Lodestar names the head state's
+    /// finalized and current-justified checkpoints; Prysm its fork-choice store's
+    /// finalized and *unrealized* justified ones (`/eth/v1/debug/fork_choice`), which run
+    /// up to an epoch ahead of the head state's.
     pub fn view(&mut self, el_genesis: B256) -> Result<ClView, String> {
-        let fc = self
-            .get("/eth/v1/beacon/states/head/finality_checkpoints")
-            .map_err(|e| e.to_string())?;
+        let (fin, just) = match self.kind {
+            ClKind::Lodestar => {
+                let fc = self
+                    .get("/eth/v1/beacon/states/head/finality_checkpoints")
+                    .map_err(|e| e.to_string())?;
+                (
+                    fc["data"]["finalized"].clone(),
+                    fc["data"]["current_justified"].clone(),
+                )
+            }
+            ClKind::Prysm => {
+                let fc = self
+                    .get("/eth/v1/debug/fork_choice")
+                    .map_err(|e| e.to_string())?;
+                (
+                    fc["finalized_checkpoint"].clone(),
+                    fc["extra_data"]["unrealized_justified_checkpoint"].clone(),
+                )
+            }
+        };
         let head = self
-            .get("/eth/v2/beacon/blocks/head")
+            .get(&self.block_path("head"))
             .map_err(|e| e.to_string())?;
         let msg = &head["data"]["message"];
         let slot = num(&msg["slot"])?;
         let head = exec_in(msg, el_genesis)?;
-        let fin = &fc["data"]["finalized"];
-        let just = &fc["data"]["current_justified"];
+        let (fin, just) = (&fin, &just);
         let fin_root = fin["root"].as_str().ok_or("no finalized root")?.to_string();
         let just_root = just["root"]
             .as_str()
@@ -296,6 +334,7 @@ impl Beacon {
             finalized: self.exec_of(&fin_root, el_genesis)?,
             justified_epoch: num(&just["epoch"])?,
             justified: self.exec_of(&just_root, el_genesis)?,
+            genesis_is_none: self.kind == ClKind::Prysm,
         })
     }
 
@@ -329,7 +368,12 @@ fn num(v: &Value) -> Result<u64, String> {
 
 /// The execution block of a beacon block message.
 fn exec_in(msg: &Value, el_genesis: B256) -> Result<(B256, u64), String> {
-    let payload = &msg["body"]["execution_payload"];
+    let body = &msg["body"];
+    let payload = if body["execution_payload"].is_null() {
+        &body["execution_payload_header"]
+    } else {
+        &body["execution_payload"]
+    };
     if num(&msg["slot"])? == 0 || payload.is_null() {
         return Ok((el_genesis, 0));
     }

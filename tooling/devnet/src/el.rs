@@ -212,15 +212,25 @@ impl El {
         quantity(&v).ok_or_else(|| format!("eth_getTransactionCount: {v}"))
     }
 
-    /// `engine_getBlobsV1` for `hashes`: per hash, whether a blob came back.
-    pub fn get_blobs_v1(&mut self, hashes: &[B256]) -> Result<Vec<Option<Bytes>>, String> {
+    /// `engine_getBlobsV1` (version-0 sidecars, before Osaka) or `engine_getBlobsV2`
+    /// (cell proofs, from Osaka on) for `hashes`: per hash, the blob that came back. V2
+    /// answers all or nothing (`null`).
+    pub fn get_blobs(&mut self, hashes: &[B256], v2: bool) -> Result<Vec<Option<Bytes>>, String> {
+        let method = if v2 {
+            "engine_getBlobsV2"
+        } else {
+            "engine_getBlobsV1"
+        };
         let v = self
             .engine
-            .call("engine_getBlobsV1", json!([hashes]))
-            .map_err(|e| format!("{}: engine_getBlobsV1: {e}", self.name))?;
+            .call(method, json!([hashes]))
+            .map_err(|e| format!("{}: {method}: {e}", self.name))?;
+        if v.is_null() && v2 {
+            return Ok(vec![None; hashes.len()]);
+        }
         let items = v
             .as_array()
-            .ok_or_else(|| format!("engine_getBlobsV1: not an array: {v}"))?;
+            .ok_or_else(|| format!("{method}: not an array: {v}"))?;
         Ok(items
             .iter()
             .map(|i| i["blob"].as_str().and_then(|b| b.parse().ok()))

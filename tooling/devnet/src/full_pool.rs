@@ -280,6 +280,8 @@ pub fn run(args: &Args, kit: Kit) -> Result<Report, String> {
     let mut per_client: HashMap<&str, (u64, f64, f64, usize)> = HashMap::new(); // blocks, sum ratio, min ratio, txs
     let mut empty_slots = 0u64;
     let mut prev_ts = None;
+    // Each sender's next unmined nonce, block by block from the start of the load.
+    let mut at_parent = nonces(&mut net, moat, &addresses, &format!("{load_from:#x}"))?;
     for n in load_from + 1..=load_to {
         let block = net.els[moat].call("eth_getBlockByNumber", json!([format!("{n:#x}"), true]))?;
         let ts = quantity(&block["timestamp"]).unwrap_or(0);
@@ -306,7 +308,6 @@ pub fn run(args: &Args, kit: Kit) -> Result<Report, String> {
             .sum();
         // What was pending at the parent: each sender's txs from its nonce there on, sent
         // before the block's slot began.
-        let at_parent = nonces(&mut net, moat, &addresses, &format!("{:#x}", n - 1))?;
         let mut available: Vec<u128> = Vec::new();
         for (i, from) in at_parent.iter().enumerate() {
             let mut k = *from;
@@ -323,15 +324,16 @@ pub fn run(args: &Args, kit: Kit) -> Result<Report, String> {
         } else {
             value as f64 / ideal as f64
         };
-        let ours = txs
-            .iter()
-            .filter(|t| {
-                t["from"]
-                    .as_str()
-                    .and_then(|f| f.parse::<Address>().ok())
-                    .is_some_and(|f| index.contains_key(&f))
-            })
-            .count();
+        let mut ours = 0;
+        for t in &txs {
+            let from = t["from"].as_str().and_then(|f| f.parse::<Address>().ok());
+            if let (Some(&i), Some(nonce)) =
+                (from.and_then(|f| index.get(&f)), quantity(&t["nonce"]))
+            {
+                ours += 1;
+                at_parent[i] = at_parent[i].max(nonce + 1);
+            }
+        }
         let e = per_client
             .entry(client)
             .or_insert((0, 0.0, f64::INFINITY, 0));

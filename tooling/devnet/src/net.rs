@@ -340,8 +340,13 @@ impl PairWatch {
     /// finalized and safe tags decide a mismatch: the head moves within a slot.
     pub fn judge(&mut self, name: &str, cl: &ClView, el: &ElTags) -> String {
         self.polls += 1;
-        let fin_ok = el.finalized.as_ref().ok().map(|t| t.0) == Some(cl.finalized.0);
-        let safe_ok = el.safe.as_ref().ok().map(|t| t.0) == Some(cl.justified.0);
+        let agrees = |el: &Tagged, checkpoint: (B256, u64)| match el {
+            Ok((hash, _)) => *hash == checkpoint.0,
+            // A checkpoint at genesis that the CL sends as the zero hash: none yet.
+            Err(e) => checkpoint.1 == 0 && cl.genesis_is_none && e.contains("not found"),
+        };
+        let fin_ok = agrees(&el.finalized, cl.finalized);
+        let safe_ok = agrees(&el.safe, cl.justified);
         // Before the CL names a finalized block (slot 0, genesis), "not found" is right.
         let pre = cl.finalized.1 == 0
             && cl.justified.1 == 0

@@ -5,6 +5,7 @@
 
 use crate::cl::{BeaconSpec, TOTAL_VALIDATORS};
 use moat_harness::process::Process;
+use std::path::Path;
 use std::process::Command;
 
 /// Makes the CL genesis state (if this devnet has none yet) and starts the beacon node
@@ -60,7 +61,7 @@ pub fn start(spec: &BeaconSpec<'_>, rest: u16, p2p: u16) -> Result<Vec<Process>,
             "--deposit-contract",
             "0x4242424242424242424242424242424242424242",
         ])
-        .args(["--min-sync-peers", "0", "--minimum-peers-per-subnet", "0"])
+        .args(["--minimum-peers-per-subnet", "0"])
         .args(["--no-discovery", "--p2p-max-peers", "8"])
         .args(["--p2p-local-ip", "127.0.0.1", "--p2p-host-ip", "127.0.0.1"])
         .args(["--p2p-tcp-port", &p2p.to_string()])
@@ -75,6 +76,11 @@ pub fn start(spec: &BeaconSpec<'_>, rest: u16, p2p: u16) -> Result<Vec<Process>,
             "0x00000000000000000000000000000000000000fe",
             "--disable-ephemeral-log-file",
         ]);
+    if spec.peers.is_empty() {
+        beacon.args(["--min-sync-peers", "0"]);
+    } else {
+        beacon.args(["--min-sync-peers", "1"]);
+    }
     for (peer_id, addr) in &spec.peers {
         beacon.args(["--peer", &format!("{addr}/p2p/{peer_id}")]);
     }
@@ -105,4 +111,27 @@ pub fn start(spec: &BeaconSpec<'_>, rest: u16, p2p: u16) -> Result<Vec<Process>,
         procs.push(Process::spawn(v, &spec.dir.join("validator.log"))?);
     }
     Ok(procs)
+}
+
+/// The beacon node's peer id and loopback address, from the `multiAddr=` its log prints
+/// once it listens (ANSI colours stripped); waits up to a minute for it.
+pub fn identity(log: &Path, port: u16) -> Result<(String, String), String> {
+    let want = format!("/ip4/127.0.0.1/tcp/{port}/p2p/");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(at) = text.find(&want) {
+            let id: String = text[at + want.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            if !id.is_empty() {
+                return Ok((id, format!("/ip4/127.0.0.1/tcp/{port}")));
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("no {want}… in {}", log.display()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }

@@ -440,7 +440,12 @@ fn pair_once(
     nonce += 1;
     net.els[other].send_raw(&raw)?;
     let r = mined(&mut net.els[proposer], h, epoch);
-    let r2 = net.els[other].receipt(h)?;
+    // The follower imports the block a moment later.
+    let r2 = mined(
+        &mut net.els[other],
+        h,
+        Duration::from_secs(net.slot_seconds * 2),
+    );
     report.check(
         &format!(
             "{who}: a transfer sent to the non-proposing EL ({}) is gossiped and mined",
@@ -477,14 +482,18 @@ fn pair_once(
         nonce += 1;
         let name = net.els[to].name.clone();
         net.els[to].send_raw(&blob.raw)?;
-        let served = net.els[to].get_blobs_v1(&blob.versioned_hashes)?;
+        let v2 = sidecar_version(kind) == SidecarVersion::V1;
+        let served = net.els[to].get_blobs(&blob.versioned_hashes, v2)?;
         let same = served.len() == blob.bundle.blobs.len()
             && served
                 .iter()
                 .zip(&blob.bundle.blobs)
                 .all(|(s, b)| s.as_ref().map(|s| &s[..]) == Some(&b.0[..]));
         report.check(
-            &format!("{who}: engine_getBlobsV1 on {name} serves the blobs of a blob tx it pooled"),
+            &format!(
+                "{who}: engine_getBlobs{} on {name} serves the blobs of a blob tx it pooled",
+                if v2 { "V2" } else { "V1" }
+            ),
             same,
             format!(
                 "{} of {} blobs",
