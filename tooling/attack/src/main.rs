@@ -94,23 +94,6 @@ async fn wait_idle(pid: u32) -> Option<f64> {
     }
 }
 
-/// The Status of a peer at the genesis block: any node of the chain accepts it.
-fn genesis_status(genesis: &Genesis, version: u32) -> Status {
-    let hash = genesis.header().hash();
-    Status {
-        version,
-        network_id: genesis.config.chain_id,
-        genesis: hash,
-        fork_id: genesis
-            .config
-            .fork_id(hash, genesis.timestamp, 0, genesis.timestamp),
-        total_difficulty: genesis.difficulty,
-        head: hash,
-        earliest: 0,
-        latest: 0,
-    }
-}
-
 fn transfer(chain_id: u64, signer: &Signer, nonce: u64, fee_cap: u128) -> Bytes {
     let tx = Transaction::Eip1559(Eip1559Tx {
         chain_id,
@@ -182,7 +165,7 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(args: Args) -> Result<(), String> {
     let genesis = Genesis::from_file(&args.network).map_err(|e| e.to_string())?;
-    let status = genesis_status(&genesis, args.eth);
+    let status = Status::at_genesis(&genesis, args.eth);
     eprintln!("signing {} transactions ({:?})…", args.txs, args.scenario);
     let txs = build_txs(&args, genesis.config.chain_id)?;
 

@@ -151,19 +151,7 @@ fn send_over_devp2p(
     use moat_p2p::eth::{EthMessage, Status};
     let text = std::fs::read_to_string(genesis_json).map_err(|e| e.to_string())?;
     let genesis = moat_common::config::Genesis::from_json(&text).map_err(|e| e.to_string())?;
-    let hash = genesis.header().hash();
-    let status = Status {
-        version: 70,
-        network_id: CHAIN_ID,
-        genesis: hash,
-        fork_id: genesis
-            .config
-            .fork_id(hash, genesis.timestamp, 0, genesis.timestamp),
-        total_difficulty: U256::ZERO,
-        head: hash,
-        earliest: 0,
-        latest: 0,
-    };
+    let status = Status::at_genesis(&genesis, 70);
     let target: moat_p2p::Enode = enode.parse().map_err(|e| format!("{enode}: {e:?}"))?;
     let key = secp256k1::SecretKey::from_byte_array(crate::net::random32()?)
         .map_err(|e| e.to_string())?;
@@ -231,30 +219,26 @@ pub fn finality(args: &Args, kit: Kit) -> Result<Report, String> {
     let faucet = txs::faucet();
     let mut nonce = next_nonce(&mut net.els[moat])?;
     let mut sent = Vec::new();
-    for i in 0..3u8 {
-        let (h, raw) = txs::transfer(
+    let mut transfer = |to: u8, value: u64| {
+        let tx = txs::transfer(
             CHAIN_ID,
             &faucet,
             nonce,
-            Address::repeat_byte(0xa0 + i),
-            U256::from(1_000 + i as u64),
+            Address::repeat_byte(to),
+            U256::from(value),
             Fees::DEFAULT,
         );
         nonce += 1;
+        tx
+    };
+    for i in 0..3u8 {
+        let (h, raw) = transfer(0xa0 + i, 1_000 + i as u64);
         net.els[moat].send_raw(&raw)?;
         sent.push(("json-rpc transfer", h));
     }
     let mut over_p2p = Vec::new();
     for i in 0..2u8 {
-        let (h, raw) = txs::transfer(
-            CHAIN_ID,
-            &faucet,
-            nonce,
-            Address::repeat_byte(0xd0 + i),
-            U256::from(7 + i as u64),
-            Fees::DEFAULT,
-        );
-        nonce += 1;
+        let (h, raw) = transfer(0xd0 + i, 7 + i as u64);
         over_p2p.push(raw);
         sent.push(("devp2p transfer", h));
     }

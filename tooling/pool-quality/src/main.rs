@@ -330,23 +330,6 @@ fn hex_u64(v: &Value) -> u64 {
         .unwrap_or(0)
 }
 
-/// The Status of a peer at the genesis block: any node of the chain accepts it.
-fn genesis_status(genesis: &Genesis) -> Status {
-    let hash = genesis.header().hash();
-    Status {
-        version: 0,
-        network_id: genesis.config.chain_id,
-        genesis: hash,
-        fork_id: genesis
-            .config
-            .fork_id(hash, genesis.timestamp, 0, genesis.timestamp),
-        total_difficulty: genesis.difficulty,
-        head: hash,
-        earliest: 0,
-        latest: 0,
-    }
-}
-
 /// One of the tool's peers of the node.
 struct Peer {
     client: Client,
@@ -406,7 +389,7 @@ async fn connect_peer(enode: &Enode, genesis: &Genesis, identity: u64) -> Result
     seed[..8].copy_from_slice(&(0x9001_0000 + identity).to_be_bytes());
     seed[31] = 1;
     let key = secp256k1::SecretKey::from_byte_array(seed).map_err(|e| e.to_string())?;
-    Client::connect(enode, key, &[70, 69, 68], genesis_status(genesis))
+    Client::connect(enode, key, &[70, 69, 68], Status::at_genesis(genesis, 0))
         .await
         .map_err(|e| format!("handshake with {enode}: {e}"))
 }

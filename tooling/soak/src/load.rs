@@ -137,23 +137,6 @@ pub fn rpc_lane(
     }
 }
 
-/// The Status of a peer at the genesis block.
-pub fn genesis_status(genesis: &moat_common::config::Genesis) -> Status {
-    let hash = genesis.header().hash();
-    Status {
-        version: 70,
-        network_id: genesis.config.chain_id,
-        genesis: hash,
-        fork_id: genesis
-            .config
-            .fork_id(hash, genesis.timestamp, 0, genesis.timestamp),
-        total_difficulty: U256::ZERO,
-        head: hash,
-        earliest: 0,
-        latest: 0,
-    }
-}
-
 async fn connect(target: &Enode, status: &Status, attempt: u64) -> Result<Client, String> {
     let seed = keccak256(format!("moat-soak peer {attempt}"));
     let key = secp256k1::SecretKey::from_byte_array(seed.0).map_err(|e| e.to_string())?;

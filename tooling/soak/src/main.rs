@@ -481,7 +481,7 @@ fn soak(
         id: moat_p2p::rlpx::peer_id(&secp256k1::PublicKey::from_secret_key_global(&node_key)),
         addr: ([127, 0, 0, 1], setup.ports.p2p).into(),
     };
-    let status = load::genesis_status(genesis);
+    let status = moat_p2p::eth::Status::at_genesis(genesis, 70);
     let mut csv = match &args.csv {
         Some(path) => {
             let mut f =

@@ -59,6 +59,26 @@ pub struct Status {
     pub latest: u64,
 }
 
+impl Status {
+    /// The Status of a peer whose head is the genesis block of `genesis`, speaking
+    /// `version`: any node of the chain accepts it (load and test tools use it).
+    pub fn at_genesis(genesis: &moat_common::config::Genesis, version: u32) -> Status {
+        let hash = genesis.header().hash();
+        Status {
+            version,
+            network_id: genesis.config.chain_id,
+            genesis: hash,
+            fork_id: genesis
+                .config
+                .fork_id(hash, genesis.timestamp, 0, genesis.timestamp),
+            total_difficulty: genesis.difficulty,
+            head: hash,
+            earliest: 0,
+            latest: 0,
+        }
+    }
+}
+
 /// Start of a header query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HashOrNumber {
