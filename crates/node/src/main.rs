@@ -73,7 +73,7 @@ enum TxCommand {
 /// huge pages on its arenas (`MADV_HUGEPAGE`), so the first touch of fresh memory made
 /// the kernel zero a whole 2 MiB page inside the faulting allocation; on this VM such a
 /// fault took up to milliseconds, and the runtime worker taking it stalled every task
-/// queued behind it (the honest transactions' tail, docs/BENCHMARKS.md).
+/// queued behind it (the honest transactions' tail, docs/bench-history/attack.md).
 fn no_huge_pages() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
         // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and touches no

@@ -4,7 +4,7 @@
 //! `moat init`, then `moat-state-bench root --json` (the median of 20 runs on one block).
 //! The update runs on one thread (`--workers 1`): the rows gate the work a block costs,
 //! which the baseline measured so; what a second thread saves depends on an idle core,
-//! which a shared machine does not promise (docs/BENCHMARKS.md has both).
+//! which a shared machine does not promise (docs/bench-history/state-at-scale.md has both).
 //! The binaries are looked up beside this one (`make bench-table` builds them); the
 //! datadirs live in a temporary directory removed afterwards.
 

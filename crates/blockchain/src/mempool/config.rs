@@ -74,7 +74,7 @@ pub struct PoolConfig {
     /// tx to its top) with the least average tip, as Bitcoin Core evicts by descendant
     /// score, instead of the sender's last tx with the least tip. On by default: each
     /// sender's least suffix is kept as its txs come and go, so an eviction finds it in
-    /// O(log n) (docs/BENCHMARKS.md, "packages brought back", measures what it gains).
+    /// O(log n) (docs/bench-history/pool-quality.md, "packages brought back", measures what it gains).
     pub evict_by_package: bool,
 }
 

@@ -368,7 +368,7 @@ impl Drop for GiveWayTimer {
 /// gives way every 0.5 ms: a timer of this thread's signals it (`SIGURG`) and the handler
 /// yields ([`yield_to_waiting`]). Traced under blob spam, a trusted thread woken from the
 /// other core did not preempt such a batch at `SCHED_IDLE` and waited for the scheduler
-/// tick (3.6-3.9 ms, docs/BENCHMARKS.md). Elsewhere (trusted threads, raised sections,
+/// tick (3.6-3.9 ms, docs/bench-history/attack.md). Elsewhere (trusted threads, raised sections,
 /// no timer to be had) it runs `f` as it is.
 pub fn preemptible<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_os = "linux")]
