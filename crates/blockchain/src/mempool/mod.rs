@@ -587,7 +587,7 @@ impl Pool {
         // With lanes on, the recovery runs on the untrusted lane's threads whoever sent
         // the batch: it only saves admission work, and a proven peer's burst (the
         // invalidation storm's 8,000 valid transfers) recovered at normal priority on
-        // every core held honest calls up to 16 ms (docs/BENCHMARKS.md, row 5).
+        // every core held honest calls up to 16 ms (docs/bench-history/attack.md, row 5).
         let lanes_on = s.budgets.config().lanes;
         for part in candidates.chunks(chunk) {
             let part = part.to_vec();

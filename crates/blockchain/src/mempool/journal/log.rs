@@ -37,7 +37,7 @@
 //!   (p50) with such a thread beside it against ~160 µs without. Under 16 connections of
 //!   eth_sendRawTransaction on an idle machine it bought no rate (16.3–17.4k tx/s with it,
 //!   16.2–19.1k without) and cost 7–11 µs of CPU per tx, so it is off unless asked for
-//!   (docs/BENCHMARKS.md, RPC ingestion). It changes when an answer is sent, never
+//!   (docs/bench-history/rpc-ingestion.md). It changes when an answer is sent, never
 //!   whether: the answer still waits for the record's `fdatasync`.
 //! - **Preallocation.** The file is grown ahead of its records in zeroed steps of
 //!   [`PREALLOCATE`] (the first at open and with a rotation's records; each written and
@@ -87,8 +87,8 @@ pub const MAX_HELD: usize = 4_096;
 pub const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// Batches being synced at once by default. One: on an idle machine a second sync in
-/// flight cost ~15 % more CPU per transaction and gave no higher rate (docs/BENCHMARKS.md,
-/// RPC ingestion); more pay off on a disk whose lone syncs are slow.
+/// flight cost ~15 % more CPU per transaction and gave no higher rate
+/// (docs/bench-history/rpc-ingestion.md); more pay off on a disk whose lone syncs are slow.
 pub const SYNCS_IN_FLIGHT: usize = 1;
 
 /// Age a sync must reach by default before the next batch's sync starts beside it: on
