@@ -229,61 +229,9 @@ impl StateAtBlock {
     /// The state root of this (past) state with `changes` applied, read through the
     /// overlay; nothing is written. Changes of one address apply in order.
     fn root_over_overlay(&self, changes: &[crate::vm::AccountChange]) -> Result<B256, StoreError> {
-        use crate::state_root::{
-            ACCOUNT_TRIE, account_leaf, hashed_address, hashed_slot, slot_leaf,
-        };
-        use alloy_trie::EMPTY_ROOT_HASH;
-        use moat_trie::Trie;
+        let previous = |address: &Address| StateAtBlock::account(self, address);
         let err = |e: moat_trie::TrieError| StoreError::Corrupt(e.to_string());
-        let grouped = crate::vm::group_by_address(changes);
-        let mut accounts = Trie::new(self, ACCOUNT_TRIE);
-        for (address, list) in grouped {
-            let owner = hashed_address(&address);
-            let Some(last) = list.last() else { continue };
-            let Some(info) = last.info else {
-                accounts.remove(&owner).map_err(err)?;
-                continue;
-            };
-            let previous = StateAtBlock::account(self, &address)?;
-            // Storage starts over from the last wipe or deletion.
-            let start = list
-                .iter()
-                .rposition(|c| c.storage_wiped || c.info.is_none());
-            let mut storage = match start {
-                Some(_) => Trie::wiped(self, owner),
-                None => Trie::new(self, owner),
-            };
-            let mut changed = start.is_some();
-            for change in &list[start.unwrap_or(0)..] {
-                if change.info.is_none() {
-                    continue;
-                }
-                for (slot, value) in &change.storage {
-                    let key = hashed_slot(slot);
-                    if value.is_zero() {
-                        storage.remove(&key).map_err(err)?;
-                    } else {
-                        storage.insert(&key, slot_leaf(value)).map_err(err)?;
-                    }
-                    changed = true;
-                }
-            }
-            let storage_root = if changed {
-                storage.commit().map_err(err)?.root
-            } else {
-                previous.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
-            };
-            let account = Account {
-                nonce: info.nonce,
-                balance: info.balance,
-                code_hash: info.code_hash,
-                storage_root,
-            };
-            accounts
-                .insert(&owner, account_leaf(&account))
-                .map_err(err)?;
-        }
-        Ok(accounts.commit().map_err(err)?.root)
+        crate::state_root::update_over(self, changes, previous, err).map(|u| u.root)
     }
 }
 

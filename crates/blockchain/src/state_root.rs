@@ -186,6 +186,92 @@ pub fn state_root_after(
     state_update(store, changes).map(|u| (u.root, u.accounts))
 }
 
+/// What applying changes to tries read from a [`NodeSource`] gives; nothing is written.
+#[derive(Debug, Default)]
+pub(crate) struct OverlayUpdate {
+    pub root: B256,
+    /// Tries emptied (storage of wiped or deleted accounts), to drop before `writes`.
+    pub wiped_tries: Vec<B256>,
+    /// The trie nodes written, storage tries' and the account trie's.
+    pub trie_writes: Vec<(B256, TrieWrite)>,
+    /// The account records after the changes: `None` deletes.
+    pub accounts: AccountUpdates,
+}
+
+/// Applies `changes` (in order, several per address allowed) to the account trie and
+/// storage tries of `source`, nothing stored and no undo record: the state root of a
+/// past state or of a simulated one. `previous` is an account's record before the
+/// changes (its storage root is kept when its storage is not changed).
+pub(crate) fn update_over<S: NodeSource + ?Sized, E>(
+    source: &S,
+    changes: &[AccountChange],
+    previous: impl Fn(&Address) -> Result<Option<Account>, E>,
+    err: impl Fn(TrieError) -> E,
+) -> Result<OverlayUpdate, E> {
+    let mut out = OverlayUpdate::default();
+    let mut accounts = Trie::new(source, ACCOUNT_TRIE);
+    for (address, list) in crate::vm::group_by_address(changes) {
+        let owner = hashed_address(&address);
+        let Some(last) = list.last() else { continue };
+        let Some(info) = last.info else {
+            accounts.remove(&owner).map_err(&err)?;
+            out.wiped_tries.push(owner);
+            out.accounts.push((address, None));
+            continue;
+        };
+        let before = previous(&address)?;
+        // Storage starts over from the last wipe or deletion.
+        let start = list
+            .iter()
+            .rposition(|c| c.storage_wiped || c.info.is_none());
+        let mut storage = match start {
+            Some(_) => Trie::wiped(source, owner),
+            None => Trie::new(source, owner),
+        };
+        let mut changed = start.is_some();
+        for change in &list[start.unwrap_or(0)..] {
+            if change.info.is_none() {
+                continue;
+            }
+            for (slot, value) in &change.storage {
+                let key = hashed_slot(slot);
+                if value.is_zero() {
+                    storage.remove(&key).map_err(&err)?;
+                } else {
+                    storage.insert(&key, slot_leaf(value)).map_err(&err)?;
+                }
+                changed = true;
+            }
+        }
+        if start.is_some() {
+            out.wiped_tries.push(owner);
+        }
+        let storage_root = if changed {
+            let commit = storage.commit().map_err(&err)?;
+            out.trie_writes
+                .extend(commit.writes.into_iter().map(|w| (owner, w)));
+            commit.root
+        } else {
+            before.map_or(EMPTY_ROOT_HASH, |p| p.storage_root)
+        };
+        let account = Account {
+            nonce: info.nonce,
+            balance: info.balance,
+            code_hash: info.code_hash,
+            storage_root,
+        };
+        accounts
+            .insert(&owner, account_leaf(&account))
+            .map_err(&err)?;
+        out.accounts.push((address, Some(account)));
+    }
+    let commit = accounts.commit().map_err(&err)?;
+    out.trie_writes
+        .extend(commit.writes.into_iter().map(|w| (ACCOUNT_TRIE, w)));
+    out.root = commit.root;
+    Ok(out)
+}
+
 /// Worker threads of the state-root update (0: one per available core, at most 16).
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
 

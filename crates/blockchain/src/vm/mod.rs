@@ -15,6 +15,10 @@
 //!   ─▶ merge transitions ─▶ bundle ─▶ Vec<AccountChange>
 //! ```
 //!
+//! The steps before and after the transactions are [`before_transactions`] and
+//! [`finish_block`] (withdrawals, rewards, requests, the changes); eth_simulateV1
+//! ([`simulate`]) runs the same two around its calls.
+//!
 //! revm's `State` with bundle updates does the per-account bookkeeping: EIP-161 clearing
 //! of touched empty accounts, SELFDESTRUCT and re-creation (reported as `storage_wiped`),
 //! and original-versus-present storage values, so unchanged slots never reach the caller.
@@ -40,7 +44,7 @@ mod tests;
 mod trace;
 
 use alloy_primitives::{Address, B256, Bytes, U256};
-use moat_common::block::Block;
+use moat_common::block::{Block, Header, Withdrawal};
 use moat_common::config::{ChainConfig, Fork};
 use moat_common::receipt::Receipt;
 use revm::ExecuteCommitEvm;
@@ -257,63 +261,21 @@ pub fn execute_block(
         }
     }
 
-    if fork >= Fork::Shanghai
-        && let Some(withdrawals) = &block.withdrawals
-    {
-        // Summed per address first: revm reads each address once per batch, so two
-        // withdrawals to one address in the same batch would otherwise overwrite.
-        let mut credits: BTreeMap<Address, u128> = BTreeMap::new();
-        for w in withdrawals {
-            let wei = u128::from(w.amount) * 1_000_000_000;
-            let entry = credits.entry(w.address).or_default();
-            *entry = entry.saturating_add(wei);
-        }
-        // Zero amounts stay in: like geth, a zero credit touches the account, so an
-        // empty one is cleared (EIP-161).
-        evm.ctx
-            .journaled_state
-            .database
-            .increment_balances(credits)
-            .map_err(|e| VmError::State(e.to_string()))?;
-    }
-
-    if crate::premerge::is_pow(fork) {
-        let mut credits: BTreeMap<Address, u128> = BTreeMap::new();
-        for (address, wei) in crate::premerge::rewards(fork, header, &block.ommers) {
-            let wei = u128::try_from(wei).unwrap_or(u128::MAX);
-            let entry = credits.entry(address).or_default();
-            *entry = entry.saturating_add(wei);
-        }
-        evm.ctx
-            .journaled_state
-            .database
-            .increment_balances(credits)
-            .map_err(|e| VmError::State(e.to_string()))?;
-    }
-
-    let requests = if fork >= Fork::Prague {
-        let mut requests = Vec::with_capacity(3);
-        let deposit_contract = config.deposit_contract_address.unwrap_or(Address::ZERO);
-        let deposits = system::deposit_requests(deposit_contract, &receipts)?;
-        push_request(&mut requests, 0x00, deposits);
-        let withdrawals = system::withdrawal_requests_call(&mut evm)?;
-        push_request(&mut requests, 0x01, withdrawals);
-        let consolidations = system::consolidation_requests_call(&mut evm)?;
-        push_request(&mut requests, 0x02, consolidations);
-        requests
-    } else {
-        Vec::new()
-    };
-
-    let db = &mut evm.ctx.journaled_state.database;
-    db.merge_transitions(BundleRetention::PlainState);
-    let bundle = db.take_bundle();
+    let (requests, changes) = finish_block(
+        &mut evm,
+        config,
+        header,
+        fork,
+        block.withdrawals.as_deref(),
+        &block.ommers,
+        &receipts,
+    )?;
     Ok(ExecutedBlock {
         receipts,
         gas_used: cumulative_gas,
         blob_gas_used,
         requests,
-        changes: changes::from_bundle(bundle)?,
+        changes,
     })
 }
 
@@ -322,7 +284,7 @@ pub fn execute_block(
 fn before_transactions(
     evm: &mut env::BlockEvm<'_>,
     config: &ChainConfig,
-    header: &moat_common::block::Header,
+    header: &Header,
     fork: Fork,
 ) -> Result<(), VmError> {
     if fork >= Fork::Cancun {
@@ -344,6 +306,73 @@ fn before_transactions(
             .map_err(|e| VmError::State(e.to_string()))?;
     }
     Ok(())
+}
+
+/// What a block does after its transactions: withdrawals credited (Shanghai+), the
+/// miner's and ommers' rewards (before the merge), and the EIP-7685 requests (Prague+:
+/// deposit logs of `receipts`, then the EIP-7002 and EIP-7251 system calls). Returns the
+/// requests (empty before Prague) and every change the block made, sorted by address.
+fn finish_block(
+    evm: &mut env::BlockEvm<'_>,
+    config: &ChainConfig,
+    header: &Header,
+    fork: Fork,
+    withdrawals: Option<&[Withdrawal]>,
+    ommers: &[Header],
+    receipts: &[Receipt],
+) -> Result<(Vec<Bytes>, Vec<AccountChange>), VmError> {
+    if fork >= Fork::Shanghai
+        && let Some(withdrawals) = withdrawals
+    {
+        // Summed per address first: revm reads each address once per batch, so two
+        // withdrawals to one address in the same batch would otherwise overwrite.
+        let mut credits: BTreeMap<Address, u128> = BTreeMap::new();
+        for w in withdrawals {
+            let wei = u128::from(w.amount) * 1_000_000_000;
+            let entry = credits.entry(w.address).or_default();
+            *entry = entry.saturating_add(wei);
+        }
+        // Zero amounts stay in: like geth, a zero credit touches the account, so an
+        // empty one is cleared (EIP-161).
+        evm.ctx
+            .journaled_state
+            .database
+            .increment_balances(credits)
+            .map_err(|e| VmError::State(e.to_string()))?;
+    }
+
+    if crate::premerge::is_pow(fork) {
+        let mut credits: BTreeMap<Address, u128> = BTreeMap::new();
+        for (address, wei) in crate::premerge::rewards(fork, header, ommers) {
+            let wei = u128::try_from(wei).unwrap_or(u128::MAX);
+            let entry = credits.entry(address).or_default();
+            *entry = entry.saturating_add(wei);
+        }
+        evm.ctx
+            .journaled_state
+            .database
+            .increment_balances(credits)
+            .map_err(|e| VmError::State(e.to_string()))?;
+    }
+
+    let requests = if fork >= Fork::Prague {
+        let mut requests = Vec::with_capacity(3);
+        let deposit_contract = config.deposit_contract_address.unwrap_or(Address::ZERO);
+        let deposits = system::deposit_requests(deposit_contract, receipts)?;
+        push_request(&mut requests, 0x00, deposits);
+        let withdrawals = system::withdrawal_requests_call(evm)?;
+        push_request(&mut requests, 0x01, withdrawals);
+        let consolidations = system::consolidation_requests_call(evm)?;
+        push_request(&mut requests, 0x02, consolidations);
+        requests
+    } else {
+        Vec::new()
+    };
+
+    let db = &mut evm.ctx.journaled_state.database;
+    db.merge_transitions(BundleRetention::PlainState);
+    let bundle = db.take_bundle();
+    Ok((requests, changes::from_bundle(bundle)?))
 }
 
 /// EIP-7685: a request type with no data is left out of the list entirely.
