@@ -5,6 +5,7 @@ use crate::Args;
 use crate::cl::{ClKind, Kit};
 use crate::el::El;
 use crate::net::{CHAIN_ID, Devnet, PairWatch};
+use crate::proxy::Proxy;
 use crate::txs::{self, Fees};
 use alloy_primitives::{Address, B256, Bytes, U256};
 use moat_common::transaction::SidecarVersion;
@@ -371,12 +372,21 @@ fn pair_once(
     };
     net.note(format!("---- {who}"));
     net.set_genesis(genesis_delay(kind));
-    let a = net.add_beacon(
+    // Each beacon node reaches its EL through a proxy that records the methods it calls.
+    let proxy_of = |net: &Devnet, el: usize, at: u16| {
+        Proxy::start(
+            args.ports + at,
+            ([127, 0, 0, 1], net.els[el].config.ports.auth).into(),
+        )
+    };
+    let proxies = [proxy_of(&net, proposer, 200)?, proxy_of(&net, other, 201)?];
+    let a = net.add_beacon_via(
         "cl-validators",
         proposer,
         Some((0, crate::cl::TOTAL_VALIDATORS - 1)),
+        proxies[0].port,
     )?;
-    let b = net.add_beacon("cl-follower", other, None)?;
+    let b = net.add_beacon_via("cl-follower", other, None, proxies[1].port)?;
     net.peer_beacons(b, a)?;
     let mut watches = vec![PairWatch::default(), PairWatch::default()];
     let every = Duration::from_millis(1000);
@@ -521,6 +531,26 @@ fn pair_once(
         ),
     );
     tags_check(report, &net, &watches, who);
+    for (proxy, el) in proxies.iter().zip([proposer, other]) {
+        let mut counts = std::collections::BTreeMap::new();
+        for c in proxy.calls() {
+            let e = counts.entry(c.method).or_insert((0u32, 0u32));
+            e.0 += 1;
+            e.1 += u32::from(!c.ok);
+        }
+        let calls: Vec<String> = counts
+            .iter()
+            .map(|(m, (n, failed))| match failed {
+                0 => format!("{m} ×{n}"),
+                f => format!("{m} ×{n} ({f} failed)"),
+            })
+            .collect();
+        report.figures.push(format!(
+            "{who}: the CL called on {}: {}",
+            net.els[el].name,
+            calls.join(", ")
+        ));
+    }
     Ok(())
 }
 
