@@ -59,3 +59,35 @@ pub const ALL: [(&str, &str); 4] = [
     (WITHDRAWAL_REQUESTS_ADDRESS, WITHDRAWAL_REQUESTS_CODE),
     (CONSOLIDATION_REQUESTS_ADDRESS, CONSOLIDATION_REQUESTS_CODE),
 ];
+
+/// Every system contract as a genesis account (balance 1, nonce 1, its code), as the dev
+/// chain, the generated chains and the tools' genesis files deploy them.
+pub fn genesis_accounts()
+-> impl Iterator<Item = (alloy_primitives::Address, crate::config::GenesisAccount)> {
+    ALL.iter().map(|(address, code)| {
+        (
+            address
+                .parse()
+                .expect("system contract addresses are valid"),
+            crate::config::GenesisAccount {
+                balance: alloy_primitives::U256::from(1),
+                nonce: 1,
+                code: code.parse().expect("system contract code is valid hex"),
+                ..Default::default()
+            },
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_system_contract_is_a_genesis_account_with_code() {
+        let accounts: Vec<_> = super::genesis_accounts().collect();
+        assert_eq!(accounts.len(), super::ALL.len());
+        for (address, account) in accounts {
+            assert!(!account.code.is_empty(), "{address}");
+            assert_eq!(account.nonce, 1);
+        }
+    }
+}

@@ -55,32 +55,7 @@ pub fn dev_genesis(osaka: bool) -> Genesis {
             },
         );
     }
-    for (address, code) in [
-        (sys::BEACON_ROOTS_ADDRESS, sys::BEACON_ROOTS_CODE),
-        (sys::HISTORY_STORAGE_ADDRESS, sys::HISTORY_STORAGE_CODE),
-        (
-            sys::WITHDRAWAL_REQUESTS_ADDRESS,
-            sys::WITHDRAWAL_REQUESTS_CODE,
-        ),
-        (
-            sys::CONSOLIDATION_REQUESTS_ADDRESS,
-            sys::CONSOLIDATION_REQUESTS_CODE,
-        ),
-    ] {
-        let code: Bytes = code.parse().expect("system contract code is valid hex");
-        let address: Address = address
-            .parse()
-            .expect("system contract addresses are valid");
-        alloc.insert(
-            address,
-            GenesisAccount {
-                balance: U256::from(1),
-                nonce: 1,
-                code,
-                ..Default::default()
-            },
-        );
-    }
+    alloc.extend(sys::genesis_accounts());
     Genesis {
         config,
         extra_data: Bytes::from_static(b"moat dev"),

@@ -198,31 +198,7 @@ pub fn genesis(params: &Params, senders: &[Signer]) -> Genesis {
             },
         );
     }
-    use moat_common::system_contracts as sys;
-    for (address, code) in [
-        (sys::BEACON_ROOTS_ADDRESS, sys::BEACON_ROOTS_CODE),
-        (sys::HISTORY_STORAGE_ADDRESS, sys::HISTORY_STORAGE_CODE),
-        (
-            sys::WITHDRAWAL_REQUESTS_ADDRESS,
-            sys::WITHDRAWAL_REQUESTS_CODE,
-        ),
-        (
-            sys::CONSOLIDATION_REQUESTS_ADDRESS,
-            sys::CONSOLIDATION_REQUESTS_CODE,
-        ),
-    ] {
-        alloc.insert(
-            address
-                .parse()
-                .expect("system contract addresses are valid"),
-            GenesisAccount {
-                balance: U256::from(1),
-                nonce: 1,
-                code: code.parse().expect("system contract code is valid hex"),
-                ..Default::default()
-            },
-        );
-    }
+    alloc.extend(moat_common::system_contracts::genesis_accounts());
     for i in 0..params.genesis_contracts {
         let (address, account) = genesis_contract(i as u64, params.genesis_slots);
         alloc.insert(address, account);

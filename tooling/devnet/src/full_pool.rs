@@ -23,6 +23,11 @@ use std::time::{Duration, Instant};
 /// Txs a batch request carries.
 const BATCH: usize = 250;
 const GWEI: u128 = 1_000_000_000;
+/// Every tx's fee cap: far above the base fee full blocks drive up (12.5 % a block: past
+/// 100 gwei within 40 blocks from 1 gwei), so only the tips decide what a block takes.
+const FEE_CAP: u128 = 10_000 * GWEI;
+/// Each sender's funding: 100 ether, ten txs at the cap with room to spare.
+const FUNDING: u128 = 100 * 1_000_000_000_000_000_000;
 
 fn tip_of(sender: usize) -> u128 {
     (1 + (sender % 10) as u128) * GWEI
@@ -144,10 +149,10 @@ pub fn run(args: &Args, kit: Kit) -> Result<Report, String> {
                 &faucet,
                 start_nonce + i as u64,
                 *to,
-                U256::from(10u128.pow(19)),
+                U256::from(FUNDING),
                 Fees {
                     tip: 2 * GWEI,
-                    cap: 100 * GWEI,
+                    cap: FEE_CAP,
                 },
             )
         })
@@ -201,7 +206,7 @@ pub fn run(args: &Args, kit: Kit) -> Result<Report, String> {
                     U256::from(1),
                     Fees {
                         tip: tip_of(i),
-                        cap: 100 * GWEI,
+                        cap: FEE_CAP,
                     },
                 );
                 raws.push(raw);

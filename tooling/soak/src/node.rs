@@ -40,19 +40,7 @@ pub fn genesis(senders: &[Address], timestamp: u64) -> Genesis {
     }
     // The system contracts a post-Prague chain needs at genesis (EIP-4788, EIP-2935,
     // EIP-7002, EIP-7251), as the dev chain has them.
-    for (address, code) in moat_common::system_contracts::ALL {
-        alloc.insert(
-            address
-                .parse()
-                .expect("system contract addresses are valid"),
-            GenesisAccount {
-                balance: U256::from(1),
-                nonce: 1,
-                code: code.parse::<Bytes>().expect("system contract code is hex"),
-                ..Default::default()
-            },
-        );
-    }
+    alloc.extend(moat_common::system_contracts::genesis_accounts());
     Genesis {
         config,
         timestamp,
