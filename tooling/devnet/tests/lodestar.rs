@@ -18,8 +18,10 @@ fn repo() -> PathBuf {
 
 #[test]
 fn moat_under_lodestar_serves_the_cls_safe_and_finalized_blocks_through_a_crash() {
-    let moat = PathBuf::from(env!("CARGO_BIN_EXE_moat"));
-    let devnet = moat.with_file_name("moat-devnet");
+    // moat-devnet is built for this test; moat beside it by `cargo test --workspace` (for
+    // the node's own tests) or `cargo build -p moat`.
+    let devnet = PathBuf::from(env!("CARGO_BIN_EXE_moat-devnet"));
+    let moat = devnet.with_file_name("moat");
     let home = PathBuf::from(std::env::var("HOME").unwrap_or_default());
     let built = std::env::var_os("LSDEVNET_DIR")
         .map(PathBuf::from)
@@ -34,10 +36,10 @@ fn moat_under_lodestar_serves_the_cls_safe_and_finalized_blocks_through_a_crash(
         );
         return;
     }
-    if !devnet.is_file() {
+    if !moat.is_file() {
         eprintln!(
-            "skipped: {} is not built (`cargo test --workspace` builds it; or `cargo build -p moat-devnet`)",
-            devnet.display()
+            "skipped: {} is not built (`cargo test --workspace` builds it; or `cargo build -p moat`)",
+            moat.display()
         );
         return;
     }
