@@ -284,14 +284,14 @@ pub fn run(args: &Args, kit: Kit) -> Result<Report, String> {
         addresses.iter().enumerate().map(|(i, a)| (*a, i)).collect();
     let mut per_client: HashMap<&str, (u64, f64, f64, usize)> = HashMap::new(); // blocks, sum ratio, min ratio, txs
     let mut empty_slots = 0u64;
-    let mut prev_ts = None;
+    let mut prev_ts: Option<u64> = None;
     // Each sender's next unmined nonce, block by block from the start of the load.
     let mut at_parent = nonces(&mut net, moat, &addresses, &format!("{load_from:#x}"))?;
     for n in load_from + 1..=load_to {
         let block = net.els[moat].call("eth_getBlockByNumber", json!([format!("{n:#x}"), true]))?;
         let ts = quantity(&block["timestamp"]).unwrap_or(0);
         if let Some(p) = prev_ts {
-            empty_slots += (ts - p) / net.slot_seconds - 1;
+            empty_slots += (ts.saturating_sub(p) / net.slot_seconds).saturating_sub(1);
         }
         prev_ts = Some(ts);
         let extra = block["extraData"].as_str().unwrap_or("");
