@@ -3,7 +3,7 @@ CARGO ?= cargo
 QUICK ?=
 MINUTES ?= 30
 
-.PHONY: build install run test bench bench-table bench-check bench-baseline pool-quality attack-table soak lint fmt ci fuzz fuzz-smoke fuzz-seeds
+.PHONY: build install run test bench bench-table bench-check bench-baseline pool-quality attack-table soak plots lint fmt ci fuzz fuzz-smoke fuzz-seeds
 
 build:
 	$(CARGO) build --release
@@ -54,6 +54,11 @@ soak:
 pool-quality:
 	$(CARGO) run --release -p moat-pool-quality -- --seeds 1,2,3,4,5
 	$(CARGO) run --release -p moat-pool-quality -- --blobs --seeds 1,2,3,4,5
+
+# docs/BENCHMARKS.md's plots: docs/plots/*.svg from docs/plots/data/*.json and
+# docs/bench-baseline.json (moat-plots, tooling/plots).
+plots:
+	$(CARGO) run -q -p moat-plots
 
 lint:
 	$(CARGO) fmt --all -- --check
