@@ -10,7 +10,7 @@ build:
 
 # `moat` on PATH (~/.cargo/bin), built in release mode.
 install:
-	$(CARGO) install --locked --path crates/node
+	$(CARGO) install --locked --path .
 
 # A development node: built-in chain, prefunded keys, a block every 2 s, RPC on :8545.
 run:

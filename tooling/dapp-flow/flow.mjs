@@ -2,7 +2,7 @@
 // would use them. Every step checks what the library hands back; the first failure ends
 // the run with exit code 1. MOAT_HTTP and MOAT_WS name the node's endpoints (loopback).
 //
-//   node flow.mjs            (after `npm ci`; the node test crates/node/tests/dapp_flow.rs
+//   node flow.mjs            (after `npm ci`; the node test tests/dapp_flow.rs
 //                             starts the node and runs this)
 
 import { ethers } from "ethers";

@@ -6,22 +6,22 @@
 //!
 //! The kit is built outside the repository (its README: a git copy of ChainSafe/lodestar,
 //! then its build.sh); when it is not built here the test says so and passes without
-//! running. The other scenarios (go-ethereum beside moat, faults, a full pool, Prysm at
-//! Fulu) run by hand: `moat-devnet --help`, docs/BENCHMARKS.md.
+//! running. Both binaries are built for the run: `moat` by cargo for this package's tests,
+//! `moat-devnet` by `common::workspace_bin`. The other scenarios (go-ethereum beside
+//! moat, faults, a full pool, Prysm at Fulu) run by hand: `moat-devnet --help`,
+//! docs/BENCHMARKS.md.
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]
 fn moat_under_lodestar_serves_the_cls_safe_and_finalized_blocks_through_a_crash() {
-    // moat-devnet is built for this test; moat beside it by `cargo test --workspace` (for
-    // the node's own tests) or `cargo build -p moat`.
-    let devnet = PathBuf::from(env!("CARGO_BIN_EXE_moat-devnet"));
-    let moat = devnet.with_file_name("moat");
     let home = PathBuf::from(std::env::var("HOME").unwrap_or_default());
     let built = std::env::var_os("LSDEVNET_DIR")
         .map(PathBuf::from)
@@ -36,12 +36,9 @@ fn moat_under_lodestar_serves_the_cls_safe_and_finalized_blocks_through_a_crash(
         );
         return;
     }
-    // The kit is optional (built outside the repository); moat is not.
-    assert!(
-        moat.is_file(),
-        "{} is not built: `cargo test --workspace` builds it, or `cargo build -p moat` first",
-        moat.display()
-    );
+    // The kit is optional (built outside the repository); the binaries are built now.
+    let moat = PathBuf::from(env!("CARGO_BIN_EXE_moat"));
+    let devnet = common::workspace_bin("moat-devnet", "moat-devnet");
     let out = Command::new(&devnet)
         .current_dir(repo())
         .args(["finality", "--epochs", "2", "--restart-epochs", "1"])

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/testdata/ethtest")
+        .join("../shared/testdata/ethtest")
         .join(name)
 }
 

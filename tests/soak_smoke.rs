@@ -1,20 +1,18 @@
-//! A short whole-node soak: the debug `moat` built beside this tool (target/debug/moat,
-//! which `cargo test --workspace` builds) for 30 seconds under a light load with two
-//! reorgs. The run must complete, carry its load, stop the node cleanly and leave nothing
-//! in the temporary directory.
+//! A short whole-node soak: `moat-soak` (tooling/soak) runs this package's `moat` for 30
+//! seconds under a light load with two reorgs; both are built for the run (`moat` by
+//! cargo for this package's tests, `moat-soak` by `common::workspace_bin`). The run must
+//! complete, carry its load, stop the node cleanly and leave nothing in the temporary
+//! directory.
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
 
 #[test]
 fn a_short_soak_of_moat_runs_end_to_end_and_cleans_up() {
-    let tool = PathBuf::from(env!("CARGO_BIN_EXE_moat-soak"));
-    let moat = tool.with_file_name("moat");
-    assert!(
-        moat.is_file(),
-        "{} is missing: build it first (cargo build -p moat)",
-        moat.display()
-    );
+    let tool = common::workspace_bin("moat-soak", "moat-soak");
+    let moat = PathBuf::from(env!("CARGO_BIN_EXE_moat"));
     let tmp = tempfile::tempdir().unwrap();
     let csv = tmp.path().join("samples.csv");
     let scratch = tmp.path().join("scratch");

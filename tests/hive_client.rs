@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn script_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../hive/moat")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("hive/moat")
 }
 
 /// The hive start script runs under bash and reads its environment with jq: a machine

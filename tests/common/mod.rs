@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 pub fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/testdata/ethtest")
+        .join("../shared/testdata/ethtest")
         .join(name)
 }
 
@@ -34,6 +34,42 @@ pub fn import_ethtest(datadir: &std::path::Path) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The binary `bin` of the workspace package `package` (a tool that drives `moat`), built
+/// now by the cargo running this test, in this test's profile: a no-op when it is up to
+/// date, a rebuild when its sources changed. Cargo builds only this package's own binary
+/// for its tests (`CARGO_BIN_EXE_moat`); another package's is built here so that no test
+/// runs one an earlier build left in target/, nor finds it missing on a clean checkout.
+/// The path is the one cargo reports for the executable.
+pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
+    let moat = PathBuf::from(env!("CARGO_BIN_EXE_moat"));
+    // target/<profile dir>/moat: `debug` is the dev profile's directory.
+    let profile = match moat
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+    {
+        Some("debug") | None => "dev",
+        Some(dir) => dir,
+    };
+    let out = Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--message-format=json-render-diagnostics"])
+        .args(["--profile", profile, "-p", package, "--bin", bin])
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package} --bin {bin} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bin)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo reported no executable for {bin}"))
 }
 
 /// A directory of its own for a test, named after `tag`, under cargo's scratch directory

@@ -62,7 +62,7 @@ fn target_dir() -> PathBuf {
 
 /// target/dapp-flow with the script and its node_modules installed by `npm ci`.
 fn installed_flow() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tooling/dapp-flow");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tooling/dapp-flow");
     let cache = target_dir().join("dapp-flow");
     std::fs::create_dir_all(&cache).expect("cache dir");
     for f in ["package.json", "package-lock.json", "flow.mjs"] {
