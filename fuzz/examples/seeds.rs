@@ -4,7 +4,6 @@
 //! small and deterministic except where a handshake seals with fresh randomness.
 
 use alloy_primitives::{Address, B256, Bytes as Raw, U256, keccak256};
-use moat_blockchain::mempool::journal_record;
 use moat_common::block::{Block, Header, Withdrawal};
 use moat_common::config::ForkId;
 use moat_common::testing::{sample_blob_tx, sample_signed};
@@ -15,6 +14,7 @@ use moat_discovery::packet::{
 };
 use moat_discovery::{Enr, NodeRecord, node_id};
 use moat_fuzz::{dev_key, engine_table, node, rpc_table};
+use moat_mempool::journal_record;
 use moat_p2p::eth::{self, Announcement, EthMessage, HashOrNumber, Status};
 use moat_p2p::p2p::{self, Capability, DisconnectReason, Hello};
 use moat_p2p::rlpx::fuzzing::{Ack, Auth, seal_eip8};

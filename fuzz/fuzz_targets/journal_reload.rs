@@ -11,9 +11,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use moat_blockchain::mempool::{journal_record, journal_records};
 use moat_common::PooledTransaction;
 use moat_fuzz::Bytes;
+use moat_mempool::{journal_record, journal_records};
 
 fn check(raw: &[u8]) -> Vec<Vec<u8>> {
     let (entries, good) = journal_records(raw);

@@ -16,10 +16,10 @@
 //! pieces, so that its seeds pick the same methods and name the same chain.
 
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::Genesis;
 use moat_crypto::secp::Signer;
+use moat_mempool::{Pool, PoolConfig};
 use moat_rpc::engine::EngineContext;
 use moat_rpc::{RpcContext, StoreStateView};
 use moat_storage::Store;
@@ -209,9 +209,13 @@ pub fn engine_table() -> &'static Table {
         let _rt = runtime().enter();
         let (chain, pool) = node();
         let payloads = PayloadService::new(chain.clone(), pool.clone());
-        let engine =
-            moat_rpc::engine::methods(EngineContext::new(chain.clone(), pool.clone(), payloads))
-                .expect("the engine table builds");
+        let engine = moat_rpc::engine::methods(EngineContext::new(
+            chain.clone(),
+            pool.clone(),
+            payloads,
+            moat_blockchain::maintain::spawn(&chain, &pool),
+        ))
+        .expect("the engine table builds");
         let mut names: Vec<&'static str> = engine.method_names().collect();
         names.sort_unstable();
         (engine.into(), names)

@@ -16,7 +16,6 @@ pub use crate::header::{
     HeaderError, next_block_base_fee, next_block_excess_blob_gas, validate_header,
 };
 use crate::history::StateAtBlock;
-use crate::mempool::SenderCache;
 use crate::premerge;
 pub use crate::state_root::{AccountUpdates, state_root_after};
 use crate::state_root::{build_tries, state_update};
@@ -26,6 +25,8 @@ use alloy_primitives::{Address, B256, Bloom, Bytes, U256};
 use moat_common::block::{Block, Header};
 use moat_common::config::{AllocEntries, ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_common::receipt::{self, Receipt};
+use moat_mempool::SenderCache;
+use moat_mempool::maintain::CanonHead;
 use moat_storage::{ChainMeta, Store, StoreError, TxLocation, WriteBatch};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -165,6 +166,19 @@ pub struct Chain {
     undo_pin: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The last block whose kept blob sidecars are deleted (`maintain::keep_blob_txs`).
     sidecar_cursor: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The canonical head, published after each move ([`Chain::subscribe_heads`]).
+    heads: std::sync::Arc<tokio::sync::watch::Sender<CanonHead>>,
+}
+
+/// Publishes the store's head when dropped: the chain's entry points that move the head
+/// hold one beside the writer lock, so a head is published once per move, after its
+/// writes (a reorg's steps are not).
+struct PublishHead<'a>(&'a Chain);
+
+impl Drop for PublishHead<'_> {
+    fn drop(&mut self) {
+        self.0.publish_head();
+    }
 }
 
 /// Entries the total-difficulty cache holds before it starts over.
@@ -383,7 +397,16 @@ impl Chain {
                 store.commit(batch)?;
             }
         }
+        let head = store.head()?.unwrap_or((0, hash));
         Ok(Self {
+            heads: std::sync::Arc::new(
+                tokio::sync::watch::channel(CanonHead {
+                    seq: 0,
+                    number: head.0,
+                    hash: head.1,
+                })
+                .0,
+            ),
             store,
             config: genesis.config.clone(),
             genesis_hash: hash,
@@ -395,6 +418,33 @@ impl Chain {
             undo_pin: std::sync::Arc::new(u64::MAX.into()),
             sidecar_cursor: std::sync::Arc::new(undo_window::UNKNOWN.into()),
         })
+    }
+
+    /// The canonical head after each move: a block imported, a reorg, a rewind, a head a
+    /// sync wrote. A `watch`: a slow reader sees the newest head, with `seq` counting the
+    /// moves (the pool's upkeep task, `moat_mempool::maintain`, reads it).
+    pub fn subscribe_heads(&self) -> tokio::sync::watch::Receiver<CanonHead> {
+        self.heads.subscribe()
+    }
+
+    /// Publishes the store's head if it moved since the last publication. The chain's
+    /// own entry points call it; a writer that sets the head in the store directly (snap
+    /// sync's pivot) calls it after its commit.
+    pub fn publish_head(&self) {
+        let Ok(Some((number, hash))) = self.store.head() else {
+            return;
+        };
+        self.heads.send_if_modified(|h| {
+            if h.hash == hash {
+                return false;
+            }
+            *h = CanonHead {
+                seq: h.seq + 1,
+                number,
+                hash,
+            };
+            true
+        });
     }
 
     /// Runs a call on the head's post-state, in the head's block environment (eth_call).
@@ -687,6 +737,7 @@ impl Chain {
     /// consistent chain at some point on the way.
     pub fn set_head(&self, target: B256) -> Result<HeadChange, ChainError> {
         let _writer = self.writer.lock();
+        let _publish = PublishHead(self);
         let (_, head_hash) = self.head()?;
         if target == head_hash || self.is_canonical(&target)? {
             return Ok(HeadChange::default());
@@ -784,6 +835,7 @@ impl Chain {
     /// Validates, executes and stores `block` as the new head.
     pub fn import(&self, block: &Block) -> Result<ImportOutcome, ChainError> {
         let _writer = self.writer.lock();
+        let _publish = PublishHead(self);
         self.import_locked(block)
     }
 

@@ -1,27 +1,22 @@
-//! The pool's upkeep as blocks come: its window on the store ([`StoreStateView`]), the
-//! head it admits against ([`head_info`], [`next_block_fees`]), the update a new block or
-//! a reorg makes ([`block_update`], [`reorg_update`]), and the mined blob transactions
-//! kept with their sidecars while a reorg may bring them back ([`keep_blob_txs`]).
+//! The chain's side of the pool's upkeep: the pool's window on the store
+//! ([`StoreStateView`]), the head it admits against ([`head_info`], [`next_block_fees`]),
+//! and [`Chain`] as the upkeep task reads it (`impl CanonChain`): blocks, the reorg floor,
+//! the accounts a block changed (its undo record), and the mined blob transactions kept
+//! with their sidecars while a reorg may bring them back.
 //!
-//! The engine API and the dev node's block producer both drive the pool through these,
-//! so a block moves the pool the same way whichever of them sealed or received it:
-//!
-//! ```text
-//!  block imported ─▶ keep_blob_txs (sidecars of mined blob txs; those at or below
-//!                    Chain::sidecar_floor go)
-//!                 ─▶ block_update: head_info, mined hashes, touched accounts
-//!                 ─▶ Pool::on_head_change
-//!  reorg          ─▶ reorg_update: both branches' accounts, the new branch mined, the old
-//!                    branch's txs (blob txs with their kept sidecars) back to the pool
-//! ```
+//! The task itself lives with the pool (`moat_mempool::maintain`): the chain publishes
+//! each canonical head ([`Chain::subscribe_heads`]), the node spawns the task, and the
+//! engine API, the syncer and dev mode only import blocks.
 
 use crate::chain::Chain;
-use crate::mempool::{AccountState, CodeKind, HeadInfo, HeadUpdate, Pool, StateView};
+use crate::undo::Undo;
 use alloy_primitives::{Address, B256, KECCAK256_EMPTY};
 use moat_common::block::{Block, Header};
 use moat_common::config::ChainConfig;
 use moat_common::fees;
 use moat_common::transaction::{PooledTransaction, TxType};
+use moat_mempool::maintain::{CanonChain, Maintainer};
+use moat_mempool::{AccountState, CodeKind, HeadInfo, Pool, StateView};
 use moat_storage::{Store, WriteBatch};
 
 /// EIP-7702: code `0xef0100 ‖ address` delegates an EOA to `address`.
@@ -122,86 +117,58 @@ impl StateView for StoreStateView {
     }
 }
 
-/// What a new canonical block tells the pool: its head, the txs it mined, and the
-/// accounts it touched (senders, beneficiary, withdrawal recipients). Senders come from
-/// the pool's cache (import filled it), else from ECDSA recovery: run it off the
-/// runtime.
-pub fn block_update(chain: &Chain, pool: &Pool, block: &Block) -> HeadUpdate {
-    HeadUpdate {
-        head: head_info(chain.config(), &block.header),
-        mined: block.transactions.iter().map(|tx| tx.hash()).collect(),
-        touched: touched_by(pool, block),
-        reorged: Vec::new(),
-    }
+/// Starts the pool's upkeep task over `chain` on the current runtime: the pool follows
+/// every head the chain publishes from now on (`moat_mempool::maintain`).
+pub fn spawn(chain: &Chain, pool: &Pool) -> Maintainer {
+    moat_mempool::maintain::spawn(
+        pool.clone(),
+        std::sync::Arc::new(chain.clone()),
+        chain.subscribe_heads(),
+    )
 }
 
-/// Accounts `block` changed that the pool may hold txs of, sorted and distinct. Senders
-/// whose txs the pool does not hold still matter: another tx of theirs with the same
-/// nonce may be pooled, and it is stale now.
-fn touched_by(pool: &Pool, block: &Block) -> Vec<Address> {
-    let cache = pool.sender_cache();
-    let mut touched: Vec<Address> = block
-        .transactions
-        .iter()
-        .filter_map(|tx| cache.get(&tx.hash()).or_else(|| tx.recover_sender().ok()))
-        .collect();
-    touched.push(block.header.beneficiary);
-    touched.extend(block.withdrawals.iter().flatten().map(|w| w.address));
-    touched.sort_unstable();
-    touched.dedup();
-    touched
-}
+/// The chain as the pool's upkeep task reads it (`moat_mempool::maintain`).
+impl CanonChain for Chain {
+    fn canonical_hash(&self, number: u64) -> Option<B256> {
+        self.store().canonical_hash(number).ok().flatten()
+    }
 
-/// A reorg to `head`: the new branch (`added`, oldest first) mines its txs and its blob
-/// txs are kept; the accounts of both branches are touched; the old branch's txs
-/// (`removed`) that the new one does not hold go back to the pool, blob txs only with
-/// the sidecar kept when they were mined. Blocking (store reads and writes).
-pub fn reorg_update(
-    chain: &Chain,
-    pool: &Pool,
-    removed: &[Block],
-    added: &[Block],
-    head: &Header,
-) -> HeadUpdate {
-    let mut update = HeadUpdate {
-        head: head_info(chain.config(), head),
-        ..HeadUpdate::default()
-    };
-    for block in added.iter().chain(removed) {
-        update.touched.extend(touched_by(pool, block));
+    fn block(&self, hash: &B256) -> Option<Block> {
+        Chain::block(self, hash).ok().flatten()
     }
-    for block in added {
-        keep_blob_txs(chain, pool, block);
-        update
-            .mined
-            .extend(block.transactions.iter().map(|tx| tx.hash()));
+
+    fn reorg_floor(&self) -> u64 {
+        // Unreadable: no walk back (the pool takes the new head alone).
+        self.undo_floor().unwrap_or(u64::MAX)
     }
-    update.touched.sort_unstable();
-    update.touched.dedup();
-    let store = chain.store();
-    let mined: std::collections::HashSet<_> = update.mined.iter().copied().collect();
-    for tx in removed.iter().flat_map(|b| &b.transactions) {
-        if mined.contains(&tx.hash()) {
-            continue;
-        }
-        if tx.tx_type() != TxType::Eip4844 {
-            update
-                .reorged
-                .push(PooledTransaction::new(tx.clone(), None));
-            continue;
-        }
-        // A blob tx comes back only with its sidecar, kept when it was mined.
-        let kept = store
-            .sidecar(&tx.hash())
+
+    fn head_info(&self, header: &Header) -> HeadInfo {
+        head_info(self.config(), header)
+    }
+
+    fn changed_accounts(&self, block: &Block) -> Option<Vec<Address>> {
+        let record = self.store().undo(&block.hash).ok()??;
+        let undo = Undo::decode(&record).ok()?;
+        Some(
+            undo.accounts
+                .into_iter()
+                .map(|(address, _)| address)
+                .collect(),
+        )
+    }
+
+    fn keep_blob_txs(&self, block: &Block, pool: &Pool) {
+        keep_blob_txs(self, pool, block)
+    }
+
+    fn kept_blob_tx(&self, hash: &B256) -> Option<PooledTransaction> {
+        self.store()
+            .sidecar(hash)
             .ok()
             .flatten()
             .and_then(|raw| PooledTransaction::decode_2718(&raw).ok())
-            .filter(|p| p.hash() == tx.hash());
-        if let Some(pooled) = kept {
-            update.reorged.push(pooled);
-        }
+            .filter(|p| p.hash() == *hash)
     }
-    update
 }
 
 /// Keeps the blob txs `block` mines, sidecar included, while a reorg may still take the
@@ -211,7 +178,7 @@ pub fn reorg_update(
 /// can be undone can re-inject its blob txs) but keeps at most the last
 /// [`SIDECAR_DEPTH`](crate::chain::SIDECAR_DEPTH) blocks' sidecars, as they are large.
 /// Blocking (store reads and writes).
-pub fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
+fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
     use crate::chain::SIDECAR_DEPTH;
     use std::sync::atomic::Ordering;
     let store = chain.store();
@@ -247,6 +214,12 @@ pub fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
             }
         }
     }
+    if batch.is_empty() {
+        chain
+            .sidecar_cursor()
+            .store(last.max(cursor), Ordering::Relaxed);
+        return;
+    }
     match store.commit(batch) {
         Ok(()) => chain
             .sidecar_cursor()
@@ -258,11 +231,12 @@ pub fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mempool::{InMemoryState, PoolConfig};
     use moat_common::block::Withdrawal;
     use moat_common::config::Genesis;
     use moat_common::testing::sample_signed;
     use moat_crypto::secp::Signer;
+    use moat_mempool::maintain::{block_update, reorg_update};
+    use moat_mempool::{InMemoryState, PoolConfig};
     use std::sync::Arc;
 
     fn block(

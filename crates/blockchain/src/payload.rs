@@ -1,7 +1,7 @@
 //! Payload building: fill a block from the pool's best transactions, execute it, and
 //! seal its header; and a service that keeps improving a payload until it is fetched.
 //!
-//! Selection walks [`crate::mempool::BestTransactions`] under the block's gas, blob gas
+//! Selection walks [`moat_mempool::BestTransactions`] under the block's gas, blob gas
 //! and (from Osaka) RLP size budgets. The selection is then executed as a whole; a
 //! transaction that fails drops out with its sender's later ones, and the rest is executed
 //! again, so the sealed block never holds a failing transaction.
@@ -10,7 +10,6 @@ use crate::chain::{
     Chain, ChainError, next_block_base_fee, next_block_excess_blob_gas, requests_hash,
     state_root_after,
 };
-use crate::mempool::{BlockBudget, Pool};
 use crate::vm::{self, VmError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
 use alloy_trie::EMPTY_ROOT_HASH;
@@ -21,6 +20,7 @@ use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB};
 use moat_common::fees;
 use moat_common::receipt;
 use moat_common::transaction::BlobsBundle;
+use moat_mempool::{BlockBudget, Pool};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

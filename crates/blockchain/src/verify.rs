@@ -24,7 +24,6 @@
 
 use crate::chain::ChainError;
 use crate::history::StateAtBlock;
-use crate::mempool::read_journal;
 use crate::state_root::{
     ACCOUNT_TRIE, StoreNodes, account_leaf, hashed_address, hashed_slot, head_state_root,
 };
@@ -34,6 +33,7 @@ use alloy_trie::EMPTY_ROOT_HASH;
 use moat_common::block::{Block, Header};
 use moat_common::config::ChainConfig;
 use moat_common::transaction::PooledTransaction;
+use moat_mempool::read_journal;
 use moat_storage::{Account, Store, StoreError};
 use moat_trie::{Expected, NodeSource, range};
 use parking_lot::Mutex;

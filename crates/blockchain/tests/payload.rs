@@ -3,13 +3,13 @@
 
 use alloy_primitives::{Address, B256, TxKind, U256};
 use moat_blockchain::chain::{Chain, ImportOutcome};
-use moat_blockchain::mempool::{HeadUpdate, Pool, PoolConfig, StateView, TxInput, TxOrigin};
 use moat_blockchain::payload::{PayloadAttributes, PayloadService};
 use moat_common::block::Block;
 use moat_common::config::Genesis;
 use moat_common::transaction::{Eip1559Tx, Transaction};
 use moat_common::{PooledTransaction, SignedTransaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{HeadUpdate, Pool, PoolConfig, StateView, TxInput, TxOrigin};
 use moat_storage::Store;
 use std::sync::Arc;
 

@@ -4,13 +4,13 @@
 
 use alloy_primitives::{Address, B256, TxKind, U256};
 use moat_blockchain::chain::{Chain, ChainError, ExecutionMismatch, ImportOutcome, Mark};
-use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::Block;
 use moat_common::config::Genesis;
 use moat_common::transaction::{Eip1559Tx, Transaction};
 use moat_common::{PooledTransaction, SignedTransaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_storage::Store;
 use std::sync::Arc;
 

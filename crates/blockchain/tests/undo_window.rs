@@ -5,11 +5,11 @@
 
 use alloy_primitives::{Address, B256};
 use moat_blockchain::chain::{Chain, ChainError, ExecutionMismatch};
-use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_blockchain::undo::{UNDO_DEPTH, UndoWindow};
 use moat_common::block::Block;
 use moat_common::config::Genesis;
+use moat_mempool::{Pool, PoolConfig};
 use moat_storage::Store;
 use std::sync::Arc;
 

@@ -3,13 +3,13 @@
 
 use alloy_primitives::{Address, B256, Bytes, U256, keccak256};
 use moat_blockchain::chain::{Chain, ImportOutcome, StateEdit};
-use moat_blockchain::maintain;
-use moat_blockchain::mempool::{HeadUpdate, Pool, TxInput};
 use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_common::system_contracts as sys;
 use moat_common::transaction::PooledTransaction;
 use moat_crypto::secp::Signer;
+use moat_mempool::maintain::Maintainer;
+use moat_mempool::{Pool, TxInput};
 use moat_rpc::{DevRequest, MineTime, RpcContext};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -146,6 +146,7 @@ fn mark_dev_head(chain: &Chain) {
 async fn produce_block(
     chain: &Chain,
     pool: &Pool,
+    maintainer: &Maintainer,
     rpc: &RpcContext,
     miner: &MinerConfig,
     clock: &mut DevClock,
@@ -175,19 +176,13 @@ async fn produce_block(
         .map_err(|e| e.to_string())?
     {
         Ok(ImportOutcome::Imported { number, .. }) => {
-            // What the engine API tells the pool of a new block, the same way: its blob
-            // txs kept for a revert, and the accounts it touched (senders, beneficiary,
-            // withdrawals) revalidated, not only its own txs dropped.
-            let (c, p, b) = (chain.clone(), pool.clone(), block.clone());
-            let update = tokio::task::spawn_blocking(move || {
-                maintain::keep_blob_txs(&c, &p, &b);
-                mark_dev_head(&c);
-                maintain::block_update(&c, &p, &b)
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-            pool.on_head_change(update).await;
-            rpc.notify_new_head(&block.header);
+            let c = chain.clone();
+            tokio::task::spawn_blocking(move || mark_dev_head(&c))
+                .await
+                .map_err(|e| e.to_string())?;
+            // The pool follows the new head (its upkeep task, as for any import): the
+            // next block is built from a pool without this one's transactions.
+            maintainer.caught_up().await;
             Ok(Some((number, block.transactions.len())))
         }
         Ok(ImportOutcome::AlreadyKnown) => Ok(None),
@@ -198,7 +193,7 @@ async fn produce_block(
 /// Seals a block carrying `edits` (see [`Chain::seal_state_edits`]) and tells the pool.
 async fn seal_edits(
     chain: &Chain,
-    pool: &Pool,
+    maintainer: &Maintainer,
     rpc: &RpcContext,
     miner: &MinerConfig,
     clock: &mut DevClock,
@@ -206,7 +201,6 @@ async fn seal_edits(
 ) -> Result<(), String> {
     let head = chain.head_header().map_err(|e| e.to_string())?;
     let attrs = dev_attrs(rpc, &head, clock.next_timestamp(&head)?);
-    let touched = edits.iter().map(StateEdit::address).collect();
     let (c, m) = (chain.clone(), miner.clone());
     let block = tokio::task::spawn_blocking(move || c.seal_state_edits(&attrs, &m, &edits))
         .await
@@ -214,13 +208,9 @@ async fn seal_edits(
         .map_err(|e| e.to_string())?;
     tracing::info!(number = block.header.number, "sealed a state edit");
     mark_dev_head(chain);
-    pool.on_head_change(HeadUpdate {
-        head: maintain::head_info(chain.config(), &block.header),
-        touched,
-        ..Default::default()
-    })
-    .await;
-    rpc.notify_new_head(&block.header);
+    // The edited accounts are in the block's undo record: the pool's upkeep reads them
+    // again with the block's other changes.
+    maintainer.caught_up().await;
     Ok(())
 }
 
@@ -237,7 +227,7 @@ fn pool_transactions(pool: &Pool) -> Vec<(PooledTransaction, Address)> {
 async fn revert(
     chain: &Chain,
     pool: &Pool,
-    rpc: &RpcContext,
+    maintainer: &Maintainer,
     snapshots: &mut Vec<Snapshot>,
     id: u64,
 ) -> Result<bool, String> {
@@ -264,18 +254,15 @@ async fn revert(
     // This snapshot and every later one are used up, as in anvil.
     let taken: Vec<Snapshot> = snapshots.drain(at..).collect();
     mark_dev_head(chain);
+    // The pool follows the rewind first (its upkeep task gives it the undone blocks'
+    // transactions), then holds exactly what it held at the snapshot.
+    maintainer.caught_up().await;
     let snap = &taken[0];
-    let head = chain.head_header().map_err(err)?;
     for (_, txs) in pool.content() {
         if let Some((first, _)) = txs.first() {
             pool.remove_with_descendants(&first.hash());
         }
     }
-    pool.on_head_change(HeadUpdate {
-        head: maintain::head_info(chain.config(), &head),
-        ..Default::default()
-    })
-    .await;
     for (tx, sender) in snap.pool.iter().cloned() {
         // The sender the pool had: an impersonated one's placeholder signature does not
         // recover to it, and the cache may have dropped it since the snapshot.
@@ -283,7 +270,6 @@ async fn revert(
         // A transaction the snapshot's state no longer takes is left out.
         let _ = pool.submit_local(TxInput::Decoded(Box::new(tx))).await;
     }
-    rpc.notify_new_head(&head);
     Ok(true)
 }
 
@@ -302,6 +288,7 @@ fn log_block(result: &Result<Option<(u64, usize)>, String>) {
 pub async fn run_producer(
     chain: Chain,
     pool: Pool,
+    maintainer: Maintainer,
     rpc: RpcContext,
     period: Duration,
     miner: MinerConfig,
@@ -368,7 +355,8 @@ pub async fn run_producer(
                 // With period 0 the submitted tx goes into a block now (unless a block
                 // already took it), and its pending notice is spent.
                 if period.is_zero() && pool.status().pending.txs > 0 {
-                    let result = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
+                    let result =
+                        produce_block(&chain, &pool, &maintainer, &rpc, &miner, &mut clock).await;
                     log_block(&result);
                     while pending.try_recv().is_ok() {}
                 }
@@ -376,7 +364,7 @@ pub async fn run_producer(
                 continue;
             }
             Some(DevRequest::Edit(edits, reply)) => {
-                let r = seal_edits(&chain, &pool, &rpc, &miner, &mut clock, edits).await;
+                let r = seal_edits(&chain, &maintainer, &rpc, &miner, &mut clock, edits).await;
                 let _ = reply.send(r);
                 continue;
             }
@@ -396,7 +384,7 @@ pub async fn run_producer(
                 continue;
             }
             Some(DevRequest::Revert(id, reply)) => {
-                let r = revert(&chain, &pool, &rpc, &mut snapshots, id).await;
+                let r = revert(&chain, &pool, &maintainer, &mut snapshots, id).await;
                 let _ = reply.send(r);
                 continue;
             }
@@ -410,7 +398,7 @@ pub async fn run_producer(
                 continue;
             }
         };
-        let result = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
+        let result = produce_block(&chain, &pool, &maintainer, &rpc, &miner, &mut clock).await;
         log_block(&result);
         due = tokio::time::Instant::now() + period;
         if let Some(reply) = reply {
@@ -423,15 +411,15 @@ pub async fn run_producer(
 mod tests {
     use super::*;
     use moat_blockchain::history::StateAtBlock;
-    use moat_blockchain::mempool::PoolConfig;
     use moat_blockchain::vm::StateReader;
     use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
+    use moat_mempool::PoolConfig;
     use moat_rpc::StoreStateView;
     use moat_storage::Store;
     use std::sync::Arc;
 
     /// A dev chain, its pool (with a sender cache of `cache` entries) and RPC context.
-    fn dev_node(cache: usize) -> (Chain, Pool, RpcContext) {
+    fn dev_node(cache: usize) -> (Chain, Pool, RpcContext, Maintainer) {
         let store = Store::in_memory();
         let chain = Chain::init(store.clone(), &dev_genesis(false)).unwrap();
         let mut config = PoolConfig::new(chain.config().clone());
@@ -440,7 +428,8 @@ mod tests {
         let pool = Pool::new(config, Arc::new(view));
         let chain = chain.with_sender_cache(pool.sender_cache().clone());
         let rpc = RpcContext::new(chain.clone(), pool.clone());
-        (chain, pool, rpc)
+        let maintainer = moat_blockchain::maintain::spawn(&chain, &pool);
+        (chain, pool, rpc, maintainer)
     }
 
     fn account(chain: &Chain, a: Address) -> (U256, u64) {
@@ -465,14 +454,14 @@ mod tests {
 
     #[tokio::test]
     async fn an_impersonated_transfer_is_mined_as_its_sender_after_the_cache_dropped_it() {
-        let (chain, pool, rpc) = dev_node(16);
+        let (chain, pool, rpc, maintainer) = dev_node(16);
         let miner = MinerConfig::default();
         let mut clock = DevClock::default();
         let (whale, to) = (Address::repeat_byte(0xcc), Address::repeat_byte(0xdd));
         let ether = U256::from(10u64).pow(U256::from(18));
         seal_edits(
             &chain,
-            &pool,
+            &maintainer,
             &rpc,
             &miner,
             &mut clock,
@@ -499,7 +488,7 @@ mod tests {
             .unwrap();
         push_out_of_sender_cache(&pool, signed.hash());
 
-        let sealed = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
+        let sealed = produce_block(&chain, &pool, &maintainer, &rpc, &miner, &mut clock).await;
         assert_eq!(sealed, Ok(Some((2, 1))));
         assert_eq!(account(&chain, to), (U256::from(5), 0));
         let (balance, nonce) = account(&chain, whale);
@@ -509,13 +498,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_revert_gives_the_pool_back_an_impersonated_transfer_the_cache_dropped() {
-        let (chain, pool, rpc) = dev_node(16);
+        let (chain, pool, rpc, maintainer) = dev_node(16);
         let miner = MinerConfig::default();
         let mut clock = DevClock::default();
         let whale = Address::repeat_byte(0xcc);
         let ether = U256::from(10u64).pow(U256::from(18));
         let edit = vec![StateEdit::Balance(whale, ether)];
-        seal_edits(&chain, &pool, &rpc, &miner, &mut clock, edit)
+        seal_edits(&chain, &maintainer, &rpc, &miner, &mut clock, edit)
             .await
             .unwrap();
         let signed = SignedTransaction::new(
@@ -544,14 +533,14 @@ mod tests {
             pool: pool_transactions(&pool),
         }];
         assert_eq!(snapshots[0].pool.len(), 1);
-        produce_block(&chain, &pool, &rpc, &miner, &mut clock)
+        produce_block(&chain, &pool, &maintainer, &rpc, &miner, &mut clock)
             .await
             .unwrap();
         assert!(pool.get(&signed.hash()).is_none(), "mined");
         push_out_of_sender_cache(&pool, signed.hash());
 
         assert_eq!(
-            revert(&chain, &pool, &rpc, &mut snapshots, 0).await,
+            revert(&chain, &pool, &maintainer, &mut snapshots, 0).await,
             Ok(true)
         );
         let back = pool
@@ -563,7 +552,7 @@ mod tests {
     #[tokio::test]
     async fn a_revert_past_the_undo_depth_fails_and_keeps_its_snapshots() {
         use moat_blockchain::undo::UNDO_DEPTH;
-        let (chain, pool, rpc) = dev_node(1024);
+        let (chain, pool, rpc, maintainer) = dev_node(1024);
         let miner = MinerConfig::default();
         let mut clock = DevClock::default();
         let snapshot = |id: u64| {
@@ -577,18 +566,18 @@ mod tests {
         };
         let mut snapshots = vec![snapshot(0)];
         for _ in 0..=UNDO_DEPTH {
-            let sealed = produce_block(&chain, &pool, &rpc, &miner, &mut clock).await;
+            let sealed = produce_block(&chain, &pool, &maintainer, &rpc, &miner, &mut clock).await;
             assert!(matches!(sealed, Ok(Some(_))), "{sealed:?}");
         }
         snapshots.push(snapshot(1));
-        produce_block(&chain, &pool, &rpc, &miner, &mut clock)
+        produce_block(&chain, &pool, &maintainer, &rpc, &miner, &mut clock)
             .await
             .unwrap();
         let head = UNDO_DEPTH + 2;
         assert_eq!(chain.head().unwrap().0, head);
 
         // Block 0 is past the undo records: refused, the chain and snapshots as they were.
-        let e = revert(&chain, &pool, &rpc, &mut snapshots, 0)
+        let e = revert(&chain, &pool, &maintainer, &mut snapshots, 0)
             .await
             .unwrap_err();
         assert!(
@@ -599,7 +588,7 @@ mod tests {
         assert_eq!(snapshots.len(), 2);
         // The later snapshot is in reach; it is used up by the revert.
         assert_eq!(
-            revert(&chain, &pool, &rpc, &mut snapshots, 1).await,
+            revert(&chain, &pool, &maintainer, &mut snapshots, 1).await,
             Ok(true)
         );
         assert_eq!(chain.head().unwrap().0, head - 1);
@@ -610,18 +599,19 @@ mod tests {
         assert_eq!(number(Mark::Safe), Some(head - 1));
         assert_eq!(number(Mark::Finalized), Some((head - 1) / 32 * 32));
         assert_eq!(
-            revert(&chain, &pool, &rpc, &mut snapshots, 1).await,
+            revert(&chain, &pool, &maintainer, &mut snapshots, 1).await,
             Ok(false)
         );
     }
 
     #[tokio::test]
     async fn a_mine_request_carries_its_block_time_to_the_producer() {
-        let (chain, pool, rpc) = dev_node(1024);
+        let (chain, pool, rpc, maintainer) = dev_node(1024);
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let producer = tokio::spawn(run_producer(
             chain.clone(),
             pool,
+            maintainer,
             rpc,
             Duration::from_secs(3600),
             MinerConfig::default(),

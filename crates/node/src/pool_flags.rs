@@ -2,10 +2,10 @@
 //! pool's and the block builder's configuration.
 
 use alloy_primitives::{Address, Bytes};
-use moat_blockchain::mempool::lanes::RpcLaneBudget;
-use moat_blockchain::mempool::{JournalOptions, PoolConfig};
 use moat_blockchain::payload::MinerConfig;
 use moat_common::config::ChainConfig;
+use moat_mempool::lanes::RpcLaneBudget;
+use moat_mempool::{JournalOptions, PoolConfig};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -371,7 +371,7 @@ mod tests {
         let chain = ChainConfig::all_forks_at_genesis(1, moat_common::config::Fork::Prague);
         assert_eq!(
             defaults.pool.pool_config(chain.clone()).budget,
-            moat_blockchain::mempool::BudgetConfig::for_this_machine()
+            moat_mempool::BudgetConfig::for_this_machine()
         );
         let miner = defaults.pool.miner_config(false).unwrap();
         assert_eq!(miner, MinerConfig::geth_defaults());

@@ -4,9 +4,9 @@
 use crate::dev;
 use crate::disk::Trouble;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Journal, Pool, ReloadFate};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::Genesis;
+use moat_mempool::{Journal, Pool, ReloadFate};
 use moat_rpc::engine::{EngineConfig, EngineContext, read_jwt_secret, start_engine};
 use moat_rpc::{RpcConfig, RpcContext, StoreStateView};
 use moat_storage::Store;
@@ -280,7 +280,7 @@ fn install_metrics(builder: metrics_exporter_prometheus::PrometheusBuilder) -> R
         .name("metrics".into())
         .spawn(move || {
             // Failure leaves the thread at normal priority.
-            moat_blockchain::mempool::lanes::nice_this_thread();
+            moat_mempool::lanes::nice_this_thread();
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -359,12 +359,14 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         }
     })?;
     let config = chain.config().clone();
-    moat_blockchain::mempool::lanes::set_rpc_lane_budget(args.pool.rpc_lane_budget());
+    moat_mempool::lanes::set_rpc_lane_budget(args.pool.rpc_lane_budget());
     let pool = Pool::new(
         args.pool.pool_config(config.clone()),
         Arc::new(StoreStateView::new(store.clone(), config.clone())),
     );
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
+    // The pool follows every head the chain moves to, whoever moved it.
+    let maintainer = moat_blockchain::maintain::spawn(&chain, &pool);
     // Local transactions from before a restart come back through the pipeline.
     let journal = reload_journal(&args, &datadir, &store, &pool).await?;
     let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
@@ -435,11 +437,11 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     let miner = args.pool.miner_config(args.dev)?;
     let payloads = PayloadService::new(chain.clone(), pool.clone()).with_miner(miner.clone());
     let mut engine_ctx =
-        EngineContext::new(chain.clone(), pool.clone(), payloads).with_synced_flag(synced);
+        EngineContext::new(chain.clone(), pool.clone(), payloads, maintainer.clone())
+            .with_synced_flag(synced);
     if let Some(sync) = sync {
         engine_ctx = engine_ctx.with_sync(sync);
     }
-    let mut heads = engine_ctx.subscribe_heads();
     let engine_config = args.rpc.engine_config(
         &budget,
         EngineConfig {
@@ -457,11 +459,13 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(addr = %engine.local_addr(), "engine API listening");
-    // Heads the consensus client sets reach newHeads subscribers.
+    // Each head the pool has followed (from the consensus client, the syncer or dev
+    // mode) reaches newHeads subscribers and the peers.
+    let mut heads = maintainer.subscribe();
     let (heads_chain, heads_rpc, heads_net) = (chain.clone(), ctx.clone(), network.clone());
     tokio::spawn(async move {
         while heads.changed().await.is_ok() {
-            let hash = *heads.borrow_and_update();
+            let hash = heads.borrow_and_update().hash;
             if let Ok(Some(header)) = heads_chain.header(&hash) {
                 heads_rpc.notify_new_head(&header);
             }
@@ -484,6 +488,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         tokio::spawn(dev::run_producer(
             chain.clone(),
             pool.clone(),
+            maintainer.clone(),
             ctx.clone(),
             period,
             miner,

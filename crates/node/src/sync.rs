@@ -1,6 +1,7 @@
 //! The syncer wired to the rest of the node: the engine API and `eth_syncing` reach it
-//! through moat-rpc's `SyncService`, and the heads it imports reach newHeads
-//! subscribers and the p2p layer (block range updates).
+//! through moat-rpc's `SyncService`. The heads it imports are published by the chain:
+//! the pool follows them, and newHeads subscribers and the p2p layer hear of them from
+//! the pool's upkeep task (run.rs).
 
 use alloy_primitives::B256;
 use moat_blockchain::chain::Chain;
@@ -68,16 +69,5 @@ pub fn start(
             ..SyncConfig::default()
         },
     );
-    let mut heads = handle.subscribe_heads();
-    let (chain, net) = (chain.clone(), net.clone());
-    tokio::spawn(async move {
-        while heads.changed().await.is_ok() {
-            let hash = *heads.borrow_and_update();
-            if let Ok(Some(header)) = chain.header(&hash) {
-                rpc.notify_new_head(&header);
-            }
-            net.on_new_head();
-        }
-    });
     Arc::new(Sync(handle))
 }

@@ -10,12 +10,12 @@
 //! `state_root`); they run `moat` and `moat-state-bench` from this binary's directory.
 
 use alloy_primitives::{U256, keccak256};
-use moat_blockchain::mempool::bench_support as b;
 use moat_common::config::{BlobParams, Fork};
 use moat_common::testing::{sample_blob_tx, sample_signed};
 use moat_common::transaction::{BlobRules, SidecarVersion};
 use moat_common::{SignedTransaction, TxType};
 use moat_crypto::{kzg, secp::Signer};
+use moat_mempool::bench_support as b;
 use secp256k1::{Message, SECP256K1, ecdsa::RecoverableSignature, ecdsa::RecoveryId};
 use std::hint::black_box;
 
@@ -200,7 +200,7 @@ fn per_op(d: Duration, n: usize) -> f64 {
 
 /// The pool rows (issue: admission paths, eviction, block building, head change, blobs).
 fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
-    use moat_blockchain::mempool::{Rejection, TxInput, TxOrigin};
+    use moat_mempool::{Rejection, TxInput, TxOrigin};
 
     let n = if quick { 5_000 } else { 20_000 };
     let base = b::signed_transfers(10_000, 10_000_000, 2);
@@ -533,7 +533,7 @@ fn measure_table(quick: bool) -> Vec<Row> {
         ns: signing,
         target: Target::Report,
     });
-    let cache = moat_blockchain::mempool::SenderCache::new(131_072);
+    let cache = moat_mempool::SenderCache::new(131_072);
     let mut i = 0u64;
     let cache_insert = measure(&budget, || {
         i += 1;

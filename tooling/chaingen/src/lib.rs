@@ -32,16 +32,16 @@ pub use expb::expb_requests;
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256, keccak256};
 use moat_blockchain::chain::{Chain, ImportOutcome, next_block_base_fee};
-use moat_blockchain::mempool::{
-    AccountState, CodeKind, HeadInfo, HeadUpdate, Pool, PoolConfig, StateView, SubPoolLimit,
-    TxInput, TxOrigin,
-};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::PooledTransaction;
 use moat_common::block::Block;
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{
+    AccountState, CodeKind, HeadInfo, HeadUpdate, Pool, PoolConfig, StateView, SubPoolLimit,
+    TxInput, TxOrigin,
+};
 use moat_storage::Store;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -460,7 +460,7 @@ impl Generator {
         let pool = &self.pool;
         self.runtime.block_on(async {
             // Sender recovery spread over the cores, then admission in order.
-            pool.warm_senders(&raw, &mut moat_blockchain::mempool::CpuMeter::off())
+            pool.warm_senders(&raw, &mut moat_mempool::CpuMeter::off())
                 .await;
             for (i, bytes) in raw.into_iter().enumerate() {
                 pool.add_transaction(TxInput::Raw(bytes), TxOrigin::Local)

@@ -13,10 +13,10 @@
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
 use clap::Parser;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Counter, Pool, PoolConfig};
 use moat_common::config::{ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{Counter, Pool, PoolConfig};
 use moat_p2p::client::Client;
 use moat_p2p::eth::EthMessage;
 use moat_p2p::{Enode, Network, NetworkConfig};

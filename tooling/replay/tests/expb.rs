@@ -4,8 +4,8 @@
 //! `--warmup` and `--amount`; and a payload that is not VALID makes the replay fail.
 
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_blockchain::payload::PayloadService;
+use moat_mempool::{Pool, PoolConfig};
 use moat_rpc::{EngineConfig, EngineContext, StoreStateView};
 use moat_storage::Store;
 use serde_json::Value;
@@ -64,7 +64,12 @@ fn engine(genesis: &moat_common::config::Genesis) -> (tokio::runtime::Runtime, C
     let view = StoreStateView::new(store, chain.config().clone());
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let ctx = EngineContext::new(chain.clone(), pool, payloads);
+    let ctx = EngineContext::new(
+        chain.clone(),
+        pool.clone(),
+        payloads,
+        moat_blockchain::maintain::spawn(&chain, &pool),
+    );
     let secret = moat_rpc::engine::parse_jwt_secret(SECRET).unwrap();
     let config = EngineConfig {
         addr: "127.0.0.1:0".parse().unwrap(),

@@ -54,6 +54,7 @@ impl Chain {
         edits: &[StateEdit],
     ) -> Result<Block, ChainError> {
         let _writer = self.writer.lock();
+        let _publish = super::PublishHead(self);
         let (_, head) = self.head()?;
         let mut block = self
             .build_payload_from_transactions(head, attrs, miner, Vec::new())?
@@ -117,6 +118,7 @@ impl Chain {
     /// the finalized block too (a dev chain's marks are named again).
     pub fn rewind_to(&self, number: u64) -> Result<Vec<Block>, ChainError> {
         let _writer = self.writer.lock();
+        let _publish = super::PublishHead(self);
         let (head, _) = self.head()?;
         if number >= head {
             return Ok(Vec::new());

@@ -4,7 +4,7 @@
 
 use alloy_primitives::Address;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{AccountState, CodeKind, HeadInfo, StateView};
+use moat_mempool::{AccountState, CodeKind, HeadInfo, StateView};
 use std::path::PathBuf;
 
 pub fn testdata(name: &str) -> PathBuf {

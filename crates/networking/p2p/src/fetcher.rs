@@ -30,7 +30,7 @@
 
 use crate::rlpx::PeerId;
 use alloy_primitives::B256;
-use moat_blockchain::mempool::budget::Subnet;
+use moat_mempool::budget::Subnet;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

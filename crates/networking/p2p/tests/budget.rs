@@ -6,10 +6,10 @@
 
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{BudgetState, HeadInfo, InMemoryState, Pool, PoolConfig};
 use moat_common::config::Genesis;
 use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{BudgetState, HeadInfo, InMemoryState, Pool, PoolConfig};
 use moat_p2p::client::Client;
 use moat_p2p::eth::EthMessage;
 use moat_p2p::p2p::DisconnectReason;
@@ -241,7 +241,7 @@ async fn a_peer_repeating_one_tx_has_it_admitted_once_and_is_dropped_for_the_rea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peers_lane_follows_its_standing() {
-    use moat_blockchain::mempool::{Lane, Standing};
+    use moat_mempool::{Lane, Standing};
     let honest_signer = Signer::from_seed(0x1a_7e5);
     let (chain_id, net, pool, enode) = start_node(0x33, |state, _| {
         state.set_balance(honest_signer.address(), U256::from(10u128.pow(21)));

@@ -5,9 +5,9 @@
 
 use alloy_primitives::{B256, Bytes};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{InMemoryState, Pool, PoolConfig};
 use moat_common::block::Block;
 use moat_common::config::Genesis;
+use moat_mempool::{InMemoryState, Pool, PoolConfig};
 use moat_p2p::client::Client;
 use moat_p2p::eth::{EthMessage, HashOrNumber};
 use moat_p2p::p2p::DisconnectReason;

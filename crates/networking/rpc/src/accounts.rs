@@ -252,11 +252,7 @@ pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult
         }
     };
     let raw = Bytes::from(signed.encoded_2718());
-    match ctx
-        .pool
-        .submit_local(moat_blockchain::mempool::TxInput::Raw(raw))
-        .await
-    {
+    match ctx.pool.submit_local(moat_mempool::TxInput::Raw(raw)).await {
         Ok(added) => {
             crate::dev_methods::automine(ctx).await;
             Ok(json!(added.hash))

@@ -10,8 +10,8 @@ use alloy_primitives::{Address, B256, Bytes};
 use jsonrpsee::types::Params;
 use moat_blockchain::chain::{ChainError, Mark};
 use moat_blockchain::history::StateAtBlock;
-use moat_blockchain::mempool::TxInput;
 use moat_common::block::{Block, Header};
+use moat_mempool::TxInput;
 use serde_json::Value;
 
 /// Which state a state query reads: the head's, or that of a block the undo records

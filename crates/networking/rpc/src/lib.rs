@@ -106,8 +106,8 @@ use limits::{
     WsCapLayer,
 };
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::Pool;
 use moat_common::block::Header;
+use moat_mempool::Pool;
 use params::RpcResult;
 use serde_json::Value;
 use server::{ConnTable, ServeOptions};

@@ -11,7 +11,7 @@ use crate::json::{q, tx_json};
 use crate::params::{RpcResult, invalid_params};
 use alloy_primitives::{Address, TxKind};
 use jsonrpsee::types::Params;
-use moat_blockchain::mempool::{PoolTx, SubPool};
+use moat_mempool::{PoolTx, SubPool};
 use serde_json::{Map, Value, json};
 
 fn is_pending(sub: SubPool) -> bool {

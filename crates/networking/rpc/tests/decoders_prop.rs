@@ -7,9 +7,9 @@
 //! counts panics and each case checks the count stayed at zero.
 
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::Genesis;
+use moat_mempool::{Pool, PoolConfig};
 use moat_rpc::engine::EngineContext;
 use moat_rpc::{RpcContext, StoreStateView};
 use moat_storage::Store;
@@ -74,7 +74,13 @@ fn tables() -> &'static Tables {
         ctx.gas_cap = 200_000;
         let public = moat_rpc::module(ctx, "moat/test".into()).unwrap();
         let payloads = PayloadService::new(chain.clone(), pool.clone());
-        let engine = moat_rpc::engine::methods(EngineContext::new(chain, pool, payloads)).unwrap();
+        let engine = moat_rpc::engine::methods(EngineContext::new(
+            chain.clone(),
+            pool.clone(),
+            payloads,
+            moat_blockchain::maintain::spawn(&chain, &pool),
+        ))
+        .unwrap();
         Tables {
             public_names: public
                 .method_names()

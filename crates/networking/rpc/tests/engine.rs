@@ -6,13 +6,13 @@
 
 use alloy_primitives::{Address, B256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadService;
 use moat_common::PooledTransaction;
 use moat_common::block::Block;
 use moat_common::config::Genesis;
 use moat_common::transaction::{SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_rpc::engine::make_token;
 use moat_rpc::{EngineConfig, EngineContext, EngineHandle, StoreStateView};
 use moat_storage::Store;
@@ -110,7 +110,12 @@ async fn node_with(sync: Option<Arc<dyn moat_rpc::SyncService>>) -> Node {
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let mut ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let mut ctx = EngineContext::new(
+        chain.clone(),
+        pool.clone(),
+        payloads,
+        moat_blockchain::maintain::spawn(&chain, &pool),
+    );
     if let Some(sync) = sync {
         ctx = ctx.with_sync(sync);
     }
@@ -243,7 +248,7 @@ async fn a_pooled_tx_goes_through_fcu_getpayload_newpayload() {
     let addr = n.handle.local_addr();
     let genesis = n.chain.head_header().unwrap();
     let genesis_hash = genesis.hash();
-    let mut heads = n.ctx.subscribe_heads();
+    let mut heads = n.ctx.maintainer.subscribe();
 
     let tx = transfer(&n.rich, 0);
     n.pool
@@ -298,7 +303,7 @@ async fn a_pooled_tx_goes_through_fcu_getpayload_newpayload() {
     assert_eq!(status["latestValidHash"], json!(block_hash));
     assert_eq!(n.chain.head().unwrap(), (1, block_hash));
     assert!(!n.pool.contains(&tx.hash()), "mined tx left the pool");
-    assert_eq!(*heads.borrow_and_update(), block_hash);
+    assert_eq!(heads.borrow_and_update().hash, block_hash);
 
     // Known already: still VALID.
     let again = result(addr, "engine_newPayloadV4", np_params).await;
@@ -537,7 +542,12 @@ async fn the_ethtest_chain_replays_through_new_payload() {
     let view = StoreStateView::new(store, chain.config().clone());
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let ctx = EngineContext::new(chain.clone(), pool, payloads);
+    let ctx = EngineContext::new(
+        chain.clone(),
+        pool.clone(),
+        payloads,
+        moat_blockchain::maintain::spawn(&chain, &pool),
+    );
     let config = EngineConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         ..EngineConfig::new(SECRET)
@@ -974,18 +984,17 @@ async fn a_reorg_made_by_the_syncer_gives_the_undone_txs_back_to_the_pool() {
     let change = n.chain.set_head(blocks[0].hash).unwrap();
     assert_eq!(change.removed.len(), 1);
     n.chain.import(&blocks[1]).unwrap();
-    assert!(
-        !n.pool.contains(&tx.hash()),
-        "the pool has not been told yet"
-    );
-
-    // The next forkchoiceUpdated finds the head there: A's transfer is pending again.
-    let fcu = forkchoice(addr, blocks[1].hash).await;
-    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    // The pool follows the chain whoever moved it: no engine call is needed.
+    assert!(n.ctx.maintainer.caught_up().await);
     assert!(
         n.pool.contains(&tx.hash()),
         "the tx of the block the syncer undid is back in the pool"
     );
+
+    // The next forkchoiceUpdated finds the head there; A's transfer is still pending.
+    let fcu = forkchoice(addr, blocks[1].hash).await;
+    assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
+    assert!(n.pool.contains(&tx.hash()));
     // Told once: the same head again changes nothing.
     let fcu = forkchoice(addr, blocks[1].hash).await;
     assert_eq!(fcu["payloadStatus"]["status"], "VALID", "{fcu}");
@@ -1185,7 +1194,12 @@ async fn payload_bodies_and_the_eth_namespace_are_served_on_the_engine_port() {
     let view = StoreStateView::new(store, chain.config().clone());
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let ctx = EngineContext::new(
+        chain.clone(),
+        pool.clone(),
+        payloads,
+        moat_blockchain::maintain::spawn(&chain, &pool),
+    );
     let eth = moat_rpc::eth_methods(
         moat_rpc::RpcContext::new(chain.clone(), pool.clone()),
         "moat/test".into(),

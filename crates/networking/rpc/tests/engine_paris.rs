@@ -5,10 +5,10 @@
 
 use alloy_primitives::{Address, B256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::Genesis;
 use moat_crypto::secp::Signer;
+use moat_mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_rpc::{EngineConfig, EngineContext, StoreStateView};
 use moat_storage::Store;
 use serde_json::{Value, json};
@@ -53,7 +53,12 @@ async fn paris_blocks_go_through_the_v1_methods() {
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
+    let ctx = EngineContext::new(
+        chain.clone(),
+        pool.clone(),
+        payloads,
+        moat_blockchain::maintain::spawn(&chain, &pool),
+    );
     let config = EngineConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         ..EngineConfig::new(SECRET)

@@ -5,9 +5,9 @@
 
 use alloy_primitives::Address;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_blockchain::payload::PayloadService;
 use moat_common::config::Genesis;
+use moat_mempool::{Pool, PoolConfig};
 use moat_rpc::engine::{EngineConfig, EngineContext, make_token, unix_now};
 use moat_rpc::{
     AllowedOrigins, ConnLimits, CorsDomains, Namespaces, RpcConfig, RpcContext, RpcHandle,
@@ -491,7 +491,12 @@ async fn a_websocket_that_answers_no_ping_is_closed() {
 async fn the_engine_port_checks_the_jwt_then_the_host() {
     let (chain, pool) = chain_and_pool();
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let ctx = EngineContext::new(chain, pool, payloads);
+    let ctx = EngineContext::new(
+        chain.clone(),
+        pool.clone(),
+        payloads,
+        moat_blockchain::maintain::spawn(&chain, &pool),
+    );
     let secret = [7u8; 32];
     let handle = moat_rpc::start_engine(
         EngineConfig {
@@ -545,7 +550,7 @@ async fn call_on(s: &mut TcpStream, method: &str, params: Value) -> Value {
 
 #[tokio::test]
 async fn a_connection_whose_submissions_are_mostly_refused_is_served_in_the_untrusted_lane() {
-    use moat_blockchain::mempool::lanes::{self, Lane};
+    use moat_mempool::lanes::{self, Lane};
     let handle = server(RpcConfig::default()).await;
     let addr = handle.http_addr().unwrap();
     let mut flood = connect_from([127, 0, 0, 1], addr).await;

@@ -5,12 +5,12 @@
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::PayloadService;
 use moat_common::PooledTransaction;
 use moat_common::config::Genesis;
 use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_rpc::{EngineConfig, EngineContext, RpcConfig, RpcContext, StoreStateView};
 use moat_storage::Store;
 use serde_json::{Value, json};
@@ -145,8 +145,13 @@ async fn node() -> Node {
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
     let payloads = PayloadService::new(chain.clone(), pool.clone());
-    let engine_ctx = EngineContext::new(chain.clone(), pool.clone(), payloads);
-    let mut heads = engine_ctx.subscribe_heads();
+    let engine_ctx = EngineContext::new(
+        chain.clone(),
+        pool.clone(),
+        payloads,
+        moat_blockchain::maintain::spawn(&chain, &pool),
+    );
+    let mut heads = engine_ctx.maintainer.subscribe();
     let engine = moat_rpc::start_engine(
         EngineConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -171,7 +176,7 @@ async fn node() -> Node {
     let heads_chain = chain.clone();
     tokio::spawn(async move {
         while heads.changed().await.is_ok() {
-            let hash = *heads.borrow_and_update();
+            let hash = heads.borrow_and_update().hash;
             if let Ok(Some(header)) = heads_chain.header(&hash) {
                 ctx.notify_new_head(&header);
             }

@@ -6,10 +6,10 @@
 
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_common::config::Genesis;
 use moat_common::transaction::{Eip1559Tx, SignedTransaction, Transaction};
 use moat_crypto::secp::Signer;
+use moat_mempool::{Pool, PoolConfig};
 use moat_rpc::{RpcConfig, RpcContext, RpcHandle, StoreStateView};
 use moat_storage::Store;
 use serde_json::{Value, json};

@@ -16,9 +16,9 @@
 
 use jsonrpsee::RpcModule;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig};
 use moat_common::block::Block;
 use moat_common::config::Genesis;
+use moat_mempool::{Pool, PoolConfig};
 use moat_rpc::{RpcContext, StoreStateView};
 use moat_storage::Store;
 use serde_json::Value;

@@ -4,10 +4,10 @@
 
 use alloy_primitives::{Address, B256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{InMemoryState, Pool, PoolConfig, SenderCache};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::Block;
 use moat_common::config::Genesis;
+use moat_mempool::{InMemoryState, Pool, PoolConfig, SenderCache};
 use moat_p2p::{Enode, Network, NetworkConfig};
 use moat_storage::Store;
 use moat_sync::{SyncConfig, SyncHandle, SyncProgress};

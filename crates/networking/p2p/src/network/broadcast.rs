@@ -3,7 +3,7 @@
 
 use crate::eth::{Announcement, EthMessage};
 use alloy_primitives::{B256, Bytes};
-use moat_blockchain::mempool::TxOrigin;
+use moat_mempool::TxOrigin;
 use std::sync::Arc;
 
 use super::{MAX_BROADCAST_TX_SIZE, Network, Peer};
@@ -22,7 +22,7 @@ impl Network {
         let mut ann = Announcement::default();
         for (tx, sub) in content.iter().flat_map(|(_, txs)| txs) {
             // Pending non-blob txs, as geth does; blob txs travel by fresh announcements.
-            if tx.is_blob() || *sub != moat_blockchain::mempool::SubPool::Pending {
+            if tx.is_blob() || *sub != moat_mempool::SubPool::Pending {
                 continue;
             }
             ann.push(tx.tx.tx_type() as u8, tx.size() as u32, tx.hash());

@@ -21,10 +21,10 @@
 //!
 //! Admission CPU: a peer's transactions are admitted in chunks, each measured with the
 //! thread CPU clock and charged to the peer's budget in the pool
-//! (`moat_blockchain::mempool::budget`); before each chunk the network asks the budget
+//! (`moat_mempool::budget`); before each chunk the network asks the budget
 //! and obeys: go on, wait (its reader then stops reading), or drop a peer whose CPU buys
 //! almost no admitted transactions. Where a peer's work runs (its reader, its admission,
-//! its announcements) is its lane, from its standing (`moat_blockchain::mempool::lanes`):
+//! its announcements) is its lane, from its standing (`moat_mempool::lanes`):
 //! new, poor and over-budget peers on low-priority threads, proven ones on the runtime.
 //!
 //! The service and its peer table live here (listening, dialling, static peers, the
@@ -34,7 +34,7 @@
 //! - `broadcast`: gossip of our pending transactions;
 //! - `chain`: headers and bodies requests for the syncer.
 //!
-//! [`Rejection::peer_cost`]: moat_blockchain::mempool::Rejection::peer_cost
+//! [`Rejection::peer_cost`]: moat_mempool::Rejection::peer_cost
 
 mod broadcast;
 mod chain;
@@ -54,11 +54,11 @@ use crate::rlpx::{PeerId, RlpxStream};
 use crate::session::{self, LocalIdentity, Session, check_status};
 use alloy_primitives::B256;
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::lanes::{CeilingMutex, CeilingRwLock};
-use moat_blockchain::mempool::{PeerBudget, Pool};
 use moat_common::config::ForkFilter;
 use moat_common::throttle::Throttle;
 use moat_common::transaction::BlobRules;
+use moat_mempool::lanes::{CeilingMutex, CeilingRwLock};
+use moat_mempool::{PeerBudget, Pool};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

@@ -23,9 +23,9 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use super::chain::{Pending, Reply, ReplyKind};
 use super::ingress::AdmissionJob;
 use super::{Map, Network, PeerInfo, max_inbound, short};
-use moat_blockchain::mempool::Spent;
-use moat_blockchain::mempool::budget::thread_cpu_ns;
-use moat_blockchain::mempool::lanes::{self, Lane};
+use moat_mempool::Spent;
+use moat_mempool::budget::thread_cpu_ns;
+use moat_mempool::lanes::{self, Lane};
 
 /// The reading half of a peer's connection.
 type PeerReader = RlpxReader<tokio::net::tcp::OwnedReadHalf>;

@@ -15,9 +15,7 @@ use alloy_primitives::{Address, B256};
 use jsonrpsee::RpcModule;
 use jsonrpsee::server::RegisterMethodError;
 use jsonrpsee::types::Params;
-use moat_blockchain::chain::{ChainError, HeadChange, ImportOutcome};
-use moat_blockchain::maintain;
-use moat_blockchain::mempool::HeadUpdate;
+use moat_blockchain::chain::{ChainError, ImportOutcome};
 use moat_blockchain::payload::PayloadAttributes;
 use moat_common::block::{Block, Header};
 use moat_common::config::Fork;
@@ -73,44 +71,6 @@ fn join_err(e: tokio::task::JoinError) -> jsonrpsee::types::ErrorObjectOwned {
     internal(e)
 }
 
-/// Most blocks of a branch the syncer moved the chain to that the pool is told of one
-/// by one; past it, only the head.
-const MAX_REORG_ADDED: u64 = 1024;
-
-/// A new head as the pool needs it (`moat_blockchain::maintain`), and its hash.
-struct PoolNews {
-    update: HeadUpdate,
-    hash: B256,
-}
-
-impl PoolNews {
-    /// A new canonical block: its blob txs kept for reorgs, and what it tells the pool.
-    /// Blocking (store writes, maybe ECDSA).
-    fn of(ctx: &EngineContext, block: &Block) -> Self {
-        maintain::keep_blob_txs(&ctx.chain, &ctx.pool, block);
-        Self {
-            update: maintain::block_update(&ctx.chain, &ctx.pool, block),
-            hash: block.hash,
-        }
-    }
-
-    /// A reorg: the new branch's txs are mined, the old branch's txs that the new one
-    /// does not hold go back to the pool.
-    fn of_reorg(ctx: &EngineContext, change: &HeadChange, head: &Header) -> Self {
-        metrics::counter!("moat_engine_reorgs_total").increment(1);
-        Self {
-            update: maintain::reorg_update(
-                &ctx.chain,
-                &ctx.pool,
-                &change.removed,
-                &change.added,
-                head,
-            ),
-            hash: head.hash(),
-        }
-    }
-}
-
 impl EngineContext {
     /// Hands a block the chain does not hold to the syncer, if the node runs one.
     fn request_sync(&self, hash: B256) {
@@ -129,54 +89,6 @@ impl EngineContext {
         Some((lvh, why))
     }
 
-    /// The pool's head is no longer canonical (the syncer reorganised the chain under
-    /// it): the change from it to `head`, for [`PoolNews::of_reorg`]. `None` when the
-    /// pool's head is an ancestor of `head` (or unknown). Blocks undone stay stored, so
-    /// the walk back from the pool's head finds them; it stops at the oldest block the
-    /// undo records reach (`Chain::undo_floor`): no reorg left the chain below it.
-    fn undone_since(&self, pool_head: B256, head: &Header) -> RpcResult<Option<HeadChange>> {
-        let store = self.chain.store();
-        let floor = self.chain.undo_floor().map_err(chain_err)?;
-        let mut removed = Vec::new();
-        let mut at = pool_head;
-        let fork = loop {
-            let Some(block) = self.chain.block(&at).map_err(chain_err)? else {
-                return Ok(None);
-            };
-            let n = block.header.number;
-            if store.canonical_hash(n).map_err(internal)? == Some(at) {
-                break n;
-            }
-            if n <= floor {
-                return Ok(None);
-            }
-            at = block.header.parent_hash;
-            removed.push(block);
-        };
-        if removed.is_empty() {
-            return Ok(None);
-        }
-        removed.reverse();
-        // The new branch's blocks, for the txs they mine and the accounts they touch;
-        // past a bound only the head's (the pool's nonce checks drop what the rest mined).
-        let first = if head.number.saturating_sub(fork) > MAX_REORG_ADDED {
-            head.number
-        } else {
-            fork + 1
-        };
-        let mut added = Vec::new();
-        for n in first..=head.number {
-            let Some(hash) = store.canonical_hash(n).map_err(internal)? else {
-                return Ok(None);
-            };
-            match self.chain.block(&hash).map_err(chain_err)? {
-                Some(b) => added.push(b),
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(HeadChange { removed, added }))
-    }
-
     /// The consensus client's head is one the chain holds: a sync towards an older
     /// target must not carry the chain away from it (the syncer sees it canonical and
     /// stops).
@@ -186,15 +98,8 @@ impl EngineContext {
         }
     }
 
-    /// Tells the pool and the node about a new head.
-    async fn announce(&self, news: PoolNews) {
-        self.pool.on_head_change(news.update).await;
-        *self.shared.pool_head.lock() = news.hash;
-        self.shared.heads.send_replace(news.hash);
-    }
-
     /// newPayload after parsing: build the block, then import it (blocking).
-    fn import_payload(&self, payload: NewPayload) -> RpcResult<(Status, Option<PoolNews>)> {
+    fn import_payload(&self, payload: NewPayload) -> RpcResult<(Status, bool)> {
         let parent_hash = payload.header.parent_hash;
         // The block is rebuilt from every field of the call and must hash to the claimed
         // hash before anything else is believed: a known `blockHash` proves nothing about
@@ -204,7 +109,7 @@ impl EngineContext {
             // No latest valid hash: the block is not what it claims to be.
             Err(e) => {
                 metrics::counter!("moat_engine_invalid_payloads_total").increment(1);
-                return Ok((Status::Invalid(None, e), None));
+                return Ok((Status::Invalid(None, e), false));
             }
         };
         // A block we hold and have executed is VALID without executing it again:
@@ -214,7 +119,7 @@ impl EngineContext {
         if self.chain.is_canonical(&block.hash).map_err(chain_err)?
             || store.receipts_rlp(&block.hash).map_err(internal)?.is_some()
         {
-            return Ok((Status::Valid(block.hash), None));
+            return Ok((Status::Valid(block.hash), false));
         }
         let hash = block.hash;
         {
@@ -224,39 +129,36 @@ impl EngineContext {
                 invalid.insert(hash, lvh);
                 return Ok((
                     Status::Invalid(lvh, "links to previously rejected block".into()),
-                    None,
+                    false,
                 ));
             }
         }
         let Some(parent) = self.chain.header(&parent_hash).map_err(chain_err)? else {
             if let Some((lvh, why)) = self.sync_verdict(parent_hash) {
                 self.shared.invalid.lock().insert(hash, lvh);
-                return Ok((Status::Invalid(lvh, why), None));
+                return Ok((Status::Invalid(lvh, why), false));
             }
             // Peers may hold the parent; the block itself comes again once it is here.
             self.request_sync(parent_hash);
-            return Ok((Status::Syncing, None));
+            return Ok((Status::Syncing, false));
         };
         match self.chain.import(&block) {
-            Ok(ImportOutcome::Imported { .. }) => {
-                let news = PoolNews::of(self, &block);
-                Ok((Status::Valid(hash), Some(news)))
-            }
-            Ok(ImportOutcome::AlreadyKnown) => Ok((Status::Valid(hash), None)),
+            Ok(ImportOutcome::Imported { .. }) => Ok((Status::Valid(hash), true)),
+            Ok(ImportOutcome::AlreadyKnown) => Ok((Status::Valid(hash), false)),
             Err(ChainError::UnknownParent { .. }) => {
                 self.request_sync(parent_hash);
-                Ok((Status::Syncing, None))
+                Ok((Status::Syncing, false))
             }
             // Off our head: kept, and executed if a forkchoiceUpdated makes it head.
             Err(ChainError::NotOnHead { .. }) => match self.chain.store_side_block(&block) {
-                Ok(()) => Ok((Status::Accepted, None)),
+                Ok(()) => Ok((Status::Accepted, false)),
                 Err(
                     e @ (ChainError::Mismatch { .. }
                     | ChainError::Header { .. }
                     | ChainError::Invalid { .. }),
                 ) => {
                     self.shared.invalid.lock().insert(hash, Some(parent_hash));
-                    Ok((Status::Invalid(Some(parent_hash), e.to_string()), None))
+                    Ok((Status::Invalid(Some(parent_hash), e.to_string()), false))
                 }
                 Err(e) => Err(chain_err(e)),
             },
@@ -273,15 +175,14 @@ impl EngineContext {
                 };
                 self.shared.invalid.lock().insert(hash, Some(lvh));
                 metrics::counter!("moat_engine_invalid_payloads_total").increment(1);
-                Ok((Status::Invalid(Some(lvh), e.to_string()), None))
+                Ok((Status::Invalid(Some(lvh), e.to_string()), false))
             }
             Err(e) => Err(chain_err(e)),
         }
     }
 
     /// forkchoiceUpdated's head checks (blocking). `Ok(Err(status))` ends the call with
-    /// that status and no payload; `Ok(Ok(..))` is the current head, with pool news if
-    /// the pool has not seen it yet.
+    /// that status and no payload; `Ok(Ok(..))` is the current head.
     fn forkchoice(
         &self,
         head: B256,
@@ -307,7 +208,6 @@ impl EngineContext {
             self.request_sync(head);
             return Ok(Err(Status::Syncing));
         };
-        let mut news = None;
         if !self.chain.is_canonical(&head).map_err(chain_err)? {
             // Known but off the canonical chain: reorg to it.
             match self.chain.set_head(head) {
@@ -318,7 +218,9 @@ impl EngineContext {
                         head = %head,
                         "chain reorganised"
                     );
-                    news = Some(PoolNews::of_reorg(self, &change, &header));
+                    if !change.removed.is_empty() {
+                        metrics::counter!("moat_engine_reorgs_total").increment(1);
+                    }
                 }
                 Err(
                     e @ (ChainError::Mismatch { hash, .. }
@@ -356,7 +258,7 @@ impl EngineContext {
         // The head is ours: the safe and finalized blocks are kept for their tags and as
         // the floor of later reorgs; a block off the head's chain is refused (engine
         // spec). An old head above leaves them as they were, as geth does.
-        // Refused marks do not undo a reorg made above: its news still goes out.
+        // Refused marks do not undo a reorg made above: the pool still follows it.
         let refused = match self.chain.set_marks(safe, finalized) {
             Ok(()) => None,
             Err(e @ ChainError::NotCanonical { .. }) => {
@@ -364,43 +266,15 @@ impl EngineContext {
             }
             Err(e) => return Err(chain_err(e)),
         };
-        let pool_head = *self.shared.pool_head.lock();
-        let news = if news.is_some() {
-            news
-        } else if pool_head != head {
-            match self.undone_since(pool_head, &header)? {
-                // The syncer reorganised the chain: the undone blocks' txs go back.
-                Some(change) => {
-                    tracing::info!(
-                        removed = change.removed.len(),
-                        head = %head,
-                        "pool catches up with a reorg made by the syncer"
-                    );
-                    Some(PoolNews::of_reorg(self, &change, &header))
-                }
-                None => self
-                    .chain
-                    .block(&head)
-                    .map_err(chain_err)?
-                    .map(|b| PoolNews::of(self, &b)),
-            }
-        } else {
-            None
-        };
-        Ok(Ok(Forkchoice {
-            header,
-            news,
-            refused,
-        }))
+        Ok(Ok(Forkchoice { header, refused }))
     }
 }
 
-/// What forkchoiceUpdated's head checks found for a head that is ours: its header, the
-/// pool's news if it has not seen this head, and the error to answer if the safe or
-/// finalized block was refused (after the news is out: a reorg made is not undone).
+/// What forkchoiceUpdated's head checks found for a head that is ours: its header, and
+/// the error to answer if the safe or finalized block was refused (after the pool has
+/// followed: a reorg made is not undone).
 struct Forkchoice {
     header: Header,
-    news: Option<PoolNews>,
     refused: Option<jsonrpsee::types::ErrorObjectOwned>,
 }
 
@@ -469,11 +343,7 @@ async fn forkchoice_updated(
         .blocking(move || c.forkchoice(head, safe, finalized))
         .await
         .map_err(join_err)??;
-    let Forkchoice {
-        header,
-        news,
-        refused,
-    } = match outcome {
+    let Forkchoice { header, refused } = match outcome {
         Ok(found) => found,
         Err(status) => {
             if matches!(status, Status::Valid(_)) {
@@ -485,9 +355,8 @@ async fn forkchoice_updated(
     };
     ctx.synced.store(true, Ordering::Release);
     ctx.head_is_known(head);
-    if let Some(news) = news {
-        ctx.announce(news).await;
-    }
+    // The pool follows the head (its upkeep task) before a payload is built on it.
+    ctx.maintainer.caught_up().await;
     if let Some(refused) = refused {
         return Err(refused);
     }
@@ -546,13 +415,13 @@ async fn new_payload(
     let started = std::time::Instant::now();
     let _order = ctx.shared.order.lock().await;
     let c = Arc::clone(&ctx);
-    let (status, news) = ctx
+    let (status, executed) = ctx
         .blocking(move || c.import_payload(payload))
         .await
         .map_err(join_err)??;
-    let executed = news.is_some();
-    if let Some(news) = news {
-        ctx.announce(news).await;
+    if executed {
+        // Answered once the pool has dropped what the block mined.
+        ctx.maintainer.caught_up().await;
     }
     record_new_payload(&status, executed, gas_used, started.elapsed());
     Ok(status.json())

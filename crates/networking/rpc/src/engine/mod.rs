@@ -6,8 +6,8 @@
 //!
 //!  newPayloadV1..4 ─▶ payload JSON ─▶ Block (roots, hash check, blob hashes)
 //!                  ─▶ Chain::import (blocking pool) ─▶ VALID / INVALID / SYNCING / ACCEPTED
-//!                  ─▶ on import: Pool::on_head_change, head watch
-//!  forkchoiceUpdatedV1..3 ─▶ head known and canonical? ─▶ synced flag, pool catch-up
+//!                  ─▶ on import: wait for the pool's upkeep (Maintainer::caught_up)
+//!  forkchoiceUpdatedV1..3 ─▶ head known and canonical? ─▶ synced flag, pool caught up
 //!                  ─▶ with attributes: PayloadService::start ─▶ payloadId
 //!  getPayloadV1..5 ─▶ PayloadService::get ─▶ payload + blobs bundle (+ requests)
 //!  getBlobsV1/V2   ─▶ Pool::blob_by_versioned_hash
@@ -20,12 +20,13 @@
 //! canonical chain is made head (a reorg), and a block the chain does not hold is
 //! SYNCING. SYNCING also hands the block to the node's syncer ([`SyncService::sync_to`]:
 //! the head of a forkchoiceUpdated, the parent of a newPayload), which fetches the chain
-//! up to it from peers; once it is there, the same calls answer VALID again. The engine itself tells the pool about each new head
-//! ([`moat_blockchain::mempool::Pool::on_head_change`]); the node learns of it from
-//! [`EngineContext::subscribe_heads`] (for newHeads subscribers and p2p).
+//! up to it from peers; once it is there, the same calls answer VALID again.
 //!
-//! `newPayload` and `forkchoiceUpdated` run one at a time, so a head change and the
-//! pool update that follows it are never interleaved with another import.
+//! The engine does not update the pool: the chain publishes each head it moves to and the
+//! pool's upkeep task (`moat_mempool::maintain`) follows, whoever moved it. newPayload
+//! and forkchoiceUpdated wait for the pool to catch up ([`EngineContext::maintainer`])
+//! before they answer, so a payload is built from a pool that has seen its parent.
+//! `newPayload` and `forkchoiceUpdated` run one at a time.
 
 pub(crate) mod api;
 pub(crate) mod auth;
@@ -49,14 +50,14 @@ use crate::{RpcError, SyncService};
 use alloy_primitives::B256;
 use jsonrpsee::server::{Server, ServerConfig, ServerHandle, stop_channel};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::Pool;
 use moat_blockchain::payload::PayloadService;
+use moat_mempool::Pool;
+use moat_mempool::maintain::Maintainer;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use tokio::sync::watch;
 
 /// Engine endpoint settings; geth's `--authrpc.*` defaults.
 #[derive(Debug, Clone)]
@@ -140,10 +141,6 @@ struct Shared {
     /// shutdown can wait for a block being written even if its caller has gone.
     writing: Arc<tokio::sync::Mutex<()>>,
     invalid: Mutex<InvalidBlocks>,
-    /// The block the pool was last told about, so a head imported some other way (p2p,
-    /// offline import) still reaches the pool on the next forkchoiceUpdated.
-    pool_head: Mutex<B256>,
-    heads: watch::Sender<B256>,
 }
 
 /// What the engine handlers work on. Cloning shares it.
@@ -157,24 +154,27 @@ pub struct EngineContext {
     pub synced: Arc<AtomicBool>,
     /// Told of heads the chain does not hold, when the node runs a syncer.
     pub sync: Option<Arc<dyn SyncService>>,
+    /// The pool's upkeep task: the engine only imports blocks and moves the head, then
+    /// waits for the pool to follow before it answers or builds.
+    pub maintainer: Maintainer,
     shared: Arc<Shared>,
 }
 
 impl EngineContext {
-    pub fn new(chain: Chain, pool: Pool, payloads: PayloadService) -> Self {
-        let head = chain.head().map(|(_, h)| h).unwrap_or_default();
+    /// The engine over `chain`, whose `pool` follows the chain through `maintainer`
+    /// (`moat_blockchain::maintain::spawn`).
+    pub fn new(chain: Chain, pool: Pool, payloads: PayloadService, maintainer: Maintainer) -> Self {
         Self {
             chain,
             pool,
             payloads,
             synced: Arc::new(AtomicBool::new(false)),
             sync: None,
+            maintainer,
             shared: Arc::new(Shared {
                 order: tokio::sync::Mutex::new(()),
                 writing: Arc::new(tokio::sync::Mutex::new(())),
                 invalid: Mutex::new(InvalidBlocks::default()),
-                pool_head: Mutex::new(head),
-                heads: watch::channel(head).0,
             }),
         }
     }
@@ -216,11 +216,6 @@ impl EngineContext {
             out
         })
         .await
-    }
-
-    /// The hash of the head after each import or head change the engine made.
-    pub fn subscribe_heads(&self) -> watch::Receiver<B256> {
-        self.shared.heads.subscribe()
     }
 }
 

@@ -218,6 +218,8 @@ pub async fn run<S: BlockSource>(
     tokio::task::spawn_blocking(move || build::build_tries(&store, &p2, &pivot))
         .await
         .map_err(|e| SnapError::Pivot(e.to_string()))??;
+    // The pivot was written as head in the store directly: the pool's upkeep follows.
+    chain.publish_head();
     *status.lock() = None;
     tracing::info!(
         pivot = progress.pivot_number,

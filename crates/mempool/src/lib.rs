@@ -1,8 +1,41 @@
-//! The transaction pool: admission pipeline, subpools, shields and block-building view.
+//! moat-mempool: the transaction pool, and the admission pipeline that guards it.
 //!
-//! Concurrency: the pool's state sits behind one mutex held for microseconds (no I/O, no
-//! crypto, no await inside). Decoding, ECDSA and state reads happen before it is taken;
-//! KZG runs on the blocking pool in batches ([`kzg`]). Shields are sharded or lock-free.
+//! Every transaction — from RPC, a peer's broadcast or reply, a reorg, or the local
+//! journal — enters through [`Pool::add_transaction`], which runs the stages of DESIGN §2
+//! cheapest first:
+//!
+//! ```text
+//!  bytes ─▶ 1 pre-flight ─▶ 2 decode+hash ─▶ 3 recent failures ─▶ 4 dedup (pool + in-flight)
+//!        ─▶ 5 validate_cheap ─▶ 6 stateless ─▶ 7 sender (cache, else ECDSA)
+//!        ─▶ 8 stateful ─▶ 9 KZG (blob txs only, batched, off the runtime) ─▶ 10 insert
+//! ```
+//!
+//! Each stage may reject with a typed [`Rejection`]; only failures the bytes decide are
+//! remembered by hash ([`RecentFailures`]), so a repeat costs a hash lookup instead of
+//! ECDSA or KZG. Senders recovered once are cached ([`SenderCache`], shared with block
+//! import). Each origin pays for the CPU it makes the pool spend ([`Budgets`]), and its
+//! standing decides the lane its work runs in ([`lanes`]).
+//!
+//! Admitted transactions sit in one of four subpools ([`SubPool`]), classified per sender
+//! in nonce order against the head's state:
+//!
+//! ```text
+//!  pending  ─ next nonces, fee cap ≥ base fee: what the next block can take
+//!  basefee  ─ next nonces, fee cap below the base fee (waits for the fee to drop)
+//!  queued   ─ behind a nonce gap, or over the sender's balance
+//!  blob     ─ EIP-4844 txs, with their sidecars, classified the same way and kept apart
+//! ```
+//!
+//! A head change ([`Pool::on_head_change`], fed by [`maintain`]) drops what was mined,
+//! re-reads the touched senders and reclassifies them; a reorg brings the undone block's
+//! transactions back. Block building reads [`Pool::best_transactions`], pending txs by
+//! effective tip, one sender run at a time. Local transactions are written to a
+//! write-ahead [`Journal`] before they are acknowledged, and reloaded at start.
+//!
+//! Concurrency: the pool's state ([`pool`]'s `TxPool`) sits behind one mutex held for
+//! microseconds (no I/O, no crypto, no await inside). Decoding, ECDSA and state reads
+//! happen before it is taken; KZG runs on the blocking pool in batches ([`kzg`]). Shields
+//! are sharded or lock-free.
 
 pub mod bench_support;
 mod best;
@@ -12,6 +45,7 @@ mod error;
 mod journal;
 mod kzg;
 pub mod lanes;
+pub mod maintain;
 mod metrics;
 mod pool;
 mod shields;
@@ -44,7 +78,7 @@ use moat_common::transaction::{
 };
 use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
 use parking_lot::RwLock;
-use pool::PoolInner;
+use pool::TxPool;
 use shields::InFlightClaim;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -193,10 +227,12 @@ impl Rules {
 /// Sidecars that failed KZG remembered at once (a digest and a deadline each).
 const BAD_SIDECARS_CAPACITY: usize = 4096;
 
-struct Shared {
+/// What every clone of [`Pool`] shares (reth's `PoolInner`): the [`TxPool`] behind its
+/// lock, the admission rules, shields, budgets, KZG batcher and journal.
+struct PoolInner {
     cfg: Arc<PoolConfig>,
     state: Arc<dyn StateView>,
-    pool: lanes::CeilingMutex<PoolInner>,
+    pool: lanes::CeilingMutex<TxPool>,
     rules: RwLock<Rules>,
     sender_cache: SenderCache,
     failures: RecentFailures,
@@ -217,7 +253,7 @@ struct Shared {
     replaced_locals: parking_lot::Mutex<FastMap<B256, Arc<PoolTx>>>,
 }
 
-/// A transaction past admission's stages 2-6 ([`Shared::screen`]).
+/// A transaction past admission's stages 2-6 ([`PoolInner::screen`]).
 struct Screened<'a> {
     hash: B256,
     pooled: PooledTransaction,
@@ -237,7 +273,7 @@ impl Screened<'_> {
     }
 }
 
-impl Shared {
+impl PoolInner {
     /// Stages 2-6 of admission, cheapest first: the size cap and the hash (from the
     /// envelope, before decoding), recent failures, dedup, decoding, the sidecar's
     /// structure, the stateless rules of the next block's fork.
@@ -386,7 +422,7 @@ impl Shared {
 /// The transaction pool. Cloning shares it.
 #[derive(Clone)]
 pub struct Pool {
-    shared: Arc<Shared>,
+    inner: Arc<PoolInner>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -411,9 +447,9 @@ impl Pool {
         let cfg = Arc::new(cfg);
         let head = state.head();
         let metrics = Arc::new(PoolMetrics::default());
-        let shared = Shared {
+        let inner = PoolInner {
             rules: RwLock::new(Rules::at(&cfg, &head)),
-            pool: lanes::CeilingMutex::named("pool", PoolInner::new(Arc::clone(&cfg), head)),
+            pool: lanes::CeilingMutex::named("pool", TxPool::new(Arc::clone(&cfg), head)),
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
@@ -430,31 +466,31 @@ impl Pool {
             cfg,
         };
         Self {
-            shared: Arc::new(shared),
+            inner: Arc::new(inner),
         }
     }
 
     pub fn config(&self) -> &PoolConfig {
-        &self.shared.cfg
+        &self.inner.cfg
     }
 
     pub fn metrics(&self) -> &PoolMetrics {
-        &self.shared.metrics
+        &self.inner.metrics
     }
 
     /// The shared sender-recovery cache.
     pub fn sender_cache(&self) -> &SenderCache {
-        &self.shared.sender_cache
+        &self.inner.sender_cache
     }
 
     /// Hashes of transactions as they become pending (for gossip and subscriptions).
     pub fn subscribe_pending(&self) -> broadcast::Receiver<B256> {
-        self.shared.pending_events.subscribe()
+        self.inner.pending_events.subscribe()
     }
 
     /// The admission CPU budgets of every origin.
     pub fn budgets(&self) -> &Budgets {
-        &self.shared.budgets
+        &self.inner.budgets
     }
 
     /// Admits one transaction through every stage (DESIGN §2) and says where it went.
@@ -477,12 +513,12 @@ impl Pool {
     /// (a clock read costs ~0.5 µs, an RPC call tens) and charging that budget. Peers
     /// cannot drain this budget; one RPC client flooding the node can only slow RPC.
     pub async fn submit_local(&self, input: TxInput) -> AddResult {
-        if let Some(wait) = self.shared.budgets.rpc_wait(Instant::now()) {
+        if let Some(wait) = self.inner.budgets.rpc_wait(Instant::now()) {
             tokio::time::sleep(wait).await;
         }
         // Announced to the journal while admitted, so that a batch being synced waits
         // for it; the wire bytes are its record (they are the tx's network form).
-        let coming = self.shared.journal.get().map(Journal::announce);
+        let coming = self.inner.journal.get().map(Journal::announce);
         let wire = match &input {
             TxInput::Raw(bytes) | TxInput::Hashed(bytes, _) => Some(bytes.clone()),
             TxInput::Decoded(_) => None,
@@ -499,7 +535,7 @@ impl Pool {
     /// Charges what `meter` measured to `origin`'s budget.
     pub fn charge(&self, origin: TxOrigin, meter: CpuMeter) {
         let spent = meter.finish();
-        let budgets = &self.shared.budgets;
+        let budgets = &self.inner.budgets;
         match origin {
             TxOrigin::Peer(id) => budgets.charge_peer(&id, spent, Instant::now()),
             TxOrigin::Local => budgets.charge_rpc(spent, Instant::now()),
@@ -520,12 +556,12 @@ impl Pool {
         meter.outcome(result.is_ok());
         match &result {
             Ok(added) => {
-                self.shared.metrics.inc(Counter::added);
+                self.inner.metrics.inc(Counter::added);
                 if added.replaced.is_some() {
-                    self.shared.metrics.inc(Counter::replaced);
+                    self.inner.metrics.inc(Counter::replaced);
                 }
             }
-            Err(e) => self.shared.metrics.rejected(e),
+            Err(e) => self.inner.metrics.rejected(e),
         }
         result
     }
@@ -553,11 +589,11 @@ impl Pool {
         if raw.len() < MIN_BATCH {
             return;
         }
-        let s = &*self.shared;
+        let s = &*self.inner;
         let rules = *s.rules.read();
         // One recovery per distinct hash: a batch of copies of one tx costs one. What is
         // known already is left out before any worker starts; the workers then run the
-        // admission's own stages 2-6 ([`Shared::screen`]) on the rest.
+        // admission's own stages 2-6 ([`PoolInner::screen`]) on the rest.
         let mut seen = FastSet::with_capacity_and_hasher(raw.len(), Default::default());
         let unknown: Vec<&(B256, Bytes)> = raw
             .iter()
@@ -591,19 +627,19 @@ impl Pool {
         let lanes_on = s.budgets.config().lanes;
         for part in candidates.chunks(chunk) {
             let part = part.to_vec();
-            let shared = self.shared.clone();
+            let inner = self.inner.clone();
             let work = move || {
                 let cpu = budget::thread_cpu_ns();
                 for (hash, bytes) in part {
                     let Ok(screened) =
-                        shared.screen(TxInput::Hashed(bytes, hash), None, &rules, None)
+                        inner.screen(TxInput::Hashed(bytes, hash), None, &rules, None)
                     else {
                         continue;
                     };
-                    shared.metrics.inc(Counter::sender_recoveries);
+                    inner.metrics.inc(Counter::sender_recoveries);
                     if let Ok(sender) = screened.recover_sender() {
                         let _raised = lanes::Raised::new();
-                        shared.sender_cache.insert(hash, sender);
+                        inner.sender_cache.insert(hash, sender);
                     }
                 }
                 budget::thread_cpu_ns().saturating_sub(cpu)
@@ -626,20 +662,20 @@ impl Pool {
     /// Keeps local transactions across restarts from now on (the node attaches the
     /// journal once, before reloading it).
     pub fn attach_journal(&self, journal: Journal) {
-        let _ = self.shared.journal.set(journal);
+        let _ = self.inner.journal.set(journal);
     }
 
     pub fn journal(&self) -> Option<&Journal> {
-        self.shared.journal.get()
+        self.inner.journal.get()
     }
 
     /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
     fn fail(&self, hash: B256, e: Rejection) -> Rejection {
-        self.shared.fail(hash, e)
+        self.inner.fail(hash, e)
     }
 
     async fn admit(&self, input: TxInput, origin: TxOrigin, meter: &mut CpuMeter) -> AddResult {
-        let s = &*self.shared;
+        let s = &*self.inner;
         let m = &*s.metrics;
         let mut clock = m.clock();
 
@@ -757,7 +793,7 @@ impl Pool {
     fn insert(&self, tx: Arc<PoolTx>, account: AccountState) -> AddResult {
         let tx_origin = tx.origin;
         let (result, evicted, pending, evicted_locals, replaced_local) = {
-            let mut pool = self.shared.pool.lock();
+            let mut pool = self.inner.pool.lock();
             let (result, evicted) = pool.insert(tx, account);
             // Copied out rather than taken: the pool's buffer keeps its capacity, and an
             // insert (which promotes a handful of txs at most) allocates nothing here.
@@ -770,12 +806,12 @@ impl Pool {
         // here until then ([`Pool::journal_append`]).
         if let (Some(old), Ok(added)) = (replaced_local, &result)
             && tx_origin == TxOrigin::Local
-            && self.shared.journal.get().is_some()
+            && self.inner.journal.get().is_some()
         {
-            self.shared.replaced_locals.lock().insert(added.hash, old);
+            self.inner.replaced_locals.lock().insert(added.hash, old);
         }
         if !evicted.is_empty() {
-            self.shared
+            self.inner
                 .metrics
                 .add(Counter::evicted, evicted.len() as u64);
         }
@@ -792,7 +828,7 @@ impl Pool {
         if txs.is_empty() {
             return;
         }
-        if let Some(journal) = self.shared.journal.get() {
+        if let Some(journal) = self.inner.journal.get() {
             journal.hold_more(txs.iter().map(|t| t.tx.encoded_2718()).collect());
         }
     }
@@ -802,7 +838,7 @@ impl Pool {
         let _raised = lanes::Raised::new();
         for h in hashes {
             // No subscriber is not an error.
-            let _ = self.shared.pending_events.send(h);
+            let _ = self.inner.pending_events.send(h);
         }
     }
 
@@ -812,7 +848,7 @@ impl Pool {
     /// in `moat_pool_head_change_seconds`; the accounts it read are counted in
     /// `moat_pool_head_change_accounts_total`.
     pub async fn on_head_change(&self, update: HeadUpdate) -> HeadChangeOutcome {
-        let s = &*self.shared;
+        let s = &*self.inner;
         let started = Instant::now();
         *s.rules.write() = Rules::at(&s.cfg, &update.head);
         let mut addresses = update.touched.clone();
@@ -868,11 +904,11 @@ impl Pool {
     /// Drops queued transactions older than the configured lifetime; returns how many.
     pub fn remove_expired(&self, now: Instant) -> usize {
         let removed = self
-            .shared
+            .inner
             .pool
             .lock()
-            .remove_expired(now, self.shared.cfg.queued_lifetime);
-        self.shared
+            .remove_expired(now, self.inner.cfg.queued_lifetime);
+        self.inner
             .metrics
             .add(Counter::expired, removed.len() as u64);
         removed.len()
@@ -880,28 +916,28 @@ impl Pool {
 
     /// Removes a transaction and its sender's later ones (e.g. it failed in a block).
     pub fn remove_with_descendants(&self, hash: &B256) -> Vec<B256> {
-        self.shared.pool.lock().remove_with_descendants(hash)
+        self.inner.pool.lock().remove_with_descendants(hash)
     }
 
     pub fn get(&self, hash: &B256) -> Option<Arc<PoolTx>> {
-        self.shared.pool.lock().get(hash).map(|e| Arc::clone(&e.tx))
+        self.inner.pool.lock().get(hash).map(|e| Arc::clone(&e.tx))
     }
 
     pub fn contains(&self, hash: &B256) -> bool {
-        self.shared.pool.lock().contains(hash)
+        self.inner.pool.lock().contains(hash)
     }
 
     /// Known to the pool or being admitted: what the fetcher must not request again.
     pub fn is_known_or_importing(&self, hash: &B256) -> bool {
-        self.contains(hash) || self.shared.in_flight.contains(hash)
+        self.contains(hash) || self.inner.in_flight.contains(hash)
     }
 
     pub fn subpool_of(&self, hash: &B256) -> Option<SubPool> {
-        self.shared.pool.lock().get(hash).map(|e| e.subpool)
+        self.inner.pool.lock().get(hash).map(|e| e.subpool)
     }
 
     pub fn len(&self) -> usize {
-        self.shared.pool.lock().len()
+        self.inner.pool.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -909,7 +945,7 @@ impl Pool {
     }
 
     pub fn status(&self) -> PoolStatus {
-        let p = self.shared.pool.lock();
+        let p = self.inner.pool.lock();
         PoolStatus {
             pending: p.usage(SubPool::Pending),
             basefee: p.usage(SubPool::BaseFee),
@@ -920,33 +956,33 @@ impl Pool {
 
     /// The next nonce for `address` counting its gapless pooled transactions.
     pub fn pending_nonce(&self, address: &Address) -> u64 {
-        let state_nonce = self.shared.state.account(address).nonce;
-        self.shared.pool.lock().pending_nonce(address, state_nonce)
+        let state_nonce = self.inner.state.account(address).nonce;
+        self.inner.pool.lock().pending_nonce(address, state_nonce)
     }
 
     pub fn sender_txs(&self, address: &Address) -> Vec<Arc<PoolTx>> {
-        self.shared.pool.lock().sender_txs(address)
+        self.inner.pool.lock().sender_txs(address)
     }
 
     /// Every pooled transaction with its subpool, grouped by sender.
     pub fn content(&self) -> Vec<SenderContent> {
-        self.shared.pool.lock().content()
+        self.inner.pool.lock().content()
     }
 
     /// The current head the pool validates against.
     pub fn head(&self) -> HeadInfo {
-        self.shared.pool.lock().head
+        self.inner.pool.lock().head
     }
 
     /// Pending transactions best first, for a block with `budget`.
     pub fn best_transactions(&self, budget: BlockBudget) -> BestTransactions {
-        let groups = self.shared.pool.lock().pending_by_sender();
+        let groups = self.inner.pool.lock().pending_by_sender();
         BestTransactions::new(groups, budget)
     }
 
     /// The sidecar holding the blob with versioned hash `vh`, and the blob's index in it.
     pub fn blob_by_versioned_hash(&self, vh: &B256) -> Option<(Arc<BlobsBundle>, usize)> {
-        let pool = self.shared.pool.lock();
+        let pool = self.inner.pool.lock();
         let tx = pool.tx_by_versioned_hash(vh)?;
         let index = tx
             .tx
@@ -960,12 +996,12 @@ impl Pool {
 
     /// Every hash in the pool.
     pub fn hashes(&self) -> Vec<B256> {
-        self.shared.pool.lock().hashes()
+        self.inner.pool.lock().hashes()
     }
 
     #[cfg(test)]
     fn assert_consistent(&self) {
-        self.shared.pool.lock().assert_consistent();
+        self.inner.pool.lock().assert_consistent();
     }
 }
 

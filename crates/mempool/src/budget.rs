@@ -56,7 +56,7 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// CPU spent on one unit of admission work for one origin, and what it bought.
 ///
-/// Runs from [`CpuMeter::start`]; [`crate::mempool::Pool`] pauses it across awaits and
+/// Runs from [`CpuMeter::start`]; [`crate::Pool`] pauses it across awaits and
 /// adds the CPU other threads spent for it (ECDSA workers, KZG batches).
 #[derive(Debug)]
 pub struct CpuMeter {

@@ -153,7 +153,7 @@ async fn evicting_the_top_of_a_long_run_does_not_walk_it() {
             .unwrap();
     }
     assert_eq!(pool.status().pending.txs, 1_000);
-    pool.shared.pool.lock().walked = 0;
+    pool.inner.pool.lock().walked = 0;
     for i in 0..50 {
         add(&pool, &tx1559(&funded(&state, 2_000 + i), 0, 6, 100))
             .await
@@ -165,14 +165,14 @@ async fn evicting_the_top_of_a_long_run_does_not_walk_it() {
         "one of a's per newcomer"
     );
     {
-        let inner = pool.shared.pool.lock();
+        let inner = pool.inner.pool.lock();
         assert!(inner.walked <= 50, "{} txs walked", inner.walked);
         inner.assert_invariants();
     }
     // A whole walk of every sender finds what the cuts left.
     let before = subpools(&pool);
     {
-        let mut inner = pool.shared.pool.lock();
+        let mut inner = pool.inner.pool.lock();
         inner.reclassify_all();
         inner.assert_invariants();
     }
@@ -225,12 +225,12 @@ async fn an_append_to_a_senders_run_is_classified_without_walking_it() {
     assert_eq!(class(&blob_tx(&c, 2, 5, 100, 200)).await, SubPool::Blob);
 
     // a: 299 + 4 appends; b: 4 + 1; c: 1 (its third tx was walked).
-    let mut inner = pool.shared.pool.lock();
+    let mut inner = pool.inner.pool.lock();
     assert_eq!(inner.appends_classified, 309);
     // A whole walk of every sender finds what the appends found.
     drop(inner);
     let before = subpools(&pool);
-    inner = pool.shared.pool.lock();
+    inner = pool.inner.pool.lock();
     inner.reclassify_all();
     inner.assert_invariants();
     drop(inner);
@@ -602,7 +602,7 @@ async fn locals_within_their_share_are_not_evicted() {
         add(&pool, &tx1559(&funded(&state, 35), 0, 40, 100)).await,
         Err(Rejection::Underpriced)
     );
-    pool.shared.pool.lock().assert_invariants();
+    pool.inner.pool.lock().assert_invariants();
 }
 
 /// Past their share, local txs are candidates like any other: the cheapest local tail
@@ -650,7 +650,7 @@ async fn locals_past_their_share_are_evicted_before_richer_remote_txs() {
             .await,
         Err(Rejection::Underpriced)
     );
-    pool.shared.pool.lock().assert_invariants();
+    pool.inner.pool.lock().assert_invariants();
 }
 
 /// `local_share = 0` evicts local txs by price like remote ones (what geth 1.17's pool
@@ -672,7 +672,7 @@ async fn the_local_share_runs_from_none_to_the_whole_subpool() {
         let r = add(&pool, &tx1559(&funded(&state, 43), 0, 40, 100)).await;
         assert_eq!(r.is_ok(), !local_kept, "share {share}");
         assert_eq!(pool.contains(&local.hash()), local_kept, "share {share}");
-        pool.shared.pool.lock().assert_invariants();
+        pool.inner.pool.lock().assert_invariants();
     }
 }
 

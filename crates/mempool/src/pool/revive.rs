@@ -18,10 +18,10 @@
 //! sender's nonces refused at a full pool does not make each newcomer walk every refused
 //! nonce before it.
 
-use super::{Plan, PoolInner, SenderId, SubPool, Usage, priority, run_end};
-use crate::mempool::config::SubPoolLimit;
-use crate::mempool::state::AccountState;
-use crate::mempool::{FastMap as HashMap, PoolTx};
+use super::{Plan, SenderId, SubPool, TxPool, Usage, priority, run_end};
+use crate::config::SubPoolLimit;
+use crate::state::AccountState;
+use crate::{FastMap as HashMap, PoolTx};
 use alloy_primitives::{Address, B256};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -87,7 +87,7 @@ impl LetGo {
     }
 }
 
-impl PoolInner {
+impl TxPool {
     /// The remembered txs that `tx`'s package needs back, in nonce order, if the package
     /// is worth the room it takes (see the module's doc); `None` otherwise.
     fn package(&self, tx: &PoolTx, account: AccountState) -> Option<Vec<Arc<PoolTx>>> {

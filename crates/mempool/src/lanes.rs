@@ -959,8 +959,8 @@ mod tests {
     /// is admitted; how many flood admissions ran on the node's runtime thread between
     /// its arrival and its admission.
     fn trusted_admission_waits_behind(untrusted: Lane) -> u64 {
-        use crate::mempool::bench_support::{funded_state, roomy_config, signed_transfers};
-        use crate::mempool::{Pool, TxInput, TxOrigin};
+        use crate::bench_support::{funded_state, roomy_config, signed_transfers};
+        use crate::{Pool, TxInput, TxOrigin};
         let flood = signed_transfers(200, 0xf100d, 2);
         let honest = signed_transfers(1, 0x40e57, 2);
         let pool = Pool::new(roomy_config(), funded_state(&[&honest]));
@@ -1120,9 +1120,9 @@ mod tests {
         let before = rpc_lane_bucket().lock().tokens;
         let out = rt.block_on(run_rpc_untrusted(async {
             // ~20 ms of CPU.
-            let started = crate::mempool::budget::thread_cpu_ns();
+            let started = crate::budget::thread_cpu_ns();
             let mut x = [1u8; 32];
-            while crate::mempool::budget::thread_cpu_ns() - started < 20_000_000 {
+            while crate::budget::thread_cpu_ns() - started < 20_000_000 {
                 x = *alloy_primitives::keccak256(std::hint::black_box(x));
             }
             (current(), x[0])

@@ -118,7 +118,7 @@ proptest! {
                         pool.remove_expired(std::time::Instant::now());
                     }
                 }
-                pool.shared.pool.lock().assert_invariants();
+                pool.inner.pool.lock().assert_invariants();
             }
             Ok::<(), TestCaseError>(())
         })?;
@@ -151,7 +151,7 @@ async fn a_base_fee_rise_keeps_the_base_fee_subpool_within_its_limit() {
         .await;
     assert_eq!(pool.status().basefee.txs, 2);
     assert_eq!(out.removed.len(), 4, "the worst senders' txs are evicted");
-    pool.shared.pool.lock().assert_invariants();
+    pool.inner.pool.lock().assert_invariants();
 }
 
 mod local_share {
@@ -208,7 +208,7 @@ mod local_share {
                     let _ = pool.add_transaction(raw(&tx), origin).await;
                     let afters: Vec<_> =
                         senders.iter().map(|s| held(&pool, &s.address())).collect();
-                    let inner = pool.shared.pool.lock();
+                    let inner = pool.inner.pool.lock();
                     inner.assert_invariants();
                     for (i, after) in afters.iter().enumerate() {
                         let gone: Vec<u64> = before[i]

@@ -2,11 +2,11 @@
 //! Each also has a row in `make bench-table`, which reads the same workloads.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use moat_blockchain::mempool::bench_support::*;
-use moat_blockchain::mempool::{Rejection, TxInput, TxOrigin};
 use moat_common::testing::sample_blob_tx;
 use moat_common::transaction::SidecarVersion;
 use moat_crypto::secp::Signer;
+use moat_mempool::bench_support::*;
+use moat_mempool::{Rejection, TxInput, TxOrigin};
 use std::time::Duration;
 
 const BASE: usize = 10_000;

@@ -32,7 +32,7 @@
 //! senders apart, as for the tails): the first entry is eviction's victim, which loses its
 //! txs from the first nonce of that suffix up.
 //!
-//! [`PoolConfig::evict_by_package`]: crate::mempool::PoolConfig::evict_by_package
+//! [`PoolConfig::evict_by_package`]: crate::PoolConfig::evict_by_package
 
 use alloy_primitives::U256;
 

@@ -20,7 +20,7 @@ async fn full_pool_with_a_evicted() -> (Pool, Signer, Vec<Signer>) {
         pool.sender_txs(&a.address()).is_empty(),
         "a's tx was evicted"
     );
-    assert_eq!(pool.shared.pool.lock().let_go_usage().txs, 1);
+    assert_eq!(pool.inner.pool.lock().let_go_usage().txs, 1);
     (pool, a, others)
 }
 
@@ -41,7 +41,7 @@ async fn a_rich_later_nonce_brings_its_evicted_parent_back() {
     assert!(pool.sender_txs(&others[0].address()).is_empty());
     assert!(pool.sender_txs(&others[1].address()).is_empty());
     assert_eq!(pool.sender_txs(&others[2].address()).len(), 1);
-    let inner = pool.shared.pool.lock();
+    let inner = pool.inner.pool.lock();
     inner.assert_invariants();
     inner.assert_let_go();
 }
@@ -55,7 +55,7 @@ async fn a_package_not_worth_its_room_stays_behind_its_gap() {
     assert_eq!(added.subpool, SubPool::Queued);
     assert_eq!(pool.sender_txs(&a.address()).len(), 1);
     assert_eq!(pool.status().pending.txs, 3);
-    let inner = pool.shared.pool.lock();
+    let inner = pool.inner.pool.lock();
     inner.assert_invariants();
     inner.assert_let_go();
 }
@@ -77,7 +77,7 @@ async fn no_memory_no_package() {
     }
     let added = add(&pool, &tx1559(&a, 1, 100, 200)).await.unwrap();
     assert_eq!(added.subpool, SubPool::Queued);
-    assert_eq!(pool.shared.pool.lock().let_go_usage().txs, 0);
+    assert_eq!(pool.inner.pool.lock().let_go_usage().txs, 0);
 }
 
 /// What is remembered stays within its count and its bytes, the oldest forgotten
@@ -102,7 +102,7 @@ async fn what_is_let_go_is_bounded_in_count_and_bytes() {
             add(&pool, &tx).await.unwrap();
             txs.push(tx);
         }
-        let inner = pool.shared.pool.lock();
+        let inner = pool.inner.pool.lock();
         let usage = inner.let_go_usage();
         assert_eq!(usage.txs, kept, "{limit:?}");
         assert!(usage.bytes <= limit.max_bytes);
@@ -130,7 +130,7 @@ async fn a_tx_refused_as_underpriced_is_remembered() {
     );
     let remote = tx1559(&funded(&state, 732), 0, 5, 100);
     assert_eq!(add(&pool, &remote).await, Err(Rejection::Underpriced));
-    let inner = pool.shared.pool.lock();
+    let inner = pool.inner.pool.lock();
     assert!(inner.let_go_holds(&local.hash()));
     assert!(inner.let_go_holds(&remote.hash()));
 }
@@ -169,7 +169,7 @@ async fn a_gap_filler_brings_back_the_run_evicted_with_its_tail() {
         .collect();
     // Pending holds three: the run's top two leave again, worst tail first.
     assert_eq!(pending, vec![0, 1, 2]);
-    let inner = pool.shared.pool.lock();
+    let inner = pool.inner.pool.lock();
     inner.assert_invariants();
     inner.assert_let_go();
 }
@@ -205,7 +205,7 @@ proptest! {
                     senders.iter().map(|o| by_nonce(&pool, o)).collect();
                 let _ = add(&pool, &tx1559(s, next[who], tip, 200)).await;
                 next[who] += 1;
-                let inner = pool.shared.pool.lock();
+                let inner = pool.inner.pool.lock();
                 inner.assert_invariants();
                 inner.assert_let_go();
                 drop(inner);
@@ -270,7 +270,7 @@ async fn eviction_by_package_takes_the_cheapest_suffix_not_the_cheapest_tail() {
         } else {
             assert_eq!(r, Err(Rejection::Underpriced));
         }
-        pool.shared.pool.lock().assert_invariants();
+        pool.inner.pool.lock().assert_invariants();
     }
 }
 
@@ -300,16 +300,16 @@ async fn judging_a_package_looks_at_most_at_the_senders_allowance() {
     let a = funded(&state, 773);
     let mut most = 0;
     for nonce in 0..40 {
-        pool.shared.pool.lock().package_links.set(0);
+        pool.inner.pool.lock().package_links.set(0);
         assert_eq!(
             add(&pool, &tx1559(&a, nonce, 1, 100)).await,
             Err(Rejection::Underpriced),
             "nonce {nonce}"
         );
-        most = most.max(pool.shared.pool.lock().package_links.get());
+        most = most.max(pool.inner.pool.lock().package_links.get());
     }
     assert!(most <= 5, "a newcomer looked at {most} links");
-    let inner = pool.shared.pool.lock();
+    let inner = pool.inner.pool.lock();
     assert_eq!(
         inner.let_go_usage().txs,
         40,

@@ -111,7 +111,8 @@ pub(crate) struct Plan {
     pub displaces: Option<B256>,
 }
 
-pub(crate) struct PoolInner {
+/// The pool's state under its lock (reth's `TxPool`): the subpools and their indices.
+pub(crate) struct TxPool {
     cfg: Arc<PoolConfig>,
     pub head: HeadInfo,
     by_hash: HashMap<B256, Entry>,
@@ -144,14 +145,14 @@ pub(crate) struct PoolInner {
     /// The local tx the last insert replaced (same sender and nonce), if any: kept until
     /// the replacement is journaled, to be put back should the journal refuse it.
     pub replaced_local: Option<Arc<PoolTx>>,
-    /// Inserts classified by [`PoolInner::classify_appended`] (for tests of that path).
+    /// Inserts classified by [`TxPool::classify_appended`] (for tests of that path).
     #[cfg(test)]
     pub appends_classified: u64,
     /// Links (pooled or remembered txs) looked at while judging packages (for tests of
     /// its bound).
     #[cfg(test)]
     pub package_links: std::cell::Cell<u64>,
-    /// Txs walked by [`PoolInner::reclassify`] (for tests of the paths that avoid it).
+    /// Txs walked by [`TxPool::reclassify`] (for tests of the paths that avoid it).
     #[cfg(test)]
     pub walked: u64,
 }
@@ -170,7 +171,7 @@ fn bumped(old: u128, percent: u128) -> u128 {
     (old.saturating_mul(100 + percent) / 100).max(old.saturating_add(1))
 }
 
-impl PoolInner {
+impl TxPool {
     pub fn new(cfg: Arc<PoolConfig>, head: HeadInfo) -> Self {
         // Sized for the configured limits up front (capped): growing a large table means a
         // rehash of every entry inside the lock, a latency spike under load.
@@ -1189,7 +1190,7 @@ impl PoolInner {
     }
 
     #[cfg(test)]
-    /// [`PoolInner::assert_consistent`], and what the subpools mean (for property tests):
+    /// [`TxPool::assert_consistent`], and what the subpools mean (for property tests):
     /// - every subpool is within its limits of count and bytes (local txs are exempt
     ///   from eviction only within a share of them);
     /// - a sender's pending txs are the longest run from its state nonce, nonces

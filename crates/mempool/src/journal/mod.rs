@@ -9,7 +9,7 @@
 //! - **When it is synced.** Before the RPC call returns: the append waits for its
 //!   record's `fdatasync` (group commit: concurrent submissions share one sync). An
 //!   append that cannot be made durable takes its tx out of the pool again and the
-//!   caller is refused ([`crate::mempool::Rejection::JournalFailed`]); after a failed
+//!   caller is refused ([`crate::Rejection::JournalFailed`]); after a failed
 //!   sync nothing is acknowledged until a rotation has rewritten the file.
 //! - **What a restart does.** The file is read up to its last intact record (a torn
 //!   tail is cut off), each entry is offered to the pool in its sender's nonce order,
@@ -25,7 +25,7 @@
 //!   - `log/writer.rs`: the writer threads (group commit, pipelined syncs, interval,
 //!     preallocation, rotation, failure handling);
 //!   - `log/tests.rs`: the log's tests.
-//! - [`reload`]: the pool's side: [`crate::mempool::Pool::reload_journal`] and the
+//! - [`reload`]: the pool's side: [`crate::Pool::reload_journal`] and the
 //!   rules for each entry at start, the append of a local tx and what its failure
 //!   undoes, and the rotation's snapshot of the pool.
 

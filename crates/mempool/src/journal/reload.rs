@@ -3,9 +3,7 @@
 //! journaled tx at start ([`Pool::reload_journal`], [`reload_fate`]).
 
 use super::{Coming, JournalContents};
-use crate::mempool::{
-    CpuMeter, FastSet, JournalFailure, Pool, PoolTx, Rejection, TxInput, TxOrigin,
-};
+use crate::{CpuMeter, FastSet, JournalFailure, Pool, PoolTx, Rejection, TxInput, TxOrigin};
 use alloy_primitives::{Address, B256};
 use moat_common::transaction::PooledTransaction;
 use std::sync::Arc;
@@ -123,22 +121,22 @@ impl Pool {
     /// concurrent submissions share one sync): when the RPC call returns, the tx
     /// survives a crash. If the journal cannot make it durable, the tx leaves the pool
     /// again and the caller gets [`Rejection::JournalFailed`].
-    pub(in crate::mempool) async fn journal_record(&self, hash: &B256) -> Result<(), Rejection> {
+    pub(crate) async fn journal_record(&self, hash: &B256) -> Result<(), Rejection> {
         self.journal_append(hash, None, None).await
     }
 
     /// [`Pool::journal_record`] of a tx whose network bytes the caller has (`wire`), or
     /// announced to the journal (`coming`).
-    pub(in crate::mempool) async fn journal_append(
+    pub(crate) async fn journal_append(
         &self,
         hash: &B256,
         wire: Option<&[u8]>,
         coming: Option<Coming>,
     ) -> Result<(), Rejection> {
-        let Some(journal) = self.shared.journal.get() else {
+        let Some(journal) = self.inner.journal.get() else {
             return Ok(());
         };
-        let replaced = self.shared.replaced_locals.lock().remove(hash);
+        let replaced = self.inner.replaced_locals.lock().remove(hash);
         let encoded;
         let bytes = match wire {
             Some(bytes) => bytes,
@@ -156,11 +154,11 @@ impl Pool {
         let Err(e) = journal.append_announced(bytes, coming).await else {
             return Ok(());
         };
-        let withdrawn = self.shared.pool.lock().withdraw(hash);
+        let withdrawn = self.inner.pool.lock().withdraw(hash);
         tracing::warn!(%hash, withdrawn, error = %e, "local tx refused: journal write failed");
         ::metrics::counter!("moat_pool_journal_failures_total").increment(1);
         let rejection = Rejection::JournalFailed(JournalFailure::from(&e));
-        self.shared.metrics.rejected(&rejection);
+        self.inner.metrics.rejected(&rejection);
         // The tx it replaced was acknowledged and journaled: it goes back in, or, if the
         // pool no longer takes it, stays in the journal for the next start.
         if let Some(old) = replaced {
@@ -173,7 +171,7 @@ impl Pool {
                 .await;
             if let Ok(added) = back {
                 // Journaled already: nothing it replaced now waits for its record.
-                self.shared.replaced_locals.lock().remove(&added.hash);
+                self.inner.replaced_locals.lock().remove(&added.hash);
             } else {
                 journal.hold_more(vec![old.tx.encoded_2718()]);
             }
@@ -212,11 +210,11 @@ impl Pool {
             if !seen.insert(hash) {
                 continue; // one tx written twice is one entry
             }
-            let sender = match self.shared.sender_cache.get(&hash) {
+            let sender = match self.inner.sender_cache.get(&hash) {
                 Some(sender) => sender,
                 None => match tx.tx().recover_sender() {
                     Ok(sender) => {
-                        self.shared.sender_cache.insert(hash, sender);
+                        self.inner.sender_cache.insert(hash, sender);
                         sender
                     }
                     Err(_) => {
@@ -263,7 +261,7 @@ impl Pool {
                 | ReloadFate::Invalid => {}
             }
         }
-        if let Some(journal) = self.shared.journal.get() {
+        if let Some(journal) = self.inner.journal.get() {
             journal.hold(held);
             if let Err(e) = self.rotate_journal().await {
                 tracing::warn!(error = %e, "pool journal could not be rewritten");
@@ -276,7 +274,7 @@ impl Pool {
     /// the last reload), dropping what was mined or replaced since. Returns the number
     /// of records written.
     pub async fn rotate_journal(&self) -> std::io::Result<usize> {
-        let Some(journal) = self.shared.journal.get() else {
+        let Some(journal) = self.inner.journal.get() else {
             return Ok(0);
         };
         let pool = self.clone();
