@@ -1,0 +1,108 @@
+//! A transaction of the stream ([`StreamTx`]: its sender, nonce, fees, bytes, how it is
+//! delivered, whether a builder could include it) and the [`Class`] of case it is meant
+//! to exercise: valid, gap-filling, replacing, duplicate, or one of the ways a pool must
+//! refuse it.
+
+use alloy_primitives::{B256, Bytes, U256};
+
+/// What a stream transaction is meant to exercise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Class {
+    Valid,
+    /// A nonce held back and sent last: until it arrives, its sender's later txs wait.
+    GapFiller,
+    Replacement,
+    Duplicate,
+    /// A tip under the least a remote tx must pay (0).
+    Underpriced,
+    /// A value above the sender's balance.
+    Unaffordable,
+    /// Input above the 128 KiB a pooled tx may carry.
+    Oversized,
+    /// Gas below the intrinsic 21,000.
+    LowGas,
+    WrongChain,
+    /// A blob tx behind a nonce gap (its sender's held nonce comes last): every pool
+    /// refuses it (blob txs must be contiguous), so it never counts for the ideal.
+    BlobGap,
+    /// A blob tx with a max fee per blob gas of 0, under the least blob base fee (1 wei).
+    ZeroBlobFee,
+    /// A blob tx whose sidecar carries a blob that does not match its commitment.
+    BadBlob,
+    /// A plain tx at a blob sender's next nonce: a pool holds one kind per sender, so it
+    /// is refused while the sender has blob txs pooled.
+    PlainFromBlobSender,
+}
+
+impl Class {
+    pub const ALL: [Class; 13] = [
+        Class::Valid,
+        Class::GapFiller,
+        Class::Replacement,
+        Class::Duplicate,
+        Class::Underpriced,
+        Class::Unaffordable,
+        Class::Oversized,
+        Class::LowGas,
+        Class::WrongChain,
+        Class::BlobGap,
+        Class::ZeroBlobFee,
+        Class::BadBlob,
+        Class::PlainFromBlobSender,
+    ];
+
+    /// Whether a node may count the class against the peer that relays it as a fault of
+    /// the tx's bytes (moat: 5 reputation points each, 20 drop the peer; a sidecar that
+    /// fails its proofs drops it at once): the tool sends these over RPC even from remote
+    /// senders, as no honest peer relays them.
+    pub fn peer_fault(self) -> bool {
+        matches!(
+            self,
+            Class::Oversized | Class::LowGas | Class::WrongChain | Class::BadBlob
+        )
+    }
+
+    /// Whether txs of the class have a hash no other stream tx has: a duplicate is its
+    /// original again, and a bad blob's tx is the valid one (the sidecar is not hashed).
+    pub fn own_hash(self) -> bool {
+        !matches!(self, Class::Duplicate | Class::BadBlob)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Valid => "valid",
+            Class::GapFiller => "gap-filler",
+            Class::Replacement => "replacement",
+            Class::Duplicate => "duplicate",
+            Class::Underpriced => "underpriced",
+            Class::Unaffordable => "unaffordable",
+            Class::Oversized => "oversized",
+            Class::LowGas => "low-gas",
+            Class::WrongChain => "wrong-chain",
+            Class::BlobGap => "blob-gap",
+            Class::ZeroBlobFee => "zero-blob-fee",
+            Class::BadBlob => "bad-blob",
+            Class::PlainFromBlobSender => "plain-after-blob",
+        }
+    }
+}
+
+/// One transaction of the stream.
+#[derive(Debug, Clone)]
+pub struct StreamTx {
+    pub class: Class,
+    pub sender: usize,
+    pub nonce: u64,
+    pub tip: u128,
+    pub max_fee: u128,
+    pub value: U256,
+    /// Blobs carried (0: not a blob tx) and the max fee per blob gas.
+    pub blobs: u64,
+    pub blob_fee: u128,
+    pub raw: Bytes,
+    pub hash: B256,
+    /// Delivered by a peer (else over RPC, as a local tx).
+    pub remote: bool,
+    /// Valid against the chain (whatever a pool makes of it): a builder could include it.
+    pub includable: bool,
+}
