@@ -27,32 +27,15 @@
 //! - local RPC has its own bucket, which no peer can drain.
 //!
 //! What a peer's account says also decides where its work runs: [`Budgets::lane`] reads
-//! its record and budget state through the table of [`super::lanes`].
+//! its record and budget state through the table of [`crate::standing`].
 
-use super::lanes::CeilingMutex;
-use super::lanes::{Lane, PROVEN_ADMITTED, Standing};
+use crate::standing::{PROVEN_ADMITTED, Standing};
 use alloy_primitives::B512;
 use moat_common::net::host_key;
+use moat_sched::{CeilingMutex, Lane, thread_cpu_ns};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
-
-/// CPU time (ns) this thread has run, from the kernel's per-thread clock.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel
-    // knows. On failure the timespec stays zero, which only under-counts.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
 
 /// CPU spent on one unit of admission work for one origin, and what it bought.
 ///
@@ -176,7 +159,7 @@ pub struct BudgetConfig {
     /// How long a subnet's history is kept after its last peer left.
     pub history_ttl: Duration,
     /// Untrusted origins' admission work runs in its own low-priority lane
-    /// ([`super::lanes`]); off, all of it runs in the trusted lane.
+    /// (`moat_sched`'s lanes, by [`crate::Standing`]); off, all of it runs in the trusted lane.
     pub lanes: bool,
 }
 
@@ -568,7 +551,7 @@ impl Budgets {
         Verdict::Wait(wait.min(MAX_WAIT))
     }
 
-    /// The lane of a peer's next unit of admission work ([`super::lanes`]): by its
+    /// The lane of a peer's next unit of admission work ([`crate::standing`]): by its
     /// record (its subnet's history included) and its budget's state. The trusted lane
     /// when lanes are off; an unknown peer is new.
     pub fn lane(&self, id: &B512, now: Instant) -> Lane {
@@ -700,24 +683,6 @@ mod tests {
 
     const A: B512 = B512::repeat_byte(1);
     const B: B512 = B512::repeat_byte(2);
-
-    #[test]
-    fn the_thread_clock_counts_work_not_sleep() {
-        let t0 = thread_cpu_ns();
-        std::thread::sleep(Duration::from_millis(30));
-        let slept = thread_cpu_ns() - t0;
-        let t1 = thread_cpu_ns();
-        let mut x = [0u8; 32];
-        for _ in 0..20_000 {
-            x = *alloy_primitives::keccak256(std::hint::black_box(x));
-        }
-        std::hint::black_box(x);
-        let worked = thread_cpu_ns() - t1;
-        // 20,000 hashes take some milliseconds of CPU whatever else the machine runs;
-        // 30 ms of sleep take next to none.
-        assert!(slept < 2_000_000, "sleeping counted {slept} ns");
-        assert!(worked > 2_000_000, "hashing counted only {worked} ns");
-    }
 
     #[test]
     fn a_bucket_refills_at_its_rate_up_to_its_burst() {

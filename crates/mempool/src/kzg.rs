@@ -75,9 +75,9 @@ impl KzgBatcher {
     ) -> Option<(Result<(), BlobsBundleError>, u64)> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // No runtime (a synchronous caller): verify here.
-            let cpu = super::budget::thread_cpu_ns();
+            let cpu = moat_sched::thread_cpu_ns();
             let result = self.verify_batch_now(vec![bundle]).pop()?;
-            return Some((result, super::budget::thread_cpu_ns().saturating_sub(cpu)));
+            return Some((result, moat_sched::thread_cpu_ns().saturating_sub(cpu)));
         };
         let (reply, result) = oneshot::channel();
         let start_worker = {
@@ -109,11 +109,11 @@ impl KzgBatcher {
                 .iter()
                 .map(|b| b.blobs.len().max(1) as u64)
                 .collect();
-            let cpu = super::budget::thread_cpu_ns();
+            let cpu = moat_sched::thread_cpu_ns();
             // On the untrusted lane's `SCHED_IDLE` threads a batch (milliseconds in one
             // c-kzg call) gives way every 0.5 ms to a waiting trusted thread.
-            let results = super::lanes::preemptible(|| self.verify_batch_now(bundles));
-            let spent = super::budget::thread_cpu_ns().saturating_sub(cpu);
+            let results = moat_sched::preemptible(|| self.verify_batch_now(bundles));
+            let spent = moat_sched::thread_cpu_ns().saturating_sub(cpu);
             let total: u64 = blobs.iter().sum();
             for ((reply, result), n) in replies.into_iter().zip(results).zip(blobs) {
                 let _ = reply.send((result, spent * n / total.max(1)));

@@ -14,7 +14,8 @@
 //! remembered by hash ([`RecentFailures`]), so a repeat costs a hash lookup instead of
 //! ECDSA or KZG. Senders recovered once are cached ([`SenderCache`], shared with block
 //! import). Each origin pays for the CPU it makes the pool spend ([`Budgets`]), and its
-//! standing decides the lane its work runs in ([`lanes`]).
+//! standing decides the lane its work runs in ([`standing`]; the lanes themselves, their
+//! low-priority runtime and ceiling locks, are `moat_sched`'s).
 //!
 //! Admitted transactions sit in one of four subpools ([`SubPool`]), classified per sender
 //! in nonce order against the head's state:
@@ -44,11 +45,11 @@ mod config;
 mod error;
 mod journal;
 mod kzg;
-pub mod lanes;
 pub mod maintain;
 mod metrics;
 mod pool;
 mod shields;
+pub mod standing;
 mod state;
 
 pub use best::{BestTransactions, BlockBudget};
@@ -62,10 +63,11 @@ pub use journal::{
 };
 #[doc(hidden)]
 pub use journal::{encode_record as journal_record, parse_records as journal_records};
-pub use lanes::{Lane, Standing};
 pub use metrics::{Counter, PoolMetrics, Stage};
+pub use moat_sched::Lane;
 pub use pool::Usage;
 pub use shields::{Backpressure, InFlight, RecentFailures, SenderCache};
+pub use standing::{Record, Standing};
 pub use state::{AccountState, CodeKind, HeadInfo, InMemoryState, StateView};
 
 use alloy_primitives::{Address, B256, B512, Bytes, U256};
@@ -232,7 +234,7 @@ const BAD_SIDECARS_CAPACITY: usize = 4096;
 struct PoolInner {
     cfg: Arc<PoolConfig>,
     state: Arc<dyn StateView>,
-    pool: lanes::CeilingMutex<TxPool>,
+    pool: moat_sched::CeilingMutex<TxPool>,
     rules: RwLock<Rules>,
     sender_cache: SenderCache,
     failures: RecentFailures,
@@ -241,7 +243,7 @@ struct PoolInner {
     bad_sidecars: RecentFailures,
     in_flight: InFlight,
     backpressure: Backpressure,
-    /// One batcher per lane ([`lanes`]): a trusted blob tx never waits for a batch of
+    /// One batcher per lane ([`moat_sched::Lane`]): a trusted blob tx never waits for a batch of
     /// untrusted ones, nor runs on the untrusted lane's low-priority threads.
     kzg: [Arc<KzgBatcher>; 2],
     budgets: Budgets,
@@ -333,8 +335,8 @@ impl PoolInner {
         lap(Stage::Decode);
 
         // Stages 3 and 4 take locks that trusted work takes too: at normal priority on
-        // the untrusted lane's threads (`lanes::Raised`), one raise for all of them.
-        let raised = lanes::Raised::new();
+        // the untrusted lane's threads (`moat_sched::Raised`), one raise for all of them.
+        let raised = moat_sched::Raised::new();
         // 3. Recent failures (a reorg may legitimately revive a "nonce too low").
         if origin != Some(TxOrigin::Reorg) && self.failures.contains(&hash) {
             if origin.is_some() {
@@ -411,7 +413,7 @@ impl PoolInner {
     /// Remembers a hash-determined failure so a repeat is turned away at stage 3.
     fn fail(&self, hash: B256, e: Rejection) -> Rejection {
         if e.is_hash_determined() {
-            let _raised = lanes::Raised::new();
+            let _raised = moat_sched::Raised::new();
             self.failures.insert(hash, Instant::now());
             self.metrics.inc(Counter::failure_cache_inserts);
         }
@@ -449,7 +451,7 @@ impl Pool {
         let metrics = Arc::new(PoolMetrics::default());
         let inner = PoolInner {
             rules: RwLock::new(Rules::at(&cfg, &head)),
-            pool: lanes::CeilingMutex::named("pool", TxPool::new(Arc::clone(&cfg), head)),
+            pool: moat_sched::CeilingMutex::named("pool", TxPool::new(Arc::clone(&cfg), head)),
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
@@ -629,7 +631,7 @@ impl Pool {
             let part = part.to_vec();
             let inner = self.inner.clone();
             let work = move || {
-                let cpu = budget::thread_cpu_ns();
+                let cpu = moat_sched::thread_cpu_ns();
                 for (hash, bytes) in part {
                     let Ok(screened) =
                         inner.screen(TxInput::Hashed(bytes, hash), None, &rules, None)
@@ -638,14 +640,14 @@ impl Pool {
                     };
                     inner.metrics.inc(Counter::sender_recoveries);
                     if let Ok(sender) = screened.recover_sender() {
-                        let _raised = lanes::Raised::new();
+                        let _raised = moat_sched::Raised::new();
                         inner.sender_cache.insert(hash, sender);
                     }
                 }
-                budget::thread_cpu_ns().saturating_sub(cpu)
+                moat_sched::thread_cpu_ns().saturating_sub(cpu)
             };
             tasks.push(if lanes_on {
-                lanes::spawn_blocking_idle(work)
+                moat_sched::spawn_blocking_idle(work)
             } else {
                 tokio::task::spawn_blocking(work)
             });
@@ -695,9 +697,9 @@ impl Pool {
         let auths = screened.pooled.tx().tx().authorization_list();
 
         // 7. Sender: the cache, else ECDSA. The cache's locks at normal priority
-        //    (`lanes::Raised`), the ECDSA at the lane's.
+        //    (`moat_sched::Raised`), the ECDSA at the lane's.
         let cached = {
-            let _raised = lanes::Raised::new();
+            let _raised = moat_sched::Raised::new();
             s.sender_cache.get(&hash)
         };
         let sender = match cached {
@@ -711,7 +713,7 @@ impl Pool {
                 let sender = screened
                     .recover_sender()
                     .map_err(|e| self.fail(hash, Rejection::InvalidSender(e)))?;
-                let _raised = lanes::Raised::new();
+                let _raised = moat_sched::Raised::new();
                 s.sender_cache.insert(hash, sender);
                 sender
             }
@@ -764,7 +766,7 @@ impl Pool {
             )));
         }
         meter.pause();
-        let batcher = match lanes::current() {
+        let batcher = match moat_sched::current() {
             Lane::Trusted => &s.kzg[0],
             Lane::Untrusted => &s.kzg[1],
         };
@@ -835,7 +837,7 @@ impl Pool {
 
     fn publish(&self, hashes: impl IntoIterator<Item = B256>) {
         // The channel's lock is the broadcaster's too.
-        let _raised = lanes::Raised::new();
+        let _raised = moat_sched::Raised::new();
         for h in hashes {
             // No subscriber is not an error.
             let _ = self.inner.pending_events.send(h);

@@ -9,9 +9,9 @@
 //! - [`Backpressure`]: a global and a per-origin cap on admissions in progress.
 
 use super::TxOrigin;
-use super::lanes::CeilingMutex as Mutex;
 use super::{FastMap as HashMap, FastSet as HashSet};
 use alloy_primitives::{Address, B256};
+use moat_sched::CeilingMutex as Mutex;
 use quick_cache::sync::Cache;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

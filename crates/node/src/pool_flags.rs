@@ -4,8 +4,8 @@
 use alloy_primitives::{Address, Bytes};
 use moat_blockchain::payload::MinerConfig;
 use moat_common::config::ChainConfig;
-use moat_mempool::lanes::RpcLaneBudget;
 use moat_mempool::{JournalOptions, PoolConfig};
+use moat_sched::RpcLaneBudget;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]

@@ -11,6 +11,14 @@ use moat_rpc::engine::EngineConfig;
 use moat_rpc::{AllowedOrigins, CorsDomains, HttpTimeouts, Namespaces, RpcConfig, VirtualHosts};
 use std::time::Duration;
 
+/// This machine's name, for geth's default WebSocket origins (`http://<hostname>`): the
+/// kernel's, else `HOSTNAME`'s.
+fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct RpcArgs {
     /// Serve HTTP JSON-RPC (geth's flag; on by default with --dev, off with
@@ -102,7 +110,7 @@ impl RpcArgs {
             http_api: dev_api(dev, Namespaces::new(&self.http_api)),
             ws_api: dev_api(dev, Namespaces::new(&self.ws_api)),
             vhosts: VirtualHosts::new(&self.http_vhosts),
-            ws_origins: AllowedOrigins::new(&self.ws_origins),
+            ws_origins: AllowedOrigins::on_host(&self.ws_origins, host_name().as_deref()),
             cors: CorsDomains::new(&self.http_corsdomain),
             timeouts: self.timeouts(),
             connections: budget.rpc,

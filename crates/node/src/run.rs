@@ -269,6 +269,21 @@ pub fn run(mut args: NodeArgs) -> ExitCode {
     }
 }
 
+/// The scheduling settings (`moat_sched`): the untrusted lane's RPC budget from the flags,
+/// and how often work in one piece on that lane gives way from `MOAT_LANE_GIVE_WAY_US`
+/// (microseconds, 50 to 100,000; for measuring), 0.5 ms otherwise.
+fn sched_config(args: &NodeArgs) -> moat_sched::SchedConfig {
+    let give_way = std::env::var("MOAT_LANE_GIVE_WAY_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|us| (50..=100_000).contains(us))
+        .map_or(moat_sched::SchedConfig::GIVE_WAY, Duration::from_micros);
+    moat_sched::SchedConfig {
+        give_way,
+        rpc_lane_budget: args.pool.rpc_lane_budget(),
+    }
+}
+
 /// Installs the Prometheus recorder, and runs its exporter (the HTTP listener and the
 /// periodic upkeep that drains histograms into summaries) on a thread of its own at
 /// nice 19, not on the node runtime. Upkeep and a scrape's render run for milliseconds at
@@ -280,7 +295,7 @@ fn install_metrics(builder: metrics_exporter_prometheus::PrometheusBuilder) -> R
         .name("metrics".into())
         .spawn(move || {
             // Failure leaves the thread at normal priority.
-            moat_mempool::lanes::nice_this_thread();
+            moat_sched::nice_this_thread();
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -316,6 +331,10 @@ fn install_metrics(builder: metrics_exporter_prometheus::PrometheusBuilder) -> R
 }
 
 async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Result<Store, String> {
+    // Before anything is scheduled: the lanes read it when first needed.
+    if let Err(in_force) = moat_sched::install(sched_config(&args)) {
+        tracing::warn!(?in_force, "scheduling settings were in force already");
+    }
     if args.metrics {
         // Installed before anything registers a metric: handles taken earlier would be
         // bound to no recorder.
@@ -359,7 +378,6 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         }
     })?;
     let config = chain.config().clone();
-    moat_mempool::lanes::set_rpc_lane_budget(args.pool.rpc_lane_budget());
     let pool = Pool::new(
         args.pool.pool_config(config.clone()),
         Arc::new(StoreStateView::new(store.clone(), config.clone())),

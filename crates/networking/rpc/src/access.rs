@@ -5,9 +5,10 @@
 //!   that is an IP address, or absent, is served; `*` allows any. This is what stops DNS
 //!   rebinding: a web page whose domain now resolves to 127.0.0.1 still sends its own
 //!   domain as Host.
-//! - **Origin** (`--ws.origins`; default `http://localhost` and `http://<hostname>`): a
-//!   WebSocket upgrade that carries an `Origin` not allowed gets 403. Browsers always send
-//!   one; other clients need not. A rule matches on the scheme, host and port it gives.
+//! - **Origin** (`--ws.origins`; default `http://localhost` and `http://<hostname>`, the
+//!   host's name as the node gives it, [`AllowedOrigins::on_host`]): a WebSocket upgrade
+//!   that carries an `Origin` not allowed gets 403. Browsers always send one; other
+//!   clients need not. A rule matches on the scheme, host and port it gives.
 //! - **CORS** (`--http.corsdomain`; default none): for an allowed origin, preflights are
 //!   answered and responses carry `Access-Control-Allow-Origin`; with none, no CORS
 //!   header is ever sent, so a browser page cannot read an answer nor send a JSON request.
@@ -206,27 +207,39 @@ pub struct AllowedOrigins {
 }
 
 impl Default for AllowedOrigins {
-    /// geth's default when `--ws.origins` is not given: `http://localhost` and
-    /// `http://<this host's name>`.
+    /// geth's default when `--ws.origins` is not given, on a host whose name is not known
+    /// here: `http://localhost` ([`Self::on_host`]).
     fn default() -> Self {
-        let mut names = vec!["http://localhost".to_string()];
-        if let Some(h) = hostname() {
-            names.push(format!("http://{h}"));
-        }
-        Self::new(&names)
+        Self::on_host::<&str>(&[], None)
     }
 }
 
 impl AllowedOrigins {
-    /// An empty list is geth's default.
+    /// An empty list is geth's default, without the host's name ([`Self::on_host`]).
     pub fn new<S: AsRef<str>>(list: &[S]) -> Self {
+        Self::on_host(list, None)
+    }
+
+    /// `list`; if it is empty, geth's default: `http://localhost` and
+    /// `http://<hostname>`, with the host's name as the node found it (`None`: unknown).
+    pub fn on_host<S: AsRef<str>>(list: &[S], hostname: Option<&str>) -> Self {
         let list: Vec<&str> = list
             .iter()
             .map(|s| s.as_ref().trim())
             .filter(|s| !s.is_empty())
             .collect();
         if list.is_empty() {
-            return Self::default();
+            let mut names = vec!["http://localhost".to_string()];
+            if let Some(h) = hostname
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+            {
+                names.push(format!("http://{h}"));
+            }
+            return Self {
+                any: false,
+                rules: names.iter().filter_map(|o| parse_origin(o)).collect(),
+            };
         }
         Self {
             any: list.contains(&"*"),
@@ -258,15 +271,6 @@ impl AllowedOrigins {
                 && r.port.as_ref().is_none_or(|p| o.port.as_ref() == Some(p))
         })
     }
-}
-
-/// This machine's hostname (for geth's default origins), from the kernel.
-fn hostname() -> Option<String> {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())?;
-    let name = name.trim().to_ascii_lowercase();
-    (!name.is_empty()).then_some(name)
 }
 
 /// CORS origins (`--http.corsdomain`): empty answers no preflight and sends no CORS

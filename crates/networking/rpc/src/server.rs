@@ -32,7 +32,8 @@ use hyper_util::server::conn::auto;
 use jsonrpsee::core::BoxError;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, StopHandle};
 use moat_common::net::host_key;
-use moat_mempool::lanes::{self, Lane, Record};
+use moat_mempool::Record;
+use moat_sched::{self as lanes, Lane};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
@@ -189,7 +190,7 @@ pub struct Conn {
     ws_slot: Mutex<Option<ConnSlot>>,
     /// What its `eth_sendRawTransaction` calls bought: a connection whose submissions are
     /// mostly refused has its next requests served in the untrusted lane
-    /// (`moat_mempool::lanes`).
+    /// (`moat_mempool::Standing`, run by `moat_sched`).
     pub record: Record,
 }
 

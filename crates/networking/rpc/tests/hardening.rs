@@ -550,7 +550,7 @@ async fn call_on(s: &mut TcpStream, method: &str, params: Value) -> Value {
 
 #[tokio::test]
 async fn a_connection_whose_submissions_are_mostly_refused_is_served_in_the_untrusted_lane() {
-    use moat_mempool::lanes::{self, Lane};
+    use moat_sched::{self as lanes, Lane};
     let handle = server(RpcConfig::default()).await;
     let addr = handle.http_addr().unwrap();
     let mut flood = connect_from([127, 0, 0, 1], addr).await;

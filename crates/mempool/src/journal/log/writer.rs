@@ -96,7 +96,7 @@ impl Awake {
 
     pub(super) fn run(&self) {
         // Spinning at a normal priority would take CPU from admission: not at all then.
-        if !crate::lanes::set_idle(true) {
+        if !moat_sched::set_idle(true) {
             return;
         }
         self.lowered.store(true, Ordering::Release);

@@ -9,8 +9,8 @@ use crate::p2p::DisconnectReason;
 use alloy_primitives::{B256, Bytes};
 use moat_common::TxType;
 use moat_common::transaction::{BlobRules, PooledTransaction};
-use moat_mempool::lanes::{self, Lane};
 use moat_mempool::{CpuMeter, PeerCost, TxInput, TxOrigin, Verdict};
+use moat_sched::{self as lanes, Lane};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -301,8 +301,8 @@ impl Network {
 
     /// Admits one peer's transactions in the order they came and applies the
     /// consequences of what the pool says. Each message is one unit of work in the lane
-    /// the peer's standing gives it when its turn comes (`mempool::lanes`): a peer with a
-    /// record of admitted transactions in the trusted lane, a new, poor or over-budget
+    /// the peer's standing gives it when its turn comes (`moat_mempool::Standing`): a peer
+    /// with a record of admitted transactions in the trusted lane, a new, poor or over-budget
     /// one on the untrusted lane's low-priority threads.
     pub(super) async fn admission_worker(
         self,

@@ -24,8 +24,8 @@
 //! (`moat_mempool::budget`); before each chunk the network asks the budget
 //! and obeys: go on, wait (its reader then stops reading), or drop a peer whose CPU buys
 //! almost no admitted transactions. Where a peer's work runs (its reader, its admission,
-//! its announcements) is its lane, from its standing (`moat_mempool::lanes`):
-//! new, poor and over-budget peers on low-priority threads, proven ones on the runtime.
+//! its announcements) is its lane, from its standing (`moat_mempool::Standing`, run by
+//! `moat_sched`): new, poor and over-budget peers on low-priority threads, proven ones on the runtime.
 //!
 //! The service and its peer table live here (listening, dialling, static peers, the
 //! handshake); the rest is split by job:
@@ -57,8 +57,8 @@ use moat_blockchain::chain::Chain;
 use moat_common::config::ForkFilter;
 use moat_common::throttle::Throttle;
 use moat_common::transaction::BlobRules;
-use moat_mempool::lanes::{CeilingMutex, CeilingRwLock};
 use moat_mempool::{PeerBudget, Pool};
+use moat_sched::{CeilingMutex, CeilingRwLock};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

@@ -24,8 +24,7 @@ use super::chain::{Pending, Reply, ReplyKind};
 use super::ingress::AdmissionJob;
 use super::{Map, Network, PeerInfo, max_inbound, short};
 use moat_mempool::Spent;
-use moat_mempool::budget::thread_cpu_ns;
-use moat_mempool::lanes::{self, Lane};
+use moat_sched::{self as lanes, Lane, thread_cpu_ns};
 
 /// The reading half of a peer's connection.
 type PeerReader = RlpxReader<tokio::net::tcp::OwnedReadHalf>;
@@ -456,7 +455,7 @@ impl Network {
         // size our requests bound; an honest blob tx's sidecar costs milliseconds to
         // read, which must not count as waste), chain data, snap and pings are not.
         let mut reader_cpu = ReaderCpu::default();
-        // The reader runs in the lane the peer's standing gives it (`mempool::lanes`):
+        // The reader runs in the lane the peer's standing gives it (`moat_mempool::Standing`):
         // a new, poor or over-budget peer's frames are decrypted, decoded and handled on
         // the untrusted lane's low-priority threads. It moves when its standing changes.
         let end = loop {

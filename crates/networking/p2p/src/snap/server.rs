@@ -233,7 +233,7 @@ impl SnapServer {
             .name("moat-warm".into())
             .spawn(move || {
                 // Failure leaves the thread at normal priority.
-                moat_mempool::lanes::nice_this_thread();
+                moat_sched::nice_this_thread();
                 let started = Instant::now();
                 // The server's counter is the liveness token: gone once it is dropped.
                 let go_on = || answered.strong_count() > 0;
