@@ -23,6 +23,3 @@ pub mod state_root;
 pub mod undo;
 pub mod verify;
 pub mod vm;
-
-/// The pool lives in its own crate; this path is kept while callers move to it.
-pub use moat_mempool as mempool;

@@ -7,9 +7,9 @@ use crate::ideal::{BLOCK_TIME, MINER_GAS_LIMIT};
 use crate::tx::{Class, StreamTx};
 use alloy_primitives::{Address, B256, U256};
 use moat_blockchain::chain::Chain;
-use moat_blockchain::mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_blockchain::payload::{MinerConfig, PayloadAttributes};
 use moat_common::config::Genesis;
+use moat_mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -119,7 +119,7 @@ pub async fn run_in_process(
         .into_iter()
         .map(|(_, txs)| {
             txs.iter()
-                .take_while(|(_, sub)| *sub == moat_blockchain::mempool::SubPool::Pending)
+                .take_while(|(_, sub)| *sub == moat_mempool::SubPool::Pending)
                 .map(|(t, _)| t.tx.tx().tx().effective_tip_per_gas(base_fee).unwrap_or(0))
                 .collect::<Vec<u128>>()
         })

@@ -7,8 +7,8 @@
 use super::Shared;
 use alloy_primitives::B256;
 use moat_blockchain::chain::{Chain, ChainError, ImportOutcome};
-use moat_blockchain::mempool::SenderCache;
 use moat_common::block::Block;
+use moat_mempool::SenderCache;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
