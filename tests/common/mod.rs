@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn testdata(name: &str) -> PathBuf {
+pub(crate) fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/testdata/ethtest")
         .join(name)
@@ -19,7 +19,7 @@ pub fn testdata(name: &str) -> PathBuf {
 
 /// `moat import` of the conformance chain into `datadir`; panics with moat's stderr if it
 /// fails.
-pub fn import_ethtest(datadir: &std::path::Path) {
+pub(crate) fn import_ethtest(datadir: &std::path::Path) {
     let out = Command::new(env!("CARGO_BIN_EXE_moat"))
         .arg("import")
         .arg(testdata("chain.rlp"))
@@ -42,7 +42,7 @@ pub fn import_ethtest(datadir: &std::path::Path) {
 /// for its tests (`CARGO_BIN_EXE_moat`); another package's is built here so that no test
 /// runs one an earlier build left in target/, nor finds it missing on a clean checkout.
 /// The path is the one cargo reports for the executable.
-pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
+pub(crate) fn workspace_bin(package: &str, bin: &str) -> PathBuf {
     let moat = PathBuf::from(env!("CARGO_BIN_EXE_moat"));
     // target/<profile dir>/moat: `debug` is the dev profile's directory.
     let profile = match moat
@@ -76,7 +76,7 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
 /// for integration tests (inside target/, not the system temp dir): removed with all in
 /// it when dropped, also when the test panics. Declare it before the nodes that use it,
 /// so they are killed before it goes.
-pub fn temp_dir(tag: &str) -> tempfile::TempDir {
+pub(crate) fn temp_dir(tag: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix(&format!("moat-{tag}-"))
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -86,12 +86,12 @@ pub fn temp_dir(tag: &str) -> tempfile::TempDir {
 /// `data` in a [`temp_dir`] of its own: a datadir path not created yet (a node or an
 /// import creates it), with room beside it for a `.jwt`, a genesis or a log; dropped, the
 /// whole directory goes.
-pub struct TempPath {
+pub(crate) struct TempPath {
     path: PathBuf,
     _root: tempfile::TempDir,
 }
 
-pub fn temp_path(tag: &str) -> TempPath {
+pub(crate) fn temp_path(tag: &str) -> TempPath {
     let root = temp_dir(tag);
     TempPath {
         path: root.path().join("data"),
@@ -120,19 +120,19 @@ impl AsRef<std::ffi::OsStr> for TempPath {
 
 /// A running `moat`, killed on drop; the directory it holds (a dev datadir, an engine
 /// secret), if any, is removed after the kill.
-pub struct Node(pub Child, pub Option<tempfile::TempDir>);
+pub(crate) struct Node(pub Child, pub Option<tempfile::TempDir>);
 
 impl Node {
     /// Starts `moat` with `args`; unless they name a p2p port (or discv5's), the OS
     /// picks one, so nodes of parallel tests do not collide on 30303 (or 9200). A dev
     /// node not given a datadir gets one the `Node` removes (moat's own temporary one is
     /// left behind by a kill).
-    pub fn start(args: &[&str]) -> Node {
+    pub(crate) fn start(args: &[&str]) -> Node {
         Node::start_holding(args, None)
     }
 
     /// [`Node::start`], the node holding `dir` (removed after the kill).
-    pub fn start_holding(args: &[&str], dir: Option<tempfile::TempDir>) -> Node {
+    pub(crate) fn start_holding(args: &[&str], dir: Option<tempfile::TempDir>) -> Node {
         let port: &[&str] = if args.contains(&"--port") {
             &[]
         } else {
@@ -163,7 +163,7 @@ impl Node {
 }
 
 /// A datadir for a dev node whose `args` name none (`--dev` without `--datadir`).
-pub fn dev_datadir(args: &[&str]) -> Option<tempfile::TempDir> {
+pub(crate) fn dev_datadir(args: &[&str]) -> Option<tempfile::TempDir> {
     let named = args
         .iter()
         .any(|a| *a == "--datadir" || a.starts_with("--datadir="));
@@ -178,7 +178,7 @@ impl Drop for Node {
     }
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     // The OS may give the same free port to two binds in a row once the first is closed:
     // a node handed it for two of its listeners then fails to start. A port goes out once
     // per test process.
@@ -198,7 +198,7 @@ pub fn free_port() -> u16 {
 }
 
 /// POSTs `body` with extra header lines; returns the HTTP status and the parsed body.
-pub fn post(port: u16, headers: &str, body: &str) -> Option<(u16, serde_json::Value)> {
+pub(crate) fn post(port: u16, headers: &str, body: &str) -> Option<(u16, serde_json::Value)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
     write!(
@@ -218,17 +218,17 @@ pub fn post(port: u16, headers: &str, body: &str) -> Option<(u16, serde_json::Va
 }
 
 /// A JSON-RPC call on the public port.
-pub fn rpc(port: u16, method: &str, params: &str) -> Option<serde_json::Value> {
+pub(crate) fn rpc(port: u16, method: &str, params: &str) -> Option<serde_json::Value> {
     let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
     post(port, "", &body).map(|(_, v)| v)
 }
 
 /// The engine API's JWT secret in the engine tests (hive's).
-pub const ENGINE_SECRET_HEX: &str =
+pub(crate) const ENGINE_SECRET_HEX: &str =
     "0x7365637265747365637265747365637265747365637265747365637265747365";
 
 /// POSTs `body` to the engine port with a fresh token for [`ENGINE_SECRET_HEX`].
-pub fn engine_post(port: u16, body: &str) -> Option<(u16, serde_json::Value)> {
+pub(crate) fn engine_post(port: u16, body: &str) -> Option<(u16, serde_json::Value)> {
     let secret = moat_rpc::engine::parse_jwt_secret(ENGINE_SECRET_HEX).unwrap();
     let token = moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now());
     post(port, &format!("Authorization: Bearer {token}\r\n"), body)
@@ -237,7 +237,7 @@ pub fn engine_post(port: u16, body: &str) -> Option<(u16, serde_json::Value)> {
 /// `moat` on the conformance genesis in `datadir`, no peers, its engine API on
 /// [`ENGINE_SECRET_HEX`] (written in a directory the node holds): the node, its HTTP port
 /// and its engine port, once the RPC server answers.
-pub fn start_engine_node(datadir: &std::path::Path) -> (Node, u16, u16) {
+pub(crate) fn start_engine_node(datadir: &std::path::Path) -> (Node, u16, u16) {
     let secrets = temp_dir("engine-jwt");
     let secret_file = secrets.path().join("secret.jwt");
     std::fs::write(&secret_file, ENGINE_SECRET_HEX).unwrap();
@@ -265,7 +265,7 @@ pub fn start_engine_node(datadir: &std::path::Path) -> (Node, u16, u16) {
     (node, http, auth)
 }
 
-pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(v) = f() {
@@ -277,7 +277,7 @@ pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 /// The first four well-known dev keys.
-pub const DEV_KEYS: [&str; 4] = [
+pub(crate) const DEV_KEYS: [&str; 4] = [
     "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
     "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
     "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
@@ -286,7 +286,7 @@ pub const DEV_KEYS: [&str; 4] = [
 
 /// Transfers on the dev chain (id 1337) from each of [`DEV_KEYS`], `nonces` per sender,
 /// signed in nonce order: per sender, (hash, raw hex).
-pub fn dev_transfers(nonces: u64) -> Vec<Vec<(B256, String)>> {
+pub(crate) fn dev_transfers(nonces: u64) -> Vec<Vec<(B256, String)>> {
     DEV_KEYS
         .iter()
         .map(|k| {
@@ -300,7 +300,12 @@ pub fn dev_transfers(nonces: u64) -> Vec<Vec<(B256, String)>> {
 
 /// A transfer of `value` wei from `signer` at `nonce` to 0x4242…, on chain `chain_id`
 /// (1 gwei tip, 100 gwei fee cap): (hash, raw hex).
-pub fn signed_transfer(signer: &Signer, chain_id: u64, nonce: u64, value: u64) -> (B256, String) {
+pub(crate) fn signed_transfer(
+    signer: &Signer,
+    chain_id: u64,
+    nonce: u64,
+    value: u64,
+) -> (B256, String) {
     let tx = Transaction::Eip1559(Eip1559Tx {
         chain_id,
         nonce,
@@ -320,12 +325,13 @@ pub fn signed_transfer(signer: &Signer, chain_id: u64, nonce: u64, value: u64) -
 }
 
 /// The engine API's JWT secret of the nodes [`Moat`] starts.
-pub const SECRET_HEX: &str = "0x7365637265747365637265747365637265747365637265747365637265747365";
+pub(crate) const SECRET_HEX: &str =
+    "0x7365637265747365637265747365637265747365637265747365637265747365";
 
 /// A `moat` process on loopback without discovery (its p2p port and node key given),
 /// its stdout and stderr in a log file in the datadir (the tail shown when a wait
 /// fails); killed on drop, then its engine secret's directory removed.
-pub struct Moat {
+pub(crate) struct Moat {
     pub child: Child,
     pub log: PathBuf,
     pub http: u16,
@@ -346,7 +352,7 @@ impl Drop for Moat {
 impl Moat {
     /// Starts `moat` on `dir` and `genesis` with `extra` arguments and `env`, and waits
     /// (up to `patience`) for its RPC server and engine API.
-    pub fn start(
+    pub(crate) fn start(
         dir: &std::path::Path,
         genesis: &std::path::Path,
         p2p: u16,
@@ -396,12 +402,12 @@ impl Moat {
         node
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Polls `f` until it gives a value; past the patience, panics with the log's tail.
-    pub fn wait<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    pub(crate) fn wait<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         let deadline = Instant::now() + self.patience;
         loop {
             if let Some(v) = f() {
@@ -418,24 +424,24 @@ impl Moat {
     }
 
     /// std's kill is SIGKILL on Unix: no shutdown path runs.
-    pub fn kill9(mut self) {
+    pub(crate) fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
     /// The `result` of an RPC call (null when there is none).
-    pub fn call(&self, method: &str, params: &str) -> serde_json::Value {
+    pub(crate) fn call(&self, method: &str, params: &str) -> serde_json::Value {
         rpc(self.http, method, params).unwrap_or_default()["result"].clone()
     }
 
-    pub fn head(&self) -> Option<u64> {
+    pub(crate) fn head(&self) -> Option<u64> {
         let r = rpc(self.http, "eth_blockNumber", "[]")?;
         u64::from_str_radix(r["result"].as_str()?.trim_start_matches("0x"), 16).ok()
     }
 
     /// forkchoiceUpdated to `head` (safe and finalized zero, no payload); the payload
     /// status of the answer.
-    pub fn forkchoice(&self, head: &str) -> String {
+    pub(crate) fn forkchoice(&self, head: &str) -> String {
         let zero = B256::ZERO;
         self.forkchoice_status(&format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"engine_forkchoiceUpdatedV3","params":[{{"headBlockHash":"{head}","safeBlockHash":"{zero}","finalizedBlockHash":"{zero}"}},null]}}"#
@@ -444,7 +450,7 @@ impl Moat {
 
     /// Posts forkchoiceUpdated `body` to the engine API with a fresh token; the payload
     /// status of the answer.
-    pub fn forkchoice_status(&self, body: &str) -> String {
+    pub(crate) fn forkchoice_status(&self, body: &str) -> String {
         let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
         let bearer = format!(
             "Authorization: Bearer {}\r\n",
@@ -459,7 +465,7 @@ impl Moat {
 }
 
 /// The loopback enode of a node started with key `key` on `port`.
-pub fn enode(key: u8, port: u16) -> String {
+pub(crate) fn enode(key: u8, port: u16) -> String {
     let secret = secp256k1::SecretKey::from_byte_array([key; 32]).unwrap();
     let id = moat_p2p::rlpx::peer_id(&secret.public_key(secp256k1::SECP256K1));
     format!(
@@ -471,7 +477,7 @@ pub fn enode(key: u8, port: u16) -> String {
 /// The head the datadir holds, after checking that its stored state is that head's: the
 /// state trie's root is the head header's state root. `None` when a kill came before the
 /// genesis commit (a loaded machine can take longer than the shortest wait to get there).
-pub fn consistent_head(dir: &std::path::Path) -> Option<(u64, B256)> {
+pub(crate) fn consistent_head(dir: &std::path::Path) -> Option<(u64, B256)> {
     let store = moat_storage::Store::open(dir, None).unwrap();
     let (number, hash) = store.head().unwrap()?;
     let rlp = store.header_rlp(&hash).unwrap().unwrap();

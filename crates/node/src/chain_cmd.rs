@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
-pub struct NetworkArgs {
+pub(crate) struct NetworkArgs {
     /// A geth-style genesis.json, or a built-in network name (mainnet, sepolia, hoodi).
     #[arg(long)]
     network: String,
@@ -22,7 +22,7 @@ pub struct NetworkArgs {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     #[command(flatten)]
     net: NetworkArgs,
     /// Files of concatenated RLP blocks, imported in order.
@@ -32,7 +32,7 @@ pub struct ImportArgs {
 
 /// Checks that `network` names a built-in network or a readable file, before a datadir
 /// is made for it.
-pub fn check_network(network: &str) -> Result<(), String> {
+pub(crate) fn check_network(network: &str) -> Result<(), String> {
     if Network::from_name(network).is_some() {
         return Ok(());
     }
@@ -44,7 +44,7 @@ pub fn check_network(network: &str) -> Result<(), String> {
 /// Opens the chain of `network` in `store`: a built-in network from its embedded
 /// genesis, a genesis file streamed (`<datadir>/genesis-sort` holds the account leaves
 /// on their way to the trie while an empty datadir is initialised, then goes).
-pub fn open_chain_in(store: Store, network: &str, datadir: &Path) -> Result<Chain, String> {
+pub(crate) fn open_chain_in(store: Store, network: &str, datadir: &Path) -> Result<Chain, String> {
     if let Some(net) = Network::from_name(network) {
         return Chain::init(store, &net.genesis()).map_err(|e| e.to_string());
     }
@@ -64,7 +64,7 @@ fn fail(message: String) -> ExitCode {
     ExitCode::from(1)
 }
 
-pub fn init(args: &NetworkArgs) -> ExitCode {
+pub(crate) fn init(args: &NetworkArgs) -> ExitCode {
     match open_chain(args).and_then(|c| c.head().map_err(|e| e.to_string()).map(|h| (c, h))) {
         Ok((chain, (number, hash))) => {
             println!(
@@ -102,7 +102,7 @@ impl Progress {
     }
 }
 
-pub fn import(args: &ImportArgs) -> ExitCode {
+pub(crate) fn import(args: &ImportArgs) -> ExitCode {
     // SIGINT or SIGTERM stops the import between two blocks, flushed, with exit code 0.
     let shutdown = match crate::shutdown::Shutdown::install() {
         Ok(s) => s,

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The datadir of a stopped node.
     #[arg(long)]
     datadir: PathBuf,
@@ -26,7 +26,7 @@ pub struct VerifyArgs {
 }
 
 /// Exit 0: nothing wrong; 1: problems found (printed); 2: the datadir cannot be read.
-pub fn verify_cmd(args: &VerifyArgs) -> ExitCode {
+pub(crate) fn verify_cmd(args: &VerifyArgs) -> ExitCode {
     if !args.datadir.join(DB_FILE).exists() {
         eprintln!(
             "error: {} holds no {DB_FILE}: not a datadir",

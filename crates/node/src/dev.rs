@@ -15,11 +15,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The dev chain's id (as anvil and geth's dev mode use).
-pub const DEV_CHAIN_ID: u64 = 1337;
+pub(crate) const DEV_CHAIN_ID: u64 = 1337;
 
 /// The well-known development keys (the "test test … junk" mnemonic's first accounts), so
 /// tools configured for anvil or hardhat work unchanged.
-pub const DEV_KEYS: [&str; 5] = [
+pub(crate) const DEV_KEYS: [&str; 5] = [
     "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
     "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
     "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
@@ -30,7 +30,7 @@ pub const DEV_KEYS: [&str; 5] = [
 /// 10,000 ether per dev account.
 const DEV_BALANCE: u128 = 10_000 * 1_000_000_000_000_000_000;
 
-pub fn dev_signers() -> Vec<Signer> {
+pub(crate) fn dev_signers() -> Vec<Signer> {
     DEV_KEYS
         .iter()
         .map(|k| {
@@ -42,7 +42,7 @@ pub fn dev_signers() -> Vec<Signer> {
 
 /// The dev genesis: every fork through Prague at block 0 (Osaka too if asked), the
 /// system contracts deployed, the dev accounts funded.
-pub fn dev_genesis(osaka: bool) -> Genesis {
+pub(crate) fn dev_genesis(osaka: bool) -> Genesis {
     let last = if osaka { Fork::Osaka } else { Fork::Prague };
     let config = ChainConfig::all_forks_at_genesis(DEV_CHAIN_ID, last);
     let mut alloc = BTreeMap::new();
@@ -285,7 +285,7 @@ fn log_block(result: &Result<Option<(u64, usize)>, String>) {
 /// transaction becomes pending; and at once for each `evm_mine` request. The dev
 /// methods' other requests (state edits, snapshots, the clock) are served here too, one
 /// at a time between blocks.
-pub async fn run_producer(
+pub(crate) async fn run_producer(
     chain: Chain,
     pool: Pool,
     maintainer: Maintainer,

@@ -24,7 +24,7 @@ use std::time::Duration;
 /// discv5's flags (geth's `--discovery.v5`; the port flag is reth's, since the discv5
 /// crate cannot share discv4's socket as geth's two protocols do).
 #[derive(Debug, Clone, clap::Args)]
-pub struct DiscoveryV5Args {
+pub(crate) struct DiscoveryV5Args {
     /// Run discv5 discovery (geth's default: on; off with --discovery.v5=false or
     /// --nodiscover).
     #[arg(long = "discovery.v5", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
@@ -48,7 +48,7 @@ fn v5_port(args: &NodeArgs) -> u16 {
 
 /// The discovery services that run.
 #[derive(Debug, Default)]
-pub struct Discovery {
+pub(crate) struct Discovery {
     pub v4: Option<Discv4>,
     pub v5: Option<Discv5>,
 }
@@ -66,7 +66,7 @@ impl Drop for Discovery {
 
 /// A `--bootnodes` item as a peer to keep connected: an enode URL, or an `enr:` record
 /// with an IP and a TCP port (one without a TCP port is for discovery only: `None`).
-pub fn bootnode_peer(url: &str) -> Result<Option<Enode>, String> {
+pub(crate) fn bootnode_peer(url: &str) -> Result<Option<Enode>, String> {
     let node: NodeRecord = url
         .trim()
         .parse()
@@ -116,7 +116,7 @@ fn bootnodes(args: &NodeArgs) -> Result<(Vec<NodeRecord>, Vec<Enr>), String> {
 const FORK_ID_CHECK: Duration = Duration::from_secs(30);
 
 /// `--nat`: `none` or `extip:<IP>`.
-pub fn parse_nat(text: &str) -> Result<Option<IpAddr>, String> {
+pub(crate) fn parse_nat(text: &str) -> Result<Option<IpAddr>, String> {
     match text.trim() {
         "" | "none" => Ok(None),
         other => match other.strip_prefix("extip:") {
@@ -163,7 +163,7 @@ impl DialTarget for NetTarget {
 }
 
 /// Starts discv4, discv5 and the dialer as the flags say.
-pub async fn start_discovery(
+pub(crate) async fn start_discovery(
     args: &NodeArgs,
     datadir: &Path,
     chain: &Chain,

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// Why the node must stop for its datadir.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trouble {
+pub(crate) enum Trouble {
     /// The disk takes no more writes (full, an I/O error, under the free-space floor).
     Unwritable(String),
     /// The database file is damaged.
@@ -31,7 +31,7 @@ pub enum Trouble {
 /// free space has fallen under `min_free_mb` (0: not checked), or the database was found
 /// damaged; says which. Meanwhile it makes the store's relaxed commits durable once they
 /// are a second old.
-pub async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> Trouble {
+pub(crate) async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> Trouble {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
@@ -58,7 +58,7 @@ pub async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> Trouble
 }
 
 /// Bytes an unprivileged writer may still use on the file system of `path`.
-pub fn free_bytes(path: &Path) -> Option<u64> {
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };

@@ -19,7 +19,7 @@ use moat_rpc::ConnLimits;
 
 /// The descriptor limits before and after [`raise`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FdLimit {
+pub(crate) struct FdLimit {
     pub soft_before: u64,
     pub soft: u64,
     pub hard: u64,
@@ -32,7 +32,7 @@ const UNLIMITED_TARGET: u64 = 1 << 20;
 /// what the kernel allows a process); returns the limits. Calling it again is harmless.
 // `rlim_t` is u64 here and narrower elsewhere: the casts are for the other platforms.
 #[allow(clippy::unnecessary_cast)]
-pub fn raise() -> std::io::Result<FdLimit> {
+pub(crate) fn raise() -> std::io::Result<FdLimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -83,7 +83,7 @@ pub fn raise() -> std::io::Result<FdLimit> {
 
 /// The connection caps of each server for a descriptor limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// HTTP and WebSocket sockets of the public ports together.
     pub rpc: ConnLimits,
     /// Open WebSockets.
@@ -97,7 +97,7 @@ pub struct Budget {
 
 impl Budget {
     /// The caps for `limit` descriptors and `max_peers` peers asked for.
-    pub fn new(limit: u64, max_peers: usize) -> Self {
+    pub(crate) fn new(limit: u64, max_peers: usize) -> Self {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX).min(1 << 24);
         let reserve = (limit / 4).min(128);
         let handshakes = if max_peers == 0 {
@@ -135,7 +135,7 @@ impl Budget {
     }
 
     /// Raises the limit (logging what it did, once) and gives the caps for it.
-    pub fn at_start(max_peers: usize) -> Self {
+    pub(crate) fn at_start(max_peers: usize) -> Self {
         static LOGGED: std::sync::Once = std::sync::Once::new();
         let limit = match raise() {
             Ok(l) => {

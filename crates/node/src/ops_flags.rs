@@ -17,7 +17,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// Bucket bounds (seconds) of the newPayload latency histogram: a few ms for an empty
 /// block up to seconds for a full mainnet one.
-pub const NEW_PAYLOAD_BUCKETS: &[f64] = &[
+pub(crate) const NEW_PAYLOAD_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0,
 ];
 
@@ -25,7 +25,7 @@ pub const NEW_PAYLOAD_BUCKETS: &[f64] = &[
 /// consensus client's head back to where the chain joins); snap sync is refused at
 /// start with an error that says so, rather than accepted and ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SyncMode {
+pub(crate) enum SyncMode {
     /// Download and execute every block.
     Full,
     /// Download the state at a block 64 below the consensus client's head, then
@@ -35,7 +35,7 @@ pub enum SyncMode {
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines with colours on a terminal.
     #[default]
     Terminal,
@@ -45,7 +45,7 @@ pub enum LogFormat {
 
 /// Flags of geth's that choose the network, the sync mode and the log format.
 #[derive(clap::Args, Debug, Clone)]
-pub struct OpsArgs {
+pub(crate) struct OpsArgs {
     /// Ethereum mainnet (as --network mainnet).
     #[arg(long, help_heading = "ETHEREUM", conflicts_with_all = ["network", "sepolia", "hoodi"])]
     pub mainnet: bool,
@@ -88,7 +88,7 @@ pub struct OpsArgs {
 impl OpsArgs {
     /// The network `--mainnet`, `--sepolia` or `--hoodi` names, if one was given (clap
     /// already refused more than one, or one beside `--network`).
-    pub fn named_network(&self) -> Option<&'static str> {
+    pub(crate) fn named_network(&self) -> Option<&'static str> {
         match (self.mainnet, self.sepolia, self.hoodi) {
             (true, _, _) => Some("mainnet"),
             (false, true, _) => Some("sepolia"),
@@ -99,7 +99,7 @@ impl OpsArgs {
 
     /// Settles `--network` from the shortcut flags and checks the sync mode; an error
     /// is for the user.
-    pub fn apply(&self, network: &mut Option<String>) -> Result<(), String> {
+    pub(crate) fn apply(&self, network: &mut Option<String>) -> Result<(), String> {
         if let Some(name) = self.named_network() {
             *network = Some(name.to_string());
         }
@@ -107,12 +107,12 @@ impl OpsArgs {
     }
 
     /// The undo records `--history.state` keeps.
-    pub fn undo_window(&self) -> moat_blockchain::undo::UndoWindow {
+    pub(crate) fn undo_window(&self) -> moat_blockchain::undo::UndoWindow {
         moat_blockchain::undo::UndoWindow::with_ceiling(self.history_state)
     }
 
     /// Whether a fresh datadir syncs its state by snap.
-    pub fn snap_sync(&self) -> bool {
+    pub(crate) fn snap_sync(&self) -> bool {
         match self.syncmode {
             SyncMode::Snap => true,
             SyncMode::Full => false,
@@ -133,7 +133,7 @@ fn parse_history_state(s: &str) -> Result<u64, String> {
 }
 
 /// geth's `--verbosity` levels: 0 silent, 1 error, 2 warn, 3 info, 4 debug, 5 trace.
-pub fn verbosity_level(verbosity: u8) -> tracing::level_filters::LevelFilter {
+pub(crate) fn verbosity_level(verbosity: u8) -> tracing::level_filters::LevelFilter {
     use tracing::level_filters::LevelFilter;
     match verbosity {
         0 => LevelFilter::OFF,
@@ -147,7 +147,7 @@ pub fn verbosity_level(verbosity: u8) -> tracing::level_filters::LevelFilter {
 
 /// Installs the global logger at `level` in `format` (to stderr for JSON, stdout for
 /// the terminal format, as before).
-pub fn init_logging(level: tracing::level_filters::LevelFilter, format: LogFormat) {
+pub(crate) fn init_logging(level: tracing::level_filters::LevelFilter, format: LogFormat) {
     match format {
         LogFormat::Terminal => {
             let _ = tracing_subscriber::fmt()
@@ -243,7 +243,7 @@ impl Visit for JsonFields {
 
 /// geth's help headings, by the long flag's name: flags of every part of the node (the
 /// ones other modules define included) land under the heading geth gives them.
-pub fn heading_of(long: &str) -> Option<&'static str> {
+pub(crate) fn heading_of(long: &str) -> Option<&'static str> {
     let prefix = long.split('.').next().unwrap_or(long);
     Some(match prefix {
         "datadir" | "network" | "networkid" | "mainnet" | "sepolia" | "hoodi" | "syncmode"
@@ -264,7 +264,7 @@ pub fn heading_of(long: &str) -> Option<&'static str> {
 
 /// The command with each top-level flag under its geth heading (flags no heading fits
 /// stay under "Options").
-pub fn with_geth_headings(cmd: clap::Command) -> clap::Command {
+pub(crate) fn with_geth_headings(cmd: clap::Command) -> clap::Command {
     cmd.mut_args(|arg| match arg.get_long().and_then(heading_of) {
         Some(heading) => arg.help_heading(heading),
         None => arg,

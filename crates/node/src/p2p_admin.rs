@@ -5,7 +5,7 @@ use moat_rpc::AddPeerError;
 use serde_json::{Value, json};
 
 #[derive(Debug)]
-pub struct Admin(pub Network);
+pub(crate) struct Admin(pub Network);
 
 impl moat_rpc::PeerAdmin for Admin {
     fn add_peer(&self, enode: &str) -> Result<(), AddPeerError> {

@@ -9,7 +9,7 @@ use moat_sched::RpcLaneBudget;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct PoolArgs {
+pub(crate) struct PoolArgs {
     /// Least tip (wei) a remote transaction must pay to be pooled.
     #[arg(long = "txpool.pricelimit", default_value_t = 1)]
     pub price_limit: u128,
@@ -159,7 +159,7 @@ fn parse_short_duration(text: &str) -> Result<Duration, String> {
 
 impl PoolArgs {
     /// How the journal's writers batch and sync.
-    pub fn journal_options(&self) -> JournalOptions {
+    pub(crate) fn journal_options(&self) -> JournalOptions {
         JournalOptions {
             gather: self.journal_gather,
             syncs_in_flight: usize::from(self.journal_syncs),
@@ -170,7 +170,7 @@ impl PoolArgs {
     }
 
     /// The pool's configuration for `chain` with these flags.
-    pub fn pool_config(&self, chain: ChainConfig) -> PoolConfig {
+    pub(crate) fn pool_config(&self, chain: ChainConfig) -> PoolConfig {
         let mut cfg = PoolConfig::new(chain);
         cfg.min_tip = self.price_limit;
         cfg.price_bump = self.price_bump;
@@ -210,7 +210,7 @@ impl PoolArgs {
     }
 
     /// The CPU budget of the RPC requests in the untrusted lane.
-    pub fn rpc_lane_budget(&self) -> RpcLaneBudget {
+    pub(crate) fn rpc_lane_budget(&self) -> RpcLaneBudget {
         match self.rpc_lane_cpu {
             Some(rate) => RpcLaneBudget {
                 rate_us: rate,
@@ -224,7 +224,7 @@ impl PoolArgs {
 
     /// The block builder's settings; the extra data must fit a header. A dev chain
     /// includes any tip unless told otherwise, as geth's dev mode does.
-    pub fn miner_config(&self, dev: bool) -> Result<MinerConfig, String> {
+    pub(crate) fn miner_config(&self, dev: bool) -> Result<MinerConfig, String> {
         let extra = self.miner_extra_data.as_bytes();
         if extra.len() > moat_blockchain::header::MAX_EXTRA_DATA {
             return Err(format!(

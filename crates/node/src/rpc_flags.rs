@@ -20,7 +20,7 @@ fn host_name() -> Option<String> {
 }
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct RpcArgs {
+pub(crate) struct RpcArgs {
     /// Serve HTTP JSON-RPC (geth's flag; on by default with --dev, off with
     /// --http=false).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
@@ -88,7 +88,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 
 impl RpcArgs {
     /// Whether HTTP JSON-RPC is served.
-    pub fn http_enabled(&self, dev: bool) -> bool {
+    pub(crate) fn http_enabled(&self, dev: bool) -> bool {
         self.http.unwrap_or(dev)
     }
 
@@ -104,7 +104,7 @@ impl RpcArgs {
     }
 
     /// `base` (addresses and request limits) with these flags and the caps of `budget`.
-    pub fn rpc_config(&self, dev: bool, budget: &Budget, base: RpcConfig) -> RpcConfig {
+    pub(crate) fn rpc_config(&self, dev: bool, budget: &Budget, base: RpcConfig) -> RpcConfig {
         RpcConfig {
             serve_http: self.http_enabled(dev),
             http_api: dev_api(dev, Namespaces::new(&self.http_api)),
@@ -121,7 +121,7 @@ impl RpcArgs {
     }
 
     /// `base` (address and secret) with the engine port's Host list, timeouts and caps.
-    pub fn engine_config(&self, budget: &Budget, base: EngineConfig) -> EngineConfig {
+    pub(crate) fn engine_config(&self, budget: &Budget, base: EngineConfig) -> EngineConfig {
         EngineConfig {
             vhosts: VirtualHosts::new(&self.authrpc_vhosts),
             timeouts: self.timeouts(),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// Flags keep geth's names where geth has one, so scripts written for geth need few changes.
 #[derive(clap::Args, Debug)]
-pub struct NodeArgs {
+pub(crate) struct NodeArgs {
     /// Run a development chain: built-in genesis, prefunded well-known keys, blocks sealed
     /// from the pool.
     #[arg(long)]
@@ -204,7 +204,7 @@ fn load_genesis(args: &NodeArgs) -> Result<GenesisSource, String> {
     Ok(GenesisSource::Network(network.clone()))
 }
 
-pub fn run(mut args: NodeArgs) -> ExitCode {
+pub(crate) fn run(mut args: NodeArgs) -> ExitCode {
     init_logging(&args);
     if let Err(e) = args.ops.apply(&mut args.network) {
         eprintln!("error: {e}");

@@ -18,14 +18,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// Longest a graceful shutdown may take before the process exits anyway.
-pub const GRACE: Duration = Duration::from_secs(30);
+pub(crate) const GRACE: Duration = Duration::from_secs(30);
 
 /// Exit code of a forced exit (second signal, or the grace period passed).
 const FORCED_EXIT: i32 = 1;
 
 /// The first SIGINT or SIGTERM, as a flag to poll and a future to await.
 #[derive(Debug, Clone)]
-pub struct Shutdown {
+pub(crate) struct Shutdown {
     requested: Arc<AtomicBool>,
     rx: watch::Receiver<bool>,
 }
@@ -33,7 +33,7 @@ pub struct Shutdown {
 impl Shutdown {
     /// Starts listening for SIGINT and SIGTERM. From now on neither kills the process
     /// outright.
-    pub fn install() -> Result<Shutdown, String> {
+    pub(crate) fn install() -> Result<Shutdown, String> {
         let (tx, rx) = watch::channel(false);
         let requested = Arc::new(AtomicBool::new(false));
         let flag = requested.clone();
@@ -49,12 +49,12 @@ impl Shutdown {
     }
 
     /// Whether a signal has come.
-    pub fn requested(&self) -> bool {
+    pub(crate) fn requested(&self) -> bool {
         self.requested.load(Ordering::Acquire)
     }
 
     /// Resolves once a signal has come (at once if one already has).
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         let mut rx = self.rx.clone();
         // An error means the signal thread is gone, which it never is while the process
         // lives; treat it as a request to stop rather than wait forever.

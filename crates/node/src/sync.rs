@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 #[derive(Debug)]
-pub struct Sync(pub SyncHandle);
+pub(crate) struct Sync(pub SyncHandle);
 
 impl SyncService for Sync {
     fn sync_to(&self, head: B256) {
@@ -45,7 +45,7 @@ impl SyncService for Sync {
 /// flag, which it clears while behind and sets once at the target. With `snap`, a
 /// datadir at genesis downloads the state at a pivot first (`--syncmode snap`), asking
 /// `snap_response_bytes` per request (`--snap.responsebytes`).
-pub fn start(
+pub(crate) fn start(
     chain: &Chain,
     net: &Network,
     synced: Arc<AtomicBool>,

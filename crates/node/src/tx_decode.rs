@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
-pub struct DecodeArgs {
+pub(crate) struct DecodeArgs {
     /// Fork whose rules apply, spelled as the execution test suites spell it
     /// (Shanghai, Cancun, Prague, Osaka, …).
     #[arg(long, default_value_t = Fork::LATEST)]
@@ -155,7 +155,7 @@ fn describe(pooled: &PooledTransaction, fork: Fork, chain_id: Option<u64>) -> (V
     (out, violations)
 }
 
-pub fn run(args: &DecodeArgs) -> ExitCode {
+pub(crate) fn run(args: &DecodeArgs) -> ExitCode {
     let bytes = match read_input(&args.input) {
         Ok(b) => b,
         Err(e) => {

@@ -21,15 +21,15 @@
 use serde_json::{Value, json};
 
 /// A row's machine-adjusted ratio to its baseline from which it is reported.
-pub const WARN: f64 = 1.5;
+pub(crate) const WARN: f64 = 1.5;
 /// ... and from which the check fails.
-pub const FAIL: f64 = 2.0;
+pub(crate) const FAIL: f64 = 2.0;
 /// How many times in all the table is measured while a row stays at [`FAIL`] or more.
-pub const ATTEMPTS: usize = 3;
+pub(crate) const ATTEMPTS: usize = 3;
 
 /// One row as the table measured it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Figure {
+pub(crate) struct Figure {
     pub name: String,
     pub ns: f64,
     pub reference: bool,
@@ -37,7 +37,7 @@ pub struct Figure {
 
 /// The verdict on one row.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     Warn,
     Fail,
@@ -48,7 +48,7 @@ pub enum Verdict {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Compared {
+pub(crate) struct Compared {
     pub name: String,
     pub baseline_ns: Option<f64>,
     pub now_ns: Option<f64>,
@@ -58,7 +58,7 @@ pub struct Compared {
 }
 
 /// The baseline file's form: `{"rows": [{"name", "ns", "reference"}]}`.
-pub fn to_json(figures: &[Figure]) -> Value {
+pub(crate) fn to_json(figures: &[Figure]) -> Value {
     json!({
         "rows": figures
             .iter()
@@ -67,7 +67,7 @@ pub fn to_json(figures: &[Figure]) -> Value {
     })
 }
 
-pub fn from_json(v: &Value) -> Result<Vec<Figure>, String> {
+pub(crate) fn from_json(v: &Value) -> Result<Vec<Figure>, String> {
     let rows = v["rows"].as_array().ok_or("baseline: no \"rows\" array")?;
     rows.iter()
         .map(|r| {
@@ -88,7 +88,7 @@ pub fn from_json(v: &Value) -> Result<Vec<Figure>, String> {
 
 /// The machine's speed today against the baseline's: geometric mean of the reference
 /// rows' ratios (1.0 when no reference is in both).
-pub fn machine_factor(baseline: &[Figure], now: &[Figure]) -> f64 {
+pub(crate) fn machine_factor(baseline: &[Figure], now: &[Figure]) -> f64 {
     let ratios: Vec<f64> = now
         .iter()
         .filter(|f| f.reference)
@@ -120,7 +120,7 @@ fn verdict_of(name: &str, adjusted: f64) -> Verdict {
 /// Two attempts' comparisons merged: each row keeps the attempt in which it came out
 /// lowest against its baseline (machine speed aside), and its verdict is that attempt's.
 /// A row fails only if it failed in both. Rows of `b` not in `a` are added.
-pub fn best_of(a: Vec<Compared>, b: Vec<Compared>) -> Vec<Compared> {
+pub(crate) fn best_of(a: Vec<Compared>, b: Vec<Compared>) -> Vec<Compared> {
     let mut out = a;
     for next in b {
         match out.iter_mut().find(|c| c.name == next.name) {
@@ -143,7 +143,7 @@ pub fn best_of(a: Vec<Compared>, b: Vec<Compared>) -> Vec<Compared> {
 }
 
 /// Every non-reference row of either table, compared.
-pub fn compare(baseline: &[Figure], now: &[Figure]) -> (f64, Vec<Compared>) {
+pub(crate) fn compare(baseline: &[Figure], now: &[Figure]) -> (f64, Vec<Compared>) {
     let factor = machine_factor(baseline, now);
     let mut out = Vec::new();
     for f in now.iter().filter(|f| !f.reference) {

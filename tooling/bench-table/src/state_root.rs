@@ -45,7 +45,7 @@ fn measure_at(bin: &Path, work: &Path, accounts: u64) -> Result<f64, String> {
 }
 
 /// The update at 10k accounts and at `large` accounts, or why they could not be measured.
-pub fn measure(large: u64) -> Result<(f64, f64), String> {
+pub(crate) fn measure(large: u64) -> Result<(f64, f64), String> {
     let bin = std::env::current_exe()
         .map_err(|e| e.to_string())?
         .parent()

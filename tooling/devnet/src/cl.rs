@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 /// Which consensus client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClKind {
+pub(crate) enum ClKind {
     Lodestar,
     Prysm,
 }
 
 impl ClKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ClKind::Lodestar => "Lodestar v1.22 (Deneb)",
             ClKind::Prysm => "Prysm v7.1.6 (Fulu)",
@@ -30,12 +30,12 @@ impl ClKind {
     }
 
     /// Slots of an epoch: both kits run the minimal preset.
-    pub const SLOTS_PER_EPOCH: u64 = 8;
+    pub(crate) const SLOTS_PER_EPOCH: u64 = 8;
 }
 
 /// Where a kit and its build are.
 #[derive(Debug, Clone)]
-pub struct Kit {
+pub(crate) struct Kit {
     pub kind: ClKind,
     /// The kit's directory (README, devnet.sh, el-genesis.json).
     pub dir: PathBuf,
@@ -47,7 +47,7 @@ impl Kit {
     /// The kit of `kind` beside the repository (`<repo>/../shared/devnet/...`) and its
     /// default build directory, or where `LODESTAR_KIT`/`LSDEVNET_DIR` and
     /// `PRYSM_KIT`/`PRYSM_DIR` say.
-    pub fn locate(kind: ClKind, repo: &Path) -> Kit {
+    pub(crate) fn locate(kind: ClKind, repo: &Path) -> Kit {
         let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
         let env = |k: &str| std::env::var_os(k).map(PathBuf::from);
         match kind {
@@ -69,7 +69,7 @@ impl Kit {
     }
 
     /// `Err` with what to do when the kit or its build is missing.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if !self.dir.join("el-genesis.json").is_file() {
             return Err(format!(
                 "the {} kit is not at {} (set {})",
@@ -96,13 +96,13 @@ impl Kit {
         Ok(())
     }
 
-    pub fn el_genesis(&self) -> PathBuf {
+    pub(crate) fn el_genesis(&self) -> PathBuf {
         self.dir.join("el-genesis.json")
     }
 }
 
 /// How one beacon node is started.
-pub struct BeaconSpec<'a> {
+pub(crate) struct BeaconSpec<'a> {
     pub kit: &'a Kit,
     /// Its own directory (database, logs).
     pub dir: PathBuf,
@@ -124,7 +124,7 @@ pub struct BeaconSpec<'a> {
 }
 
 /// A running beacon node.
-pub struct Beacon {
+pub(crate) struct Beacon {
     pub name: String,
     pub kind: ClKind,
     pub rest: SocketAddr,
@@ -136,7 +136,7 @@ pub struct Beacon {
 
 /// The CL's view at one moment.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClView {
+pub(crate) struct ClView {
     pub slot: u64,
     pub head: (B256, u64),
     pub finalized_epoch: u64,
@@ -149,10 +149,10 @@ pub struct ClView {
 }
 
 /// Interop validators in the genesis state of every devnet.
-pub const TOTAL_VALIDATORS: u32 = 8;
+pub(crate) const TOTAL_VALIDATORS: u32 = 8;
 
 impl Beacon {
-    pub fn start(name: &str, spec: &BeaconSpec<'_>) -> Result<Beacon, String> {
+    pub(crate) fn start(name: &str, spec: &BeaconSpec<'_>) -> Result<Beacon, String> {
         std::fs::create_dir_all(&spec.dir).map_err(|e| e.to_string())?;
         let rest_port = spec.base;
         let p2p_port = spec.base + 1;
@@ -174,7 +174,7 @@ impl Beacon {
     }
 
     /// Waits until the REST API answers (`limit` at most).
-    pub fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+    pub(crate) fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
         let deadline = Instant::now() + limit;
         loop {
             for p in &mut self.procs {
@@ -196,14 +196,14 @@ impl Beacon {
         }
     }
 
-    pub fn get(&mut self, path: &str) -> Result<Value, CallError> {
+    pub(crate) fn get(&mut self, path: &str) -> Result<Value, CallError> {
         self.client.get(path)
     }
 
     /// Its libp2p identity: (peer id, a loopback multiaddr without the peer id). Prysm
     /// without discovery has no ENR to answer `/eth/v1/node/identity` with; its log names
     /// the address it listens on.
-    pub fn identity(&mut self) -> Result<(String, String), String> {
+    pub(crate) fn identity(&mut self) -> Result<(String, String), String> {
         if self.kind == ClKind::Prysm {
             return crate::prysm::identity(&self.procs[0].log, self.p2p_port);
         }
@@ -218,7 +218,7 @@ impl Beacon {
     }
 
     /// Connected libp2p peers.
-    pub fn peer_count(&mut self) -> Result<u64, String> {
+    pub(crate) fn peer_count(&mut self) -> Result<u64, String> {
         let v = self
             .get("/eth/v1/node/peer_count")
             .map_err(|e| format!("{}: peer_count: {e}", self.name))?;
@@ -229,7 +229,7 @@ impl Beacon {
     }
 
     /// Dials `peer` (Lodestar's `lodestar` REST namespace; Prysm peers at start).
-    pub fn connect(&mut self, peer: &(String, String)) -> Result<(), String> {
+    pub(crate) fn connect(&mut self, peer: &(String, String)) -> Result<(), String> {
         match self.kind {
             ClKind::Lodestar => self
                 .client
@@ -248,7 +248,7 @@ impl Beacon {
     }
 
     /// Drops the connection to `peer_id` (Lodestar's `lodestar` REST namespace).
-    pub fn disconnect(&mut self, peer_id: &str) -> Result<(), String> {
+    pub(crate) fn disconnect(&mut self, peer_id: &str) -> Result<(), String> {
         match self.kind {
             ClKind::Lodestar => self
                 .client
@@ -294,7 +294,7 @@ impl Beacon {
     /// finalized and current-justified checkpoints; Prysm its fork-choice store's
     /// finalized and *unrealized* justified ones (`/eth/v1/debug/fork_choice`), which run
     /// up to an epoch ahead of the head state's.
-    pub fn view(&mut self, el_genesis: B256) -> Result<ClView, String> {
+    pub(crate) fn view(&mut self, el_genesis: B256) -> Result<ClView, String> {
         let (fin, just) = match self.kind {
             ClKind::Lodestar => {
                 let fc = self
@@ -339,13 +339,13 @@ impl Beacon {
     }
 
     /// Stops every process of the node (SIGTERM, then SIGKILL).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         for p in self.procs.iter_mut().rev() {
             p.stop(Duration::from_secs(10));
         }
     }
 
-    pub fn exited(&mut self) -> Option<String> {
+    pub(crate) fn exited(&mut self) -> Option<String> {
         for p in &mut self.procs {
             if let Some(s) = p.exited() {
                 return Some(format!("{} exited ({s}): {}", self.name, p.log_tail(10)));
@@ -354,7 +354,7 @@ impl Beacon {
         None
     }
 
-    pub fn logs(&self) -> Vec<PathBuf> {
+    pub(crate) fn logs(&self) -> Vec<PathBuf> {
         self.procs.iter().map(|p| p.log.clone()).collect()
     }
 }

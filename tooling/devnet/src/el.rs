@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Everything an execution client was started with, so it can be started again.
-pub struct ElConfig {
+pub(crate) struct ElConfig {
     pub kind: Kind,
     pub bin: PathBuf,
     pub ports: Ports,
@@ -22,7 +22,7 @@ pub struct ElConfig {
     pub extra: Vec<String>,
 }
 
-pub struct El {
+pub(crate) struct El {
     pub name: String,
     pub config: ElConfig,
     node: Option<Node>,
@@ -31,7 +31,7 @@ pub struct El {
 }
 
 /// A block as a tag names it: (hash, number), or the node's error.
-pub type Tagged = Result<(B256, u64), String>;
+pub(crate) type Tagged = Result<(B256, u64), String>;
 
 impl El {
     fn setup(&self) -> Setup<'_> {
@@ -52,7 +52,7 @@ impl El {
     }
 
     /// Initialises the datadir and starts the node; waits for its JSON-RPC.
-    pub fn start(name: &str, config: ElConfig, secret: [u8; 32]) -> Result<El, String> {
+    pub(crate) fn start(name: &str, config: ElConfig, secret: [u8; 32]) -> Result<El, String> {
         std::fs::create_dir_all(&config.dir).map_err(|e| e.to_string())?;
         let http = ([127, 0, 0, 1], config.ports.http).into();
         let auth = ([127, 0, 0, 1], config.ports.auth).into();
@@ -69,7 +69,7 @@ impl El {
     }
 
     /// Starts it again on its datadir, with the same flags.
-    pub fn restart(&mut self) -> Result<(), String> {
+    pub(crate) fn restart(&mut self) -> Result<(), String> {
         if self.node.as_mut().is_some_and(|n| n.exited().is_none()) {
             return Err(format!("{} is still running", self.name));
         }
@@ -79,7 +79,7 @@ impl El {
 
     /// Starts it on its datadir with the engine API on another port, where no consensus
     /// client can reach it (to read what it kept through a crash).
-    pub fn restart_unreachable(&mut self, auth_port: u16) -> Result<(), String> {
+    pub(crate) fn restart_unreachable(&mut self, auth_port: u16) -> Result<(), String> {
         let real = self.config.ports.auth;
         self.config.ports.auth = auth_port;
         let started = Node::restart(&self.setup());
@@ -110,37 +110,37 @@ impl El {
         }
     }
 
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(n) = self.node.as_mut() {
             n.kill9();
         }
     }
 
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(n) = self.node.as_mut() {
             n.stop(Duration::from_secs(30));
         }
     }
 
     /// Why it is not running, if it is not.
-    pub fn exited(&mut self) -> Option<String> {
+    pub(crate) fn exited(&mut self) -> Option<String> {
         let n = self.node.as_mut()?;
         n.exited()
             .map(|s| format!("{} exited ({s}): {}", self.name, n.log_tail(10)))
     }
 
-    pub fn log(&self) -> PathBuf {
+    pub(crate) fn log(&self) -> PathBuf {
         self.config.dir.join("node.log")
     }
 
-    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+    pub(crate) fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
         self.rpc
             .call(method, params)
             .map_err(|e| format!("{}: {method}: {e}", self.name))
     }
 
     /// The block a tag (`latest`, `safe`, `finalized`, a number) names.
-    pub fn tag(&mut self, tag: &str) -> Tagged {
+    pub(crate) fn tag(&mut self, tag: &str) -> Tagged {
         match self.rpc.call("eth_getBlockByNumber", json!([tag, false])) {
             Ok(Value::Null) => Err("null".into()),
             Ok(b) => Ok((
@@ -155,13 +155,13 @@ impl El {
         }
     }
 
-    pub fn block_number(&mut self) -> Result<u64, String> {
+    pub(crate) fn block_number(&mut self) -> Result<u64, String> {
         let v = self.call("eth_blockNumber", json!([]))?;
         quantity(&v).ok_or_else(|| format!("eth_blockNumber: {v}"))
     }
 
     /// Its enode URL (`admin_nodeInfo`).
-    pub fn enode(&mut self) -> Result<String, String> {
+    pub(crate) fn enode(&mut self) -> Result<String, String> {
         let info = self.call("admin_nodeInfo", json!([]))?;
         info["enode"]
             .as_str()
@@ -169,20 +169,20 @@ impl El {
             .ok_or_else(|| format!("admin_nodeInfo without enode: {info}"))
     }
 
-    pub fn add_peer(&mut self, enode: &str) -> Result<(), String> {
+    pub(crate) fn add_peer(&mut self, enode: &str) -> Result<(), String> {
         self.call("admin_addPeer", json!([enode])).map(drop)
     }
 
-    pub fn remove_peer(&mut self, enode: &str) -> Result<(), String> {
+    pub(crate) fn remove_peer(&mut self, enode: &str) -> Result<(), String> {
         self.call("admin_removePeer", json!([enode])).map(drop)
     }
 
-    pub fn peer_count(&mut self) -> Result<u64, String> {
+    pub(crate) fn peer_count(&mut self) -> Result<u64, String> {
         let v = self.call("net_peerCount", json!([]))?;
         quantity(&v).ok_or_else(|| format!("net_peerCount: {v}"))
     }
 
-    pub fn send_raw(&mut self, raw: &Bytes) -> Result<B256, String> {
+    pub(crate) fn send_raw(&mut self, raw: &Bytes) -> Result<B256, String> {
         let v = self.call("eth_sendRawTransaction", json!([raw]))?;
         v.as_str()
             .and_then(|h| h.parse().ok())
@@ -190,7 +190,7 @@ impl El {
     }
 
     /// (block number, status) of a mined tx; `None` while it is not.
-    pub fn receipt(&mut self, hash: B256) -> Result<Option<(u64, u64)>, String> {
+    pub(crate) fn receipt(&mut self, hash: B256) -> Result<Option<(u64, u64)>, String> {
         let r = self.call("eth_getTransactionReceipt", json!([hash]))?;
         if r.is_null() {
             return Ok(None);
@@ -202,12 +202,16 @@ impl El {
     }
 
     /// Whether the tx is known and not mined (`eth_getTransactionByHash` with no block).
-    pub fn pending(&mut self, hash: B256) -> Result<bool, String> {
+    pub(crate) fn pending(&mut self, hash: B256) -> Result<bool, String> {
         let t = self.call("eth_getTransactionByHash", json!([hash]))?;
         Ok(!t.is_null() && t["blockHash"].is_null())
     }
 
-    pub fn nonce(&mut self, address: alloy_primitives::Address, tag: &str) -> Result<u64, String> {
+    pub(crate) fn nonce(
+        &mut self,
+        address: alloy_primitives::Address,
+        tag: &str,
+    ) -> Result<u64, String> {
         let v = self.call("eth_getTransactionCount", json!([address, tag]))?;
         quantity(&v).ok_or_else(|| format!("eth_getTransactionCount: {v}"))
     }
@@ -215,7 +219,11 @@ impl El {
     /// `engine_getBlobsV1` (version-0 sidecars, before Osaka) or `engine_getBlobsV2`
     /// (cell proofs, from Osaka on) for `hashes`: per hash, the blob that came back. V2
     /// answers all or nothing (`null`).
-    pub fn get_blobs(&mut self, hashes: &[B256], v2: bool) -> Result<Vec<Option<Bytes>>, String> {
+    pub(crate) fn get_blobs(
+        &mut self,
+        hashes: &[B256],
+        v2: bool,
+    ) -> Result<Vec<Option<Bytes>>, String> {
         let method = if v2 {
             "engine_getBlobsV2"
         } else {
@@ -237,7 +245,7 @@ impl El {
             .collect())
     }
 
-    pub fn version(&self) -> String {
+    pub(crate) fn version(&self) -> String {
         el::version(&self.config.bin, self.config.kind)
     }
 }

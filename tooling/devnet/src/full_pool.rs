@@ -85,7 +85,7 @@ fn unix_f64() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-pub fn run(args: &Args, kit: Kit) -> Result<Report, String> {
+pub(crate) fn run(args: &Args, kit: Kit) -> Result<Report, String> {
     let mut report = Report {
         title: format!(
             "full-pool: {} pending from {} senders, moat and go-ethereum proposing under {}",

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The chain id and network id of both kits' EL genesis.
-pub const CHAIN_ID: u64 = 1337;
+pub(crate) const CHAIN_ID: u64 = 1337;
 
-pub struct Devnet {
+pub(crate) struct Devnet {
     pub kit: Kit,
     pub dir: tempfile::TempDir,
     pub jwt: PathBuf,
@@ -32,7 +32,7 @@ pub struct Devnet {
 }
 
 impl Devnet {
-    pub fn new(
+    pub(crate) fn new(
         kit: Kit,
         slot_seconds: u64,
         base_port: u16,
@@ -63,7 +63,7 @@ impl Devnet {
         })
     }
 
-    pub fn note(&self, what: impl AsRef<str>) {
+    pub(crate) fn note(&self, what: impl AsRef<str>) {
         println!(
             "[{:>5.0} s] {}",
             self.started.elapsed().as_secs_f64(),
@@ -74,7 +74,7 @@ impl Devnet {
     /// Starts an execution client (`geth` when given, else moat) on ports
     /// `base_port + 10 × index` (p2p, HTTP, engine), from the kit's EL genesis; checks
     /// that every client agrees on block 0.
-    pub fn add_el(
+    pub(crate) fn add_el(
         &mut self,
         name: &str,
         kind: Kind,
@@ -122,7 +122,7 @@ impl Devnet {
 
     /// Peers two execution clients over devp2p (`admin_addPeer` on the first) and waits
     /// until both count the other (30 s at most).
-    pub fn peer_els(&mut self, a: usize, b: usize) -> Result<(), String> {
+    pub(crate) fn peer_els(&mut self, a: usize, b: usize) -> Result<(), String> {
         let enode = self.els[b].enode()?;
         self.els[a].add_peer(&enode)?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -138,7 +138,7 @@ impl Devnet {
         ))
     }
 
-    pub fn unpeer_els(&mut self, a: usize, b: usize) -> Result<(), String> {
+    pub(crate) fn unpeer_els(&mut self, a: usize, b: usize) -> Result<(), String> {
         let enode = self.els[b].enode()?;
         self.els[a].remove_peer(&enode)?;
         let enode = self.els[a].enode()?;
@@ -148,13 +148,13 @@ impl Devnet {
 
     /// The CL genesis time of the devnet: `delay` seconds from now (set once, before the
     /// first beacon node).
-    pub fn set_genesis(&mut self, delay: u64) {
+    pub(crate) fn set_genesis(&mut self, delay: u64) {
         self.genesis_time = unix_now() + delay;
     }
 
     /// Starts a beacon node driving `el` with `validators`; its ports at
     /// `base_port + 100 + 10 × index`.
-    pub fn add_beacon(
+    pub(crate) fn add_beacon(
         &mut self,
         name: &str,
         el: usize,
@@ -166,7 +166,7 @@ impl Devnet {
 
     /// [`Devnet::add_beacon`] with the engine API reached on `engine_port` (a proxy in
     /// front of the execution client's).
-    pub fn add_beacon_via(
+    pub(crate) fn add_beacon_via(
         &mut self,
         name: &str,
         el: usize,
@@ -207,7 +207,7 @@ impl Devnet {
 
     /// Peers two beacon nodes (Lodestar: `connect_peer` on the first; Prysm nodes were
     /// given their peers at start) and waits until the first counts a peer.
-    pub fn peer_beacons(&mut self, a: usize, b: usize) -> Result<(), String> {
+    pub(crate) fn peer_beacons(&mut self, a: usize, b: usize) -> Result<(), String> {
         let id = self.beacons[b].identity()?;
         if self.kit.kind == ClKind::Lodestar {
             self.beacons[a].connect(&id)?;
@@ -226,16 +226,16 @@ impl Devnet {
     }
 
     /// The slot the wall clock is in (0 before genesis).
-    pub fn wall_slot(&self) -> u64 {
+    pub(crate) fn wall_slot(&self) -> u64 {
         unix_now().saturating_sub(self.genesis_time) / self.slot_seconds
     }
 
-    pub fn epoch_seconds(&self) -> u64 {
+    pub(crate) fn epoch_seconds(&self) -> u64 {
         self.slot_seconds * ClKind::SLOTS_PER_EPOCH
     }
 
     /// Sleeps until `t` seconds into the current slot.
-    pub fn sleep_into_slot(&self, t: f64) {
+    pub(crate) fn sleep_into_slot(&self, t: f64) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
@@ -245,7 +245,7 @@ impl Devnet {
     }
 
     /// Copies every log to `--log-dir`, if given.
-    pub fn keep_logs(&self) {
+    pub(crate) fn keep_logs(&self) {
         let Some(to) = &self.log_dir else { return };
         let _ = std::fs::create_dir_all(to);
         let mut logs: Vec<(String, PathBuf)> = self
@@ -265,7 +265,7 @@ impl Devnet {
     }
 
     /// Any process that has died.
-    pub fn casualty(&mut self) -> Option<String> {
+    pub(crate) fn casualty(&mut self) -> Option<String> {
         for e in &mut self.els {
             if let Some(e) = e.exited() {
                 return Some(e);
@@ -292,13 +292,13 @@ impl Drop for Devnet {
     }
 }
 
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-pub fn random32() -> Result<[u8; 32], String> {
+pub(crate) fn random32() -> Result<[u8; 32], String> {
     let mut b = [0u8; 32];
     use std::io::Read;
     std::fs::File::open("/dev/urandom")
@@ -309,7 +309,7 @@ pub fn random32() -> Result<[u8; 32], String> {
 
 /// What one execution client said for the three tags at one poll.
 #[derive(Debug, Clone)]
-pub struct ElTags {
+pub(crate) struct ElTags {
     pub latest: Tagged,
     pub safe: Tagged,
     pub finalized: Tagged,
@@ -324,7 +324,7 @@ fn show(t: &Tagged) -> String {
 
 /// The running comparison of one beacon node's view with its execution client's tags.
 #[derive(Debug, Default)]
-pub struct PairWatch {
+pub(crate) struct PairWatch {
     pub polls: u64,
     pub matches: u64,
     pub transient: u64,
@@ -338,7 +338,7 @@ pub struct PairWatch {
 impl PairWatch {
     /// Compares one poll. `latest` is compared with the CL's head too, but only the
     /// finalized and safe tags decide a mismatch: the head moves within a slot.
-    pub fn judge(&mut self, name: &str, cl: &ClView, el: &ElTags) -> String {
+    pub(crate) fn judge(&mut self, name: &str, cl: &ClView, el: &ElTags) -> String {
         self.polls += 1;
         let agrees = |el: &Tagged, checkpoint: (B256, u64)| match el {
             Ok((hash, _)) => *hash == checkpoint.0,
@@ -394,7 +394,7 @@ impl PairWatch {
 
 impl Devnet {
     /// The three tags of execution client `el`.
-    pub fn tags(&mut self, el: usize) -> ElTags {
+    pub(crate) fn tags(&mut self, el: usize) -> ElTags {
         let e = &mut self.els[el];
         ElTags {
             latest: e.tag("latest"),
@@ -404,7 +404,7 @@ impl Devnet {
     }
 
     /// One poll of every (beacon node, execution client) pair; lines to print.
-    pub fn poll(&mut self, watches: &mut [PairWatch]) -> Vec<String> {
+    pub(crate) fn poll(&mut self, watches: &mut [PairWatch]) -> Vec<String> {
         let mut lines = Vec::new();
         for (b, watch) in watches.iter_mut().enumerate().take(self.beacons.len()) {
             let el = self.driven[b];

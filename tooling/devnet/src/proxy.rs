@@ -15,13 +15,13 @@ const MAX_REQUEST: usize = 64 << 20;
 
 /// One forwarded call.
 #[derive(Debug, Clone)]
-pub struct Timed {
+pub(crate) struct Timed {
     pub method: String,
     pub took: Duration,
     pub ok: bool,
 }
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub port: u16,
     pub calls: Arc<Mutex<Vec<Timed>>>,
     stop: Arc<AtomicBool>,
@@ -29,7 +29,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// Listens on 127.0.0.1:`port` and forwards to `upstream`.
-    pub fn start(port: u16, upstream: SocketAddr) -> Result<Proxy, String> {
+    pub(crate) fn start(port: u16, upstream: SocketAddr) -> Result<Proxy, String> {
         let listener = TcpListener::bind(("127.0.0.1", port))
             .map_err(|e| format!("proxy on 127.0.0.1:{port}: {e}"))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -52,7 +52,7 @@ impl Proxy {
         Ok(Proxy { port, calls, stop })
     }
 
-    pub fn calls(&self) -> Vec<Timed> {
+    pub(crate) fn calls(&self) -> Vec<Timed> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
@@ -155,7 +155,7 @@ fn serve(
 }
 
 /// The p-th percentile (0–100) of `d`, by nearest rank.
-pub fn percentile(d: &mut [Duration], p: f64) -> Option<Duration> {
+pub(crate) fn percentile(d: &mut [Duration], p: f64) -> Option<Duration> {
     if d.is_empty() {
         return None;
     }

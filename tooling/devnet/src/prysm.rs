@@ -11,7 +11,7 @@ use std::process::Command;
 /// Makes the CL genesis state (if this devnet has none yet) and starts the beacon node
 /// and, with validators, the validator client. Ports: REST `rest`, libp2p `p2p`, gRPC
 /// `p2p + 1`, monitoring `p2p + 2`, the validator's `p2p + 3..=p2p + 5`.
-pub fn start(spec: &BeaconSpec<'_>, rest: u16, p2p: u16) -> Result<Vec<Process>, String> {
+pub(crate) fn start(spec: &BeaconSpec<'_>, rest: u16, p2p: u16) -> Result<Vec<Process>, String> {
     let bin = &spec.kit.build;
     let config = spec.kit.dir.join("config.yaml");
     if !spec.genesis_ssz.is_file() {
@@ -115,7 +115,7 @@ pub fn start(spec: &BeaconSpec<'_>, rest: u16, p2p: u16) -> Result<Vec<Process>,
 
 /// The beacon node's peer id and loopback address, from the `multiAddr=` its log prints
 /// once it listens (ANSI colours stripped); waits up to a minute for it.
-pub fn identity(log: &Path, port: u16) -> Result<(String, String), String> {
+pub(crate) fn identity(log: &Path, port: u16) -> Result<(String, String), String> {
     let want = format!("/ip4/127.0.0.1/tcp/{port}/p2p/");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {

@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 
 /// The checks of a run: (what, passed, the figures behind it).
 #[derive(Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub title: String,
     pub checks: Vec<(String, bool, String)>,
     pub figures: Vec<String>,
 }
 
 impl Report {
-    pub fn check(&mut self, what: &str, ok: bool, detail: impl Into<String>) {
+    pub(crate) fn check(&mut self, what: &str, ok: bool, detail: impl Into<String>) {
         let detail = detail.into();
         println!(
             "  check: {what}: {} — {detail}",
@@ -31,7 +31,7 @@ impl Report {
     }
 
     /// Prints the summary; true when every check passed.
-    pub fn print(&self) -> bool {
+    pub(crate) fn print(&self) -> bool {
         println!("================ {} ================", self.title);
         for f in &self.figures {
             println!("{f}");
@@ -103,7 +103,7 @@ fn mined(el: &mut El, hash: B256, limit: Duration) -> Option<(u64, u64)> {
 }
 
 /// Waits until `cond` holds (polled every 250 ms, `limit` at most).
-pub fn until(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+pub(crate) fn until(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
     let t = Instant::now();
     while t.elapsed() < limit {
         if cond() {
@@ -185,7 +185,7 @@ fn next_nonce(el: &mut El) -> Result<u64, String> {
 }
 
 /// Scenario 1: moat alone under the CL.
-pub fn finality(args: &Args, kit: Kit) -> Result<Report, String> {
+pub(crate) fn finality(args: &Args, kit: Kit) -> Result<Report, String> {
     let kind = kit.kind;
     let mut report = Report {
         title: format!("finality: moat under {}", kind.name()),
@@ -326,7 +326,7 @@ pub fn finality(args: &Args, kit: Kit) -> Result<Report, String> {
 }
 
 /// Scenario 2, both ways: moat under the proposing beacon node, then geth.
-pub fn pair(args: &Args, kit: Kit) -> Result<Report, String> {
+pub(crate) fn pair(args: &Args, kit: Kit) -> Result<Report, String> {
     let mut report = Report {
         title: format!("pair: moat and go-ethereum under {}", kit.kind.name()),
         ..Default::default()
@@ -555,7 +555,7 @@ fn pair_once(
 }
 
 /// Scenario 3 (Lodestar): faults with moat under the minority beacon node.
-pub fn faults(args: &Args, kit: Kit) -> Result<Report, String> {
+pub(crate) fn faults(args: &Args, kit: Kit) -> Result<Report, String> {
     let mut report = Report {
         title: format!(
             "faults: moat (3 validators) beside go-ethereum (5) under {}",
@@ -723,6 +723,6 @@ pub fn faults(args: &Args, kit: Kit) -> Result<Report, String> {
 }
 
 /// Scenario 4: proposals under a full pool.
-pub fn full_pool(args: &Args, kit: Kit) -> Result<Report, String> {
+pub(crate) fn full_pool(args: &Args, kit: Kit) -> Result<Report, String> {
     crate::full_pool::run(args, kit)
 }

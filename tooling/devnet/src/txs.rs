@@ -10,7 +10,7 @@ use moat_common::transaction::{
 use moat_crypto::secp::Signer;
 
 /// The prefunded key of both kits' EL genesis: 0x…01 (address 0x7e5f…5bdf).
-pub fn faucet() -> Signer {
+pub(crate) fn faucet() -> Signer {
     let mut k = [0u8; 32];
     k[31] = 1;
     Signer::from_bytes(&B256::from(k)).expect("0x…01 is a valid key")
@@ -19,20 +19,20 @@ pub fn faucet() -> Signer {
 /// Fees every tx of a scenario offers: the tip, and a cap far above the devnets' base fee
 /// (7 wei at genesis, rising at most 12.5 % a full block).
 #[derive(Debug, Clone, Copy)]
-pub struct Fees {
+pub(crate) struct Fees {
     pub tip: u128,
     pub cap: u128,
 }
 
 impl Fees {
-    pub const DEFAULT: Fees = Fees {
+    pub(crate) const DEFAULT: Fees = Fees {
         tip: 1_000_000_000,
         cap: 50_000_000_000,
     };
 }
 
 /// A transfer of `value` wei to `to`, signed: (hash, raw 2718 bytes).
-pub fn transfer(
+pub(crate) fn transfer(
     chain_id: u64,
     from: &Signer,
     nonce: u64,
@@ -58,14 +58,14 @@ pub fn transfer(
 /// A blob tx carrying `blobs` sample blobs (seeded by `seed`) with a sidecar of `version`
 /// (0 before Osaka, 1 from Osaka on): (hash, raw network form with the sidecar, the
 /// versioned hashes, the blobs).
-pub struct BlobTx {
+pub(crate) struct BlobTx {
     pub hash: B256,
     pub raw: Bytes,
     pub versioned_hashes: Vec<B256>,
     pub bundle: BlobsBundle,
 }
 
-pub fn blob_tx(
+pub(crate) fn blob_tx(
     chain_id: u64,
     from: &Signer,
     nonce: u64,
@@ -101,7 +101,7 @@ pub fn blob_tx(
 }
 
 /// `count` deterministic senders of a scenario (distinct from the faucet).
-pub fn senders(count: usize, salt: u64) -> Vec<Signer> {
+pub(crate) fn senders(count: usize, salt: u64) -> Vec<Signer> {
     (0..count as u64)
         .map(|i| Signer::from_seed(0xde70_0000_0000 + salt * 1_000_000 + i))
         .collect()

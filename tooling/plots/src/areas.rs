@@ -32,14 +32,14 @@ fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, String> {
 
 /// One node's honest p99s in one attack row.
 #[derive(Deserialize, Debug, Clone, Copy)]
-pub struct HonestP99 {
+pub(crate) struct HonestP99 {
     pub peer_p99_ms: f64,
     pub rpc_p99_ms: f64,
 }
 
 /// One row of the attack table.
 #[derive(Deserialize, Debug)]
-pub struct AttackRow {
+pub(crate) struct AttackRow {
     pub row: String,
     pub moat: HonestP99,
     pub geth: Option<HonestP99>,
@@ -47,14 +47,14 @@ pub struct AttackRow {
 
 /// `docs/plots/data/attack.json`.
 #[derive(Deserialize, Debug)]
-pub struct Attack {
+pub(crate) struct Attack {
     pub source: String,
     pub target_p99_ms: f64,
     pub rows: Vec<AttackRow>,
 }
 
 /// The attack table's honest p99s, moat beside go-ethereum, on a log axis.
-pub fn attack(data: &Attack) -> String {
+pub(crate) fn attack(data: &Attack) -> String {
     let (mut lo, mut hi) = (data.target_p99_ms, data.target_p99_ms);
     for r in &data.rows {
         for p in std::iter::once(r.moat).chain(r.geth) {
@@ -106,14 +106,14 @@ pub fn attack(data: &Attack) -> String {
 
 /// The figures `moat-rpc-load --json` prints that the plot uses.
 #[derive(Deserialize, Debug, Clone, Copy)]
-pub struct RpcRun {
+pub(crate) struct RpcRun {
     pub tx_per_s: f64,
     pub p99_ms: f64,
 }
 
 /// One round: moat's run and go-ethereum's.
 #[derive(Deserialize, Debug)]
-pub struct RpcRound {
+pub(crate) struct RpcRound {
     pub round: u32,
     pub moat: RpcRun,
     pub geth: RpcRun,
@@ -121,14 +121,14 @@ pub struct RpcRound {
 
 /// `docs/plots/data/rpc-ingestion.json`.
 #[derive(Deserialize, Debug)]
-pub struct Rpc {
+pub(crate) struct Rpc {
     pub source: String,
     pub target_p99_ms: f64,
     pub rounds: Vec<RpcRound>,
 }
 
 /// RPC ingestion, round by round: accepted tx/s and the calls' p99, two panels.
-pub fn rpc(data: &Rpc) -> String {
+pub(crate) fn rpc(data: &Rpc) -> String {
     let categories: Vec<String> = data
         .rounds
         .iter()
@@ -197,7 +197,7 @@ pub fn rpc(data: &Rpc) -> String {
 
 /// One `moat-state-bench root --json` line, the fields the plot uses.
 #[derive(Deserialize, Debug, Clone, Copy)]
-pub struct RootRun {
+pub(crate) struct RootRun {
     pub synthetic_accounts: u64,
     pub changed_accounts: u64,
     pub changed_slots: u64,
@@ -207,26 +207,26 @@ pub struct RootRun {
 
 /// `docs/plots/data/state-root.json`.
 #[derive(Deserialize, Debug)]
-pub struct StateRoot {
+pub(crate) struct StateRoot {
     pub source: String,
     pub runs: Vec<RootRun>,
 }
 
 /// `docs/bench-baseline.json` as `moat-bench-table --json` writes it.
 #[derive(Deserialize, Debug)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     pub rows: Vec<BaselineRow>,
 }
 
 /// One row of the bench table.
 #[derive(Deserialize, Debug)]
-pub struct BaselineRow {
+pub(crate) struct BaselineRow {
     pub name: String,
     pub ns: f64,
 }
 
 /// The bench table's state-root rows ("state root, 1.5k-acct block, 10k"): (accounts, ms).
-pub fn baseline_state_root(b: &Baseline) -> Vec<(f64, f64)> {
+pub(crate) fn baseline_state_root(b: &Baseline) -> Vec<(f64, f64)> {
     let mut out: Vec<(f64, f64)> = b
         .rows
         .iter()
@@ -245,7 +245,7 @@ pub fn baseline_state_root(b: &Baseline) -> Vec<(f64, f64)> {
 }
 
 /// The median and range of each (block, workers) cell, by state size: a point per size.
-pub fn root_points(runs: &[RootRun], accounts: u64, workers: u64) -> Vec<Point> {
+pub(crate) fn root_points(runs: &[RootRun], accounts: u64, workers: u64) -> Vec<Point> {
     let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for r in runs
         .iter()
@@ -273,7 +273,7 @@ pub fn root_points(runs: &[RootRun], accounts: u64, workers: u64) -> Vec<Point> 
 }
 
 /// The state-root update against the state's size, a line per block and thread count.
-pub fn state_root(data: &StateRoot, baseline: Option<&Baseline>) -> String {
+pub(crate) fn state_root(data: &StateRoot, baseline: Option<&Baseline>) -> String {
     let mut series = Vec::new();
     let mut blocks: Vec<(u64, u64)> = data
         .runs
@@ -350,7 +350,7 @@ pub fn state_root(data: &StateRoot, baseline: Option<&Baseline>) -> String {
 
 /// One seed of the pool-quality table.
 #[derive(Deserialize, Debug)]
-pub struct Seed {
+pub(crate) struct Seed {
     pub seed: u32,
     pub ideal_ether: f64,
     pub moat_ether: f64,
@@ -361,14 +361,14 @@ pub struct Seed {
 
 /// `docs/plots/data/pool-quality.json`.
 #[derive(Deserialize, Debug)]
-pub struct PoolQuality {
+pub(crate) struct PoolQuality {
     pub source: String,
     pub seeds: Vec<Seed>,
 }
 
 impl PoolQuality {
     /// Each ratio is the table's, rounded to four places: it must agree with the values.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         for s in &self.seeds {
             for (node, value, ratio) in [
                 ("moat", s.moat_ether, s.moat_over_ideal),
@@ -387,7 +387,7 @@ impl PoolQuality {
 }
 
 /// The built block's value as a share of the ideal block's, seed by seed.
-pub fn pool_quality(data: &PoolQuality) -> String {
+pub(crate) fn pool_quality(data: &PoolQuality) -> String {
     let max = data
         .seeds
         .iter()
@@ -433,7 +433,7 @@ pub fn pool_quality(data: &PoolQuality) -> String {
 
 /// Reads every input under `data` (and `baseline`, when it exists) and writes the four SVGs
 /// into `out`; returns the paths written.
-pub fn write_all(data: &Path, baseline: &Path, out: &Path) -> Result<Vec<String>, String> {
+pub(crate) fn write_all(data: &Path, baseline: &Path, out: &Path) -> Result<Vec<String>, String> {
     let base: Option<Baseline> = if baseline.exists() {
         Some(read(baseline)?)
     } else {

@@ -6,9 +6,9 @@
 use std::fmt::Write as _;
 
 /// Width of one panel, in SVG user units (pixels).
-pub const PANEL_WIDTH: f64 = 760.0;
+pub(crate) const PANEL_WIDTH: f64 = 760.0;
 /// Height of one panel.
-pub const PANEL_HEIGHT: f64 = 420.0;
+pub(crate) const PANEL_HEIGHT: f64 = 420.0;
 
 const MARGIN_LEFT: f64 = 70.0;
 const MARGIN_RIGHT: f64 = 45.0;
@@ -19,7 +19,7 @@ const FONT: &str = "font-family=\"Helvetica, Arial, sans-serif\"";
 
 /// A value axis: maps a value to a fraction of the axis' length (0 at `min`, 1 at `max`).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Scale {
+pub(crate) enum Scale {
     /// Evenly spaced values.
     Linear { min: f64, max: f64 },
     /// Evenly spaced powers of ten; `min` must be positive.
@@ -28,7 +28,7 @@ pub enum Scale {
 
 impl Scale {
     /// The fraction of the axis at which `v` lies, clamped to the axis.
-    pub fn frac(&self, v: f64) -> f64 {
+    pub(crate) fn frac(&self, v: f64) -> f64 {
         let f = match *self {
             Scale::Linear { min, max } => (v - min) / (max - min),
             Scale::Log { min, max } => {
@@ -39,14 +39,14 @@ impl Scale {
     }
 
     /// The lowest value the axis shows (where bars start).
-    pub fn min(&self) -> f64 {
+    pub(crate) fn min(&self) -> f64 {
         match *self {
             Scale::Linear { min, .. } | Scale::Log { min, .. } => min,
         }
     }
 
     /// Tick values, ascending, all within the axis.
-    pub fn ticks(&self) -> Vec<f64> {
+    pub(crate) fn ticks(&self) -> Vec<f64> {
         match *self {
             Scale::Linear { min, max } => {
                 let step = nice_step((max - min) / 6.0);
@@ -97,7 +97,7 @@ fn nice_step(raw: f64) -> f64 {
 }
 
 /// A linear axis from 0 to a nice value at or above `max`.
-pub fn linear_from_zero(max: f64) -> Scale {
+pub(crate) fn linear_from_zero(max: f64) -> Scale {
     let step = nice_step(max / 6.0);
     Scale::Linear {
         min: 0.0,
@@ -106,7 +106,7 @@ pub fn linear_from_zero(max: f64) -> Scale {
 }
 
 /// A log axis spanning whole decades around `lo` and `hi`.
-pub fn log_decades(lo: f64, hi: f64) -> Scale {
+pub(crate) fn log_decades(lo: f64, hi: f64) -> Scale {
     Scale::Log {
         min: 10f64.powf(lo.log10().floor()),
         max: 10f64.powf(hi.log10().ceil()),
@@ -114,7 +114,7 @@ pub fn log_decades(lo: f64, hi: f64) -> Scale {
 }
 
 /// `v` with exactly `decimals` decimals, thousands separated (as the tables print them).
-pub fn fmt_fixed(v: f64, decimals: usize) -> String {
+pub(crate) fn fmt_fixed(v: f64, decimals: usize) -> String {
     let s = format!("{v:.decimals$}");
     let (sign, rest) = s.strip_prefix('-').map_or(("", s.as_str()), |r| ("-", r));
     let (int, frac) = rest
@@ -134,7 +134,7 @@ pub fn fmt_fixed(v: f64, decimals: usize) -> String {
 }
 
 /// `v` with up to `decimals` decimals, trailing zeros dropped, thousands separated.
-pub fn fmt_num(v: f64, decimals: usize) -> String {
+pub(crate) fn fmt_num(v: f64, decimals: usize) -> String {
     let s = fmt_fixed(v, decimals);
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -144,7 +144,7 @@ pub fn fmt_num(v: f64, decimals: usize) -> String {
 }
 
 /// A count as 10k, 1M, 2.5M.
-pub fn fmt_count(v: f64) -> String {
+pub(crate) fn fmt_count(v: f64) -> String {
     if v >= 1e6 {
         format!("{}M", fmt_num(v / 1e6, 2))
     } else if v >= 1e3 {
@@ -155,7 +155,7 @@ pub fn fmt_count(v: f64) -> String {
 }
 
 /// Text made safe for SVG content and attribute values.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -171,14 +171,14 @@ pub fn escape(s: &str) -> String {
 
 /// A horizontal line across the plot at a value (a target, the ideal).
 #[derive(Clone, Debug)]
-pub struct RefLine {
+pub(crate) struct RefLine {
     pub value: f64,
     pub label: String,
 }
 
 /// One series of a bar chart: a value per category, `None` where it was not measured.
 #[derive(Clone, Debug)]
-pub struct BarSeries {
+pub(crate) struct BarSeries {
     pub name: String,
     pub color: &'static str,
     pub values: Vec<Option<f64>>,
@@ -186,7 +186,7 @@ pub struct BarSeries {
 
 /// Bars grouped by category, one bar per series in each group.
 #[derive(Clone, Debug)]
-pub struct BarChart {
+pub(crate) struct BarChart {
     pub title: String,
     pub y_label: String,
     pub scale: Scale,
@@ -199,7 +199,7 @@ pub struct BarChart {
 
 /// One point of a line: its value and, where several rounds were run, their range.
 #[derive(Clone, Copy, Debug)]
-pub struct Point {
+pub(crate) struct Point {
     pub x: f64,
     pub y: f64,
     pub lo: f64,
@@ -208,7 +208,7 @@ pub struct Point {
 
 /// One line of a line chart.
 #[derive(Clone, Debug)]
-pub struct LineSeries {
+pub(crate) struct LineSeries {
     pub name: String,
     pub color: &'static str,
     pub dashed: bool,
@@ -217,7 +217,7 @@ pub struct LineSeries {
 
 /// Lines over a numeric x axis; each point with a whisker from `lo` to `hi`.
 #[derive(Clone, Debug)]
-pub struct LineChart {
+pub(crate) struct LineChart {
     pub title: String,
     pub x_label: String,
     pub y_label: String,
@@ -229,7 +229,7 @@ pub struct LineChart {
 }
 
 /// `text` split at spaces into lines of at most `width` characters (a longer word alone).
-pub fn wrap(text: &str, width: usize) -> Vec<String> {
+pub(crate) fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     for word in text.split_whitespace() {
         match lines.last_mut() {
@@ -245,7 +245,7 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// What a figure's panel holds.
 #[derive(Clone, Debug)]
-pub enum Panel {
+pub(crate) enum Panel {
     Bars(BarChart),
     Lines(LineChart),
 }
@@ -278,7 +278,7 @@ impl Area {
 
 /// A whole SVG document: a title, an optional note under the panels, the panels side by
 /// side; `source` (which run the figures come from) goes into the document's `<desc>`.
-pub fn figure(title: &str, note: &str, source: &str, panels: &[Panel]) -> String {
+pub(crate) fn figure(title: &str, note: &str, source: &str, panels: &[Panel]) -> String {
     let width = PANEL_WIDTH * panels.len() as f64;
     let note_lines = wrap(note, (width / 6.3) as usize);
     let height = PANEL_HEIGHT + 30.0 + 16.0 * note_lines.len() as f64 + 8.0;

@@ -53,7 +53,7 @@ struct Built {
     txs: u64,
 }
 
-pub struct Engine {
+pub(crate) struct Engine {
     auth: RpcClient,
     eth: RpcClient,
     head: Head,
@@ -88,7 +88,7 @@ fn rpc_err(what: &str) -> impl Fn(CallError) -> String + '_ {
 impl Engine {
     /// Takes the node's head and starts the first payload on it (the node counts as
     /// synced from this first forkchoiceUpdated on: geth takes peers' txs only then).
-    pub fn new(auth: RpcClient, mut eth: RpcClient) -> Result<Engine, String> {
+    pub(crate) fn new(auth: RpcClient, mut eth: RpcClient) -> Result<Engine, String> {
         let latest = eth
             .call("eth_getBlockByNumber", json!(["latest", false]))
             .map_err(rpc_err("eth_getBlockByNumber"))?;
@@ -291,7 +291,7 @@ impl Engine {
 
     /// Slots from `start` until `end` (or the stop flag): at most `(end - start) / slot`
     /// of them. A reorg every `reorg_every` (none when zero), the first one after it.
-    pub fn run(
+    pub(crate) fn run(
         mut self,
         shared: &Shared,
         start: Instant,

@@ -32,13 +32,13 @@ const FEE_CAP: u128 = 20_000_000_000;
 const NONCE_BATCH: usize = 100;
 
 /// Every sender of the run; sender `j` pays sender `j + 1`, so the state keeps its size.
-pub struct Wallet {
+pub(crate) struct Wallet {
     pub signers: Vec<Signer>,
     pub addresses: Vec<Address>,
 }
 
 impl Wallet {
-    pub fn new(count: usize) -> Self {
+    pub(crate) fn new(count: usize) -> Self {
         let signers: Vec<Signer> = (0..count as u64)
             .map(|i| Signer::from_seed(0x50a4_0000 + i))
             .collect();
@@ -47,7 +47,7 @@ impl Wallet {
     }
 
     /// A 1-wei transfer from sender `j` at `nonce`, as 2718 bytes.
-    pub fn transfer(&self, j: usize, nonce: u64) -> Vec<u8> {
+    pub(crate) fn transfer(&self, j: usize, nonce: u64) -> Vec<u8> {
         let to = self.addresses[(j + 1) % self.addresses.len()];
         let tx = Transaction::Eip1559(Eip1559Tx {
             chain_id: crate::node::CHAIN_ID,
@@ -65,7 +65,7 @@ impl Wallet {
 }
 
 /// When item `k` of a schedule of `rate` a second, offset by `lane` of `lanes`, is due.
-pub fn due(start: Instant, k: u64, lanes: u64, lane: u64, rate: f64) -> Instant {
+pub(crate) fn due(start: Instant, k: u64, lanes: u64, lane: u64, rate: f64) -> Instant {
     start + Duration::from_secs_f64((k * lanes + lane) as f64 / rate)
 }
 
@@ -81,7 +81,7 @@ fn wait_turn(due: Instant, end: Instant, shared: &Shared) -> Option<bool> {
 /// One RPC connection's share: lane `lane` of `lanes` sends the txs of the senders
 /// `j ≡ lane (mod lanes)` of `senders` in turn, `rate / lanes` a second.
 #[allow(clippy::too_many_arguments)]
-pub fn rpc_lane(
+pub(crate) fn rpc_lane(
     lane: usize,
     lanes: usize,
     senders: Range<usize>,
@@ -157,7 +157,7 @@ async fn connect(target: &Enode, status: &Status, attempt: u64) -> Result<Client
 /// (answering pings) and drops it. A lost connection is dialled again with a fresh key,
 /// once a second at most.
 #[allow(clippy::too_many_arguments)]
-pub async fn gossip(
+pub(crate) async fn gossip(
     target: Enode,
     status: Status,
     senders: Range<usize>,
@@ -266,7 +266,7 @@ pub async fn gossip(
 /// we had reached at the check before (a tx sent at least `every` ago is missing: refused,
 /// lost with a connection, or dropped later) sends again from the node's nonce. Without
 /// it one lost tx would leave all of its sender's later ones queued for good.
-pub fn resync(
+pub(crate) fn resync(
     rpc: SocketAddr,
     wallet: &Wallet,
     shared: &Shared,

@@ -6,16 +6,16 @@ use moat_common::config::{BlobParams, ChainConfig, Fork, Genesis, GenesisAccount
 use std::collections::BTreeMap;
 
 /// The soak chain's id.
-pub const CHAIN_ID: u64 = 75_310;
+pub(crate) const CHAIN_ID: u64 = 75_310;
 
 /// The last fork active from genesis: Osaka (payloads through engine_getPayloadV5). Both
 /// clients take every fork through it at block 0; BPO1–5 only move blob parameters and
 /// are left out (the load carries no blobs).
-pub const LAST_FORK: Fork = Fork::Osaka;
+pub(crate) const LAST_FORK: Fork = Fork::Osaka;
 
 /// Block gas limit of the genesis and of the clients' builders (`--miner.gaslimit`), so
 /// neither moves it during the run.
-pub const GAS_LIMIT: u64 = 60_000_000;
+pub(crate) const GAS_LIMIT: u64 = 60_000_000;
 
 /// Each sender's genesis balance: 10,000 ether.
 const BALANCE: u128 = 10_000 * 1_000_000_000_000_000_000;
@@ -23,7 +23,7 @@ const BALANCE: u128 = 10_000 * 1_000_000_000_000_000_000;
 /// The soak genesis: every fork through [`LAST_FORK`] at block 0 (post-merge: terminal
 /// total difficulty 0, so blocks come only through the engine API), the system contracts,
 /// and `senders` funded.
-pub fn genesis(senders: &[Address], timestamp: u64) -> Genesis {
+pub(crate) fn genesis(senders: &[Address], timestamp: u64) -> Genesis {
     let mut config = ChainConfig::all_forks_at_genesis(CHAIN_ID, LAST_FORK);
     // geth wants a blobSchedule entry for every scheduled fork from Cancun on.
     config.blob_schedule.insert(Fork::Osaka, BlobParams::PRAGUE);

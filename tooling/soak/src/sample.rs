@@ -6,7 +6,7 @@ use serde_json::json;
 
 /// One reading, `t` seconds into the run.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub t: f64,
     /// Resident set size (`VmRSS`), kB.
     pub rss_kb: u64,
@@ -27,14 +27,14 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn pool(&self) -> Option<u64> {
+    pub(crate) fn pool(&self) -> Option<u64> {
         Some(self.pending? + self.queued?)
     }
 
-    pub const CSV_HEADER: &'static str =
+    pub(crate) const CSV_HEADER: &'static str =
         "t_s,rss_kb,fds,threads,pending,queued,pool,head,cpu_s,disk_kb";
 
-    pub fn csv_line(&self) -> String {
+    pub(crate) fn csv_line(&self) -> String {
         let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         format!(
             "{:.1},{},{},{},{},{},{},{},{:.2},{}",
@@ -51,7 +51,7 @@ impl Sample {
         )
     }
 
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
         format!(
             "{:>7.0} s  rss {:>8.1} MiB  fds {:>5}  threads {:>4}  pool {:>6} (pending {:>6}, queued {:>5})  head {:>6}  cpu {:>8.1} s  disk {:>7.1} MiB",
@@ -71,7 +71,7 @@ impl Sample {
 
 /// Bytes of the files under `dir` (apparent sizes, not following links), kB; what cannot
 /// be read counts nothing.
-pub fn dir_kb(dir: &std::path::Path) -> u64 {
+pub(crate) fn dir_kb(dir: &std::path::Path) -> u64 {
     fn walk(dir: &std::path::Path, depth: u32) -> u64 {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return 0;
@@ -89,7 +89,7 @@ pub fn dir_kb(dir: &std::path::Path) -> u64 {
 }
 
 /// `VmRSS` (kB) and `Threads` of a `/proc/<pid>/status` text.
-pub fn parse_status(text: &str) -> Result<(u64, u64), String> {
+pub(crate) fn parse_status(text: &str) -> Result<(u64, u64), String> {
     let field = |name: &str| -> Result<u64, String> {
         let line = text
             .lines()
@@ -110,7 +110,7 @@ pub fn parse_status(text: &str) -> Result<(u64, u64), String> {
 
 /// User + system clock ticks of a `/proc/<pid>/stat` text (fields 14 and 15; the command
 /// name in parentheses may hold spaces, so fields count from its closing parenthesis).
-pub fn parse_stat_ticks(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_stat_ticks(text: &str) -> Result<u64, String> {
     let rest = text.rsplit_once(')').ok_or("no ')' in stat")?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After ")": state is field 3, so utime (14) and stime (15) are at 11 and 12.
@@ -130,7 +130,7 @@ fn clock_ticks_per_second() -> f64 {
 }
 
 /// What `/proc/<pid>` says now: (RSS kB, fds, threads, CPU seconds).
-pub fn read_proc(pid: u32) -> Result<(u64, u64, u64, f64), String> {
+pub(crate) fn read_proc(pid: u32) -> Result<(u64, u64, u64, f64), String> {
     let dir = format!("/proc/{pid}");
     let status = std::fs::read_to_string(format!("{dir}/status"))
         .map_err(|e| format!("{dir}/status: {e}"))?;
@@ -146,7 +146,12 @@ pub fn read_proc(pid: u32) -> Result<(u64, u64, u64, f64), String> {
 
 /// A whole sample: `/proc` (an error when the process is gone), the RPC figures (left
 /// empty when a call fails) and the size of the datadir `db`.
-pub fn take(pid: u32, rpc: &mut RpcClient, db: &std::path::Path, t: f64) -> Result<Sample, String> {
+pub(crate) fn take(
+    pid: u32,
+    rpc: &mut RpcClient,
+    db: &std::path::Path,
+    t: f64,
+) -> Result<Sample, String> {
     let (rss_kb, fds, threads, cpu_s) = read_proc(pid)?;
     let (pending, queued) = match rpc.call("txpool_status", json!([])) {
         Ok(v) => (quantity(&v["pending"]), quantity(&v["queued"])),

@@ -21,7 +21,7 @@
 
 /// One metric's series and how it is judged.
 #[derive(Debug, Clone)]
-pub struct Series {
+pub(crate) struct Series {
     pub name: &'static str,
     pub unit: &'static str,
     /// The smallest allowance, in the metric's unit.
@@ -32,7 +32,7 @@ pub struct Series {
 
 /// What the rule found for one series.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// Means of the first, middle and last third.
     pub thirds: [f64; 3],
     /// Last-third mean minus middle-third mean.
@@ -49,7 +49,7 @@ fn mean(v: &[f64]) -> Option<f64> {
 
 /// Least-squares slope of `points` (value per second); `None` for fewer than two
 /// distinct times.
-pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
     let n = points.len() as f64;
     let mt = mean(&points.iter().map(|p| p.0).collect::<Vec<_>>())?;
     let mv = mean(&points.iter().map(|p| p.1).collect::<Vec<_>>())?;
@@ -59,7 +59,7 @@ pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
 }
 
 /// The rule of the module doc over `series`; `None` when there are too few samples.
-pub fn judge(series: &Series, tolerance: f64) -> Option<Verdict> {
+pub(crate) fn judge(series: &Series, tolerance: f64) -> Option<Verdict> {
     let end = series.points.iter().map(|p| p.0).fold(0.0, f64::max);
     if end <= 0.0 {
         return None;
@@ -101,7 +101,7 @@ pub fn judge(series: &Series, tolerance: f64) -> Option<Verdict> {
 }
 
 /// The summary table: one row per series.
-pub fn table(series: &[Series], tolerance: f64) -> (String, bool) {
+pub(crate) fn table(series: &[Series], tolerance: f64) -> (String, bool) {
     let mut out = format!(
         "{:<16} {:>12} {:>12} {:>12} {:>10} {:>10} {:>10}  verdict\n",
         "metric", "first 1/3", "middle 1/3", "last 1/3", "growth", "per hour", "allowed"

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
-pub struct EngineArgs {
+pub(crate) struct EngineArgs {
     /// Engine API endpoint, ip:port (plain HTTP); 127.0.0.0/8 only.
     #[arg(long, default_value = "127.0.0.1:8551")]
     engine: SocketAddr,
@@ -242,7 +242,7 @@ fn timed<T>(phase: &mut Phase, f: impl FnOnce() -> T) -> T {
     out
 }
 
-pub fn run(args: &EngineArgs) -> Result<ExitCode, String> {
+pub(crate) fn run(args: &EngineArgs) -> Result<ExitCode, String> {
     for addr in std::iter::once(&args.engine).chain(&args.rpc) {
         if !addr.ip().is_loopback() {
             return Err(format!("{addr} is not a loopback address"));

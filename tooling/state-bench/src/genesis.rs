@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
-pub struct GenesisArgs {
+pub(crate) struct GenesisArgs {
     /// Synthetic accounts to add.
     #[arg(long)]
     pub(crate) accounts: u64,
@@ -34,7 +34,7 @@ const ONE_ETHER: &str = "0xde0b6b3a7640000";
 /// The synthetic contracts' code: STOP.
 const CODE: &str = "0x00";
 
-pub fn run(args: &GenesisArgs) -> Result<ExitCode, String> {
+pub(crate) fn run(args: &GenesisArgs) -> Result<ExitCode, String> {
     let started = Instant::now();
     let text = std::fs::read_to_string(&args.base)
         .map_err(|e| format!("cannot read {}: {e}", args.base.display()))?;

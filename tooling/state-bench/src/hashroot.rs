@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
-pub struct HashRootArgs {
+pub(crate) struct HashRootArgs {
     /// The genesis file.
     #[arg(long)]
     pub(crate) genesis: PathBuf,
@@ -28,7 +28,7 @@ pub struct HashRootArgs {
 
 /// The root of `(hashed key, leaf)` pairs, in any order, through alloy-trie; a key
 /// given twice is refused.
-pub fn root_of(mut leaves: Vec<(B256, Vec<u8>)>) -> Result<B256, String> {
+pub(crate) fn root_of(mut leaves: Vec<(B256, Vec<u8>)>) -> Result<B256, String> {
     leaves.sort_unstable_by_key(|e| e.0);
     if let Some(w) = leaves.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(format!("an account is given twice (hashed {})", w[0].0));
@@ -41,7 +41,7 @@ pub fn root_of(mut leaves: Vec<(B256, Vec<u8>)>) -> Result<B256, String> {
 }
 
 /// The account-trie leaf of a genesis account.
-pub fn account_leaf(account: &GenesisAccount) -> Vec<u8> {
+pub(crate) fn account_leaf(account: &GenesisAccount) -> Vec<u8> {
     let slots = account
         .storage
         .iter()
@@ -54,7 +54,7 @@ pub fn account_leaf(account: &GenesisAccount) -> Vec<u8> {
     })
 }
 
-pub fn run(args: &HashRootArgs) -> Result<ExitCode, String> {
+pub(crate) fn run(args: &HashRootArgs) -> Result<ExitCode, String> {
     let started = Instant::now();
     let mut leaves = Vec::new();
     let mut add = |address, account: GenesisAccount| {

@@ -24,7 +24,7 @@ const EMPTY_ROOT: B256 =
     alloy_primitives::b256!("56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421");
 
 #[derive(clap::Args, Debug)]
-pub struct RootArgs {
+pub(crate) struct RootArgs {
     /// The moat datadir (its node stopped: the database is opened exclusively).
     #[arg(long)]
     pub(crate) datadir: PathBuf,
@@ -245,7 +245,7 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-pub fn run(args: &RootArgs) -> Result<ExitCode, String> {
+pub(crate) fn run(args: &RootArgs) -> Result<ExitCode, String> {
     moat_blockchain::state_root::set_state_root_workers(args.workers);
     let bytes = args.cache << 20;
     let (pages, nodes) = if args.no_node_cache {

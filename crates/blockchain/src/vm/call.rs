@@ -11,7 +11,7 @@ use revm::context::result::ExecutionResult;
 use revm::database::State;
 
 /// An EIP-2930 access list: addresses with their storage keys.
-pub type AccessListEntries = Vec<(Address, Vec<alloy_primitives::B256>)>;
+pub(super) type AccessListEntries = Vec<(Address, Vec<alloy_primitives::B256>)>;
 
 /// A call as JSON-RPC clients describe it; absent fields take geth's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -7,14 +7,14 @@ use moat_blockchain::chain::Chain;
 use moat_mempool::{AccountState, CodeKind, HeadInfo, StateView};
 use std::path::PathBuf;
 
-pub fn testdata(name: &str) -> PathBuf {
+pub(crate) fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/testdata/ethtest")
         .join(name)
 }
 
 /// The pool's view of the chain head (just what this test needs).
-pub struct HeadState(pub Chain);
+pub(crate) struct HeadState(pub Chain);
 
 impl StateView for HeadState {
     fn account(&self, address: &Address) -> AccountState {
@@ -51,7 +51,7 @@ impl StateView for HeadState {
 /// The stored tries are exactly the tries of the flat state: built from scratch over the
 /// accounts and slots, they give the same nodes at the same paths (no stale node, none
 /// missing), and the account trie's root is the head's state root.
-pub fn assert_tries_match_flat_state(chain: &Chain) {
+pub(crate) fn assert_tries_match_flat_state(chain: &Chain) {
     use moat_blockchain::state_root::build_tries;
     let store = chain.store();
     let state: Vec<_> = store

@@ -22,21 +22,21 @@ impl From<alloy_rlp::Error> for RlpError {
 }
 
 /// `b` as an RLP string.
-pub fn bytes(b: &[u8]) -> Vec<u8> {
+pub(crate) fn bytes(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len() + 3);
     b.encode(&mut out);
     out
 }
 
 /// `v` as an RLP unsigned integer.
-pub fn uint(v: u64) -> Vec<u8> {
+pub(crate) fn uint(v: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(9);
     v.encode(&mut out);
     out
 }
 
 /// `payload` (concatenated items) wrapped as an RLP list.
-pub fn list(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn list(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 3);
     Header {
         list: true,
@@ -56,25 +56,25 @@ fn require(buf: &[u8]) -> Result<(), RlpError> {
 }
 
 /// The payload of the list at the front of `buf`.
-pub fn take_list<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], RlpError> {
+pub(crate) fn take_list<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], RlpError> {
     require(buf)?;
     Ok(Header::decode_bytes(buf, true)?)
 }
 
 /// The contents of the string at the front of `buf`.
-pub fn take_bytes<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], RlpError> {
+pub(crate) fn take_bytes<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], RlpError> {
     require(buf)?;
     Ok(Header::decode_bytes(buf, false)?)
 }
 
 /// The canonical unsigned integer at the front of `buf`.
-pub fn take_uint<T: Decodable>(buf: &mut &[u8]) -> Result<T, RlpError> {
+pub(crate) fn take_uint<T: Decodable>(buf: &mut &[u8]) -> Result<T, RlpError> {
     require(buf)?;
     Ok(T::decode(buf)?)
 }
 
 /// The whole item (header included) at the front of `buf`.
-pub fn take_raw<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], RlpError> {
+pub(crate) fn take_raw<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], RlpError> {
     require(buf)?;
     let start = *buf;
     let header = Header::decode(buf)?;
@@ -87,7 +87,7 @@ pub fn take_raw<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], RlpError> {
 }
 
 /// A string item that must be all of `item`.
-pub fn decode_bytes_exact(mut item: &[u8]) -> Result<&[u8], RlpError> {
+pub(crate) fn decode_bytes_exact(mut item: &[u8]) -> Result<&[u8], RlpError> {
     let b = take_bytes(&mut item)?;
     if !item.is_empty() {
         return Err(RlpError::Rlp(alloy_rlp::Error::UnexpectedLength));
@@ -97,24 +97,24 @@ pub fn decode_bytes_exact(mut item: &[u8]) -> Result<&[u8], RlpError> {
 
 /// Reads the elements of a list payload in order.
 #[derive(Debug, Clone, Copy)]
-pub struct RlpReader<'a> {
+pub(crate) struct RlpReader<'a> {
     buf: &'a [u8],
 }
 
 impl<'a> RlpReader<'a> {
-    pub fn new(payload: &'a [u8]) -> Self {
+    pub(crate) fn new(payload: &'a [u8]) -> Self {
         RlpReader { buf: payload }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
 
-    pub fn bytes(&mut self) -> Result<&'a [u8], RlpError> {
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], RlpError> {
         take_bytes(&mut self.buf)
     }
 
-    pub fn fixed<const N: usize>(&mut self) -> Result<[u8; N], RlpError> {
+    pub(crate) fn fixed<const N: usize>(&mut self) -> Result<[u8; N], RlpError> {
         let b = self.bytes()?;
         b.try_into().map_err(|_| RlpError::Length {
             got: b.len(),
@@ -122,15 +122,15 @@ impl<'a> RlpReader<'a> {
         })
     }
 
-    pub fn uint<T: Decodable>(&mut self) -> Result<T, RlpError> {
+    pub(crate) fn uint<T: Decodable>(&mut self) -> Result<T, RlpError> {
         take_uint(&mut self.buf)
     }
 
-    pub fn list(&mut self) -> Result<RlpReader<'a>, RlpError> {
+    pub(crate) fn list(&mut self) -> Result<RlpReader<'a>, RlpError> {
         take_list(&mut self.buf).map(RlpReader::new)
     }
 
-    pub fn raw(&mut self) -> Result<&'a [u8], RlpError> {
+    pub(crate) fn raw(&mut self) -> Result<&'a [u8], RlpError> {
         take_raw(&mut self.buf)
     }
 }

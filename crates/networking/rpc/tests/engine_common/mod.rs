@@ -13,15 +13,15 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub const CHAIN_ID: u64 = 1337;
-pub const SECRET: [u8; 32] = [0x42; 32];
+pub(crate) const CHAIN_ID: u64 = 1337;
+pub(crate) const SECRET: [u8; 32] = [0x42; 32];
 
-pub fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     moat_rpc::engine::unix_now()
 }
 
 /// POSTs a JSON-RPC call with `token` (if any); returns (HTTP status, body).
-pub async fn post(
+pub(crate) async fn post(
     addr: SocketAddr,
     token: Option<&str>,
     method: &str,
@@ -58,7 +58,7 @@ pub async fn post(
     (status, body)
 }
 
-pub fn dechunk(mut body: &str) -> String {
+pub(crate) fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
         let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
@@ -72,27 +72,27 @@ pub fn dechunk(mut body: &str) -> String {
 }
 
 /// A call with a fresh good token; the whole JSON-RPC response.
-pub async fn call(addr: SocketAddr, method: &str, params: Value) -> Value {
+pub(crate) async fn call(addr: SocketAddr, method: &str, params: Value) -> Value {
     let (status, body) = post(addr, Some(&make_token(&SECRET, now())), method, params).await;
     assert_eq!(status, 200, "{method}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{method}: not JSON ({e}): {body}"))
 }
 
-pub async fn result(addr: SocketAddr, method: &str, params: Value) -> Value {
+pub(crate) async fn result(addr: SocketAddr, method: &str, params: Value) -> Value {
     let r = call(addr, method, params).await;
     r.get("result")
         .cloned()
         .unwrap_or_else(|| panic!("{method} failed: {r}"))
 }
 
-pub async fn error_code(addr: SocketAddr, method: &str, params: Value) -> i64 {
+pub(crate) async fn error_code(addr: SocketAddr, method: &str, params: Value) -> i64 {
     let r = call(addr, method, params).await;
     r["error"]["code"]
         .as_i64()
         .unwrap_or_else(|| panic!("{method} did not fail: {r}"))
 }
 
-pub fn transfer(signer: &Signer, nonce: u64) -> PooledTransaction {
+pub(crate) fn transfer(signer: &Signer, nonce: u64) -> PooledTransaction {
     let tx = Transaction::Eip1559(Eip1559Tx {
         chain_id: CHAIN_ID,
         nonce,
@@ -107,12 +107,12 @@ pub fn transfer(signer: &Signer, nonce: u64) -> PooledTransaction {
     PooledTransaction::new(SignedTransaction::sign(tx, signer), None)
 }
 
-pub fn fcu_state(head: B256) -> Value {
+pub(crate) fn fcu_state(head: B256) -> Value {
     json!({ "headBlockHash": head, "safeBlockHash": head, "finalizedBlockHash": B256::ZERO })
 }
 
 /// engine_forkchoiceUpdatedV3 to `head` without attributes.
-pub async fn forkchoice(addr: SocketAddr, head: B256) -> Value {
+pub(crate) async fn forkchoice(addr: SocketAddr, head: B256) -> Value {
     result(
         addr,
         "engine_forkchoiceUpdatedV3",
