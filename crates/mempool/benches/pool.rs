@@ -1,7 +1,7 @@
 //! Pool benches: admission paths, eviction, block building and head changes.
 //! Each also has a row in `make bench-table`, which reads the same workloads.
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_main};
 use moat_common::testing::sample_blob_tx;
 use moat_common::transaction::SidecarVersion;
 use moat_crypto::secp::Signer;
@@ -149,10 +149,12 @@ fn bench_blob_peers(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(
-    benches,
-    bench_admission,
-    bench_block_building_and_heads,
-    bench_blob_peers
-);
+/// Every group of pool benches, run with criterion's default settings and the command
+/// line's filters.
+fn benches() {
+    let mut criterion: Criterion<_> = Criterion::default().configure_from_args();
+    bench_admission(&mut criterion);
+    bench_block_building_and_heads(&mut criterion);
+    bench_blob_peers(&mut criterion);
+}
 criterion_main!(benches);

@@ -56,8 +56,11 @@ pub fn transfer(signer: &Signer, nonce: u64, tip: u128, fee_cap: u128) -> Pooled
 /// A pre-signed transaction with the facts admission will derive from it.
 #[derive(Clone)]
 pub struct Signed {
+    /// The signed EIP-2718 envelope, as RPC or a peer delivers it.
     pub raw: Bytes,
+    /// The transaction hash admission will compute.
     pub hash: B256,
+    /// The signer's address admission will recover.
     pub sender: Address,
 }
 

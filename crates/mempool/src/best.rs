@@ -47,8 +47,11 @@ impl Ord for Candidate {
 /// Budgets of the block being built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockBudget {
+    /// Base fee per gas of the block, wei: a tx goes in only if its fee cap reaches it.
     pub base_fee: u64,
+    /// Blob base fee per blob gas of the block, wei (EIP-4844): a blob tx's blob fee cap must reach it.
     pub blob_base_fee: u128,
+    /// Gas limit of the block: a tx whose gas no longer fits is skipped.
     pub gas_limit: u64,
     /// Max blob gas of the block (blob count × 2^17).
     pub max_blob_gas: u64,
@@ -60,6 +63,8 @@ pub struct BlockBudget {
     pub min_tip: u128,
 }
 
+/// Pending transactions in block order, from [`crate::Pool::best_transactions`]: best
+/// effective tip first, each sender's txs in nonce order, within the block's gas and blob gas.
 pub struct BestTransactions {
     groups: Vec<VecDeque<Arc<PoolTx>>>,
     heap: BinaryHeap<Candidate>,

@@ -56,6 +56,7 @@ pub struct CpuMeter {
 }
 
 impl CpuMeter {
+    /// A meter counting this thread's CPU from now.
     pub fn start() -> Self {
         Self {
             on: true,
@@ -130,10 +131,13 @@ impl CpuMeter {
 /// What one unit of admission work cost and bought.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Spent {
+    /// CPU the work cost, µs: this thread's, and other threads' for it (ECDSA, KZG).
     pub cpu_us: u64,
     /// CPU of admitted blob txs' KZG, which the useless-peer rule does not count as waste.
     pub useful_us: u64,
+    /// Transactions the work admitted.
     pub admitted: u64,
+    /// Transactions the work rejected.
     pub rejected: u64,
 }
 
@@ -143,11 +147,13 @@ pub struct Spent {
 pub struct BudgetConfig {
     /// Each peer's rate.
     pub peer_rate_us: u64,
+    /// How far each peer's bucket fills, CPU-µs.
     pub peer_burst_us: u64,
     /// All peers together.
     pub peers_rate_us: u64,
     /// Local RPC (all connections together).
     pub rpc_rate_us: u64,
+    /// How far local RPC's bucket fills, CPU-µs.
     pub rpc_burst_us: u64,
     /// The useless-peer rule looks at windows this long.
     pub window: Duration,
@@ -273,6 +279,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
+    /// Short label for logs and metrics (`useless`).
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::Useless => "useless",
@@ -292,6 +299,7 @@ pub enum BudgetState {
 }
 
 impl BudgetState {
+    /// The label `admin_peers` shows: `ok`, `throttled` or `useless`.
     pub fn as_str(self) -> &'static str {
         match self {
             BudgetState::Ok => "ok",
@@ -306,13 +314,17 @@ impl BudgetState {
 pub struct PeerBudget {
     /// Admission CPU charged to it since it connected (history carried over included).
     pub cpu_us: u64,
+    /// Transactions of its admitted since it connected.
     pub admitted: u64,
+    /// Transactions of its rejected since it connected.
     pub rejected: u64,
     /// Tokens left (negative: debt), CPU-µs.
     pub tokens_us: i64,
+    /// Its bucket's refill rate, CPU-µs per second of wall time.
     pub rate_us: u64,
     /// Times its reads were made to wait.
     pub throttled: u64,
+    /// Where its budget stands now.
     pub state: BudgetState,
 }
 
@@ -340,11 +352,14 @@ struct History {
 /// An IPv4 /24 or an IPv6 /64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Subnet {
+    /// The first three octets of an IPv4 address (its /24).
     V4([u8; 3]),
+    /// The first eight bytes of an IPv6 address (its /64).
     V6([u8; 8]),
 }
 
 impl Subnet {
+    /// The subnet `ip` belongs to (an IPv4-mapped IPv6 address counts as its IPv4 address).
     pub fn of(ip: IpAddr) -> Self {
         match host_key(ip) {
             IpAddr::V4(v4) => {
@@ -382,6 +397,7 @@ pub struct Budgets {
 }
 
 impl Budgets {
+    /// Budgets at `cfg`'s rates, every bucket full.
     pub fn new(cfg: BudgetConfig) -> Self {
         let now = Instant::now();
         let ledger = Ledger {
@@ -396,6 +412,7 @@ impl Budgets {
         }
     }
 
+    /// The rates and rules these budgets apply.
     pub fn config(&self) -> &BudgetConfig {
         &self.cfg
     }

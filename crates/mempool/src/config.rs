@@ -6,21 +6,29 @@ use std::time::Duration;
 /// Count and byte caps of one subpool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubPoolLimit {
+    /// Most transactions the subpool holds.
     pub max_txs: usize,
+    /// Most bytes the subpool holds (network size of its txs, sidecars included).
     pub max_bytes: usize,
 }
 
 impl SubPoolLimit {
+    /// Caps of `max_txs` transactions and `max_bytes` bytes.
     pub const fn new(max_txs: usize, max_bytes: usize) -> Self {
         Self { max_txs, max_bytes }
     }
 }
 
 #[derive(Debug, Clone)]
+/// Settings of the pool and its admission pipeline ([`PoolConfig::new`] gives the defaults).
 pub struct PoolConfig {
+    /// The chain admitted for: its chain id and fork schedule decide the next block's rules.
     pub chain: ChainConfig,
+    /// Limits of the pending subpool (the node sets its count from `--txpool.globalslots`).
     pub pending: SubPoolLimit,
+    /// Limits of the basefee subpool (its count too from `--txpool.globalslots`).
     pub basefee: SubPoolLimit,
+    /// Limits of the queued subpool (the node sets its count from `--txpool.globalqueue`).
     pub queued: SubPoolLimit,
     /// Bytes here include the sidecars.
     pub blob: SubPoolLimit,
@@ -31,6 +39,7 @@ pub struct PoolConfig {
     pub max_account_queue: usize,
     /// The same two for senders of local (RPC) txs: larger, and bounded.
     pub local_account_slots: usize,
+    /// Txs behind a nonce gap one local sender may have.
     pub local_account_queue: usize,
     /// Percent of each subpool's limits (count and bytes) that local senders' txs may
     /// hold exempt from eviction. Past it, local senders are evicted as any other, worst
@@ -55,8 +64,11 @@ pub struct PoolConfig {
     pub min_tip: u128,
     /// Queued transactions older than this are dropped.
     pub queued_lifetime: Duration,
+    /// Senders the [`crate::SenderCache`] keeps (tx hash → sender), unless the pool is given one.
     pub sender_cache_capacity: usize,
+    /// Hashes the recent-failure set keeps (stage 3's [`crate::RecentFailures`]).
     pub failure_cache_capacity: usize,
+    /// How long a failed hash (or a bad blob sidecar) is turned away without another look.
     pub failure_ttl: Duration,
     /// Admissions in progress at once (beyond that: busy, before decoding).
     pub max_in_flight: usize,
@@ -79,6 +91,8 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
+    /// The defaults for `chain`: geth's per-sender slots (16, queue 64) and price bump (10%),
+    /// 10,000 txs per subpool.
     pub fn new(chain: ChainConfig) -> Self {
         Self {
             chain,

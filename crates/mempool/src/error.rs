@@ -19,6 +19,7 @@ pub enum SubPool {
 }
 
 impl SubPool {
+    /// Every subpool, in discriminant order.
     pub const ALL: [SubPool; 4] = [
         SubPool::Pending,
         SubPool::BaseFee,
@@ -26,6 +27,7 @@ impl SubPool {
         SubPool::Blob,
     ];
 
+    /// The subpool's label in metrics and logs (`pending`, `basefee`, `queued`, `blob`).
     pub fn name(self) -> &'static str {
         match self {
             SubPool::Pending => "pending",
@@ -39,7 +41,9 @@ impl SubPool {
 /// A transaction the pool took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Added {
+    /// Hash of the transaction taken.
     pub hash: B256,
+    /// The subpool it went to.
     pub subpool: SubPool,
     /// The transaction it replaced (same sender and nonce), if any.
     pub replaced: Option<B256>,
@@ -57,7 +61,12 @@ pub enum Rejection {
     OriginBusy,
     /// Wire bytes over the size cap (larger for blob txs with their sidecars).
     #[error("oversized data: {size} bytes, limit {max}")]
-    Oversized { size: usize, max: usize },
+    Oversized {
+        /// Wire size of the transaction, bytes.
+        size: usize,
+        /// The cap it is over, bytes.
+        max: usize,
+    },
     /// The bytes do not decode as a transaction envelope.
     #[error("invalid transaction: {0}")]
     Decode(DecodeError),
@@ -78,24 +87,48 @@ pub enum Rejection {
     InvalidSender(SignatureError),
     /// The nonce is below the sender's state nonce.
     #[error("nonce too low: next nonce {state}, tx nonce {tx}")]
-    NonceTooLow { state: u64, tx: u64 },
+    NonceTooLow {
+        /// The sender's nonce in the head state.
+        state: u64,
+        /// The transaction's nonce.
+        tx: u64,
+    },
     /// The sender's balance does not cover this tx's most cost.
     #[error("insufficient funds for gas * price + value: balance {balance}, tx cost {cost}, overshot {}", cost - balance)]
-    InsufficientFunds { balance: U256, cost: U256 },
+    InsufficientFunds {
+        /// The sender's balance in the head state, wei.
+        balance: U256,
+        /// The transaction's most cost (gas × fee cap + blob gas × blob fee cap + value), wei.
+        cost: U256,
+    },
     /// The sender's balance does not cover its pooled txs and this one together.
     #[error("transaction would cause overdraft: balance {balance}, pooled and new cost {cost}")]
-    Overdraft { balance: U256, cost: U256 },
+    Overdraft {
+        /// The sender's balance in the head state, wei.
+        balance: U256,
+        /// The most cost of its pooled txs (less any this one replaces) and this one, wei.
+        cost: U256,
+    },
     /// The sender has code that is not an EIP-7702 delegation.
     #[error("sender not an eoa")]
     SenderHasCode,
     /// The sender holds as many pooled txs as it may.
     #[error("account limit exceeded: {slots} transactions pooled for this sender")]
-    AccountLimit { slots: usize },
+    AccountLimit {
+        /// The sender's pooled txs that count against the limit it hit (queued, or
+        /// executable).
+        slots: usize,
+    },
     /// A blob tx whose nonce leaves a gap after the sender's pooled and state nonces.
     #[error(
         "nonce too high: blob transactions must not leave a gap (next nonce {expected}, tx nonce {found})"
     )]
-    BlobNonceGap { expected: u64, found: u64 },
+    BlobNonceGap {
+        /// The nonce that would leave no gap.
+        expected: u64,
+        /// The transaction's nonce.
+        found: u64,
+    },
     /// A blob tx with a blob fee cap of zero, which no block can include.
     #[error("max fee per blob gas below the minimum of 1 wei")]
     BlobFeeCapTooLow,
@@ -116,7 +149,12 @@ pub enum Rejection {
     AuthorityReserved,
     /// An EIP-7702 tx with more authorizations than the pool recovers.
     #[error("too many authorizations: {count}, limit {max}")]
-    TooManyAuthorizations { count: usize, max: usize },
+    TooManyAuthorizations {
+        /// Authorizations in the transaction.
+        count: usize,
+        /// The most the pool recovers ([`crate::PoolConfig::max_authorizations`]).
+        max: usize,
+    },
     /// A blob tx before the fork that allows them.
     #[error("blob transactions are not accepted before Cancun")]
     BlobsNotActive,
@@ -132,7 +170,9 @@ pub enum Rejection {
 /// Why the journal could not keep a tx: the kind of the I/O error and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalFailure {
+    /// The I/O error's kind (e.g. `StorageFull` when the disk is full).
     pub kind: std::io::ErrorKind,
+    /// The I/O error's text.
     pub message: String,
 }
 

@@ -121,15 +121,20 @@ pub enum TxInput {
     /// Wire bytes with the hash the caller already took of them
     /// ([`PooledTransaction::hash_of_envelope`]): admission does not take it again.
     Hashed(Bytes, B256),
+    /// An already decoded transaction (e.g. one a reorg took back from a block).
     Decoded(Box<PooledTransaction>),
 }
 
 /// A pooled transaction with what admission learned about it.
 #[derive(Debug)]
 pub struct PoolTx {
+    /// The transaction as pooled: the signed tx, with its blob sidecar if any.
     pub tx: PooledTransaction,
+    /// Sender recovered from the signature (or found in the sender cache).
     pub sender: Address,
+    /// Where it came from: decides the local exemptions.
     pub origin: TxOrigin,
+    /// When admission took it: a queued tx's lifetime counts from here.
     pub added_at: Instant,
     /// Recovered EIP-7702 authorities (invalid authorizations left out).
     pub authorities: Vec<Address>,
@@ -138,10 +143,12 @@ pub struct PoolTx {
 }
 
 impl PoolTx {
+    /// The transaction hash (of the signed envelope, without the sidecar).
     pub fn hash(&self) -> B256 {
         self.tx.hash()
     }
 
+    /// The sender nonce it uses.
     pub fn nonce(&self) -> u64 {
         self.tx.tx().tx().nonce()
     }
@@ -151,6 +158,7 @@ impl PoolTx {
         self.tx.size()
     }
 
+    /// Whether it is an EIP-4844 blob transaction (type 3).
     pub fn is_blob(&self) -> bool {
         self.tx.tx_type() == TxType::Eip4844
     }
@@ -162,15 +170,20 @@ pub type SenderContent = (Address, Vec<(Arc<PoolTx>, SubPool)>);
 /// Counts and bytes per subpool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolStatus {
+    /// Executable in the next block.
     pub pending: Usage,
+    /// Executable but for a fee cap below the base fee.
     pub basefee: Usage,
+    /// Behind a nonce gap, or over the sender's balance.
     pub queued: Usage,
+    /// Blob transactions not executable yet.
     pub blob: Usage,
 }
 
 /// A head change as the pool needs it.
 #[derive(Debug, Clone, Default)]
 pub struct HeadUpdate {
+    /// The new head, with the next block's fees.
     pub head: HeadInfo,
     /// Hashes of the transactions the new canonical blocks include.
     pub mined: Vec<B256>,
@@ -185,6 +198,7 @@ pub struct HeadUpdate {
 pub struct HeadChangeOutcome {
     /// Mined, made stale by the new state, or evicted to keep the subpools in their limits.
     pub removed: Vec<B256>,
+    /// Reorged transactions the pool took back, of those in [`HeadUpdate::reorged`].
     pub reinjected: usize,
 }
 
@@ -436,6 +450,7 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
+    /// A pool over `state`, with a sender cache of its own.
     pub fn new(cfg: PoolConfig, state: Arc<dyn StateView>) -> Self {
         Self::with_sender_cache(cfg, state, None)
     }
@@ -472,10 +487,12 @@ impl Pool {
         }
     }
 
+    /// The settings the pool was built with.
     pub fn config(&self) -> &PoolConfig {
         &self.inner.cfg
     }
 
+    /// The pool's counters (mirrored to the `metrics` facade).
     pub fn metrics(&self) -> &PoolMetrics {
         &self.inner.metrics
     }
@@ -667,6 +684,7 @@ impl Pool {
         let _ = self.inner.journal.set(journal);
     }
 
+    /// The journal [`Pool::attach_journal`] attached, if any.
     pub fn journal(&self) -> Option<&Journal> {
         self.inner.journal.get()
     }
@@ -921,10 +939,12 @@ impl Pool {
         self.inner.pool.lock().remove_with_descendants(hash)
     }
 
+    /// The pooled transaction with this hash.
     pub fn get(&self, hash: &B256) -> Option<Arc<PoolTx>> {
         self.inner.pool.lock().get(hash).map(|e| Arc::clone(&e.tx))
     }
 
+    /// Whether a transaction with this hash is pooled (those being admitted not counted).
     pub fn contains(&self, hash: &B256) -> bool {
         self.inner.pool.lock().contains(hash)
     }
@@ -934,18 +954,22 @@ impl Pool {
         self.contains(hash) || self.inner.in_flight.contains(hash)
     }
 
+    /// The subpool of the pooled transaction with this hash.
     pub fn subpool_of(&self, hash: &B256) -> Option<SubPool> {
         self.inner.pool.lock().get(hash).map(|e| e.subpool)
     }
 
+    /// Transactions pooled, all subpools together.
     pub fn len(&self) -> usize {
         self.inner.pool.lock().len()
     }
 
+    /// Whether no transaction is pooled.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Count and bytes of each subpool now.
     pub fn status(&self) -> PoolStatus {
         let p = self.inner.pool.lock();
         PoolStatus {
@@ -962,6 +986,7 @@ impl Pool {
         self.inner.pool.lock().pending_nonce(address, state_nonce)
     }
 
+    /// `address`'s pooled transactions, in nonce order.
     pub fn sender_txs(&self, address: &Address) -> Vec<Arc<PoolTx>> {
         self.inner.pool.lock().sender_txs(address)
     }

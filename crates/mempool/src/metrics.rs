@@ -8,19 +8,30 @@ use std::time::Instant;
 /// The admission stages, in pipeline order (DESIGN §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
+    /// Backpressure: too many admissions in progress (stage 1).
     Preflight,
+    /// Size cap, envelope hash and decoding (stage 2).
     Decode,
+    /// Lookup in the recent-failure set (stage 3).
     RecentFailure,
+    /// Lookup in the pool, and the hash claimed in flight (stage 4).
     Dedup,
+    /// Structural checks of a blob tx's sidecar, no KZG yet (stage 5).
     ValidateCheap,
+    /// The next block's fork rules that need no state: chain id, gas, fees, size (stage 6).
     Stateless,
+    /// Sender recovery: the sender cache, else ECDSA (stage 7).
     Sender,
+    /// Checks against the sender's account and pooled txs: nonce, balance, slots (stage 8).
     Stateful,
+    /// KZG proof verification of blob txs, batched (stage 9).
     Kzg,
+    /// Insertion into a subpool, evicting when it is full (stage 10).
     Insert,
 }
 
 impl Stage {
+    /// Every stage, in pipeline order.
     pub const ALL: [Stage; 10] = [
         Stage::Preflight,
         Stage::Decode,
@@ -34,6 +45,7 @@ impl Stage {
         Stage::Insert,
     ];
 
+    /// The stage's label on the `moat_admission_stage_seconds` histogram.
     pub fn name(self) -> &'static str {
         match self {
             Stage::Preflight => "preflight",
@@ -87,7 +99,7 @@ macro_rules! counters {
         /// Which counter to bump.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         #[allow(non_camel_case_types)]
-        pub enum Counter { $($name,)* }
+        pub enum Counter { $($(#[$doc])* $name,)* }
 
         impl PoolMetrics {
             fn slot(&self, c: Counter) -> &AtomicU64 {
@@ -134,15 +146,18 @@ counters! {
 }
 
 impl PoolMetrics {
+    /// Adds one to `c`, and to its mirror.
     pub fn inc(&self, c: Counter) {
         self.add(c, 1);
     }
 
+    /// Adds `n` to `c`, and to its mirror.
     pub fn add(&self, c: Counter, n: u64) {
         self.slot(c).fetch_add(n, Ordering::Relaxed);
         self.mirrors[c as usize].increment(n);
     }
 
+    /// The value of `c` since the pool started.
     pub fn get(&self, c: Counter) -> u64 {
         self.slot(c).load(Ordering::Relaxed)
     }
@@ -173,7 +188,7 @@ impl PoolMetrics {
 }
 
 /// One admission in this many has its stages timed.
-pub const STAGE_SAMPLE_EVERY: u64 = 16;
+pub(crate) const STAGE_SAMPLE_EVERY: u64 = 16;
 
 /// Times consecutive stages of one sampled admission into the stage histogram.
 pub(crate) struct StageClock<'a> {

@@ -104,7 +104,9 @@ fn run_end(s: &Sender, state_nonce: u64) -> u64 {
 /// Count and bytes held by a subpool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
+    /// Transactions held.
     pub txs: usize,
+    /// Bytes held: network size, sidecars included.
     pub bytes: usize,
 }
 
@@ -176,7 +178,7 @@ fn bumped(old: u128, percent: u128) -> u128 {
 }
 
 impl TxPool {
-    pub fn new(cfg: Arc<PoolConfig>, head: HeadInfo) -> Self {
+    pub(crate) fn new(cfg: Arc<PoolConfig>, head: HeadInfo) -> Self {
         // Sized for the configured limits up front (capped): growing a large table means a
         // rehash of every entry inside the lock, a latency spike under load.
         let expected = SubPool::ALL
@@ -213,15 +215,15 @@ impl TxPool {
         }
     }
 
-    pub fn contains(&self, hash: &B256) -> bool {
+    pub(crate) fn contains(&self, hash: &B256) -> bool {
         self.by_hash.contains_key(hash)
     }
 
-    pub fn get(&self, hash: &B256) -> Option<&Entry> {
+    pub(crate) fn get(&self, hash: &B256) -> Option<&Entry> {
         self.by_hash.get(hash)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_hash.len()
     }
 
@@ -292,7 +294,7 @@ impl TxPool {
         }
     }
 
-    pub fn usage(&self, sub: SubPool) -> Usage {
+    pub(crate) fn usage(&self, sub: SubPool) -> Usage {
         self.usage[sub as usize]
     }
 
@@ -309,7 +311,7 @@ impl TxPool {
     }
 
     /// The account state the pool tracks for `address`, if it has transactions here.
-    pub fn known_account(&self, address: &Address) -> Option<AccountState> {
+    pub(crate) fn known_account(&self, address: &Address) -> Option<AccountState> {
         let s = self.sender(*self.sender_ids.get(address)?);
         Some(AccountState {
             nonce: s.nonce,
@@ -319,7 +321,7 @@ impl TxPool {
     }
 
     /// The next nonce of `address` counting its gapless pooled transactions.
-    pub fn pending_nonce(&self, address: &Address, state_nonce: u64) -> u64 {
+    pub(crate) fn pending_nonce(&self, address: &Address, state_nonce: u64) -> u64 {
         let Some(id) = self.sender_ids.get(address) else {
             return state_nonce;
         };
@@ -332,7 +334,7 @@ impl TxPool {
     }
 
     /// Pooled transactions of `address`, in nonce order.
-    pub fn sender_txs(&self, address: &Address) -> Vec<Arc<PoolTx>> {
+    pub(crate) fn sender_txs(&self, address: &Address) -> Vec<Arc<PoolTx>> {
         let Some(id) = self.sender_ids.get(address) else {
             return Vec::new();
         };
@@ -344,7 +346,7 @@ impl TxPool {
     }
 
     /// Stage 8: the checks that need the sender's state and the pool's contents.
-    pub fn check(&self, tx: &PoolTx, account: AccountState) -> Result<Plan, Rejection> {
+    pub(crate) fn check(&self, tx: &PoolTx, account: AccountState) -> Result<Plan, Rejection> {
         let cfg = &self.cfg;
         let sender = self.sender_ids.get(&tx.sender).map(|id| self.sender(*id));
         let account = sender
@@ -464,7 +466,7 @@ impl TxPool {
 
     /// Stage 10: checks again (the pool may have changed since stage 8), inserts, and
     /// enforces the subpool limits. Returns the hashes evicted along the way.
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         tx: Arc<PoolTx>,
         account: AccountState,
@@ -572,7 +574,7 @@ impl TxPool {
 
     /// What local senders' txs hold of `sub`.
     #[cfg(test)]
-    pub fn local_usage(&self, sub: SubPool) -> Usage {
+    pub(crate) fn local_usage(&self, sub: SubPool) -> Usage {
         self.local_usage[sub as usize]
     }
 
@@ -637,7 +639,7 @@ impl TxPool {
     /// Applies a new head: new fees, fresh state for `accounts`, mined hashes out.
     /// Returns the hashes removed (mined or made stale by a higher state nonce), then
     /// those evicted to hold the subpools to their limits after the moves.
-    pub fn apply_head(
+    pub(crate) fn apply_head(
         &mut self,
         head: HeadInfo,
         mined: &[B256],
@@ -696,7 +698,7 @@ impl TxPool {
     }
 
     /// Drops queued transactions (and the sender's later ones) older than `max_age`.
-    pub fn remove_expired(
+    pub(crate) fn remove_expired(
         &mut self,
         now: std::time::Instant,
         max_age: std::time::Duration,
@@ -731,7 +733,7 @@ impl TxPool {
     /// gap if they were pending; the one exception to "no gap is created below a pooled
     /// tx": a local tx the journal could not keep, whose later nonces were journaled on
     /// their own); whether it was pooled.
-    pub fn withdraw(&mut self, hash: &B256) -> bool {
+    pub(crate) fn withdraw(&mut self, hash: &B256) -> bool {
         let Some(entry) = self.by_hash.get(hash) else {
             return false;
         };
@@ -744,7 +746,7 @@ impl TxPool {
     }
 
     /// Removes one transaction and everything its sender has above it.
-    pub fn remove_with_descendants(&mut self, hash: &B256) -> Vec<B256> {
+    pub(crate) fn remove_with_descendants(&mut self, hash: &B256) -> Vec<B256> {
         let Some(entry) = self.by_hash.get(hash) else {
             return Vec::new();
         };
@@ -765,7 +767,7 @@ impl TxPool {
     }
 
     /// Pending transactions grouped by sender, each group in nonce order.
-    pub fn pending_by_sender(&self) -> Vec<Vec<Arc<PoolTx>>> {
+    pub(crate) fn pending_by_sender(&self) -> Vec<Vec<Arc<PoolTx>>> {
         self.senders
             .iter()
             .flatten()
@@ -782,7 +784,7 @@ impl TxPool {
     }
 
     /// Every transaction with its subpool, grouped by sender in nonce order.
-    pub fn content(&self) -> Vec<super::SenderContent> {
+    pub(crate) fn content(&self) -> Vec<super::SenderContent> {
         self.senders
             .iter()
             .flatten()
@@ -796,12 +798,12 @@ impl TxPool {
             .collect()
     }
 
-    pub fn tx_by_versioned_hash(&self, vh: &B256) -> Option<&Arc<PoolTx>> {
+    pub(crate) fn tx_by_versioned_hash(&self, vh: &B256) -> Option<&Arc<PoolTx>> {
         self.blob_index.get(vh).map(|h| &self.by_hash[h].tx)
     }
 
     /// Every hash in the pool.
-    pub fn hashes(&self) -> Vec<B256> {
+    pub(crate) fn hashes(&self) -> Vec<B256> {
         self.by_hash.keys().copied().collect()
     }
 }

@@ -30,6 +30,7 @@ struct SenderCacheInner {
 }
 
 impl SenderCache {
+    /// An empty cache of at most `capacity` senders.
     pub fn new(capacity: usize) -> Self {
         Self {
             inner: Arc::new(SenderCacheInner {
@@ -52,6 +53,7 @@ impl SenderCache {
         found
     }
 
+    /// Remembers the sender recovered for `hash`.
     pub fn insert(&self, hash: B256, sender: Address) {
         self.inner.map.insert(hash, sender);
     }
@@ -61,18 +63,22 @@ impl SenderCache {
         self.inner.map.peek(hash).is_some()
     }
 
+    /// Lookups that found a sender, since the cache was made.
     pub fn hits(&self) -> u64 {
         self.inner.hits.load(Ordering::Relaxed)
     }
 
+    /// Lookups that found none, since the cache was made.
     pub fn misses(&self) -> u64 {
         self.inner.misses.load(Ordering::Relaxed)
     }
 
+    /// Senders cached now.
     pub fn len(&self) -> usize {
         self.inner.map.len()
     }
 
+    /// Whether no sender is cached.
     pub fn is_empty(&self) -> bool {
         self.inner.map.is_empty()
     }
@@ -93,6 +99,7 @@ pub struct RecentFailures {
 }
 
 impl RecentFailures {
+    /// An empty set of at most `capacity` hashes, each remembered for `ttl`.
     pub fn new(capacity: usize, ttl: Duration) -> Self {
         Self {
             map: Cache::new(capacity.max(1)),
@@ -116,14 +123,17 @@ impl RecentFailures {
         }
     }
 
+    /// Remembers `hash` as failed at `now`, until `now` + the TTL.
     pub fn insert(&self, hash: B256, now: Instant) {
         self.map.insert(hash, now + self.ttl);
     }
 
+    /// Hashes held, lapsed ones not yet swept included.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether no hash is held.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -157,6 +167,7 @@ impl InFlight {
         inserted.then(|| InFlightClaim { set: self, hash })
     }
 
+    /// Whether an admission holds `hash` right now.
     pub fn contains(&self, hash: &B256) -> bool {
         self.shard(hash).lock().contains(hash)
     }
@@ -189,6 +200,7 @@ pub enum Refused {
 }
 
 impl Backpressure {
+    /// At most `global_limit` admissions in progress in all, `per_origin_limit` from one origin.
     pub fn new(global_limit: usize, per_origin_limit: usize) -> Self {
         Self {
             global: AtomicUsize::new(0),
@@ -215,6 +227,7 @@ impl Backpressure {
         Ok(Permit { bp: self, origin })
     }
 
+    /// Admissions in progress now, all origins together.
     pub fn in_progress(&self) -> usize {
         self.global.load(Ordering::Acquire)
     }

@@ -98,6 +98,7 @@ pub struct Record {
 }
 
 impl Record {
+    /// Counts one submission's outcome: admitted or rejected.
     pub fn note(&self, admitted: bool) {
         let counter = if admitted {
             &self.admitted

@@ -80,20 +80,20 @@ use writer::{Acks, Awake, FileState, InFlight, Writers};
 const GROWTH_FACTOR: u64 = 4;
 const MIN_ROTATE_SIZE: u64 = 64 << 20;
 /// The file is grown ahead of its records in zeroed steps of this size.
-pub const PREALLOCATE: u64 = 1 << 20;
+pub(crate) const PREALLOCATE: u64 = 1 << 20;
 /// Held entries (see [`Journal::hold_more`]) kept at most, in count and in bytes; past
 /// either the oldest are forgotten.
-pub const MAX_HELD: usize = 4_096;
-pub const MAX_HELD_BYTES: usize = 64 << 20;
+pub(crate) const MAX_HELD: usize = 4_096;
+pub(crate) const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// Batches being synced at once by default. One: on an idle machine a second sync in
 /// flight cost ~15 % more CPU per transaction and gave no higher rate
 /// (docs/bench-history/rpc-ingestion.md); more pay off on a disk whose lone syncs are slow.
-pub const SYNCS_IN_FLIGHT: usize = 1;
+pub(crate) const SYNCS_IN_FLIGHT: usize = 1;
 
 /// Age a sync must reach by default before the next batch's sync starts beside it: on
 /// this kind of disk most syncs return within ~200 µs, some take milliseconds.
-pub const OVERLAP_AFTER: Duration = Duration::from_micros(200);
+pub(crate) const OVERLAP_AFTER: Duration = Duration::from_micros(200);
 
 /// Shortest time by default from the start of a sync of [`INTERVAL_AFTER`] records or
 /// more to the next sync's start: on a 2-vCPU VM whose host stalled it while syncs ran,
@@ -101,11 +101,11 @@ pub const OVERLAP_AFTER: Duration = Duration::from_micros(200);
 /// their p99 from a median of 6.3 to 4.7 ms over 14 runs each (1 ms: ~360 syncs,
 /// 3.8 ms); with 16 calls in flight it caps them at 32k txs/s, past any rate measured
 /// here (1 ms would cap them at 16k, below the 18–21k of a faster VM).
-pub const INTERVAL: Duration = Duration::from_micros(500);
+pub(crate) const INTERVAL: Duration = Duration::from_micros(500);
 /// Records a sync must hold for the interval to apply to the next one. Two callers
 /// sending one tx after another (each batch one or two records) lost 15 % of their rate
 /// to a wait after every batch of two; sixteen make batches of three and more.
-pub const INTERVAL_AFTER: usize = 3;
+pub(crate) const INTERVAL_AFTER: usize = 3;
 
 /// How the journal's writers batch and sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -403,6 +403,7 @@ impl Journal {
         ))
     }
 
+    /// The journal file's path, as given to [`Journal::open`].
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -601,4 +602,4 @@ impl Drop for Coming {
 /// Longest a batch waits for announced records by default. Records that are being
 /// admitted when a batch starts reach the writer within tens of µs; a sync costs the
 /// writer ~50 µs of CPU (the disk's requests) and ~100 µs or more of wall time.
-pub const GATHER_MAX: Duration = Duration::from_micros(200);
+pub(crate) const GATHER_MAX: Duration = Duration::from_micros(200);

@@ -32,8 +32,8 @@
 mod log;
 mod reload;
 
+pub(crate) use log::Coming;
 pub use log::{
-    Coming, Journal, JournalContents, JournalOptions, Snapshot, encode_record, parse_records,
-    read_journal,
+    Journal, JournalContents, JournalOptions, Snapshot, encode_record, parse_records, read_journal,
 };
 pub use reload::{JournalReload, ReloadFate};

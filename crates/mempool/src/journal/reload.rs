@@ -27,6 +27,7 @@ pub enum ReloadFate {
 }
 
 impl ReloadFate {
+    /// Every fate, in declaration order.
     pub const ALL: [ReloadFate; 6] = [
         ReloadFate::Readmitted,
         ReloadFate::Mined,
@@ -36,6 +37,7 @@ impl ReloadFate {
         ReloadFate::Held,
     ];
 
+    /// The fate's label in logs and metrics (`readmitted`, `mined`, ...).
     pub fn name(self) -> &'static str {
         match self {
             ReloadFate::Readmitted => "readmitted",
@@ -96,17 +98,21 @@ pub(crate) fn reload_fate(refusal: &Rejection) -> ReloadFate {
 /// What reloading the journal did: a count per fate, and the damage skipped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JournalReload {
+    /// Entries reloaded per fate (a fate no entry met is absent).
     pub counts: std::collections::BTreeMap<ReloadFate, usize>,
+    /// Bytes of damaged records at the file's end, skipped (a write a crash cut short).
     pub damaged_tail: u64,
     /// Hashes of the readmitted txs, in the order they were admitted.
     pub readmitted: Vec<B256>,
 }
 
 impl JournalReload {
+    /// Entries that met `fate` (0 if none).
     pub fn count(&self, fate: ReloadFate) -> usize {
         self.counts.get(&fate).copied().unwrap_or(0)
     }
 
+    /// Entries reloaded, all fates together.
     pub fn total(&self) -> usize {
         self.counts.values().sum()
     }

@@ -11,7 +11,7 @@ impl TxPool {
     ///   contiguous, that it can afford in total and whose fee caps meet the head's fees;
     /// - along a sender's nonces, a non-blob tx is never in a better subpool than an
     ///   earlier one (pending, then base fee, then queued).
-    pub fn assert_invariants(&self) {
+    pub(crate) fn assert_invariants(&self) {
         self.assert_consistent();
         for sub in SubPool::ALL {
             let (u, limit) = (self.usage[sub as usize], self.cfg.limit(sub));
@@ -67,7 +67,7 @@ impl TxPool {
     /// Every sender classified again by a whole walk ([`Self::reclassify`]): a test
     /// compares the subpools before and after.
     #[cfg(test)]
-    pub fn reclassify_all(&mut self) {
+    pub(crate) fn reclassify_all(&mut self) {
         let ids: Vec<SenderId> = self.sender_ids.values().copied().collect();
         for id in ids {
             self.reclassify(id);
@@ -75,7 +75,7 @@ impl TxPool {
     }
 
     #[cfg(test)]
-    pub fn assert_consistent(&self) {
+    pub(crate) fn assert_consistent(&self) {
         let mut usage = [Usage::default(); 4];
         for (h, e) in &self.by_hash {
             assert_eq!(*h, e.tx.hash());

@@ -285,20 +285,20 @@ impl TxPool {
 
     /// What is remembered of txs let go for room (for tests).
     #[cfg(test)]
-    pub fn let_go_usage(&self) -> Usage {
+    pub(crate) fn let_go_usage(&self) -> Usage {
         self.let_go.usage()
     }
 
     /// Whether `hash` is remembered (for tests).
     #[cfg(test)]
-    pub fn let_go_holds(&self, hash: &B256) -> bool {
+    pub(crate) fn let_go_holds(&self, hash: &B256) -> bool {
         self.let_go.by_nonce.values().any(|t| t.hash() == *hash)
     }
 
     /// The memory's rules: within its bounds, its byte count true, and nothing it holds
     /// is pooled at its nonce (what comes back or is taken anew is forgotten).
     #[cfg(test)]
-    pub fn assert_let_go(&self) {
+    pub(crate) fn assert_let_go(&self) {
         let limit = self.cfg.let_go;
         let m = &self.let_go;
         assert!(m.by_nonce.len() <= limit.max_txs, "count over its bound");
