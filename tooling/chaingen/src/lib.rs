@@ -127,9 +127,11 @@ const MIN_TIP: u128 = 1_000_000_000;
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct Params {
+    /// The chain id in the genesis config, which every transaction signs over (EIP-155).
     pub chain_id: u64,
     /// Funded senders, keys `Signer::from_seed(0..senders)`.
     pub senders: usize,
+    /// Transactions in each block; every one must fit, or generation fails.
     pub txs_per_block: usize,
     /// Share of deployments among the txs, in percent.
     pub deploy_percent: u32,
@@ -137,7 +139,9 @@ pub struct Params {
     pub call_percent: u32,
     /// Share of transfers that go to a fresh address, in percent.
     pub fresh_percent: u32,
+    /// Gas limit of the genesis block, in gas.
     pub gas_limit: u64,
+    /// Timestamp of the genesis block, Unix seconds.
     pub genesis_time: u64,
     /// Seconds between a block and its parent.
     pub block_time: u64,
@@ -292,16 +296,25 @@ impl Rng {
 /// Counts of what went into the chain.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Blocks generated (the genesis not counted).
     pub blocks: u64,
+    /// Transactions in those blocks.
     pub txs: u64,
+    /// Gas those blocks used.
     pub gas: u64,
+    /// Value transfers.
     pub transfers: u64,
     /// Transfers that created an account.
     pub fresh_transfers: u64,
+    /// Contract deployments.
     pub deployments: u64,
+    /// Calls to deployed contracts.
     pub calls: u64,
+    /// Storage slots written for the first time.
     pub slots_new: u64,
+    /// Storage slots written again with a nonzero value.
     pub slots_overwritten: u64,
+    /// Storage slots set to zero (deleted).
     pub slots_zeroed: u64,
 }
 
@@ -381,6 +394,8 @@ pub struct Generator {
 }
 
 impl Generator {
+    /// A generator at the genesis of `params`, its pool on the genesis head; `Err` when the
+    /// parameters make no sense (no senders, percentages over 100).
     pub fn new(params: Params) -> Result<Self, String> {
         if params.senders == 0 || params.txs_per_block == 0 {
             return Err("need at least one sender and one transaction per block".into());
@@ -431,18 +446,22 @@ impl Generator {
         })
     }
 
+    /// The genesis the chain starts from (write it out for a node to import the blocks).
     pub fn genesis(&self) -> &Genesis {
         &self.genesis
     }
 
+    /// The funded senders' keys, `Signer::from_seed(0..senders)`.
     pub fn senders(&self) -> &[Signer] {
         &self.senders
     }
 
+    /// The chain built so far, in its in-memory store.
     pub fn chain(&self) -> &Chain {
         &self.chain
     }
 
+    /// Counts of what went into the chain so far.
     pub fn stats(&self) -> &Stats {
         &self.stats
     }

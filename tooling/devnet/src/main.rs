@@ -73,7 +73,7 @@ enum Cl {
     name = "moat-devnet",
     about = "moat under a real consensus client (Lodestar, Prysm) on loopback, alone or beside go-ethereum"
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[arg(value_enum)]
     scenario: Scenario,
     /// The consensus client.

@@ -8,12 +8,16 @@ use std::path::Path;
 use std::process::Command;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which execution client a [`Setup`] starts.
 pub enum Kind {
+    /// moat, the node this workspace builds.
     Moat,
+    /// go-ethereum (`geth`), the reference it is compared with.
     Geth,
 }
 
 impl Kind {
+    /// The client's name in logs and reports (`moat`, `go-ethereum`).
     pub fn name(self) -> &'static str {
         match self {
             Kind::Moat => "moat",
@@ -25,12 +29,16 @@ impl Kind {
 /// The node's loopback ports.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
+    /// devp2p TCP port (`--port`).
     pub p2p: u16,
+    /// JSON-RPC over HTTP (`--http.port`).
     pub http: u16,
+    /// Engine API, JWT-authenticated (`--authrpc.port`).
     pub auth: u16,
 }
 
 impl Ports {
+    /// Three consecutive ports from `base`: p2p, HTTP, then engine API.
     pub fn from_base(base: u16) -> Self {
         Self {
             p2p: base,
@@ -42,14 +50,19 @@ impl Ports {
 
 /// What the node is started with.
 pub struct Setup<'a> {
+    /// Which client `bin` is.
     pub kind: Kind,
+    /// The client's executable.
     pub bin: &'a Path,
+    /// Its loopback ports.
     pub ports: Ports,
     /// The genesis file (geth reads it at `init`, moat at every start).
     pub genesis: &'a Path,
     /// The chain's network id (geth's `--networkid`; moat takes it from the genesis).
     pub network_id: u64,
+    /// The engine API's JWT secret file (`--authrpc.jwtsecret`).
     pub jwt: &'a Path,
+    /// The devp2p private key in hex (`--nodekeyhex`): fixes the node's enode id.
     pub node_key_hex: &'a str,
     /// Where its database (`db/`) and log (`node.log`) live.
     pub dir: &'a Path,

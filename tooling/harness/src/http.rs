@@ -34,6 +34,7 @@ impl std::fmt::Display for CallError {
     }
 }
 
+/// A JSON-RPC (or engine API) client of one node; see the module docs.
 pub struct RpcClient {
     addr: SocketAddr,
     secret: Option<[u8; 32]>,

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 /// A running child; killed (SIGKILL) when dropped without [`Process::stop`].
 pub struct Process {
     child: Child,
+    /// The child's process id.
     pub pid: u32,
+    /// The file its stdout and stderr are appended to.
     pub log: PathBuf,
     stopped: bool,
 }

@@ -19,9 +19,13 @@ pub const BLOB_PRICE_BUMP: u128 = 100;
 /// What the first built block allows: its base fees and its gas and blob room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockLimits {
+    /// Base fee per gas of the block, wei.
     pub base_fee: u128,
+    /// Blob base fee per blob gas of the block, wei (0 before blobs are active).
     pub blob_base_fee: u128,
+    /// Gas limit of the block, moving from the genesis' toward [`MINER_GAS_LIMIT`].
     pub gas_limit: u64,
+    /// Blobs the block may carry (the fork's blob schedule maximum).
     pub max_blobs: u64,
 }
 

@@ -16,9 +16,11 @@ use std::sync::Arc;
 /// Per class: what happened to the stream's txs of that class.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClassCount {
+    /// Txs of the class the stream sent.
     pub sent: usize,
     /// Answered by the pool (in process: every tx; against a node: those sent over RPC).
     pub accepted: usize,
+    /// Txs of the class the pool answered with a refusal.
     pub refused: usize,
     /// In the pool once the stream is over (no block is imported, so none was mined); 0
     /// for the classes without a hash of their own ([`Class::own_hash`]).
@@ -28,13 +30,17 @@ pub struct ClassCount {
 /// What a pool made of a stream.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
+    /// Counts per class of stream tx.
     pub by_class: BTreeMap<Class, ClassCount>,
     /// Refusal reasons with counts.
     pub reasons: BTreeMap<String, usize>,
     /// Txs per subpool after the stream: pending, basefee, queued, blob.
     pub subpools: [usize; 4],
+    /// Transactions in the built payload.
     pub payload_txs: usize,
+    /// Blobs in the built payload.
     pub payload_blobs: usize,
+    /// The payload's value: Σ effective tip × gas used, wei (blob fees are burned).
     pub payload_value: U256,
     /// In process: per stream tx in order, `None` if accepted, else why it was refused
     /// (`reason code: message`).
@@ -49,9 +55,11 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Txs the pool accepted, all classes together.
     pub fn accepted(&self) -> usize {
         self.by_class.values().map(|c| c.accepted).sum()
     }
+    /// Txs the pool refused, all classes together.
     pub fn refused(&self) -> usize {
         self.by_class.values().map(|c| c.refused).sum()
     }

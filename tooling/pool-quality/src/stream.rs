@@ -14,7 +14,9 @@ use moat_crypto::secp::Signer;
 /// The settings of a stream.
 #[derive(Debug, Clone)]
 pub struct StreamParams {
+    /// Seeds the stream's choices (the keys are fixed): same seed, same stream.
     pub seed: u64,
+    /// Funded senders the stream comes from (the length of [`senders`]' list).
     pub senders: usize,
     /// Nonces per sender at most (each gets 1..=this).
     pub max_nonces: u64,

@@ -8,10 +8,14 @@ use alloy_primitives::{B256, Bytes, U256};
 /// What a stream transaction is meant to exercise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Class {
+    /// A transfer at the sender's next nonce that a pool should take.
     Valid,
     /// A nonce held back and sent last: until it arrives, its sender's later txs wait.
     GapFiller,
+    /// The same sender and nonce again with fees raised 0–120 %: it replaces the held tx
+    /// only with the required bump.
     Replacement,
+    /// A tx of the stream sent again, the same bytes: a pool answers "already known".
     Duplicate,
     /// A tip under the least a remote tx must pay (0).
     Underpriced,
@@ -21,6 +25,7 @@ pub enum Class {
     Oversized,
     /// Gas below the intrinsic 21,000.
     LowGas,
+    /// Signed for another chain id (EIP-155).
     WrongChain,
     /// A blob tx behind a nonce gap (its sender's held nonce comes last): every pool
     /// refuses it (blob txs must be contiguous), so it never counts for the ideal.
@@ -35,6 +40,7 @@ pub enum Class {
 }
 
 impl Class {
+    /// Every class, in declaration order.
     pub const ALL: [Class; 13] = [
         Class::Valid,
         Class::GapFiller,
@@ -68,6 +74,7 @@ impl Class {
         !matches!(self, Class::Duplicate | Class::BadBlob)
     }
 
+    /// The class's label in the report (`valid`, `gap-filler`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Class::Valid => "valid",
@@ -90,16 +97,25 @@ impl Class {
 /// One transaction of the stream.
 #[derive(Debug, Clone)]
 pub struct StreamTx {
+    /// The case it is meant to exercise.
     pub class: Class,
+    /// Index of its sender among the stream's funded senders.
     pub sender: usize,
+    /// Its nonce.
     pub nonce: u64,
+    /// Max priority fee per gas (tip), wei.
     pub tip: u128,
+    /// Max fee per gas, wei.
     pub max_fee: u128,
+    /// Value transferred, wei.
     pub value: U256,
     /// Blobs carried (0: not a blob tx) and the max fee per blob gas.
     pub blobs: u64,
+    /// Max fee per blob gas, wei (0 for a plain tx).
     pub blob_fee: u128,
+    /// The signed tx as sent (for a blob tx, the network form with its sidecar).
     pub raw: Bytes,
+    /// The transaction hash (of the envelope, sidecar excluded).
     pub hash: B256,
     /// Delivered by a peer (else over RPC, as a local tx).
     pub remote: bool,

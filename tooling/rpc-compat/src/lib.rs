@@ -16,8 +16,13 @@ use serde_json::Value;
 /// recorded response is one valid example, not the answer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RpcTest {
+    /// The test's name as given to [`load_test`] (the runner passes `<method dir>/<file stem>`).
     pub name: String,
+    /// The `//` header lines before the first message, `// ` stripped, each ending in `
+    /// `.
     pub comment: String,
+    /// A header line starts with `speconly:`; [`compare`] then takes any successful result of
+    /// the example's JSON type.
     pub speconly: bool,
     /// (is a request, JSON text).
     pub messages: Vec<(bool, String)>,

@@ -137,19 +137,33 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Counters of the load, shared by its threads.
 #[derive(Default)]
 pub struct Stats {
+    /// Transfers sent by `eth_sendRawTransaction`.
     pub rpc_sent: AtomicU64,
+    /// RPC sends the node accepted.
     pub rpc_accepted: AtomicU64,
+    /// RPC sends that failed (by message in the summary).
     pub rpc_errors: AtomicU64,
+    /// RPC sends skipped: their turn came over 1 s late.
     pub rpc_skipped: AtomicU64,
+    /// Transactions sent by gossip (devp2p `Transactions` messages).
     pub gossip_sent: AtomicU64,
+    /// Gossip `Transactions` messages sent.
     pub gossip_messages: AtomicU64,
+    /// Gossip transactions skipped: late, or no connection.
     pub gossip_skipped: AtomicU64,
+    /// Gossip connections made again after one was lost.
     pub reconnects: AtomicU64,
+    /// Times a sender's nonce was reset to the node's pending nonce.
     pub rewinds: AtomicU64,
+    /// Canonical blocks built through the engine API.
     pub blocks: AtomicU64,
+    /// Transactions those blocks included.
     pub txs_included: AtomicU64,
+    /// Transactions in the side blocks reorgs switched to.
     pub side_txs: AtomicU64,
+    /// Reorgs made: the head moved to a sibling block.
     pub reorgs: AtomicU64,
+    /// Engine API slots that failed (the engine then recovers).
     pub engine_errors: AtomicU64,
     new_payload_count: AtomicU64,
     new_payload_ns: AtomicU64,
@@ -171,11 +185,13 @@ impl Stats {
         }
     }
 
+    /// Counts a canonical block built, with its `txs` transactions.
     pub fn block(&self, txs: u64) {
         self.blocks.fetch_add(1, Ordering::Relaxed);
         self.txs_included.fetch_add(txs, Ordering::Relaxed);
     }
 
+    /// Times one `engine_newPayload` call (mean and max in the summary).
     pub fn new_payload(&self, took: Duration) {
         let ns = took.as_nanos() as u64;
         self.new_payload_count.fetch_add(1, Ordering::Relaxed);
@@ -189,12 +205,15 @@ impl Stats {
 pub struct Shared {
     stop: AtomicBool,
     failure: Mutex<Option<String>>,
+    /// Counters of the load.
     pub stats: Stats,
+    /// Each sender's next nonce, by sender index.
     pub nonces: Vec<AtomicU64>,
     start: Instant,
 }
 
 impl Shared {
+    /// Whether the run is over: stopped, or SIGINT or SIGTERM came.
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || SIGNALLED.load(Ordering::Relaxed)
     }

@@ -87,6 +87,7 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Whether synthetic account `index` is a contract with storage.
     pub fn is_contract(&self, index: u64) -> bool {
         self.storage_every > 0 && index.is_multiple_of(self.storage_every)
     }
@@ -111,10 +112,12 @@ pub fn slot_value(index: u64, j: u64) -> U256 {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed`: the same seed, the same sequence.
     pub fn new(seed: u64) -> Self {
         Self(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
