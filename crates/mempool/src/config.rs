@@ -19,8 +19,8 @@ impl SubPoolLimit {
     }
 }
 
-#[derive(Debug, Clone)]
 /// Settings of the pool and its admission pipeline ([`PoolConfig::new`] gives the defaults).
+#[derive(Debug, Clone)]
 pub struct PoolConfig {
     /// The chain admitted for: its chain id and fork schedule decide the next block's rules.
     pub chain: ChainConfig,

@@ -8,8 +8,8 @@ use parking_lot::RwLock;
 /// What an account's code means for sending from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CodeKind {
-    #[default]
     /// No code: a plain EOA.
+    #[default]
     None,
     /// An EIP-7702 delegation designator: still an EOA, with limited in-flight slots.
     Delegated(Address),
@@ -17,8 +17,8 @@ pub enum CodeKind {
     Contract,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 /// What the pool reads of a sender's account in the head state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AccountState {
     /// The account's nonce: the nonce of its next transaction.
     pub nonce: u64,

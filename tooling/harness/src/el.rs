@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::process::Command;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 /// Which execution client a [`Setup`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// moat, the node this workspace builds.
     Moat,
