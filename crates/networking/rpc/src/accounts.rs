@@ -12,7 +12,7 @@ use moat_crypto::secp::Signer;
 use serde_json::{Value, json};
 
 /// `eth_accounts`: the addresses of the keys the node holds.
-pub fn accounts(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn accounts(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
     Ok(json!(
         ctx.dev_keys.iter().map(Signer::address).collect::<Vec<_>>()
     ))
@@ -28,7 +28,7 @@ pub(crate) fn key_of(ctx: &RpcContext, address: &Address) -> RpcResult<Signer> {
 }
 
 /// EIP-191's personal-message digest: keccak256("\x19Ethereum Signed Message:\n" ‖ len ‖ data).
-pub fn personal_digest(data: &[u8]) -> alloy_primitives::B256 {
+pub(crate) fn personal_digest(data: &[u8]) -> alloy_primitives::B256 {
     let mut msg = format!("\x19Ethereum Signed Message:\n{}", data.len()).into_bytes();
     msg.extend_from_slice(data);
     keccak256(msg)
@@ -36,7 +36,7 @@ pub fn personal_digest(data: &[u8]) -> alloy_primitives::B256 {
 
 /// `eth_sign(address, data)`: the 65-byte r ‖ s ‖ v signature of the EIP-191 digest, v 27
 /// or 28 (geth's format).
-pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [address, data] = positional::<2>(&params)?;
     let address: Address = arg(address, 0)?;
     let data: Bytes = arg(data, 1)?;
@@ -46,7 +46,7 @@ pub fn sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 
 /// `personal_sign(data, address)`: `eth_sign` with its arguments the other way round, as
 /// MetaMask, anvil and ethers' `JsonRpcSigner.signMessage` have it. Dev node only.
-pub fn personal_sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn personal_sign(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     // geth has no personal namespace: only the dev node (anvil's) serves it.
     crate::dev_methods::require_dev(ctx, "personal_sign")?;
     let [data, address] = positional::<2>(&params)?;
@@ -67,7 +67,7 @@ fn signature_bytes(key: &Signer, digest: &alloy_primitives::B256) -> Bytes {
 /// `eth_signTypedData_v4(address, typedData)`: the EIP-712 signature (r ‖ s ‖ v, v 27 or
 /// 28) of the typed data, given as a JSON object or as a string holding one (MetaMask's
 /// form, which ethers and viem send). Dev node only: elsewhere "method not found", as geth.
-pub fn sign_typed_data_v4(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn sign_typed_data_v4(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     // geth does not have it: only the dev node (as anvil) serves it.
     crate::dev_methods::require_dev(ctx, "eth_signTypedData_v4")?;
     let [address, typed] = positional::<2>(&params)?;
@@ -110,7 +110,7 @@ fn fee(o: &serde_json::Map<String, Value>, name: &str) -> RpcResult<Option<u128>
 /// A `gasPrice` makes a legacy transaction (an EIP-2930 one with an `accessList`), as in
 /// geth. Blob and set-code fields are refused rather than dropped: a transaction without
 /// them is not the one asked for.
-pub async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) async fn send_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     use moat_common::transaction::{
         AccessListItem, Eip1559Tx, Eip2930Tx, LegacyTx, SignedTransaction, Transaction,
     };
@@ -279,7 +279,7 @@ pub fn impersonated_signature(from: &Address) -> moat_common::transaction::Signa
 /// `anvil_impersonateAccount(address)` and `anvil_stopImpersonatingAccount(address)`
 /// (answering null), and their `hardhat_` names (answering true):
 /// `eth_sendTransaction` from the address is signed with a placeholder (dev node only).
-pub fn impersonate(ctx: &RpcContext, params: Params<'_>, method: &str) -> RpcResult<Value> {
+pub(crate) fn impersonate(ctx: &RpcContext, params: Params<'_>, method: &str) -> RpcResult<Value> {
     crate::dev_methods::require_dev(ctx, method)?;
     let on = !method.ends_with("stopImpersonatingAccount");
     let [address] = positional::<1>(&params)?;

@@ -44,7 +44,7 @@ fn enode_param(params: &Params<'_>) -> RpcResult<String> {
         .map_err(|e| invalid_params(e.to_string()))
 }
 
-pub fn add_peer(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn add_peer(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let enode = enode_param(&params)?;
     admin(ctx)?.add_peer(&enode).map_err(|e| match e {
         AddPeerError::InvalidEnode(_) => invalid_params(e.to_string()),
@@ -53,7 +53,7 @@ pub fn add_peer(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     Ok(Value::Bool(true))
 }
 
-pub fn remove_peer(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn remove_peer(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let enode = enode_param(&params)?;
     admin(ctx)?
         .remove_peer(&enode)
@@ -61,14 +61,14 @@ pub fn remove_peer(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
         .map_err(|e| invalid_params(format!("invalid enode: {e}")))
 }
 
-pub fn peers(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn peers(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
     Ok(admin(ctx)?.peers())
 }
 
-pub fn node_info(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn node_info(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
     Ok(admin(ctx)?.node_info())
 }
 
-pub fn peer_count(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn peer_count(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
     Ok(q(ctx.admin.as_ref().map_or(0, |a| a.peer_count()) as u64))
 }

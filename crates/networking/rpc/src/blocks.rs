@@ -98,7 +98,7 @@ fn receipts_json(ctx: &RpcContext, block: &Block) -> RpcResult<Value> {
 }
 
 /// `eth_getBlockReceipts(block)`: every receipt of a block, `null` for an unknown block.
-pub fn get_block_receipts(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_block_receipts(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     match block_by_ref(ctx, b)? {
         Some(block) => receipts_json(ctx, &block),
@@ -110,12 +110,12 @@ fn tx_count(block: Option<Block>) -> Value {
     block.map_or(Value::Null, |b| q(b.transactions.len() as u64))
 }
 
-pub fn tx_count_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn tx_count_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(tx_count(block_by_number(ctx, b)?))
 }
 
-pub fn tx_count_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn tx_count_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(tx_count(block_by_hash(ctx, b)?))
 }
@@ -142,13 +142,13 @@ fn tx_at(ctx: &RpcContext, block: Option<Block>, index: usize) -> Value {
     json::tx_json(tx, from, Some(place))
 }
 
-pub fn tx_by_number_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn tx_by_number_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b, i] = positional::<2>(&params)?;
     let block = block_by_number(ctx, b)?;
     Ok(tx_at(ctx, block, index_param(i)?))
 }
 
-pub fn tx_by_hash_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn tx_by_hash_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b, i] = positional::<2>(&params)?;
     let block = block_by_hash(ctx, b)?;
     Ok(tx_at(ctx, block, index_param(i)?))
@@ -158,12 +158,12 @@ fn uncle_count(block: Option<Block>) -> Value {
     block.map_or(Value::Null, |b| q(b.ommers.len() as u64))
 }
 
-pub fn uncle_count_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn uncle_count_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(uncle_count(block_by_number(ctx, b)?))
 }
 
-pub fn uncle_count_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn uncle_count_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(uncle_count(block_by_hash(ctx, b)?))
 }
@@ -183,26 +183,26 @@ fn uncle_at(block: Option<Block>, index: usize) -> Value {
     json::block_json(&as_block, None)
 }
 
-pub fn uncle_by_number_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn uncle_by_number_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b, i] = positional::<2>(&params)?;
     let block = block_by_number(ctx, b)?;
     Ok(uncle_at(block, index_param(i)?))
 }
 
-pub fn uncle_by_hash_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn uncle_by_hash_and_index(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b, i] = positional::<2>(&params)?;
     let block = block_by_hash(ctx, b)?;
     Ok(uncle_at(block, index_param(i)?))
 }
 
-pub fn header_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn header_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(block_by_number(ctx, b)?.map_or(Value::Null, |b| {
         Value::Object(json::header_json(&b.header, b.hash))
     }))
 }
 
-pub fn header_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn header_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(block_by_hash(ctx, b)?.map_or(Value::Null, |b| {
         Value::Object(json::header_json(&b.header, b.hash))
@@ -210,19 +210,19 @@ pub fn header_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> 
 }
 
 /// `debug_getRawHeader(block)`: the header's RLP.
-pub fn raw_header(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn raw_header(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(header_by_ref(ctx, b)?.map_or(Value::Null, |h| json!(Bytes::from(h.encoded()))))
 }
 
 /// `debug_getRawBlock(block)`: the block's RLP.
-pub fn raw_block(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn raw_block(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     Ok(block_by_ref(ctx, b)?.map_or(Value::Null, |b| json!(Bytes::from(b.encode()))))
 }
 
 /// `debug_getRawReceipts(block)`: each receipt's consensus (EIP-2718) encoding.
-pub fn raw_receipts(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn raw_receipts(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [b] = positional::<1>(&params)?;
     let Some(block) = block_by_ref(ctx, b)? else {
         return Ok(Value::Null);
@@ -240,7 +240,7 @@ pub fn raw_receipts(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 
 /// `debug_getRawTransaction(hash)`: the transaction's EIP-2718 encoding, from the chain
 /// or the pool.
-pub fn raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [h] = positional::<1>(&params)?;
     let hash = hash_param(h)?;
     if let Some(loc) = ctx.chain.store().tx_location(&hash).map_err(internal)?
@@ -257,7 +257,7 @@ pub fn raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value>
 
 /// `eth_getStorageValues({address: [slot, ...]}, block)`: many slots in one read of one
 /// state, each value as 32 bytes.
-pub fn get_storage_values(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_storage_values(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [r, b] = positional::<2>(&params)?;
     let Some(Value::Object(request)) = r else {
         return Err(invalid_params(
@@ -309,7 +309,7 @@ pub fn get_storage_values(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Val
 }
 
 /// `eth_baseFee`: the base fee of the block after the head.
-pub fn base_fee(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn base_fee(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
     let head = ctx.head_header()?;
     let (base_fee, _) = crate::state::next_block_fees(ctx.chain.config(), &head);
     Ok(q(base_fee))

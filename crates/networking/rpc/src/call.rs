@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap};
 
 /// geth's code for a reverted call.
-pub const EXECUTION_REVERTED: i32 = 3;
+pub(crate) const EXECUTION_REVERTED: i32 = 3;
 
 fn quantity<T: TryFrom<u128>>(o: &Map<String, Value>, name: &str) -> RpcResult<Option<T>> {
     let Some(v) = o.get(name).filter(|v| !v.is_null()) else {
@@ -357,7 +357,7 @@ fn with_overrides<T>(
     Ok(f(&header, &state))
 }
 
-pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
     let [_, _, o, b] = positional::<4>(&params)?;
     let outcome = match (
@@ -383,7 +383,7 @@ pub fn call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     }
 }
 
-pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let (req, at) = parse_call(ctx, &params)?;
     let [_, _, o, b] = positional::<4>(&params)?;
     let outcome = match (
@@ -416,7 +416,7 @@ pub fn estimate_gas(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
 /// `eth_createAccessList(call, block)`: the storage the call touches, as an EIP-2930
 /// list, and the gas it uses with that list; a failed call still gets its list, with
 /// the failure in `error`.
-pub fn create_access_list(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn create_access_list(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [call, block] = positional::<2>(&params)?;
     let at = ctx.state_at(block_param(block)?)?;
     let mut req = parse_request(call)?;

@@ -53,7 +53,7 @@ fn block_traces(ctx: &RpcContext, block: &Block, opts: &TraceOptions) -> RpcResu
     ))
 }
 
-pub fn trace_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn trace_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [h, o] = positional::<2>(&params)?;
     let hash = hash_param(h)?;
     let opts = options(o)?;
@@ -71,7 +71,7 @@ pub fn trace_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Valu
         .ok_or_else(|| server_error("transaction not found"))
 }
 
-pub fn trace_block_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn trace_block_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [n, o] = positional::<2>(&params)?;
     let n = n.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
     let r = parse_block_number(&n)?;
@@ -85,7 +85,7 @@ pub fn trace_block_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<
     block_traces(ctx, &block, &opts)
 }
 
-pub fn trace_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn trace_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [h, o] = positional::<2>(&params)?;
     let hash = hash_param(h)?;
     let opts = options(o)?;
@@ -97,7 +97,7 @@ pub fn trace_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Va
 
 /// `debug_traceCall(call, block, options)`: the call traced on the block's post-state, as
 /// `eth_call` runs it (state and block overrides in the options are not taken).
-pub fn trace_call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn trace_call(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [c, b, o] = positional::<3>(&params)?;
     let mut req = crate::call::parse_request(c)?;
     if ctx.gas_cap > 0 {

@@ -127,7 +127,7 @@ pub(crate) async fn automine(ctx: &RpcContext) {
 }
 
 /// Most blocks one `evm_mine` / `anvil_mine` call seals.
-pub const MAX_MINE: u64 = 10_000;
+pub(crate) const MAX_MINE: u64 = 10_000;
 
 /// Seals `blocks` blocks, the first at `first` if given, each `interval` seconds after
 /// its parent if given.
@@ -156,7 +156,7 @@ async fn mine(
 
 /// `evm_mine([timestamp | {timestamp, blocks}])`: seals a block now (or `blocks`, the
 /// first at `timestamp`) and answers "0x0".
-pub async fn evm_mine(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) async fn evm_mine(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     require_dev(ctx, "evm_mine")?;
     let [opts] = positional::<1>(&params)?;
     let (timestamp, blocks) = match opts {
@@ -178,7 +178,11 @@ pub async fn evm_mine(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> 
 
 /// `anvil_mine([blocks], [interval])` (and `hardhat_mine`): seals `blocks` blocks (one
 /// by default), `interval` seconds apart if given.
-pub async fn anvil_mine(ctx: &RpcContext, method: &str, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) async fn anvil_mine(
+    ctx: &RpcContext,
+    method: &str,
+    params: Params<'_>,
+) -> RpcResult<Value> {
     require_dev(ctx, method)?;
     let [blocks, interval] = positional::<2>(&params)?;
     let blocks = match blocks.filter(|v| !v.is_null()) {
@@ -196,14 +200,14 @@ pub async fn anvil_mine(ctx: &RpcContext, method: &str, params: Params<'_>) -> R
 }
 
 /// `evm_snapshot`: the id of a snapshot of the head, its state and the pool.
-pub async fn evm_snapshot(ctx: &RpcContext) -> RpcResult<Value> {
+pub(crate) async fn evm_snapshot(ctx: &RpcContext) -> RpcResult<Value> {
     let id = ask(ctx, "evm_snapshot", DevRequest::Snapshot).await?;
     Ok(crate::json::q(id))
 }
 
 /// `evm_revert(id)`: back to the snapshot (chain, state, pool); `false` for an unknown
 /// or already used id.
-pub async fn evm_revert(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) async fn evm_revert(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     require_dev(ctx, "evm_revert")?;
     let [id] = positional::<1>(&params)?;
     let id = u256_arg(id, 0)?;
@@ -216,7 +220,7 @@ pub async fn evm_revert(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value
 
 /// `evm_increaseTime(seconds)`: the next blocks' timestamps move forward; answers the
 /// total shift in seconds.
-pub async fn evm_increase_time(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) async fn evm_increase_time(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     require_dev(ctx, "evm_increaseTime")?;
     let [secs] = positional::<1>(&params)?;
     let secs = parse_u64_lenient(
@@ -230,7 +234,7 @@ pub async fn evm_increase_time(ctx: &RpcContext, params: Params<'_>) -> RpcResul
 }
 
 /// `evm_setNextBlockTimestamp(timestamp)`: the next block's timestamp.
-pub async fn evm_set_next_block_timestamp(
+pub(crate) async fn evm_set_next_block_timestamp(
     ctx: &RpcContext,
     params: Params<'_>,
 ) -> RpcResult<Value> {
@@ -248,7 +252,11 @@ pub async fn evm_set_next_block_timestamp(
 
 /// The anvil state setters (and their `hardhat_` names): each seals one block carrying
 /// the edit.
-pub async fn anvil_set(ctx: &RpcContext, method: &str, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) async fn anvil_set(
+    ctx: &RpcContext,
+    method: &str,
+    params: Params<'_>,
+) -> RpcResult<Value> {
     require_dev(ctx, method)?;
     let name = method.replacen("hardhat_", "anvil_", 1);
     let edit = match name.as_str() {

@@ -176,7 +176,7 @@ pub(crate) fn positional<const N: usize>(params: &Params<'_>) -> RpcResult<[Opti
     Ok(out)
 }
 
-pub fn get_balance(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_balance(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, b] = positional::<2>(&params)?;
     let (address, at) = (address_param(a)?, block_param(b)?);
     let state = ctx.reader(ctx.state_at(at)?)?;
@@ -184,7 +184,7 @@ pub fn get_balance(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     Ok(q256(account.map(|a| a.balance).unwrap_or_default()))
 }
 
-pub fn get_transaction_count(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_transaction_count(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, b] = positional::<2>(&params)?;
     let (address, at) = (address_param(a)?, block_param(b)?);
     let at = ctx.state_at(at)?;
@@ -199,7 +199,7 @@ pub fn get_transaction_count(ctx: &RpcContext, params: Params<'_>) -> RpcResult<
     Ok(q(nonce))
 }
 
-pub fn get_code(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_code(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, b] = positional::<2>(&params)?;
     let (address, at) = (address_param(a)?, block_param(b)?);
     let state = ctx.reader(ctx.state_at(at)?)?;
@@ -213,7 +213,7 @@ pub fn get_code(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     Ok(serde_json::json!(code))
 }
 
-pub fn get_storage_at(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_storage_at(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, s, b] = positional::<3>(&params)?;
     let address = address_param(a)?;
     let slot = match s {
@@ -228,7 +228,7 @@ pub fn get_storage_at(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> 
 /// `eth_getProof(address, storageKeys, block)` (EIP-1186): the account and each slot
 /// with the trie nodes that prove them against the block's state root; the head's and
 /// those of the blocks the undo records reach. Keys are echoed as given, values are quantities, as geth does.
-pub fn get_proof(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_proof(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a, k, b] = positional::<3>(&params)?;
     let address = address_param(a)?;
     let keys: Vec<String> = match k {
@@ -299,14 +299,14 @@ fn block_response(ctx: &RpcContext, hash: Option<B256>, full: bool) -> RpcResult
     Ok(json::block_json(&block, senders.as_deref()))
 }
 
-pub fn get_block_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_block_by_number(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [n, f] = positional::<2>(&params)?;
     let n = n.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
     let hash = ctx.resolve(parse_block_number(&n)?)?;
     block_response(ctx, hash, bool_param(f)?)
 }
 
-pub fn get_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [h, f] = positional::<2>(&params)?;
     let hash = hash_param(h)?;
     let known = ctx
@@ -318,7 +318,7 @@ pub fn get_block_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Valu
     block_response(ctx, known, bool_param(f)?)
 }
 
-pub fn get_transaction_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_transaction_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [h] = positional::<1>(&params)?;
     let hash = hash_param(h)?;
     // The chain first: a transaction just mined may still sit in the pool for a moment.
@@ -346,7 +346,7 @@ pub fn get_transaction_by_hash(ctx: &RpcContext, params: Params<'_>) -> RpcResul
     })
 }
 
-pub fn get_transaction_receipt(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_transaction_receipt(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [h] = positional::<1>(&params)?;
     let hash = hash_param(h)?;
     let Some(loc) = ctx.chain.store().tx_location(&hash).map_err(internal)? else {
@@ -381,7 +381,7 @@ pub fn get_transaction_receipt(ctx: &RpcContext, params: Params<'_>) -> RpcResul
 
 /// Admits a transaction as local; a rejection is reported with code -32000 and the
 /// pool's message, which uses geth's wording ("already known", "nonce too low", ...).
-pub async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     // The usual call, one 0x-prefixed hex string, is decoded straight from the request
     // text; anything else takes the general path, which words the errors.
     let fast = params

@@ -124,7 +124,7 @@ fn time_forks(config: &ChainConfig) -> Vec<(Fork, u64)> {
         .collect()
 }
 
-pub fn eth_config(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn eth_config(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
     let head = ctx.head_header()?;
     let genesis = ctx
         .chain
@@ -161,7 +161,7 @@ pub fn eth_config(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
 
 /// `eth_capabilities`: what this node serves. Blocks, transactions, receipts and logs go
 /// back to genesis; state (and proofs) only as far as the undo records reach.
-pub fn capabilities(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn capabilities(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
     let (number, hash) = ctx.head()?;
     let oldest_state = ctx.chain.undo_floor().map_err(internal)?.min(number);
     let full = json!({ "disabled": false, "oldestBlock": q(0u64) });

@@ -20,19 +20,19 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 /// Blocks the tip suggestion looks back over.
-pub const TIP_BLOCKS: u64 = 20;
+pub(crate) const TIP_BLOCKS: u64 = 20;
 /// Tip suggested when recent blocks have no transactions: 1 gwei.
-pub const DEFAULT_TIP: u128 = 1_000_000_000;
+pub(crate) const DEFAULT_TIP: u128 = 1_000_000_000;
 /// Tips below this are noise (geth's `IgnorePrice`).
-pub const IGNORE_TIP: u128 = 2;
+pub(crate) const IGNORE_TIP: u128 = 2;
 /// Most blocks one `eth_feeHistory` call may ask for (geth's limit).
-pub const MAX_FEE_HISTORY: u64 = 1024;
+pub(crate) const MAX_FEE_HISTORY: u64 = 1024;
 /// Most reward percentiles one call may ask for: each costs a pass per block.
-pub const MAX_PERCENTILES: usize = 100;
+pub(crate) const MAX_PERCENTILES: usize = 100;
 
 /// The tip suggested for the head with this hash.
 #[derive(Debug, Default)]
-pub struct TipCache(Mutex<Option<(B256, u128)>>);
+pub(crate) struct TipCache(Mutex<Option<(B256, u128)>>);
 
 impl RpcContext {
     /// The suggested tip per gas at the current head.
@@ -77,17 +77,17 @@ impl RpcContext {
     }
 }
 
-pub fn gas_price(ctx: &RpcContext) -> RpcResult<Value> {
+pub(crate) fn gas_price(ctx: &RpcContext) -> RpcResult<Value> {
     let tip = ctx.suggested_tip()?;
     let (base_fee, _) = next_block_fees(ctx.chain.config(), &ctx.head_header()?);
     Ok(q(tip.saturating_add(u128::from(base_fee))))
 }
 
-pub fn max_priority_fee(ctx: &RpcContext) -> RpcResult<Value> {
+pub(crate) fn max_priority_fee(ctx: &RpcContext) -> RpcResult<Value> {
     Ok(q(ctx.suggested_tip()?))
 }
 
-pub fn blob_base_fee(ctx: &RpcContext) -> RpcResult<Value> {
+pub(crate) fn blob_base_fee(ctx: &RpcContext) -> RpcResult<Value> {
     let (_, blob_fee) = next_block_fees(ctx.chain.config(), &ctx.head_header()?);
     Ok(q(blob_fee))
 }
@@ -168,7 +168,7 @@ fn block_rewards(
 
 /// `eth_feeHistory(blockCount, newestBlock, rewardPercentiles?)` in geth's shape:
 /// baseFeePerGas and baseFeePerBlobGas have one more entry than blocks (the next block's).
-pub fn fee_history(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn fee_history(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [count, newest, ps] = positional::<3>(&params)?;
     let count = parse_u64_lenient(
         &count.ok_or_else(|| invalid_params("missing value for required argument 0"))?,

@@ -22,9 +22,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Most filters installed at once; a new one past it is refused.
-pub const MAX_FILTERS: usize = 4096;
+pub(crate) const MAX_FILTERS: usize = 4096;
 /// A filter not polled for this long is dropped (geth's `filterTimeout`).
-pub const FILTER_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const FILTER_TIMEOUT: Duration = Duration::from_secs(300);
 /// Most transaction hashes a pending-transaction filter holds between polls.
 const MAX_PENDING_HASHES: usize = 4096;
 
@@ -47,7 +47,7 @@ struct Filter {
 
 /// The installed filters.
 #[derive(Debug, Default)]
-pub struct FilterTable {
+pub(crate) struct FilterTable {
     inner: Mutex<Table>,
 }
 
@@ -91,7 +91,7 @@ fn not_found() -> jsonrpsee::types::ErrorObjectOwned {
     server_error("filter not found")
 }
 
-pub fn new_filter(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn new_filter(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [c] = positional::<1>(&params)?;
     let Some(Value::Object(criteria)) = c else {
         return Err(invalid_params(
@@ -111,12 +111,15 @@ pub fn new_filter(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
         .install(Kind::Logs(criteria, reported), head, Instant::now())
 }
 
-pub fn new_block_filter(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn new_block_filter(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
     let (head, _) = ctx.head()?;
     ctx.filters.install(Kind::Blocks, head, Instant::now())
 }
 
-pub fn new_pending_transaction_filter(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn new_pending_transaction_filter(
+    ctx: &RpcContext,
+    _params: Params<'_>,
+) -> RpcResult<Value> {
     let (head, _) = ctx.head()?;
     ctx.filters.install(
         Kind::Pending(ctx.pool.subscribe_pending()),
@@ -125,7 +128,7 @@ pub fn new_pending_transaction_filter(ctx: &RpcContext, _params: Params<'_>) -> 
     )
 }
 
-pub fn uninstall_filter(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn uninstall_filter(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [id] = positional::<1>(&params)?;
     let id = filter_id(id)?;
     Ok(Value::Bool(
@@ -139,7 +142,7 @@ fn get_logs(ctx: &RpcContext, mut criteria: Map<String, Value>) -> RpcResult<Val
     crate::logs::get_logs(ctx, Params::new(Some(&text)))
 }
 
-pub fn get_filter_changes(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_filter_changes(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [id] = positional::<1>(&params)?;
     let id = filter_id(id)?;
     let (head, _) = ctx.head()?;
@@ -244,7 +247,7 @@ fn log_changes(
     Ok(Value::Array(out))
 }
 
-pub fn get_filter_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_filter_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [id] = positional::<1>(&params)?;
     let id = filter_id(id)?;
     let criteria = {

@@ -12,18 +12,18 @@ use moat_common::{SignedTransaction, TxType};
 use serde_json::{Map, Value, json};
 
 /// A `u64`/`u128` as a JSON-RPC quantity.
-pub fn q(n: impl Into<u128>) -> Value {
+pub(crate) fn q(n: impl Into<u128>) -> Value {
     Value::String(format!("{:#x}", n.into()))
 }
 
 /// A `U256` as a JSON-RPC quantity.
-pub fn q256(n: U256) -> Value {
+pub(crate) fn q256(n: U256) -> Value {
     Value::String(format!("{n:#x}"))
 }
 
 /// Where a transaction sits in the chain; `None` for a pooled one.
 #[derive(Debug, Clone, Copy)]
-pub struct TxPlace {
+pub(crate) struct TxPlace {
     pub block_hash: B256,
     pub block_number: u64,
     pub index: u64,
@@ -33,7 +33,7 @@ pub struct TxPlace {
 
 /// What a transaction paid per gas: the effective price once mined (base fee + capped
 /// tip), the fee cap while pooled, as geth reports it.
-pub fn effective_gas_price(tx: &Transaction, base_fee: Option<u64>) -> u128 {
+pub(crate) fn effective_gas_price(tx: &Transaction, base_fee: Option<u64>) -> u128 {
     match (tx.tx_type(), base_fee) {
         (TxType::Legacy | TxType::Eip2930, _) | (_, None) => tx.max_fee_per_gas(),
         (_, Some(base)) => {
@@ -53,7 +53,7 @@ fn access_list_json(tx: &Transaction) -> Value {
 }
 
 /// geth's `RPCTransaction`.
-pub fn tx_json(stx: &SignedTransaction, from: Address, place: Option<TxPlace>) -> Value {
+pub(crate) fn tx_json(stx: &SignedTransaction, from: Address, place: Option<TxPlace>) -> Value {
     let tx = stx.tx();
     let ty = tx.tx_type();
     let mut m = Map::new();
@@ -134,7 +134,7 @@ pub fn tx_json(stx: &SignedTransaction, from: Address, place: Option<TxPlace>) -
 }
 
 /// geth's `RPCMarshalHeader`.
-pub fn header_json(h: &Header, hash: B256) -> Map<String, Value> {
+pub(crate) fn header_json(h: &Header, hash: B256) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("number".into(), q(h.number));
     m.insert("hash".into(), json!(hash));
@@ -177,7 +177,7 @@ pub fn header_json(h: &Header, hash: B256) -> Map<String, Value> {
 }
 
 /// Withdrawals as blocks and engine payloads show them.
-pub fn withdrawals_json(ws: &[Withdrawal]) -> Value {
+pub(crate) fn withdrawals_json(ws: &[Withdrawal]) -> Value {
     Value::Array(
         ws.iter()
             .map(|w| {
@@ -194,7 +194,7 @@ pub fn withdrawals_json(ws: &[Withdrawal]) -> Value {
 
 /// geth's `RPCMarshalBlock`: the header plus size, uncles, transactions (full objects
 /// with their senders, or hashes) and withdrawals. Post-merge, totalDifficulty is left out.
-pub fn block_json(block: &Block, full: Option<&[Address]>) -> Value {
+pub(crate) fn block_json(block: &Block, full: Option<&[Address]>) -> Value {
     let mut m = header_json(&block.header, block.hash);
     m.insert("size".into(), q(block.encode().len() as u64));
     let uncles: Vec<B256> = block.ommers.iter().map(Header::hash).collect();
@@ -230,7 +230,7 @@ pub fn block_json(block: &Block, full: Option<&[Address]>) -> Value {
 }
 
 /// Everything a receipt's JSON needs besides the receipt itself.
-pub struct ReceiptContext<'a> {
+pub(crate) struct ReceiptContext<'a> {
     pub block: &'a Block,
     pub index: usize,
     pub from: Address,
@@ -243,7 +243,7 @@ pub struct ReceiptContext<'a> {
 }
 
 /// geth's `MarshalReceipt`.
-pub fn receipt_json(r: &Receipt, c: &ReceiptContext<'_>) -> Value {
+pub(crate) fn receipt_json(r: &Receipt, c: &ReceiptContext<'_>) -> Value {
     let block = c.block;
     let stx = &block.transactions[c.index];
     let tx = stx.tx();

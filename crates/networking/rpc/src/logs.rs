@@ -18,9 +18,9 @@ use jsonrpsee::types::{ErrorObjectOwned, Params};
 use serde_json::{Value, json};
 
 /// Most blocks one query may cover.
-pub const MAX_BLOCK_RANGE: u64 = 10_000;
+pub(crate) const MAX_BLOCK_RANGE: u64 = 10_000;
 /// Most logs one query may return.
-pub const MAX_LOGS: usize = 10_000;
+pub(crate) const MAX_LOGS: usize = 10_000;
 
 /// A parsed filter: an address set (empty: any) and per-position topic sets (empty: any).
 #[derive(Debug, Default)]
@@ -112,7 +112,7 @@ fn parse<T: serde::de::DeserializeOwned>(v: &Value, what: &str) -> RpcResult<T> 
     serde_json::from_value(v.clone()).map_err(|e| invalid_params(format!("invalid {what}: {e}")))
 }
 
-pub fn get_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn get_logs(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [filter] = positional::<1>(&params)?;
     let Some(Value::Object(o)) = filter else {
         return Err(invalid_params("expected a filter object"));

@@ -12,18 +12,18 @@ use serde_json::Value;
 /// for errors without their own code).
 pub const SERVER_ERROR_CODE: i32 = -32000;
 
-pub type RpcResult<T> = Result<T, ErrorObjectOwned>;
+pub(crate) type RpcResult<T> = Result<T, ErrorObjectOwned>;
 
-pub fn server_error(msg: impl Into<String>) -> ErrorObjectOwned {
+pub(crate) fn server_error(msg: impl Into<String>) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(SERVER_ERROR_CODE, msg, None::<()>)
 }
 
-pub fn invalid_params(msg: impl Into<String>) -> ErrorObjectOwned {
+pub(crate) fn invalid_params(msg: impl Into<String>) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(INVALID_PARAMS_CODE, msg, None::<()>)
 }
 
 /// A failure of our own storage, not of the request.
-pub fn internal(e: impl std::fmt::Display) -> ErrorObjectOwned {
+pub(crate) fn internal(e: impl std::fmt::Display) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(
         INTERNAL_ERROR_CODE,
         format!("internal error: {e}"),
@@ -31,17 +31,17 @@ pub fn internal(e: impl std::fmt::Display) -> ErrorObjectOwned {
     )
 }
 
-pub fn header_not_found() -> ErrorObjectOwned {
+pub(crate) fn header_not_found() -> ErrorObjectOwned {
     server_error("header not found")
 }
 
 /// Only the head state is kept; older blocks' state cannot be served.
-pub fn historical_state() -> ErrorObjectOwned {
+pub(crate) fn historical_state() -> ErrorObjectOwned {
     server_error("historical state is not available")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tag {
+pub(crate) enum Tag {
     Earliest,
     Latest,
     Safe,
@@ -51,7 +51,7 @@ pub enum Tag {
 
 /// A block as a client names it (EIP-1898 included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockRef {
+pub(crate) enum BlockRef {
     Tag(Tag),
     Number(u64),
     Hash(B256),
@@ -64,7 +64,7 @@ impl Default for BlockRef {
 }
 
 /// A `0x`-prefixed hex quantity that fits in a u64.
-pub fn parse_quantity(s: &str) -> RpcResult<u64> {
+pub(crate) fn parse_quantity(s: &str) -> RpcResult<u64> {
     let digits = s
         .strip_prefix("0x")
         .or_else(|| s.strip_prefix("0X"))
@@ -80,7 +80,7 @@ pub fn parse_quantity(s: &str) -> RpcResult<u64> {
 }
 
 /// A quantity given as hex string or plain number (geth's `HexOrDecimal64`).
-pub fn parse_u64_lenient(v: &Value) -> RpcResult<u64> {
+pub(crate) fn parse_u64_lenient(v: &Value) -> RpcResult<u64> {
     match v {
         Value::Number(n) => n
             .as_u64()
@@ -112,7 +112,7 @@ fn parse_block_string(s: &str) -> RpcResult<BlockRef> {
 }
 
 /// A block parameter: a tag, a hex number, a hash, or an EIP-1898 object.
-pub fn parse_block_ref(v: &Value) -> RpcResult<BlockRef> {
+pub(crate) fn parse_block_ref(v: &Value) -> RpcResult<BlockRef> {
     match v {
         Value::String(s) => parse_block_string(s),
         Value::Object(o) => match (o.get("blockHash"), o.get("blockNumber")) {
@@ -128,7 +128,7 @@ pub fn parse_block_ref(v: &Value) -> RpcResult<BlockRef> {
 }
 
 /// A block number or tag only (no hashes), as `eth_getBlockByNumber` takes.
-pub fn parse_block_number(v: &Value) -> RpcResult<BlockRef> {
+pub(crate) fn parse_block_number(v: &Value) -> RpcResult<BlockRef> {
     match parse_block_ref(v)? {
         BlockRef::Hash(_) => Err(invalid_params("expected a block number or tag, got a hash")),
         r => Ok(r),
@@ -136,7 +136,7 @@ pub fn parse_block_number(v: &Value) -> RpcResult<BlockRef> {
 }
 
 /// A storage slot: any hex string of up to 32 bytes, left-padded (geth accepts "0x0").
-pub fn parse_slot(s: &str) -> RpcResult<B256> {
+pub(crate) fn parse_slot(s: &str) -> RpcResult<B256> {
     let digits = s.strip_prefix("0x").unwrap_or(s);
     if digits.len() > 64 {
         return Err(invalid_params("storage slot longer than 32 bytes"));

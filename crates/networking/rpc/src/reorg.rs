@@ -12,17 +12,17 @@ use alloy_primitives::B256;
 use std::collections::VecDeque;
 
 /// Blocks a feed remembers (the depth of reorg it can take back).
-pub const TRACKED_BLOCKS: usize = 128;
+pub(crate) const TRACKED_BLOCKS: usize = 128;
 
 /// The blocks a feed reported, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReportedBlocks {
+pub(crate) struct ReportedBlocks {
     blocks: VecDeque<(u64, B256)>,
 }
 
 /// What moving to a new head means for a feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Advance {
+pub(crate) struct Advance {
     /// Blocks to take back, newest first.
     pub undone: Vec<(u64, B256)>,
     /// Heights of the canonical blocks to report (empty when nothing is new). Only the
@@ -32,7 +32,7 @@ pub struct Advance {
 
 impl ReportedBlocks {
     /// A feed that starts after block `number` (`hash`): that block counts as reported.
-    pub fn starting_after(number: u64, hash: B256) -> Self {
+    pub(crate) fn starting_after(number: u64, hash: B256) -> Self {
         Self {
             blocks: VecDeque::from([(number, hash)]),
         }
@@ -40,12 +40,12 @@ impl ReportedBlocks {
 
     /// The newest block reported.
     #[cfg(test)]
-    pub fn last(&self) -> Option<(u64, B256)> {
+    pub(crate) fn last(&self) -> Option<(u64, B256)> {
         self.blocks.back().copied()
     }
 
     /// Moves the feed to `head`; `canonical(n)` is the canonical hash at height `n`.
-    pub fn advance<E>(
+    pub(crate) fn advance<E>(
         &mut self,
         head: u64,
         mut canonical: impl FnMut(u64) -> Result<Option<B256>, E>,

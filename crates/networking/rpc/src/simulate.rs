@@ -30,40 +30,40 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 /// Most blocks one request may simulate, counted from the base block (geth's).
-pub const MAX_SIMULATE_BLOCKS: u64 = 256;
+pub(crate) const MAX_SIMULATE_BLOCKS: u64 = 256;
 /// Most calls in one simulated block, and in one request (geth's).
-pub const MAX_CALLS_PER_BLOCK: usize = 5000;
-pub const MAX_TOTAL_CALLS: usize = 10_000;
+pub(crate) const MAX_CALLS_PER_BLOCK: usize = 5000;
+pub(crate) const MAX_TOTAL_CALLS: usize = 10_000;
 /// Seconds between simulated blocks whose time is not given.
-pub const TIMESTAMP_INCREMENT: u64 = 12;
+pub(crate) const TIMESTAMP_INCREMENT: u64 = 12;
 
 /// The chain id geth shows for an unsigned legacy transaction: `(0 - 35) / 2` in 64-bit
 /// arithmetic.
 const LEGACY_UNSIGNED_CHAIN_ID: &str = "0x7fffffffffffffee";
 
 /// geth's codes for simulation errors (`internal/ethapi/errors.go`).
-pub const NONCE_TOO_HIGH: i32 = -38011;
-pub const NONCE_TOO_LOW: i32 = -38010;
-pub const BASE_FEE_TOO_LOW: i32 = -38012;
-pub const INTRINSIC_GAS: i32 = -38013;
-pub const INSUFFICIENT_FUNDS: i32 = -38014;
-pub const BLOCK_GAS_LIMIT_REACHED: i32 = -38015;
-pub const BLOCK_NUMBER_INVALID: i32 = -38020;
-pub const BLOCK_TIMESTAMP_INVALID: i32 = -38021;
-pub const SENDER_NOT_EOA: i32 = -38024;
-pub const MAX_INIT_CODE_SIZE_EXCEEDED: i32 = -38025;
-pub const CLIENT_LIMIT_EXCEEDED: i32 = -38026;
-pub const INTERNAL_ERROR: i32 = -32603;
-pub const INVALID_PARAMS: i32 = -32602;
-pub const VM_ERROR: i32 = -32015;
-pub const REVERTED: i32 = 3;
+pub(crate) const NONCE_TOO_HIGH: i32 = -38011;
+pub(crate) const NONCE_TOO_LOW: i32 = -38010;
+pub(crate) const BASE_FEE_TOO_LOW: i32 = -38012;
+pub(crate) const INTRINSIC_GAS: i32 = -38013;
+pub(crate) const INSUFFICIENT_FUNDS: i32 = -38014;
+pub(crate) const BLOCK_GAS_LIMIT_REACHED: i32 = -38015;
+pub(crate) const BLOCK_NUMBER_INVALID: i32 = -38020;
+pub(crate) const BLOCK_TIMESTAMP_INVALID: i32 = -38021;
+pub(crate) const SENDER_NOT_EOA: i32 = -38024;
+pub(crate) const MAX_INIT_CODE_SIZE_EXCEEDED: i32 = -38025;
+pub(crate) const CLIENT_LIMIT_EXCEEDED: i32 = -38026;
+pub(crate) const INTERNAL_ERROR: i32 = -32603;
+pub(crate) const INVALID_PARAMS: i32 = -32602;
+pub(crate) const VM_ERROR: i32 = -32015;
+pub(crate) const REVERTED: i32 = 3;
 
 fn error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(code, message.into(), None::<()>)
 }
 
 /// The code geth gives a call it could not include.
-pub fn tx_error_code(kind: SimTxErrorKind) -> i32 {
+pub(crate) fn tx_error_code(kind: SimTxErrorKind) -> i32 {
     match kind {
         SimTxErrorKind::NonceTooLow => NONCE_TOO_LOW,
         SimTxErrorKind::NonceTooHigh => NONCE_TOO_HIGH,
@@ -91,7 +91,7 @@ fn sim_error(e: SimError) -> ErrorObjectOwned {
 
 /// One `blockStateCalls` entry's block overrides, parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BlockOverrides {
+pub(crate) struct BlockOverrides {
     pub number: Option<u64>,
     pub time: Option<u64>,
     pub gas_limit: Option<u64>,
@@ -106,7 +106,7 @@ pub struct BlockOverrides {
 
 /// One block to simulate, as the request gives it.
 #[derive(Debug, Clone, Default)]
-pub struct BlockStateCall {
+pub(crate) struct BlockStateCall {
     pub overrides: BlockOverrides,
     pub state: BTreeMap<Address, SimOverride>,
     pub calls: Vec<SimCall>,
@@ -212,7 +212,7 @@ fn parse_call(v: &Value) -> RpcResult<SimCall> {
 
 /// The request's options.
 #[derive(Debug, Clone, Default)]
-pub struct SimOpts {
+pub(crate) struct SimOpts {
     pub blocks: Vec<BlockStateCall>,
     pub validation: bool,
     pub trace_transfers: bool,
@@ -223,7 +223,7 @@ fn flag(o: &Map<String, Value>, name: &str) -> RpcResult<bool> {
     Ok(field::<bool>(o, name)?.unwrap_or(false))
 }
 
-pub fn parse_opts(v: Option<Value>) -> RpcResult<SimOpts> {
+pub(crate) fn parse_opts(v: Option<Value>) -> RpcResult<SimOpts> {
     let Some(Value::Object(o)) = v else {
         return Err(invalid_params("missing value for required argument 0"));
     };
@@ -272,7 +272,7 @@ pub fn parse_opts(v: Option<Value>) -> RpcResult<SimOpts> {
 /// geth's `sanitizeChain`: block numbers and timestamps strictly increasing, missing
 /// ones filled in (number + 1, time + 12), gaps in numbers filled with empty blocks, and
 /// no block more than [`MAX_SIMULATE_BLOCKS`] past the base.
-pub fn sanitize_chain(
+pub(crate) fn sanitize_chain(
     base_number: u64,
     base_time: u64,
     blocks: Vec<BlockStateCall>,
@@ -463,7 +463,7 @@ fn block_result(b: &SimulatedBlock, full: bool) -> Value {
 }
 
 /// `eth_simulateV1(opts, block?)`.
-pub fn simulate_v1(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn simulate_v1(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [opts, block] = crate::eth::positional::<2>(&params)?;
     let opts = parse_opts(opts)?;
     if opts.blocks.is_empty() {

@@ -57,7 +57,7 @@ impl HeadNotifier {
 
 /// Subscription ids in geth's form: 16 random bytes as `0x`-hex.
 #[derive(Debug)]
-pub struct HexIdProvider {
+pub(crate) struct HexIdProvider {
     seed: std::collections::hash_map::RandomState,
     counter: AtomicU64,
 }
@@ -151,7 +151,7 @@ async fn forward<T: Clone>(
     }
 }
 
-pub async fn eth_subscribe(
+pub(crate) async fn eth_subscribe(
     params: Params<'static>,
     pending: PendingSubscriptionSink,
     ctx: Arc<RpcContext>,

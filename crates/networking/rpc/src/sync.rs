@@ -47,7 +47,7 @@ pub trait SyncService: Send + Sync + std::fmt::Debug {
 }
 
 /// `eth_syncing`: `false`, or geth's object while a sync runs.
-pub fn syncing(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn syncing(ctx: &RpcContext, _: Params<'_>) -> RpcResult<Value> {
     let Some(s) = ctx.sync.as_ref().and_then(|s| s.status()) else {
         return Ok(Value::Bool(false));
     };

@@ -18,7 +18,7 @@ use serde_json::Value;
 /// geth's default `--miner.gaslimit`, the target built blocks move toward.
 const GAS_LIMIT_TARGET: u64 = 60_000_000;
 
-pub fn build_block(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn build_block(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [p, a, t, e] = positional::<4>(&params)?;
     let parent = hash_param(p)?;
     let a = a.ok_or_else(|| invalid_params("missing value for required argument 1"))?;

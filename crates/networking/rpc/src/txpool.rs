@@ -18,7 +18,7 @@ fn is_pending(sub: SubPool) -> bool {
     sub == SubPool::Pending
 }
 
-pub fn status(ctx: &RpcContext) -> Value {
+pub(crate) fn status(ctx: &RpcContext) -> Value {
     let s = ctx.pool.status();
     let queued = s.basefee.txs + s.queued.txs + s.blob.txs;
     json!({ "pending": q(s.pending.txs as u64), "queued": q(queued as u64) })
@@ -87,18 +87,18 @@ fn render_full(tx: &PoolTx) -> Value {
     tx_json(tx.tx.tx(), tx.sender, None)
 }
 
-pub fn content(ctx: &RpcContext) -> Value {
+pub(crate) fn content(ctx: &RpcContext) -> Value {
     let (pending, queued) = by_sender(ctx, None, render_full);
     json!({ "pending": pending, "queued": queued })
 }
 
-pub fn inspect(ctx: &RpcContext) -> Value {
+pub(crate) fn inspect(ctx: &RpcContext) -> Value {
     let (pending, queued) = by_sender(ctx, None, summary);
     json!({ "pending": pending, "queued": queued })
 }
 
 /// `txpool_contentFrom(address)`: that sender's `nonce → tx` maps, without the address level.
-pub fn content_from(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
+pub(crate) fn content_from(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [a] = positional::<1>(&params)?;
     let a = a.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
     let address: Address =

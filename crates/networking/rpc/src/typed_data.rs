@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Why typed data cannot be hashed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TypedDataError {
+pub(crate) enum TypedDataError {
     #[error("typed data is not an object with types, primaryType, domain and message")]
     Shape,
     #[error("type {0} is not defined")]
@@ -391,7 +391,7 @@ fn implied_domain_type(domain: &Map<String, Value>) -> Fields {
 }
 
 /// The digest EIP-712 signs for `typed` (the JSON of `eth_signTypedData_v4`).
-pub fn signing_hash(typed: &Value) -> Result<B256, TypedDataError> {
+pub(crate) fn signing_hash(typed: &Value) -> Result<B256, TypedDataError> {
     let (Some(Value::Object(types)), Some(Value::String(primary))) =
         (typed.get("types"), typed.get("primaryType"))
     else {

@@ -12,15 +12,15 @@ fn engine_error(code: i32, msg: &'static str, detail: Option<String>) -> ErrorOb
     ErrorObjectOwned::owned(code, msg, detail.map(|d| serde_json::json!({ "err": d })))
 }
 
-pub fn invalid_params(detail: impl Into<String>) -> ErrorObjectOwned {
+pub(super) fn invalid_params(detail: impl Into<String>) -> ErrorObjectOwned {
     crate::params::invalid_params(detail)
 }
 
-pub fn unknown_payload() -> ErrorObjectOwned {
+pub(super) fn unknown_payload() -> ErrorObjectOwned {
     engine_error(UNKNOWN_PAYLOAD, "Unknown payload", None)
 }
 
-pub fn invalid_forkchoice_state(detail: impl Into<String>) -> ErrorObjectOwned {
+pub(super) fn invalid_forkchoice_state(detail: impl Into<String>) -> ErrorObjectOwned {
     engine_error(
         INVALID_FORKCHOICE_STATE,
         "Invalid forkchoice state",
@@ -28,7 +28,7 @@ pub fn invalid_forkchoice_state(detail: impl Into<String>) -> ErrorObjectOwned {
     )
 }
 
-pub fn invalid_attributes(detail: impl Into<String>) -> ErrorObjectOwned {
+pub(super) fn invalid_attributes(detail: impl Into<String>) -> ErrorObjectOwned {
     engine_error(
         INVALID_PAYLOAD_ATTRIBUTES,
         "Invalid payload attributes",
@@ -36,10 +36,10 @@ pub fn invalid_attributes(detail: impl Into<String>) -> ErrorObjectOwned {
     )
 }
 
-pub fn too_large(detail: impl Into<String>) -> ErrorObjectOwned {
+pub(super) fn too_large(detail: impl Into<String>) -> ErrorObjectOwned {
     engine_error(TOO_LARGE_REQUEST, "Too large request", Some(detail.into()))
 }
 
-pub fn unsupported_fork() -> ErrorObjectOwned {
+pub(super) fn unsupported_fork() -> ErrorObjectOwned {
     engine_error(UNSUPPORTED_FORK, "Unsupported fork", None)
 }

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 const MAX_EXTRA_DATA: usize = 32;
 
 /// `0x`-prefixed lowercase hex of raw bytes.
-pub fn hex0x(bytes: impl AsRef<[u8]>) -> Value {
+pub(crate) fn hex0x(bytes: impl AsRef<[u8]>) -> Value {
     Value::String(hex::encode_prefixed(bytes))
 }
 
@@ -35,15 +35,15 @@ fn bad(name: &str) -> jsonrpsee::types::ErrorObjectOwned {
 }
 
 /// A field that may be absent or null.
-pub fn opt<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+pub(crate) fn opt<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     o.get(name).filter(|v| !v.is_null())
 }
 
-pub fn req<'a>(o: &'a Map<String, Value>, name: &str) -> RpcResult<&'a Value> {
+pub(crate) fn req<'a>(o: &'a Map<String, Value>, name: &str) -> RpcResult<&'a Value> {
     opt(o, name).ok_or_else(|| missing(name))
 }
 
-pub fn object<'a>(v: &'a Value, name: &str) -> RpcResult<&'a Map<String, Value>> {
+pub(crate) fn object<'a>(v: &'a Value, name: &str) -> RpcResult<&'a Map<String, Value>> {
     v.as_object().ok_or_else(|| bad(name))
 }
 
@@ -52,7 +52,7 @@ fn str_of<'a>(v: &'a Value, name: &str) -> RpcResult<&'a str> {
 }
 
 /// Hex data; the `0x` prefix is required, as geth's `hexutil.Bytes` requires it.
-pub fn bytes(v: &Value, name: &str) -> RpcResult<Vec<u8>> {
+pub(crate) fn bytes(v: &Value, name: &str) -> RpcResult<Vec<u8>> {
     let s = str_of(v, name)?;
     let digits = s.strip_prefix("0x").ok_or_else(|| bad(name))?;
     hex::decode(digits).map_err(|_| bad(name))
@@ -62,7 +62,7 @@ fn fixed<const N: usize>(v: &Value, name: &str) -> RpcResult<[u8; N]> {
     bytes(v, name)?.try_into().map_err(|_| bad(name))
 }
 
-pub fn b256(v: &Value, name: &str) -> RpcResult<B256> {
+pub(crate) fn b256(v: &Value, name: &str) -> RpcResult<B256> {
     fixed::<32>(v, name).map(B256::from)
 }
 
@@ -70,7 +70,7 @@ fn address(v: &Value, name: &str) -> RpcResult<Address> {
     fixed::<20>(v, name).map(Address::from)
 }
 
-pub fn quantity(v: &Value, name: &str) -> RpcResult<u64> {
+pub(crate) fn quantity(v: &Value, name: &str) -> RpcResult<u64> {
     parse_quantity(str_of(v, name)?).map_err(|_| bad(name))
 }
 
@@ -84,7 +84,7 @@ fn quantity256(v: &Value, name: &str) -> RpcResult<U256> {
 }
 
 /// A list of 32-byte hashes.
-pub fn hashes(v: &Value, name: &str) -> RpcResult<Vec<B256>> {
+pub(crate) fn hashes(v: &Value, name: &str) -> RpcResult<Vec<B256>> {
     v.as_array()
         .ok_or_else(|| bad(name))?
         .iter()
@@ -92,7 +92,7 @@ pub fn hashes(v: &Value, name: &str) -> RpcResult<Vec<B256>> {
         .collect()
 }
 
-pub fn withdrawals(v: &Value) -> RpcResult<Vec<Withdrawal>> {
+pub(crate) fn withdrawals(v: &Value) -> RpcResult<Vec<Withdrawal>> {
     let list = v.as_array().ok_or_else(|| bad("withdrawals"))?;
     list.iter()
         .map(|w| {
@@ -120,7 +120,7 @@ pub enum Version {
 
 /// Whether a payload of `fork` may travel in a `version` call (newPayload,
 /// forkchoiceUpdated attributes); geth's `checkFork` for each method.
-pub fn check_fork(version: Version, fork: Fork) -> RpcResult<()> {
+pub(crate) fn check_fork(version: Version, fork: Fork) -> RpcResult<()> {
     let ok = match version {
         Version::V1 => fork < Fork::Shanghai,
         Version::V2 => fork < Fork::Cancun,
@@ -392,7 +392,7 @@ fn blobs_bundle_json(sidecars: &[std::sync::Arc<BlobsBundle>]) -> Value {
 
 /// The `getPayload` response of `version`: V1 answers the bare payload, later versions
 /// an envelope around it.
-pub fn envelope_json(built: &BuiltPayload, version: Version) -> Value {
+pub(crate) fn envelope_json(built: &BuiltPayload, version: Version) -> Value {
     if version == Version::V1 {
         return payload_json(&built.block);
     }
@@ -414,7 +414,7 @@ pub fn envelope_json(built: &BuiltPayload, version: Version) -> Value {
 
 /// What a `newPayload` or `forkchoiceUpdated` concluded about a block.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Valid(B256),
     /// The latest valid ancestor if known, and why.
     Invalid(Option<B256>, String),
@@ -423,7 +423,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         match self {
             Status::Valid(h) => {
                 json!({ "status": "VALID", "latestValidHash": h, "validationError": null })
