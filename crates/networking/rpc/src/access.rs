@@ -45,6 +45,7 @@ impl Default for Namespaces {
 }
 
 impl Namespaces {
+    /// The namespaces in `names`, trimmed and lowercased; empty entries are dropped.
     pub fn new<S: AsRef<str>>(names: &[S]) -> Self {
         Self {
             any: false,
@@ -87,6 +88,7 @@ impl Namespaces {
         self
     }
 
+    /// The names listed, in order (none for [`Self::all`]).
     pub fn iter(&self) -> impl Iterator<Item = &str> {
         self.names.iter().map(String::as_str)
     }
@@ -111,6 +113,7 @@ impl Default for VirtualHosts {
 }
 
 impl VirtualHosts {
+    /// The host names in `names`, trimmed and lowercased; a `*` among them allows any.
     pub fn new<S: AsRef<str>>(names: &[S]) -> Self {
         let names: BTreeSet<String> = names
             .iter()
@@ -123,6 +126,7 @@ impl VirtualHosts {
         }
     }
 
+    /// Any host (`--http.vhosts '*'`).
     pub fn any() -> Self {
         Self::new(&["*"])
     }
@@ -247,6 +251,7 @@ impl AllowedOrigins {
         }
     }
 
+    /// Any origin (`--ws.origins '*'`).
     pub fn any() -> Self {
         Self::new(&["*"])
     }
@@ -280,6 +285,7 @@ impl AllowedOrigins {
 pub struct CorsDomains(Vec<String>);
 
 impl CorsDomains {
+    /// The origins in `list`, trimmed and lowercased; empty entries are dropped.
     pub fn new<S: AsRef<str>>(list: &[S]) -> Self {
         Self(
             list.iter()
@@ -289,6 +295,7 @@ impl CorsDomains {
         )
     }
 
+    /// Whether no origin is listed: no preflight is answered, no CORS header sent.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -327,10 +334,15 @@ pub struct Allowed(pub Arc<Namespaces>);
 /// (`None`: no WebSocket), and the Host, Origin and CORS lists.
 #[derive(Debug, Clone)]
 pub struct AccessPolicy {
+    /// Namespaces served over HTTP (`--http.api`); `None`: the port serves no HTTP.
     pub http: Option<Arc<Namespaces>>,
+    /// Namespaces served over WebSocket (`--ws.api`); `None`: no WebSocket upgrades.
     pub ws: Option<Arc<Namespaces>>,
+    /// Host names HTTP requests may name (`--http.vhosts`).
     pub vhosts: VirtualHosts,
+    /// Origins WebSocket upgrades may come from (`--ws.origins`).
     pub origins: AllowedOrigins,
+    /// Origins browsers may read answers for (`--http.corsdomain`).
     pub cors: CorsDomains,
     /// How long an HTTP request's calls may run (the write timeout); `None`: unbounded.
     pub call_timeout: Option<std::time::Duration>,
@@ -341,6 +353,7 @@ pub struct AccessPolicy {
 pub type AccessLayer = Middleware<Access>;
 
 impl AccessLayer {
+    /// The layer that applies `policy` to every request.
     pub fn new(policy: AccessPolicy) -> Self {
         Middleware(Access(Arc::new(policy)))
     }

@@ -11,6 +11,7 @@ use serde_json::Value;
 /// Why `admin_addPeer` refused a peer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddPeerError {
+    /// The text is not a valid `enode://` URL; the p2p layer's reason.
     #[error("invalid enode: {0}")]
     InvalidEnode(String),
     /// The static-peer list is full.
@@ -28,6 +29,7 @@ pub trait PeerAdmin: Send + Sync + std::fmt::Debug {
     fn peers(&self) -> Value;
     /// geth's `admin_nodeInfo` object.
     fn node_info(&self) -> Value;
+    /// Peers connected now (`net_peerCount`).
     fn peer_count(&self) -> usize;
 }
 

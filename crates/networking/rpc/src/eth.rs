@@ -18,6 +18,7 @@ use serde_json::Value;
 /// reach (`Chain::undo_floor`; older state is not kept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateAt {
+    /// The state after the head block.
     Head,
     /// The head state plus the pool (only the nonce differs).
     Pending,

@@ -126,9 +126,9 @@ pub struct RpcConfig {
     /// WebSocket endpoint; `None` serves no WebSocket. Equal to `http_addr`: one port
     /// serves both.
     pub ws_addr: Option<SocketAddr>,
-    /// Namespaces served over HTTP (`--http.api`) and WebSocket (`--ws.api`); geth's
-    /// default for both is `eth,net,web3`.
+    /// Namespaces served over HTTP (`--http.api`); geth's default is `eth,net,web3`.
     pub http_api: Namespaces,
+    /// Namespaces served over WebSocket (`--ws.api`); the same default.
     pub ws_api: Namespaces,
     /// Host names HTTP requests may name (`--http.vhosts`, default `localhost`).
     pub vhosts: VirtualHosts,
@@ -163,6 +163,7 @@ pub struct RpcConfig {
     /// Most HTTP requests executing at once across the HTTP and WebSocket ports (at
     /// least 1); more are refused with HTTP 429. A request counts once its body is in.
     pub max_concurrent_requests: u32,
+    /// What `web3_clientVersion` answers; by default `moat/v<crate version>`.
     pub client_version: String,
 }
 
@@ -207,7 +208,11 @@ pub const DEFAULT_GAS_CAP: u64 = 50_000_000;
 /// What the handlers read: the chain, the pool, and the newHeads hook.
 #[derive(Debug, Clone)]
 pub struct RpcContext {
+    /// The chain the handlers read: head, blocks, receipts, the transaction index and
+    /// state (past state through the undo records).
     pub chain: Chain,
+    /// The transaction pool: `eth_sendRawTransaction` submits to it; `txpool_*`, pending
+    /// nonces and newPendingTransactions read it.
     pub pool: Pool,
     heads: HeadNotifier,
     tips: Arc<fees::TipCache>,
@@ -240,6 +245,8 @@ pub struct RpcContext {
 }
 
 impl RpcContext {
+    /// A context with no p2p layer, syncer, dev keys or dev producer, and geth's gas cap
+    /// ([`DEFAULT_GAS_CAP`]); the node sets the rest through the public fields.
     pub fn new(chain: Chain, pool: Pool) -> Self {
         Self {
             chain,
@@ -276,18 +283,24 @@ impl RpcContext {
         self.heads.clone()
     }
 
+    /// Announces a new head to newHeads subscribers; the node calls it after each import.
     pub fn notify_new_head(&self, header: &Header) {
         self.heads.notify_new_head(header);
     }
 }
 
+/// Why a server (JSON-RPC or engine) could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
+    /// The listening socket could not be bound (e.g. the port is taken).
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// A method could not be added to the method table (e.g. a name registered twice).
     #[error("method table: {0}")]
     Register(#[from] RegisterMethodError),
 }
@@ -308,6 +321,8 @@ impl RpcHandle {
         self.http_addr
     }
 
+    /// The bound WebSocket address (the HTTP one when both share a port); `None` with
+    /// WebSocket off.
     pub fn ws_addr(&self) -> Option<SocketAddr> {
         self.ws_addr
     }
@@ -317,6 +332,8 @@ impl RpcHandle {
         self.heads.notify_new_head(header);
     }
 
+    /// The channel newHeads subscriptions listen on: a message sent on it reaches every
+    /// subscriber.
     pub fn new_heads_sender(&self) -> tokio::sync::broadcast::Sender<HeadMessage> {
         self.heads.sender()
     }

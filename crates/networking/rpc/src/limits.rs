@@ -53,15 +53,19 @@ pub const DEFAULT_MAX_CONCURRENT_REQUESTS: u32 = 256;
 
 /// geth's code and message for a batch with too many calls (an invalid request).
 pub const BATCH_TOO_LARGE_CODE: i32 = -32600;
+/// The message that goes with [`BATCH_TOO_LARGE_CODE`].
 pub const BATCH_TOO_LARGE_MSG: &str = "batch too large";
 /// geth's code and message for the calls of a batch past its response size cap.
 pub const RESPONSE_TOO_LARGE_CODE: i32 = -32003;
+/// The message that goes with [`RESPONSE_TOO_LARGE_CODE`].
 pub const RESPONSE_TOO_LARGE_MSG: &str = "response too large";
 /// EIP-1474's "limit exceeded", for a request refused because the server is busy.
 pub const BUSY_CODE: i32 = -32005;
+/// The message that goes with [`BUSY_CODE`] (in an HTTP 429 answer).
 pub const BUSY_MSG: &str = "server busy: too many requests in progress";
 /// geth's code and message for a call cut off by the HTTP write timeout.
 pub const TIMEOUT_CODE: i32 = -32002;
+/// The message that goes with [`TIMEOUT_CODE`].
 pub const TIMEOUT_MSG: &str = "request timed out";
 /// The answer to a request whose body did not arrive within the read timeout.
 pub const READ_TIMEOUT_MSG: &str = "request body not received within the read timeout";
@@ -157,6 +161,8 @@ impl<B> HttpMiddleware<B> for InFlightLimit {
 pub type BatchCountLayer = Middleware<BatchCount>;
 
 impl BatchCountLayer {
+    /// Refuses batches of more than `limit` calls (0: no limit), reading bodies of at most
+    /// `max_body_size` bytes.
     pub fn new(limit: u32, max_body_size: u32) -> Self {
         Middleware(BatchCount {
             limit,
@@ -317,6 +323,7 @@ impl<'de> Visitor<'de> for FirstCallId<'_> {
 pub type BatchResponseCapLayer = Middleware<BatchResponseCap>;
 
 impl BatchResponseCapLayer {
+    /// Caps each batch's responses at `max` bytes (0: no cap).
     pub fn new(max: usize) -> Self {
         Middleware(BatchResponseCap { max })
     }
@@ -396,6 +403,8 @@ impl RpcMiddleware for BatchResponseCap {
 pub type ReadBodyLayer = Middleware<ReadBody>;
 
 impl ReadBodyLayer {
+    /// Reads bodies of at most `max_body_size` bytes, within `read_timeout` of the
+    /// request's first byte.
     pub fn new(max_body_size: u32, read_timeout: Duration) -> Self {
         Middleware(ReadBody {
             max_body_size,
@@ -500,6 +509,7 @@ impl HttpMiddleware<HttpBody> for ReadBody {
 pub type WsCapLayer = Middleware<WsCap>;
 
 impl WsCapLayer {
+    /// Admits WebSocket upgrades against `table`'s caps.
     pub fn new(table: Arc<ConnTable>) -> Self {
         Middleware(WsCap { table })
     }

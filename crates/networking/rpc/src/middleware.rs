@@ -80,6 +80,7 @@ pub trait HttpMiddleware<B>: Clone {
 
 /// One call middleware's logic; what it does not override passes straight through.
 pub trait RpcMiddleware: Clone + Send + Sync + 'static {
+    /// The answer to one method call; by default `inner`'s.
     fn call<'a, S: RpcService>(
         &self,
         inner: &S,
@@ -88,6 +89,8 @@ pub trait RpcMiddleware: Clone + Send + Sync + 'static {
         inner.call(req)
     }
 
+    /// Handles a notification (a call without an id, never answered); by default
+    /// `inner` does.
     fn notification<'a, S: RpcService>(
         &self,
         inner: &S,
@@ -96,6 +99,7 @@ pub trait RpcMiddleware: Clone + Send + Sync + 'static {
         inner.notification(n)
     }
 
+    /// The answer to a batch of calls and notifications; by default `inner`'s.
     fn batch<'a, S: RpcService>(
         &self,
         inner: &S,

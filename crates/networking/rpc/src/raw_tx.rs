@@ -37,6 +37,8 @@ const METHOD: &str = "eth_sendRawTransaction";
 pub type RawTxLayer = Middleware<RawTx>;
 
 impl RawTxLayer {
+    /// Answers plain `eth_sendRawTransaction` calls from `ctx` (`None`: passes every
+    /// request on), reading bodies of at most `max_body_size` bytes.
     pub fn new(ctx: Option<Arc<RpcContext>>, max_body_size: u32) -> Self {
         Middleware(RawTx { ctx, max_body_size })
     }

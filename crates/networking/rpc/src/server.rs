@@ -75,7 +75,9 @@ impl Default for HttpTimeouts {
 /// address, or an IPv6 /64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
+    /// Most connections open at once.
     pub total: usize,
+    /// Most connections open at once from one client address.
     pub per_ip: usize,
 }
 
@@ -90,7 +92,9 @@ pub struct ConnTable {
 /// Why a connection was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
+    /// The table already holds its `total` connections.
     Total,
+    /// The client's address already holds its `per_ip` connections.
     PerIp,
 }
 
@@ -106,6 +110,7 @@ impl ConnTable {
         })
     }
 
+    /// The caps, with limits below 1 raised to 1.
     pub fn limits(&self) -> ConnLimits {
         self.limits
     }
@@ -116,6 +121,7 @@ impl ConnTable {
         (open.0, open.1.get(&host_key(ip)).copied().unwrap_or(0))
     }
 
+    /// Admits a connection from `ip`: its slot, held until dropped, or why it is refused.
     pub fn try_open(self: &Arc<Self>, ip: IpAddr) -> Result<ConnSlot, Refusal> {
         let key = host_key(ip);
         let mut open = self.open.lock();
@@ -183,6 +189,7 @@ struct Clock {
 /// handlers find it in the request's extensions.
 #[derive(Debug)]
 pub struct Conn {
+    /// The client's address and port.
     pub remote: SocketAddr,
     clock: Mutex<Clock>,
     _slot: ConnSlot,
@@ -197,6 +204,7 @@ pub struct Conn {
 /// What the request layers learn of the connection a request came on.
 #[derive(Debug, Clone)]
 pub struct RequestMeta {
+    /// The connection the request came on.
     pub conn: Arc<Conn>,
     /// When the request's first byte arrived: its read deadline counts from here.
     pub started: Instant,
@@ -425,7 +433,10 @@ where
 pub struct ServeOptions {
     /// A name for logs and metrics: "http", "ws", "engine".
     pub name: &'static str,
+    /// The connections' header, idle and write-stall timeouts.
     pub timeouts: HttpTimeouts,
+    /// The connection caps this listener counts against (the HTTP and WebSocket ports
+    /// share one).
     pub table: Arc<ConnTable>,
     /// Serve a connection whose transaction submissions are mostly refused in the
     /// untrusted admission lane.

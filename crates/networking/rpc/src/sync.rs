@@ -13,20 +13,28 @@ use serde_json::{Value, json};
 /// Where a running sync stands (`eth_syncing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyncStatus {
+    /// The head's number when this sync started (`startingBlock`).
     pub starting_block: u64,
+    /// The head's number now (`currentBlock`).
     pub current_block: u64,
+    /// The sync target's number (`highestBlock`).
     pub highest_block: u64,
-    /// What a snap sync downloaded (geth's `syncedAccounts`, `syncedStorage`,
-    /// `syncedBytecodes`; zero when the state was not downloaded).
+    /// Accounts a snap sync downloaded (`syncedAccounts`; zero when the state was not
+    /// downloaded, as for the other snap figures).
     pub synced_accounts: u64,
+    /// Storage slots a snap sync downloaded (`syncedStorage`).
     pub synced_storage: u64,
+    /// Contract codes a snap sync downloaded (`syncedBytecodes`).
     pub synced_bytecodes: u64,
-    /// What healing after a pivot move did and has left (geth's `healedTrienodes`,
-    /// `healedTrienodeBytes`, `healedBytecodes`, `healingTrienodes`, `healingBytecode`).
+    /// Trie nodes fetched by healing after a pivot move (`healedTrienodes`).
     pub healed_trienodes: u64,
+    /// Bytes of those trie nodes (`healedTrienodeBytes`).
     pub healed_trienode_bytes: u64,
+    /// Contract codes fetched by healing (`healedBytecodes`).
     pub healed_bytecodes: u64,
+    /// Trie nodes healing still has to fetch (`healingTrienodes`).
     pub healing_trienodes: u64,
+    /// Contract codes healing still has to fetch (`healingBytecode`).
     pub healing_bytecode: u64,
 }
 

@@ -33,22 +33,40 @@ const B64: GeneralPurpose = GeneralPurpose::new(
 /// Why a JWT secret file or a token was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum JwtError {
+    /// The secret file could not be read.
     #[error("cannot read JWT secret {path}: {reason}")]
-    SecretFile { path: String, reason: String },
+    SecretFile {
+        /// The file's path, as given.
+        path: String,
+        /// The operating system's error, as text.
+        reason: String,
+    },
+    /// The secret file does not hold 64 hex digits (`0x` optional).
     #[error("JWT secret is not 32 bytes of hex")]
     SecretFormat,
+    /// The request has no `Authorization: Bearer …` header.
     #[error("missing Authorization: Bearer token")]
     Missing,
+    /// The token is not three base64url parts of JSON, or is over 4096 bytes.
     #[error("malformed token")]
     Malformed,
+    /// The token's header names an `alg` other than HS256 (`none` included).
     #[error("unsupported token algorithm")]
     Algorithm,
+    /// The HMAC-SHA256 signature does not verify with the shared secret.
     #[error("signature invalid")]
     Signature,
+    /// The claims carry no numeric `iat`.
     #[error("token has no iat claim")]
     NoIssuedAt,
+    /// The `iat` is more than [`IAT_WINDOW_SECS`] away from our clock.
     #[error("stale token (iat {iat}, now {now})")]
-    Stale { iat: u64, now: u64 },
+    Stale {
+        /// The token's issue time, in Unix seconds.
+        iat: u64,
+        /// Our clock, in Unix seconds.
+        now: u64,
+    },
 }
 
 /// Parses a secret as geth writes it (`--authrpc.jwtsecret`): 64 hex digits, `0x`
@@ -165,6 +183,7 @@ fn unauthorized(e: &JwtError) -> HttpResponse {
 pub type JwtAuthLayer = Middleware<JwtAuth>;
 
 impl JwtAuthLayer {
+    /// The layer that checks every request's token against `secret`.
     pub fn new(secret: [u8; 32]) -> Self {
         Middleware(JwtAuth {
             secret: Arc::new(secret),

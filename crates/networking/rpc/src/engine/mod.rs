@@ -62,7 +62,10 @@ use std::sync::atomic::AtomicBool;
 /// Engine endpoint settings; geth's `--authrpc.*` defaults.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// Where the engine API listens (`--authrpc.addr`, `--authrpc.port`; 127.0.0.1:8551).
     pub addr: SocketAddr,
+    /// The secret shared with the consensus client (`--authrpc.jwtsecret`): every request
+    /// carries an HS256 token signed with it.
     pub jwt_secret: [u8; 32],
     /// Largest request body; geth allows 128 MiB on the engine port, since a payload
     /// (and a getBlobs answer) can be tens of megabytes and only the CL can send one.
@@ -146,8 +149,12 @@ struct Shared {
 /// What the engine handlers work on. Cloning shares it.
 #[derive(Debug, Clone)]
 pub struct EngineContext {
+    /// The chain newPayload imports into and forkchoiceUpdated moves the head of.
     pub chain: Chain,
+    /// The transaction pool, following the chain through `maintainer`; `engine_getBlobs`
+    /// reads its blobs.
     pub pool: Pool,
+    /// Builds the payloads forkchoiceUpdated with attributes starts, for getPayload.
     pub payloads: PayloadService,
     /// Set by the first forkchoiceUpdated to a known head: the CL says we are at the
     /// tip, so peers' transactions are worth admitting. The node reads it.

@@ -112,9 +112,13 @@ pub(crate) fn withdrawals(v: &Value) -> RpcResult<Vec<Withdrawal>> {
 pub enum Version {
     /// Paris (the merge) payloads: no withdrawals.
     V1 = 1,
+    /// Shanghai payloads: withdrawals (EIP-4895).
     V2 = 2,
+    /// Cancun payloads: blob gas fields, versioned hashes and the parent beacon root.
     V3 = 3,
+    /// Prague payloads: execution requests (EIP-7685).
     V4 = 4,
+    /// Osaka (`engine_getPayloadV5`): blobs bundled with cell proofs (EIP-7594).
     V5 = 5,
 }
 
@@ -133,9 +137,14 @@ pub(crate) fn check_fork(version: Version, fork: Fork) -> RpcResult<()> {
 /// A `newPayload` call, parsed but not yet checked against the chain.
 #[derive(Debug)]
 pub struct NewPayload {
+    /// The header the payload's fields give, with the call's parent beacon root and
+    /// requests hash; its transactions and withdrawals roots are still to be computed.
     pub header: Header,
+    /// The payload's `blockHash`: the consensus client's claim, to check against `header`.
     pub block_hash: B256,
+    /// The payload's transactions, each in its EIP-2718 encoding.
     pub transactions: Vec<Vec<u8>>,
+    /// The payload's withdrawals (EIP-4895); `None` before Shanghai.
     pub withdrawals: Option<Vec<Withdrawal>>,
     /// `expectedBlobVersionedHashes`, from V3.
     pub versioned_hashes: Option<Vec<B256>>,
