@@ -88,6 +88,9 @@ pub struct PoolConfig {
     /// sender's least suffix is kept as its txs come and go, so an eviction finds it in
     /// O(log n) (docs/bench-history/pool-quality.md, "packages brought back", measures what it gains).
     pub evict_by_package: bool,
+    /// The reorder buffer for blob txs whose nonce is ahead of their sender's next
+    /// (go-ethereum's lifetime and overall cap, and a per-origin share).
+    pub gapped: crate::GappedLimits,
 }
 
 impl PoolConfig {
@@ -122,6 +125,7 @@ impl PoolConfig {
             budget: super::BudgetConfig::for_this_machine(),
             let_go: SubPoolLimit::new(16_384, 8 << 20),
             evict_by_package: true,
+            gapped: crate::GappedLimits::default(),
         }
     }
 

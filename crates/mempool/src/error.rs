@@ -47,6 +47,9 @@ pub struct Added {
     pub subpool: SubPool,
     /// The transaction it replaced (same sender and nonce), if any.
     pub replaced: Option<B256>,
+    /// Held in the gapped reorder buffer (a blob tx whose nonce is ahead of its sender's
+    /// next, [`crate::GappedLimits`]): not pooled or announced until the gap fills.
+    pub gapped: bool,
 }
 
 /// Why the pool turned a transaction away. `Display` uses geth's wording where geth has

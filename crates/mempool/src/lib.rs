@@ -42,7 +42,9 @@ pub mod bench_support;
 mod best;
 pub mod budget;
 mod config;
+mod convert;
 mod error;
+mod gapped;
 mod journal;
 mod kzg;
 pub mod maintain;
@@ -58,6 +60,7 @@ pub use budget::{
 };
 pub use config::{PoolConfig, SubPoolLimit};
 pub use error::{AddResult, Added, JournalFailure, PeerCost, Rejection, SubPool};
+pub use gapped::GappedLimits;
 pub use journal::{
     Journal, JournalContents, JournalOptions, JournalReload, ReloadFate, Snapshot, read_journal,
 };
@@ -75,7 +78,7 @@ use kzg::KzgBatcher;
 use metrics::StageClock;
 use moat_common::config::Fork;
 use moat_common::transaction::{
-    BlobRules, BlobsBundle, MAX_TX_SIZE, PooledTransaction, StatelessRules, TxType,
+    BlobRules, BlobsBundle, MAX_TX_SIZE, PooledTransaction, SidecarVersion, StatelessRules, TxType,
     validate_stateless,
 };
 use moat_crypto::kzg::{BYTES_PER_BLOB, CELLS_PER_EXT_BLOB};
@@ -255,6 +258,9 @@ struct PoolInner {
     /// Sidecars that failed KZG, by [`kzg::sidecar_digest`]: KZG runs once per unique
     /// (transaction, sidecar).
     bad_sidecars: RecentFailures,
+    /// Blob txs whose nonce is ahead of their sender's next, waiting for the gap to fill
+    /// ([`gapped`]).
+    gapped: moat_sched::CeilingMutex<gapped::Gapped>,
     in_flight: InFlight,
     backpressure: Backpressure,
     /// One batcher per lane ([`moat_sched::Lane`]): a trusted blob tx never waits for a batch of
@@ -361,7 +367,7 @@ impl PoolInner {
         lap(Stage::RecentFailure);
 
         // 4. Dedup: pooled, or being admitted right now (admission claims it).
-        if self.pool.lock().contains(&hash) {
+        if self.pool.lock().contains(&hash) || self.gapped.lock().contains(&hash) {
             return Err(Rejection::AlreadyKnown);
         }
         let claim = match origin {
@@ -390,9 +396,16 @@ impl PoolInner {
         // 5. Structural sidecar checks.
         if pooled.tx_type() == TxType::Eip4844 {
             let blob_rules = rules.blob.ok_or(Rejection::BlobsNotActive)?;
-            pooled
-                .validate_cheap(&blob_rules)
-                .map_err(Rejection::Sidecar)?;
+            match pooled.validate_cheap(&blob_rules) {
+                Ok(()) => {}
+                // From Osaka a version-0 sidecar is refused, except over RPC: a local one
+                // is converted to cell proofs after the other checks ([`convert`]).
+                Err(moat_common::BlobsBundleError::VersionNotAllowed {
+                    version: SidecarVersion::V0,
+                    fork,
+                }) if origin == Some(TxOrigin::Local) && fork >= Fork::Osaka => {}
+                Err(e) => return Err(Rejection::Sidecar(e)),
+            }
         }
         lap(Stage::ValidateCheap);
 
@@ -470,6 +483,7 @@ impl Pool {
             sender_cache: cache.unwrap_or_else(|| SenderCache::new(cfg.sender_cache_capacity)),
             failures: RecentFailures::new(cfg.failure_cache_capacity, cfg.failure_ttl),
             bad_sidecars: RecentFailures::new(BAD_SIDECARS_CAPACITY, cfg.failure_ttl),
+            gapped: moat_sched::CeilingMutex::named("gapped", gapped::Gapped::new(cfg.gapped)),
             in_flight: InFlight::default(),
             backpressure: Backpressure::new(cfg.max_in_flight, cfg.max_in_flight_per_origin),
             kzg: [(); 2]
@@ -766,11 +780,67 @@ impl Pool {
             clock.lap(Stage::Stateful);
             return r;
         }
-        s.pool
-            .lock()
-            .check(&tx, account)
-            .map_err(|e| self.fail(hash, e))?;
+        let checked = s.pool.lock().check(&tx, account);
+        match checked {
+            Ok(_) => {}
+            // Ahead of the sender's next nonce: held for a while, no KZG yet, if the
+            // buffer takes it (`gapped`); refused as a gap otherwise.
+            Err(e @ Rejection::BlobNonceGap { .. }) => {
+                let held = s
+                    .gapped
+                    .lock()
+                    .insert(Arc::clone(&tx), account.nonce, Instant::now());
+                if held.is_err() {
+                    return Err(self.fail(hash, e));
+                }
+                m.inc(Counter::gapped_held);
+                clock.lap(Stage::Stateful);
+                return Ok(Added {
+                    hash,
+                    subpool: SubPool::Blob,
+                    replaced: None,
+                    gapped: true,
+                });
+            }
+            Err(e) => return Err(self.fail(hash, e)),
+        }
         clock.lap(Stage::Stateful);
+
+        // 9a. A local version-0 sidecar after Osaka becomes version 1 (`convert`), its
+        //     CPU charged to the caller's meter (the RPC budget).
+        let tx = match tx.tx.sidecar() {
+            Some(b)
+                if b.version == SidecarVersion::V0
+                    && rules
+                        .blob
+                        .is_some_and(|r| r.sidecar_version() == SidecarVersion::V1) =>
+            {
+                meter.pause();
+                let converted = convert::to_cell_proofs_blocking(Arc::clone(
+                    tx.tx.sidecar_shared().expect("a sidecar"),
+                ))
+                .await;
+                meter.resume();
+                let (bundle, cpu_ns) = match converted {
+                    Some(Ok(done)) => done,
+                    Some(Err(e)) => {
+                        return Err(Rejection::Sidecar(moat_common::BlobsBundleError::Kzg(e)));
+                    }
+                    None => return Err(Rejection::Aborted),
+                };
+                meter.add_elsewhere(cpu_ns);
+                m.inc(Counter::sidecars_converted);
+                Arc::new(PoolTx {
+                    tx: PooledTransaction::new(tx.tx.tx().clone(), Some(bundle)),
+                    sender: tx.sender,
+                    origin: tx.origin,
+                    added_at: tx.added_at,
+                    authorities: tx.authorities.clone(),
+                    cost: tx.cost,
+                })
+            }
+            _ => tx,
+        };
 
         // 9. KZG, once per unique blob tx (the in-flight claim guarantees it).
         let bundle = Arc::clone(tx.tx.sidecar_shared().ok_or(Rejection::Sidecar(
@@ -803,10 +873,53 @@ impl Pool {
         }
         clock.lap(Stage::Kzg);
 
-        // 10. Insert.
+        // 10. Insert; a gapped tx of the same sender may follow it now.
         let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
         clock.lap(Stage::Insert);
+        if r.is_ok() {
+            self.promote_gapped(sender);
+        }
         r
+    }
+
+    /// Hands `sender`'s gapped blob txs that no longer wait (the run from its next
+    /// nonce) back to admission, in nonce order, on a task of their own; each is charged
+    /// to the origin that sent it. What was mined meanwhile is dropped.
+    fn promote_gapped(&self, sender: Address) {
+        let next = self.pending_nonce(&sender);
+        let ready = self.inner.gapped.lock().take_ready(&sender, next);
+        if ready.is_empty() {
+            return;
+        }
+        let pool = self.clone();
+        tokio::spawn(async move {
+            for tx in ready {
+                let origin = tx.origin;
+                let input = TxInput::Decoded(Box::new(tx.tx.clone()));
+                let mut meter = CpuMeter::start();
+                let result = pool.add_metered(input, origin, &mut meter).await;
+                pool.charge(origin, meter);
+                if result.is_err() {
+                    break;
+                }
+                pool.inner.metrics.inc(Counter::gapped_promoted);
+            }
+        });
+    }
+
+    /// Drops gapped blob txs past their lifetime, and promotes those whose gap a block
+    /// filled.
+    fn upkeep_gapped(&self, now: Instant) {
+        let (expired, senders) = {
+            let mut g = self.inner.gapped.lock();
+            (g.expire(now), g.senders())
+        };
+        self.inner
+            .metrics
+            .add(Counter::gapped_expired, expired as u64);
+        for sender in senders {
+            self.promote_gapped(sender);
+        }
     }
 
     /// Inserts under the lock, then publishes events with the lock released.
@@ -915,6 +1028,8 @@ impl Pool {
                 reinjected += 1;
             }
         }
+        // A block may have filled a gapped blob tx's gap, or mined its nonce.
+        self.upkeep_gapped(Instant::now());
         HeadChangeOutcome {
             removed,
             reinjected,
@@ -931,6 +1046,7 @@ impl Pool {
         self.inner
             .metrics
             .add(Counter::expired, removed.len() as u64);
+        self.upkeep_gapped(now);
         removed.len()
     }
 
@@ -951,7 +1067,9 @@ impl Pool {
 
     /// Known to the pool or being admitted: what the fetcher must not request again.
     pub fn is_known_or_importing(&self, hash: &B256) -> bool {
-        self.contains(hash) || self.inner.in_flight.contains(hash)
+        self.contains(hash)
+            || self.inner.in_flight.contains(hash)
+            || self.inner.gapped.lock().contains(hash)
     }
 
     /// The subpool of the pooled transaction with this hash.

@@ -143,6 +143,14 @@ counters! {
     expired => "moat_pool_expired_total",
     /// Reorged-out transactions offered back to the pool.
     reinjected => "moat_pool_reinjected_total",
+    /// Version-0 sidecars submitted over RPC after Osaka and converted to cell proofs.
+    sidecars_converted => "moat_pool_sidecars_converted_total",
+    /// Blob transactions held in the gapped reorder buffer (their nonce was ahead).
+    gapped_held => "moat_pool_gapped_held_total",
+    /// Gapped blob transactions handed back to admission once their gap filled.
+    gapped_promoted => "moat_pool_gapped_promoted_total",
+    /// Gapped blob transactions dropped after their lifetime.
+    gapped_expired => "moat_pool_gapped_expired_total",
 }
 
 impl PoolMetrics {

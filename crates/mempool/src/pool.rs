@@ -567,6 +567,7 @@ impl TxPool {
                 hash,
                 subpool,
                 replaced: plan.replaces,
+                gapped: false,
             }),
             evicted,
         )

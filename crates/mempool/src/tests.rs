@@ -77,7 +77,8 @@ async fn plain_tx_goes_pending_and_a_duplicate_is_already_known() {
         Added {
             hash: tx.hash(),
             subpool: SubPool::Pending,
-            replaced: None
+            replaced: None,
+            gapped: false,
         }
     );
     assert_eq!(add(&pool, &tx).await, Err(Rejection::AlreadyKnown));
@@ -1754,5 +1755,6 @@ mod sender_rules {
     }
 }
 
+mod blob_osaka;
 mod let_go;
 mod prop;

@@ -1,0 +1,150 @@
+//! The blob pool after Osaka: version-0 sidecars from RPC converted to cell proofs, and
+//! the reorder buffer for blob txs whose nonce is ahead of their sender's.
+
+use super::*;
+use std::time::Duration;
+
+fn osaka() -> (Pool, Arc<InMemoryState>) {
+    let state = Arc::new(InMemoryState::new(head()));
+    let cfg = PoolConfig::new(ChainConfig::all_forks_at_genesis(1, Fork::Osaka));
+    (Pool::new(cfg, state.clone()), state)
+}
+
+/// Waits (bounded) until `cond` holds: promotion runs on a task of its own.
+async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+#[tokio::test]
+async fn a_local_version_0_sidecar_after_osaka_is_converted_and_pooled_as_version_1() {
+    let (pool, state) = osaka();
+    let a = funded(&state, 90);
+    let tx = sample_blob_tx(SidecarVersion::V0, 2, 0, &a);
+    let added = pool.submit_local(raw(&tx)).await.unwrap();
+    assert_eq!(added.hash, tx.hash(), "the hash does not cover the sidecar");
+    let pooled = pool.get(&tx.hash()).unwrap();
+    let bundle = pooled.tx.sidecar().unwrap();
+    assert_eq!(bundle.version, SidecarVersion::V1);
+    assert_eq!(bundle.commitments, tx.sidecar().unwrap().commitments);
+    assert_eq!(pool.metrics().get(Counter::sidecars_converted), 1);
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 1);
+    // getBlobsV2 finds it with its cell proofs.
+    let vh = tx.tx().tx().blob_versioned_hashes()[0];
+    let (found, _) = pool.blob_by_versioned_hash(&vh).unwrap();
+    assert_eq!(found.version, SidecarVersion::V1);
+}
+
+#[tokio::test]
+async fn a_peer_must_send_the_forks_sidecar_version() {
+    let (pool, state) = osaka();
+    let a = funded(&state, 91);
+    let tx = sample_blob_tx(SidecarVersion::V0, 1, 0, &a);
+    assert_eq!(
+        add(&pool, &tx).await,
+        Err(Rejection::Sidecar(BlobsBundleError::VersionNotAllowed {
+            version: SidecarVersion::V0,
+            fork: Fork::Osaka,
+        }))
+    );
+    assert_eq!(pool.metrics().get(Counter::sidecars_converted), 0);
+}
+
+#[tokio::test]
+async fn a_refused_local_tx_costs_no_conversion() {
+    let (pool, _state) = osaka();
+    // Unfunded sender: refused at the stateful checks, before any cell proof.
+    let tx = sample_blob_tx(SidecarVersion::V0, 1, 0, &Signer::from_seed(92));
+    assert!(pool.submit_local(raw(&tx)).await.is_err());
+    assert_eq!(pool.metrics().get(Counter::sidecars_converted), 0);
+}
+
+#[tokio::test]
+async fn a_gapped_blob_tx_waits_without_kzg_and_is_promoted_when_the_gap_fills() {
+    let (pool, state) = setup();
+    let a = funded(&state, 93);
+    // Nonce 9 next: an account with history may hold one tx ahead (log10(10) = 1).
+    state.set_nonce(a.address(), 9);
+    let ahead = sample_blob_tx(SidecarVersion::V0, 1, 10, &a);
+    let held = add(&pool, &ahead).await.unwrap();
+    assert!(held.gapped);
+    assert!(!pool.contains(&ahead.hash()), "not pooled yet");
+    assert!(
+        pool.is_known_or_importing(&ahead.hash()),
+        "not fetched again"
+    );
+    assert_eq!(
+        pool.metrics().get(Counter::kzg_verifications),
+        0,
+        "no KZG yet"
+    );
+    assert_eq!(add(&pool, &ahead).await, Err(Rejection::AlreadyKnown));
+    // A second one ahead is past the sender's allowance.
+    let further = sample_blob_tx(SidecarVersion::V0, 1, 11, &a);
+    assert!(matches!(
+        add(&pool, &further).await,
+        Err(Rejection::BlobNonceGap { .. })
+    ));
+
+    let next = sample_blob_tx(SidecarVersion::V0, 1, 9, &a);
+    assert!(!add(&pool, &next).await.unwrap().gapped);
+    assert!(
+        eventually(|| pool.contains(&ahead.hash())).await,
+        "promoted"
+    );
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 2);
+    assert_eq!(pool.metrics().get(Counter::gapped_promoted), 1);
+}
+
+#[tokio::test]
+async fn a_fresh_sender_may_not_leave_a_gap_and_a_gapped_tx_expires() {
+    let (pool, state) = setup();
+    let fresh = funded(&state, 94);
+    let tx = sample_blob_tx(SidecarVersion::V0, 1, 1, &fresh);
+    assert!(matches!(
+        add(&pool, &tx).await,
+        Err(Rejection::BlobNonceGap {
+            expected: 0,
+            found: 1
+        })
+    ));
+
+    let old = funded(&state, 95);
+    state.set_nonce(old.address(), 99);
+    let ahead = sample_blob_tx(SidecarVersion::V0, 1, 100 + 1, &old);
+    assert!(add(&pool, &ahead).await.unwrap().gapped);
+    pool.remove_expired(Instant::now() + Duration::from_secs(59));
+    assert!(pool.is_known_or_importing(&ahead.hash()));
+    pool.remove_expired(Instant::now() + Duration::from_secs(61));
+    assert!(
+        !pool.is_known_or_importing(&ahead.hash()),
+        "dropped after its lifetime"
+    );
+    assert_eq!(pool.metrics().get(Counter::gapped_expired), 1);
+}
+
+#[tokio::test]
+async fn a_block_that_fills_the_gap_promotes_the_waiting_tx() {
+    let (pool, state) = setup();
+    let a = funded(&state, 96);
+    state.set_nonce(a.address(), 9);
+    let ahead = sample_blob_tx(SidecarVersion::V0, 1, 10, &a);
+    assert!(add(&pool, &ahead).await.unwrap().gapped);
+    // Nonce 9 was mined elsewhere: the state moves to 10.
+    state.set_nonce(a.address(), 10);
+    pool.on_head_change(HeadUpdate {
+        head: head(),
+        touched: vec![a.address()],
+        ..Default::default()
+    })
+    .await;
+    assert!(
+        eventually(|| pool.contains(&ahead.hash())).await,
+        "promoted"
+    );
+}
