@@ -11,8 +11,11 @@
 /// A network with built-in bootnodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublicNetwork {
+    /// Ethereum mainnet (chain id 1).
     Mainnet,
+    /// The Sepolia testnet (chain id 11155111).
     Sepolia,
+    /// The Hoodi testnet (chain id 560048).
     Hoodi,
 }
 

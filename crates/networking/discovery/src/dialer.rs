@@ -73,6 +73,7 @@ pub struct DialerConfig {
     pub max_dials_per_tick: usize,
     /// Wait before a node is dialled again, doubled per try up to `max_backoff`.
     pub initial_backoff: Duration,
+    /// Ceiling of the doubling backoff between dials of one node.
     pub max_backoff: Duration,
 }
 
@@ -102,6 +103,7 @@ pub struct DialPolicy {
 }
 
 impl DialPolicy {
+    /// A policy with an empty queue and no backoff records.
     pub fn new(cfg: DialerConfig) -> Self {
         DialPolicy {
             cfg,

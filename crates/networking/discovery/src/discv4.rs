@@ -56,6 +56,7 @@ const EVENT_BUFFER: usize = 1024;
 /// How discovery is set up.
 #[derive(Debug, Clone)]
 pub struct Discv4Config {
+    /// Our node key: signs every packet and our record; its public key is our node id.
     pub secret_key: SecretKey,
     /// The UDP address to listen on.
     pub listen: SocketAddr,
@@ -82,6 +83,7 @@ pub struct Discv4Config {
 }
 
 impl Discv4Config {
+    /// Defaults (geth's timings) for `secret_key` listening on `listen`, announcing the same port for RLPx.
     pub fn new(secret_key: SecretKey, listen: SocketAddr) -> Self {
         Discv4Config {
             secret_key,
@@ -102,11 +104,15 @@ impl Discv4Config {
 /// Why discovery could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Discv4Error {
+    /// The UDP socket could not be bound.
     #[error("cannot bind UDP {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The OS error.
         source: std::io::Error,
     },
+    /// Our ENR could not be built or signed.
     #[error("cannot sign our node record: {0}")]
     Record(#[from] crate::EnrError),
 }
@@ -114,12 +120,16 @@ pub enum Discv4Error {
 /// Why a request to another node failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
+    /// No reply within `request_timeout`.
     #[error("no reply in time")]
     Timeout,
+    /// The pending-reply table is full.
     #[error("too many requests in flight")]
     Busy,
+    /// The UDP send failed (the OS error as text).
     #[error("cannot send: {0}")]
     Send(String),
+    /// The ENRResponse's record is for another node id.
     #[error("the record returned is not the node's")]
     WrongRecord,
 }
@@ -358,6 +368,7 @@ impl Discv4 {
         }
     }
 
+    /// Our node id (the public key of `secret_key`).
     pub fn local_id(&self) -> NodeId {
         self.inner.id
     }

@@ -36,6 +36,7 @@ const SMALL_TABLE: usize = 16;
 /// What discv5 needs to start.
 #[derive(Debug, Clone)]
 pub struct Discv5Config {
+    /// Our node key (the same as discv4's): signs the record and the sessions' handshakes.
     pub secret_key: SecretKey,
     /// Where to listen (IPv4 or IPv6).
     pub listen: SocketAddr,
@@ -50,8 +51,10 @@ pub struct Discv5Config {
 /// Why discv5 did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Discv5Error {
+    /// Our record could not be built for discv5 (the reason as text).
     #[error("discv5 record: {0}")]
     Record(String),
+    /// The discv5 service failed to start (the reason as text).
     #[error("discv5: {0}")]
     Start(String),
 }

@@ -26,26 +26,37 @@ pub const MAX_ENR_SIZE: usize = 300;
 /// Why a record cannot be decoded, built or trusted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnrError {
+    /// The encoding is larger than [`MAX_ENR_SIZE`] (its size in bytes).
     #[error("record is {0} bytes, more than 300")]
     TooBig(usize),
+    /// The record is not well-formed RLP.
     #[error("record RLP: {0}")]
     Rlp(#[from] rlp::RlpError),
+    /// The key/value list has an odd number of items.
     #[error("record has a key without a value")]
     OddPairs,
+    /// Keys are not sorted or repeat (EIP-778 requires strictly increasing order).
     #[error("record keys are not in strictly increasing order")]
     UnsortedKeys,
+    /// The `id` (identity scheme) entry is missing.
     #[error("record has no \"id\" entry")]
     NoScheme,
+    /// The identity scheme is not `v4` (the scheme named).
     #[error("record uses identity scheme {0:?}, not \"v4\"")]
     UnknownScheme(String),
+    /// The `secp256k1` entry is missing or not a valid compressed public key.
     #[error("record has no valid \"secp256k1\" public key")]
     BadPublicKey,
+    /// The signature is not 64 bytes (`r || s`).
     #[error("record signature is not 64 bytes")]
     BadSignatureLength,
+    /// The signature does not verify against the record's public key.
     #[error("record signature does not verify")]
     BadSignature,
+    /// Text form is not `enr:` followed by unpadded base64url.
     #[error("record text must be \"enr:\" followed by unpadded base64url")]
     BadText,
+    /// Bytes follow the record's RLP list.
     #[error("record has bytes after its end")]
     TrailingBytes,
 }
@@ -65,9 +76,13 @@ pub struct Enr {
 /// which the record also names snap/1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EnrFields {
+    /// Our address: written as `ip` (IPv4) or `ip6` (IPv6).
     pub ip: Option<IpAddr>,
+    /// Our RLPx port (`tcp` or `tcp6`, following `ip`'s family).
     pub tcp: Option<u16>,
+    /// Our discovery port (`udp` or `udp6`, following `ip`'s family).
     pub udp: Option<u16>,
+    /// Our EIP-2124 fork id, written as the `eth` entry.
     pub fork_id: Option<ForkId>,
 }
 
@@ -242,28 +257,34 @@ impl Enr {
         r.is_empty().then_some(v)
     }
 
+    /// The `ip` entry: the node's IPv4 address.
     pub fn ip4(&self) -> Option<Ipv4Addr> {
         let b = rlp::decode_bytes_exact(self.get(b"ip")?).ok()?;
         <[u8; 4]>::try_from(b).ok().map(Ipv4Addr::from)
     }
 
+    /// The `ip6` entry: the node's IPv6 address.
     pub fn ip6(&self) -> Option<Ipv6Addr> {
         let b = rlp::decode_bytes_exact(self.get(b"ip6")?).ok()?;
         <[u8; 16]>::try_from(b).ok().map(Ipv6Addr::from)
     }
 
+    /// The `tcp` entry: the RLPx port on the IPv4 address.
     pub fn tcp4(&self) -> Option<u16> {
         self.get_uint16(b"tcp")
     }
 
+    /// The `udp` entry: the discovery port on the IPv4 address.
     pub fn udp4(&self) -> Option<u16> {
         self.get_uint16(b"udp")
     }
 
+    /// The `tcp6` entry: the RLPx port on the IPv6 address.
     pub fn tcp6(&self) -> Option<u16> {
         self.get_uint16(b"tcp6")
     }
 
+    /// The `udp6` entry: the discovery port on the IPv6 address.
     pub fn udp6(&self) -> Option<u16> {
         self.get_uint16(b"udp6")
     }

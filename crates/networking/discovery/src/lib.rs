@@ -77,14 +77,20 @@ pub fn log_distance(a: &B256, b: &B256) -> usize {
 /// it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRecord {
+    /// The node's public key (64 bytes, uncompressed without the prefix).
     pub id: NodeId,
+    /// The IP address discovery reaches it at.
     pub ip: IpAddr,
+    /// Its discovery (UDP) port.
     pub udp: u16,
+    /// Its RLPx (TCP) port; 0 when it announces none.
     pub tcp: u16,
+    /// Its signed record (EIP-778), once fetched or received.
     pub enr: Option<Enr>,
 }
 
 impl NodeRecord {
+    /// A node known by its endpoints only, without a record.
     pub fn new(id: NodeId, ip: IpAddr, udp: u16, tcp: u16) -> Self {
         NodeRecord {
             id,
@@ -109,10 +115,12 @@ impl NodeRecord {
         })
     }
 
+    /// Where to send it discovery packets.
     pub fn udp_addr(&self) -> SocketAddr {
         SocketAddr::new(self.ip, self.udp)
     }
 
+    /// Where to dial it for RLPx.
     pub fn tcp_addr(&self) -> SocketAddr {
         SocketAddr::new(self.ip, self.tcp)
     }
@@ -142,12 +150,16 @@ impl std::fmt::Display for NodeRecord {
 /// Why a bootnode string is neither an enode URL nor a usable ENR.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeParseError {
+    /// The string starts with neither `enode://` nor `enr:`.
     #[error("expected enode://<id>@<ip>:<port> or enr:...")]
     Scheme,
+    /// The enode URL is malformed.
     #[error(transparent)]
     Enode(#[from] EnodeError),
+    /// The `enr:` record does not decode or verify.
     #[error("{0}")]
     Enr(#[from] EnrError),
+    /// The record names no IP address or UDP port to reach the node at.
     #[error("record has no IP address and UDP port")]
     EnrNoEndpoint,
 }

@@ -32,22 +32,32 @@ pub const MAX_NEIGHBORS: usize = 12;
 /// Why bytes are not a discv4 packet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// Shorter than hash, signature and type (the size in bytes).
     #[error("packet of {0} bytes is too small")]
     TooSmall(usize),
+    /// Longer than [`MAX_PACKET_SIZE`] (the size in bytes).
     #[error("packet of {0} bytes is larger than 1280")]
     TooLarge(usize),
+    /// The leading hash is not keccak256 of the rest.
     #[error("packet hash does not match its contents")]
     BadHash,
+    /// The signature recovers no public key.
     #[error("packet signature does not recover a public key")]
     BadSignature,
+    /// The type byte is not 1 to 6.
     #[error("unknown packet type {0}")]
     UnknownType(u8),
+    /// A field of the body does not decode.
     #[error("{packet} {field}: {error}")]
     Field {
+        /// The packet's name (`ping`, `neighbors`, ...).
         packet: &'static str,
+        /// The field's name.
         field: &'static str,
+        /// What was wrong with it.
         error: RlpError,
     },
+    /// The ENRResponse's record does not decode or verify.
     #[error("ENRResponse record: {0}")]
     Enr(EnrError),
 }
@@ -56,88 +66,125 @@ pub enum DecodeError {
 /// bytes reads as `None` (geth ignores the `from` field, so it must not fail a Ping).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {
+    /// The IP address; `None` when the bytes are not 4 or 16 long.
     pub ip: Option<IpAddr>,
+    /// The discovery (UDP) port.
     pub udp: u16,
+    /// The RLPx (TCP) port; 0 for none.
     pub tcp: u16,
 }
 
 /// A node in a Neighbors packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Neighbor {
+    /// The IP address; `None` when the bytes are not 4 or 16 long.
     pub ip: Option<IpAddr>,
+    /// The discovery (UDP) port.
     pub udp: u16,
+    /// The RLPx (TCP) port.
     pub tcp: u16,
+    /// The node's public key (its node id).
     pub id: NodeId,
 }
 
+/// Ping (type 1): asks for a Pong, proving the sender's endpoint (bonding).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ping {
+    /// The discovery protocol version; we send 4.
     pub version: u64,
+    /// The sender's endpoint as it sees itself.
     pub from: Endpoint,
+    /// The recipient's endpoint as the sender sees it.
     pub to: Endpoint,
+    /// Unix time (seconds) after which the packet is stale.
     pub expiration: u64,
     /// EIP-868: the sender's record sequence number.
     pub enr_seq: Option<u64>,
 }
 
+/// Pong (type 2): the answer to a Ping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pong {
     /// The address the Ping came from, as the responder saw it.
     pub to: Endpoint,
     /// The hash of the Ping answered.
     pub ping_hash: B256,
+    /// Unix time (seconds) after which the packet is stale.
     pub expiration: u64,
+    /// EIP-868: the responder's record sequence number.
     pub enr_seq: Option<u64>,
 }
 
+/// FindNode (type 3): asks for the nodes closest to a target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FindNode {
     /// A public key; nodes closest to its keccak256 are asked for.
     pub target: NodeId,
+    /// Unix time (seconds) after which the packet is stale.
     pub expiration: u64,
 }
 
+/// Neighbors (type 4): the answer to FindNode, at most [`MAX_NEIGHBORS`] per packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Neighbors {
+    /// The nodes found, closest to the target first.
     pub nodes: Vec<Neighbor>,
+    /// Unix time (seconds) after which the packet is stale.
     pub expiration: u64,
 }
 
+/// ENRRequest (type 5, EIP-868): asks for the recipient's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnrRequest {
+    /// Unix time (seconds) after which the packet is stale.
     pub expiration: u64,
 }
 
+/// ENRResponse (type 6, EIP-868): the answer to ENRRequest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnrResponse {
     /// The hash of the ENRRequest answered.
     pub request_hash: B256,
+    /// The responder's signed record.
     pub enr: Enr,
 }
 
 /// One discv4 message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Packet {
+    /// Type 1.
     Ping(Ping),
+    /// Type 2.
     Pong(Pong),
+    /// Type 3.
     FindNode(FindNode),
+    /// Type 4.
     Neighbors(Neighbors),
+    /// Type 5.
     EnrRequest(EnrRequest),
+    /// Type 6.
     EnrResponse(EnrResponse),
 }
 
 /// The six kinds, for matching replies and labelling metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PacketKind {
+    /// Ping (type 1).
     Ping = 1,
+    /// Pong (type 2).
     Pong = 2,
+    /// FindNode (type 3).
     FindNode = 3,
+    /// Neighbors (type 4).
     Neighbors = 4,
+    /// ENRRequest (type 5).
     EnrRequest = 5,
+    /// ENRResponse (type 6).
     EnrResponse = 6,
 }
 
 impl PacketKind {
+    /// Lowercase name, as used in logs and metric labels.
     pub fn name(self) -> &'static str {
         match self {
             PacketKind::Ping => "ping",
@@ -151,6 +198,7 @@ impl PacketKind {
 }
 
 impl Packet {
+    /// The packet's kind (its type byte).
     pub fn kind(&self) -> PacketKind {
         match self {
             Packet::Ping(_) => PacketKind::Ping,
@@ -264,6 +312,7 @@ fn encode_endpoint(e: &Endpoint, out: &mut Vec<u8>) {
 /// A decoded packet with what the frame says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
+    /// The message.
     pub packet: Packet,
     /// The sender, recovered from the signature.
     pub sender: NodeId,

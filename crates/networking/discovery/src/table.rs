@@ -15,8 +15,11 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+/// Buckets, one per log distance (1 to 256) from our node hash.
 pub const BUCKET_COUNT: usize = 256;
+/// Most live entries per bucket (Kademlia's k).
 pub const BUCKET_SIZE: usize = 16;
+/// Most replacement candidates kept per bucket, for when an entry drops out.
 pub const MAX_REPLACEMENTS: usize = 10;
 /// Nodes of one /24 in a bucket.
 pub const BUCKET_IP_LIMIT: usize = 2;
@@ -26,11 +29,15 @@ pub const TABLE_IP_LIMIT: usize = 10;
 /// A node in the table with its liveness record.
 #[derive(Debug, Clone)]
 pub struct Entry {
+    /// The node.
     pub node: NodeRecord,
+    /// keccak256 of the node id: the table's distance is measured on it.
     pub hash: B256,
+    /// When the node entered the table.
     pub added: Instant,
     /// Answers to liveness checks; cut to a third on each miss, removed at zero.
     pub liveness_checks: u32,
+    /// When it was last seen alive (a liveness check answered or a verified contact).
     pub last_checked: Option<Instant>,
 }
 
@@ -178,6 +185,7 @@ impl Table {
         self.buckets.iter().map(|b| b.entries.len()).sum()
     }
 
+    /// Whether the table holds no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -192,12 +200,14 @@ impl Table {
             .collect()
     }
 
+    /// The entry for node `id`, if it is in the table (not a replacement).
     pub fn get(&self, id: &NodeId) -> Option<&Entry> {
         let hash = node_hash(id);
         let b = &self.buckets[self.bucket_index(&hash)?];
         b.entries.iter().find(|e| e.node.id == *id)
     }
 
+    /// Whether node `id` is in the table (not counting replacements).
     pub fn contains(&self, id: &NodeId) -> bool {
         self.get(id).is_some()
     }

@@ -86,14 +86,17 @@ impl Client {
         Ok(Self { session })
     }
 
+    /// The eth version negotiated.
     pub fn version(&self) -> u32 {
         self.session.framing.version
     }
 
+    /// The Status the peer sent.
     pub fn remote_status(&self) -> &Status {
         &self.session.status
     }
 
+    /// Sends one eth message.
     pub async fn send(&mut self, msg: &EthMessage) -> Result<(), RlpxError> {
         let frame = self.session.framing.eth(msg);
         self.session.writer.send(&frame).await
@@ -130,6 +133,7 @@ impl Client {
         self.session.writer.send(&frame).await
     }
 
+    /// Sends Disconnect with `reason`, ignoring a send failure.
     pub async fn disconnect(&mut self, reason: DisconnectReason) {
         let frame = self.session.framing.disconnect(reason);
         let _ = self.session.writer.send(&frame).await;

@@ -17,25 +17,42 @@ use moat_common::config::ForkId;
 use moat_common::rlp::{self, Fields, RlpError};
 use moat_common::transaction::{DecodeError, network_envelope};
 
+/// eth/68.
 pub const ETH68: u32 = 68;
+/// eth/69 (EIP-7642): Status with the served block range, receipts without blooms.
 pub const ETH69: u32 = 69;
+/// eth/70: partial receipts.
 pub const ETH70: u32 = 70;
 /// Versions we speak, best first.
 pub const SUPPORTED_VERSIONS: [u32; 3] = [ETH70, ETH69, ETH68];
 
+/// Status (0x00): the handshake.
 pub const STATUS: u64 = 0x00;
+/// NewBlockHashes (0x01): pre-merge block announcement.
 pub const NEW_BLOCK_HASHES: u64 = 0x01;
+/// Transactions (0x02): full transactions, pushed.
 pub const TRANSACTIONS: u64 = 0x02;
+/// GetBlockHeaders (0x03).
 pub const GET_BLOCK_HEADERS: u64 = 0x03;
+/// BlockHeaders (0x04).
 pub const BLOCK_HEADERS: u64 = 0x04;
+/// GetBlockBodies (0x05).
 pub const GET_BLOCK_BODIES: u64 = 0x05;
+/// BlockBodies (0x06).
 pub const BLOCK_BODIES: u64 = 0x06;
+/// NewBlock (0x07): pre-merge block propagation.
 pub const NEW_BLOCK: u64 = 0x07;
+/// NewPooledTransactionHashes (0x08): transaction announcements.
 pub const NEW_POOLED_TRANSACTION_HASHES: u64 = 0x08;
+/// GetPooledTransactions (0x09).
 pub const GET_POOLED_TRANSACTIONS: u64 = 0x09;
+/// PooledTransactions (0x0a).
 pub const POOLED_TRANSACTIONS: u64 = 0x0a;
+/// GetReceipts (0x0f).
 pub const GET_RECEIPTS: u64 = 0x0f;
+/// Receipts (0x10).
 pub const RECEIPTS: u64 = 0x10;
+/// BlockRangeUpdate (0x11, eth/69+): the sender's served block range moved.
 pub const BLOCK_RANGE_UPDATE: u64 = 0x11;
 
 /// How many message ids a version uses (the next capability starts after them).
@@ -46,9 +63,13 @@ pub fn protocol_length(version: u32) -> u64 {
 /// The handshake message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
+    /// The eth version the sender speaks on this connection.
     pub version: u32,
+    /// The chain's network id (the chain id on every public network).
     pub network_id: u64,
+    /// The hash of the chain's genesis block.
     pub genesis: B256,
+    /// The sender's EIP-2124 fork id (`forkid` on the wire).
     pub fork_id: ForkId,
     /// eth/68 only.
     pub total_difficulty: U256,
@@ -56,6 +77,7 @@ pub struct Status {
     pub head: B256,
     /// eth/69+: the block range served.
     pub earliest: u64,
+    /// eth/69+: the sender's head block number (`latestBlock` on the wire).
     pub latest: u64,
 }
 
@@ -82,13 +104,16 @@ impl Status {
 /// Start of a header query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HashOrNumber {
+    /// Start at the block with this hash.
     Hash(B256),
+    /// Start at the block with this number.
     Number(u64),
 }
 
 /// Every eth message this node reads or writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EthMessage {
+    /// The handshake, sent once each way before anything else.
     Status(Status),
     /// Pre-merge block gossip; ignored.
     NewBlockHashes,
@@ -96,53 +121,81 @@ pub enum EthMessage {
     NewBlock,
     /// Transaction envelopes (2718 bytes).
     Transactions(Vec<Bytes>),
+    /// Asks for up to `amount` headers from `origin`, every `skip + 1`-th one.
     GetBlockHeaders {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
+        /// The first header wanted.
         origin: HashOrNumber,
+        /// Most headers wanted.
         amount: u64,
+        /// Headers left out between two returned (0 for consecutive).
         skip: u64,
+        /// Walk towards genesis instead of towards the head.
         reverse: bool,
     },
     /// Header RLP items.
     BlockHeaders {
+        /// The `request_id` of the request answered.
         request_id: u64,
+        /// The headers found, in walk order.
         headers: Vec<Bytes>,
     },
+    /// Asks for block bodies by block hash.
     GetBlockBodies {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
+        /// The block hashes wanted.
         hashes: Vec<B256>,
     },
     /// Body RLP items.
     BlockBodies {
+        /// The `request_id` of the request answered.
         request_id: u64,
+        /// The bodies found, in request order (the reply may stop early).
         bodies: Vec<Bytes>,
     },
+    /// Transaction hashes announced, with their types and sizes.
     NewPooledTransactionHashes(Announcement),
+    /// Asks for announced transactions by hash.
     GetPooledTransactions {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
+        /// The transaction hashes wanted.
         hashes: Vec<B256>,
     },
     /// Transaction envelopes (2718 bytes, blob txs with their sidecars).
     PooledTransactions {
+        /// The `request_id` of the request answered.
         request_id: u64,
+        /// The transactions found, in request order (unknown ones left out).
         txs: Vec<Bytes>,
     },
+    /// Asks for the receipts of blocks by block hash.
     GetReceipts {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
         /// eth/70: the receipt index to start at in the first block.
         first_index: u64,
+        /// The block hashes wanted.
         hashes: Vec<B256>,
     },
     /// One RLP list item per block, in the version's receipt format.
     Receipts {
+        /// The `request_id` of the request answered.
         request_id: u64,
         /// eth/70: the last block's list is cut short.
         incomplete: bool,
+        /// Per block, its receipts list (RLP), in request order.
         blocks: Vec<Bytes>,
     },
+    /// eth/69+: the sender's served block range changed.
     BlockRangeUpdate {
+        /// The oldest block it serves.
         earliest: u64,
+        /// Its head block number.
         latest: u64,
+        /// Its head block hash.
         latest_hash: B256,
     },
 }
@@ -150,20 +203,26 @@ pub enum EthMessage {
 /// A `NewPooledTransactionHashes` announcement (eth/68+).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Announcement {
+    /// Per hash, its transaction type (EIP-2718 type byte).
     pub types: Vec<u8>,
+    /// Per hash, the transaction's encoded size in bytes.
     pub sizes: Vec<u32>,
+    /// The announced transaction hashes.
     pub hashes: Vec<B256>,
 }
 
 impl Announcement {
+    /// How many hashes it announces.
     pub fn len(&self) -> usize {
         self.hashes.len()
     }
 
+    /// Whether it announces nothing.
     pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()
     }
 
+    /// Appends one transaction: its type, encoded size (bytes) and hash.
     pub fn push(&mut self, ty: u8, size: u32, hash: B256) {
         self.types.push(ty);
         self.sizes.push(size);
@@ -174,12 +233,25 @@ impl Announcement {
 /// Why a message could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EthDecodeError {
+    /// The message id is not one of eth's.
     #[error("unknown eth message id {0:#x}")]
     UnknownId(u64),
+    /// The body is not the message's RLP layout.
     #[error("eth message {id:#x}: {source}")]
-    Rlp { id: u64, source: RlpError },
+    Rlp {
+        /// The eth message id (relative to the eth offset).
+        id: u64,
+        /// The RLP error.
+        source: RlpError,
+    },
+    /// The body decodes but breaks the message's rules (the rule broken).
     #[error("eth message {id:#x}: {reason}")]
-    Invalid { id: u64, reason: &'static str },
+    Invalid {
+        /// The eth message id (relative to the eth offset).
+        id: u64,
+        /// The rule broken.
+        reason: &'static str,
+    },
 }
 
 fn list_of(items: &[Bytes], out: &mut Vec<u8>) {

@@ -67,7 +67,9 @@ impl Default for FetcherConfig {
 /// What a peer said about a hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
+    /// The announced EIP-2718 transaction type.
     pub ty: u8,
+    /// The announced encoded size, in bytes.
     pub size: u32,
 }
 
@@ -117,36 +119,52 @@ impl PeerState {
 /// A request to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchRequest {
+    /// The peer to ask.
     pub peer: PeerId,
+    /// The id of the `GetPooledTransactions` request.
     pub request_id: u64,
+    /// The transaction hashes to ask for.
     pub hashes: Vec<B256>,
 }
 
 /// A delivered transaction as the network saw it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivered {
+    /// The transaction hash.
     pub hash: B256,
+    /// Its EIP-2718 type.
     pub ty: u8,
+    /// Its encoded size on the wire, in bytes.
     pub size: usize,
 }
 
 /// Why a reply is a protocol fault of the peer that sent it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeliveryError {
+    /// The reply's request id is not one outstanding to this peer.
     #[error("reply to request {0} that is not outstanding")]
     Unsolicited(u64),
+    /// A delivered transaction was not asked for, or comes out of request order.
     #[error("delivered tx {0} was not requested, or out of order")]
     NotRequested(B256),
+    /// A delivered transaction's type differs from its announcement.
     #[error("delivered tx {hash} has type {found}, announced {announced}")]
     TypeMismatch {
+        /// The transaction hash.
         hash: B256,
+        /// The type announced.
         announced: u8,
+        /// The type delivered.
         found: u8,
     },
+    /// A delivered transaction's size is further from its announcement than the slack allows.
     #[error("delivered tx {hash} is {found} bytes, announced {announced}")]
     SizeMismatch {
+        /// The transaction hash.
         hash: B256,
+        /// The size announced, in bytes.
         announced: u32,
+        /// The size delivered, in bytes.
         found: usize,
     },
 }
@@ -181,6 +199,7 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
+    /// An empty fetcher with limits `cfg`.
     pub fn new(cfg: FetcherConfig) -> Self {
         Self {
             cfg,
@@ -244,6 +263,7 @@ impl Fetcher {
         self.hashes.len()
     }
 
+    /// Whether no hash is tracked.
     pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()
     }

@@ -77,11 +77,14 @@ impl GateConfig {
 pub enum GateRefusal {
     /// Every slot open to this address is taken.
     Full,
+    /// The address has [`GateConfig::per_ip`] handshakes pending already.
     PerIp,
+    /// The address's subnet has [`GateConfig::per_subnet`] handshakes pending already.
     PerSubnet,
 }
 
 impl GateRefusal {
+    /// Stable label for logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Full => "full",
@@ -166,6 +169,7 @@ impl Drop for GatePermit {
 }
 
 impl HandshakeGate {
+    /// A gate with limits `cfg`, clamped to be consistent (at least one slot, one left unreserved).
     pub fn new(cfg: GateConfig) -> Self {
         let cfg = GateConfig {
             total: cfg.total.max(1),
@@ -181,6 +185,7 @@ impl HandshakeGate {
         }
     }
 
+    /// The limits in force (after clamping).
     pub fn config(&self) -> GateConfig {
         self.cfg
     }
@@ -190,6 +195,7 @@ impl HandshakeGate {
         self.pending.lock().total
     }
 
+    /// Whether `ip` is a known address: a static peer's, or one seen in good standing.
     pub fn is_known(&self, ip: IpAddr) -> bool {
         let key = host_key(ip);
         let k = self.known.lock();

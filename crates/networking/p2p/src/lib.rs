@@ -42,7 +42,9 @@ use std::net::SocketAddr;
 /// A node address: `enode://<128 hex id>@<ip>:<port>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Enode {
+    /// The node id (secp256k1 public key, 64 bytes).
     pub id: PeerId,
+    /// Its RLPx TCP address.
     pub addr: SocketAddr,
 }
 

@@ -10,9 +10,13 @@ use alloy_primitives::B512;
 use alloy_rlp::Encodable;
 use moat_common::rlp::{self, RlpError};
 
+/// Hello (0x00): identity and capabilities, the first message each way.
 pub const HELLO: u64 = 0x00;
+/// Disconnect (0x01): the sender is closing, with a reason.
 pub const DISCONNECT: u64 = 0x01;
+/// Ping (0x02): asks for a Pong (liveness).
 pub const PING: u64 = 0x02;
+/// Pong (0x03): the answer to a Ping.
 pub const PONG: u64 = 0x03;
 /// Where the first capability's message ids start.
 pub const BASE_PROTOCOL_LENGTH: u64 = 0x10;
@@ -24,11 +28,14 @@ pub const MAX_MESSAGE_SIZE: usize = 10 * 1024 * 1024;
 /// A capability: protocol name and version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capability {
+    /// The protocol's name, e.g. `eth` or `snap`.
     pub name: String,
+    /// The protocol version, e.g. 68 for eth/68.
     pub version: u64,
 }
 
 impl Capability {
+    /// The capability `name/version`.
     pub fn new(name: &str, version: u64) -> Self {
         Self {
             name: name.to_string(),
@@ -46,14 +53,20 @@ impl std::fmt::Display for Capability {
 /// The first message on a connection, both ways.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
+    /// The p2p base protocol version; 5 ([`P2P_VERSION`]) and up turn snappy on.
     pub protocol_version: u64,
+    /// The client's name and version, free text (e.g. `Geth/v1.14.0/linux-amd64/go1.22`).
     pub client_id: String,
+    /// The sub-protocols the sender speaks (`caps` on the wire).
     pub capabilities: Vec<Capability>,
+    /// The sender's RLPx TCP port; 0 when it does not listen (most clients ignore it).
     pub listen_port: u16,
+    /// The sender's node id (secp256k1 public key); must match the RLPx handshake's.
     pub id: PeerId,
 }
 
 impl Hello {
+    /// The message body (the RLP list, without the id).
     pub fn encode(&self) -> Vec<u8> {
         let mut caps = Vec::new();
         for c in &self.capabilities {
@@ -102,22 +115,36 @@ impl Hello {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum DisconnectReason {
+    /// 0x00: asked to disconnect (a normal close).
     Requested = 0x00,
+    /// 0x01: a TCP sub-system error.
     TcpError = 0x01,
+    /// 0x02: the peer broke the protocol.
     ProtocolBreach = 0x02,
+    /// 0x03: the peer is of no use (no shared capability or chain).
     UselessPeer = 0x03,
+    /// 0x04: the sender has no free peer slot.
     TooManyPeers = 0x04,
+    /// 0x05: the two nodes are already connected.
     AlreadyConnected = 0x05,
+    /// 0x06: incompatible p2p protocol version.
     IncompatibleVersion = 0x06,
+    /// 0x07: invalid node identity.
     InvalidIdentity = 0x07,
+    /// 0x08: the client is shutting down.
     ClientQuitting = 0x08,
+    /// 0x09: the identity differs from the one expected.
     UnexpectedIdentity = 0x09,
+    /// 0x0a: the peer is ourselves.
     ConnectedToSelf = 0x0a,
+    /// 0x0b: a ping or read timed out.
     Timeout = 0x0b,
+    /// 0x10: a sub-protocol (eth, snap) error.
     SubprotocolError = 0x10,
 }
 
 impl DisconnectReason {
+    /// The reason with code `b`; `None` for a code devp2p does not define.
     pub fn from_u8(b: u8) -> Option<Self> {
         use DisconnectReason::*;
         Some(match b {
@@ -187,8 +214,15 @@ pub const EMPTY_LIST: [u8; 1] = [0xc0];
 /// Why a compressed payload was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnappyError {
+    /// The stated decompressed size is over the limit.
     #[error("snappy: decompressed size {size} exceeds the {max}-byte limit")]
-    TooLarge { size: usize, max: usize },
+    TooLarge {
+        /// The stated decompressed size, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// The data is not valid snappy (the decoder's message).
     #[error("snappy: {0}")]
     Corrupt(String),
 }
@@ -204,6 +238,7 @@ pub fn decompress(data: &[u8], max: usize) -> Result<Vec<u8>, SnappyError> {
         .map_err(|e| SnappyError::Corrupt(e.to_string()))
 }
 
+/// Snappy-compresses one message body (raw block format, as p2p v5 requires).
 pub fn compress(data: &[u8]) -> Vec<u8> {
     // Compression of an in-memory buffer cannot fail short of a >4 GiB input, which no
     // message reaches; fall back to an empty body rather than panic.
@@ -234,6 +269,7 @@ pub struct CompressedTail {
 }
 
 impl CompressedTail {
+    /// Compresses `raw` once.
     pub fn new(raw: Vec<u8>) -> Self {
         let compressed = compress(&raw);
         // The preamble is a little-endian base-128 varint: its last byte is < 0x80.
@@ -313,8 +349,10 @@ pub fn unframe(payload: &[u8], snappy: bool) -> Result<(u64, Vec<u8>), FrameErro
 /// Why a frame does not hold a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// The frame does not start with an RLP integer message id.
     #[error("frame does not start with a message id")]
     BadId,
+    /// The body does not decompress.
     #[error(transparent)]
     Snappy(#[from] SnappyError),
 }

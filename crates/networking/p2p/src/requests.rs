@@ -35,8 +35,11 @@ pub const MAX_BODIES: usize = 1024;
 /// A header as a peer sent it: decoded, with its hash and its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedHeader {
+    /// The decoded header.
     pub header: Header,
+    /// keccak256 of `raw`: the block hash.
     pub hash: B256,
+    /// The header's RLP as received.
     pub raw: Bytes,
 }
 
@@ -56,6 +59,7 @@ impl SealedHeader {
         })
     }
 
+    /// The block number.
     pub fn number(&self) -> u64 {
         self.header.number
     }
@@ -64,9 +68,13 @@ impl SealedHeader {
 /// A `GetBlockHeaders` query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadersRequest {
+    /// The first header wanted.
     pub origin: HashOrNumber,
+    /// Most headers wanted (at most [`MAX_HEADERS`]).
     pub amount: u64,
+    /// Headers left out between two returned (0 for consecutive).
     pub skip: u64,
+    /// Walk towards genesis instead of towards the head.
     pub reverse: bool,
 }
 
@@ -85,14 +93,19 @@ impl HeadersRequest {
 /// Why a request gave nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
+    /// The peer is not (or no longer) connected.
     #[error("peer is not connected")]
     NotConnected,
+    /// The peer already has its most requests in flight.
     #[error("peer already has {MAX_IN_FLIGHT} requests in flight")]
     Busy,
+    /// Asks for more items than a peer serves (the count asked).
     #[error("request of {0} items is larger than a peer serves")]
     TooLarge(usize),
+    /// No answer within the request timeout.
     #[error("no answer within the timeout")]
     Timeout,
+    /// The peer disconnected before answering.
     #[error("peer disconnected before answering")]
     Disconnected,
     /// The answer broke the rules; the peer has been dropped for it.
@@ -103,7 +116,9 @@ pub enum RequestError {
 /// What the sync layer knows of a connected peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncPeer {
+    /// The peer's node id.
     pub id: PeerId,
+    /// The eth version negotiated (68, 69 or 70).
     pub eth_version: u32,
     /// The head it announced (Status, or eth/69's latest BlockRangeUpdate).
     pub head: B256,
@@ -112,6 +127,7 @@ pub struct SyncPeer {
     pub range: Option<(u64, u64)>,
     /// Our requests to it not yet answered.
     pub in_flight: usize,
+    /// Its score: starts at 0, lowered by penalties.
     pub reputation: i64,
 }
 

@@ -21,28 +21,45 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why a session could not be set up or went on.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
+    /// The RLPx transport failed (handshake, MAC or I/O).
     #[error(transparent)]
     Rlpx(#[from] RlpxError),
+    /// A handshake step took longer than [`HANDSHAKE_TIMEOUT`] (the step named).
     #[error("timed out during {0}")]
     Timeout(&'static str),
+    /// The peer sent Disconnect (its reason, if it gave a known one).
     #[error("peer disconnected: {}", .0.map_or("unknown reason", |r| r.as_str()))]
     Disconnected(Option<DisconnectReason>),
+    /// A frame's id or compression is malformed.
     #[error("malformed message: {0}")]
     Frame(#[from] FrameError),
+    /// The peer's Hello does not decode.
     #[error("malformed hello: {0}")]
     Hello(moat_common::rlp::RlpError),
+    /// The Hello's node id is not the one of the RLPx handshake (handshake id, Hello id).
     #[error("hello names node {}, the handshake was with {}", .0.1, .0.0)]
     WrongIdentity(Box<(PeerId, PeerId)>),
+    /// The peer offers no eth version we speak (its capabilities listed).
     #[error("no eth version in common (peer offers {0})")]
     NoCommonVersion(String),
+    /// An eth message does not decode.
     #[error(transparent)]
     Eth(#[from] EthDecodeError),
+    /// A snap message does not decode.
     #[error(transparent)]
     Snap(#[from] SnapDecodeError),
+    /// A message arrived where another was due.
     #[error("expected {expected}, got message {found:#x}")]
-    Unexpected { expected: &'static str, found: u64 },
+    Unexpected {
+        /// What was due.
+        expected: &'static str,
+        /// The message id that came instead.
+        found: u64,
+    },
+    /// The peer's Status is refused.
     #[error("status: {0}")]
     Status(#[from] StatusError),
+    /// A message id beyond every capability negotiated.
     #[error("message id {0:#x} is outside every shared capability")]
     UnknownCapability(u64),
 }
@@ -71,19 +88,41 @@ impl SessionError {
 /// Why a peer's Status is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StatusError {
+    /// The peer's Status names another eth version than the one negotiated.
     #[error("protocol version {found}, negotiated {expected}")]
-    Version { expected: u32, found: u32 },
+    Version {
+        /// The version negotiated in Hello.
+        expected: u32,
+        /// The version in the peer's Status.
+        found: u32,
+    },
+    /// The peer is on another network id.
     #[error("network id {found}, ours {expected}")]
-    NetworkId { expected: u64, found: u64 },
+    NetworkId {
+        /// Our network id.
+        expected: u64,
+        /// The peer's network id.
+        found: u64,
+    },
+    /// The peer's chain has another genesis block.
     #[error("genesis {found}, ours {expected}")]
     Genesis {
+        /// Our genesis hash.
         expected: alloy_primitives::B256,
+        /// The peer's genesis hash.
         found: alloy_primitives::B256,
     },
+    /// The peer's EIP-2124 fork id is incompatible with our chain.
     #[error("fork id: {0}")]
     ForkId(ForkIdError),
+    /// eth/69+: the served range is empty (`earliest` above `latest`).
     #[error("invalid block range: earliest {earliest} > latest {latest}")]
-    BlockRange { earliest: u64, latest: u64 },
+    BlockRange {
+        /// The oldest block the peer says it serves.
+        earliest: u64,
+        /// The peer's head block number.
+        latest: u64,
+    },
 }
 
 /// Checks a peer's Status against ours.
@@ -126,9 +165,13 @@ pub fn check_status(
 /// Who we are on the wire.
 #[derive(Debug, Clone)]
 pub struct LocalIdentity {
+    /// Our node key: signs the RLPx handshake.
     pub key: secp256k1::SecretKey,
+    /// Our node id, the key's public key.
     pub id: PeerId,
+    /// Our client name sent in Hello.
     pub client_id: String,
+    /// Our RLPx TCP port sent in Hello (0 for none).
     pub listen_port: u16,
     /// eth versions offered, best first.
     pub eth_versions: Vec<u32>,
@@ -137,6 +180,7 @@ pub struct LocalIdentity {
 }
 
 impl LocalIdentity {
+    /// An identity for `key`, offering every supported eth version and no snap.
     pub fn new(key: secp256k1::SecretKey, client_id: &str, listen_port: u16) -> Self {
         let id = crate::rlpx::peer_id(&key.public_key(secp256k1::SECP256K1));
         Self {
@@ -174,10 +218,15 @@ impl LocalIdentity {
 /// A message after the handshake.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
+    /// p2p Ping: the peer wants a Pong.
     Ping,
+    /// p2p Pong: the answer to our Ping.
     Pong,
+    /// p2p Disconnect, with the reason when it is a known code.
     Disconnect(Option<DisconnectReason>),
+    /// An eth message.
     Eth(EthMessage),
+    /// A snap/1 message (only on a session that negotiated snap).
     Snap(SnapMessage),
 }
 
@@ -185,8 +234,11 @@ pub enum Incoming {
 /// negotiated (its ids follow eth's), and compression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Framing {
+    /// The negotiated eth version (68, 69 or 70).
     pub version: u32,
+    /// Whether snap/1 was negotiated; its message ids follow eth's.
     pub snap: bool,
+    /// Whether messages are snappy-compressed (both sides speak p2p v5+).
     pub snappy: bool,
 }
 
@@ -239,14 +291,17 @@ impl Framing {
         p2p::frame_with_tail(p2p::BASE_PROTOCOL_LENGTH + msg_id, &head, tail, self.snappy)
     }
 
+    /// A framed p2p Ping.
     pub fn ping(&self) -> Vec<u8> {
         p2p::frame(p2p::PING, &p2p::EMPTY_LIST, self.snappy)
     }
 
+    /// A framed p2p Pong.
     pub fn pong(&self) -> Vec<u8> {
         p2p::frame(p2p::PONG, &p2p::EMPTY_LIST, self.snappy)
     }
 
+    /// A framed p2p Disconnect with `reason`.
     pub fn disconnect(&self, reason: DisconnectReason) -> Vec<u8> {
         p2p::frame(p2p::DISCONNECT, &reason.encode(), self.snappy)
     }
@@ -281,11 +336,17 @@ impl Framing {
 
 /// A connection past the Status exchange.
 pub struct Session<S: Split> {
+    /// The half that reads frames.
     pub reader: RlpxReader<S::Read>,
+    /// The half that writes frames.
     pub writer: RlpxWriter<S::Write>,
+    /// Message ids and compression negotiated.
     pub framing: Framing,
+    /// The peer's Hello.
     pub hello: Hello,
+    /// The peer's Status.
     pub status: Status,
+    /// The peer's node id, from the RLPx handshake.
     pub remote_id: PeerId,
 }
 

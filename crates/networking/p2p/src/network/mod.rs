@@ -81,6 +81,7 @@ const RANGE_UPDATE_EVERY: u64 = 32;
 /// How the network is set up.
 #[derive(Debug, Clone)]
 pub struct NetworkConfig {
+    /// Our node key: signs the RLPx handshake; its public key is our node id.
     pub secret_key: secp256k1::SecretKey,
     /// Where to listen; `None` for no inbound connections.
     pub listen: Option<SocketAddr>,
@@ -90,14 +91,18 @@ pub struct NetworkConfig {
     pub static_peers: Vec<Enode>,
     /// How inbound handshake slots are shared out (see [`crate::gate`]).
     pub handshakes: GateConfig,
+    /// Our client name sent in Hello (default `moat/v<version>`).
     pub client_id: String,
+    /// The chain's network id, sent and checked in Status.
     pub network_id: u64,
+    /// Limits of the transaction fetcher (announcements to requests).
     pub fetcher: FetcherConfig,
     /// How long a peer has to answer a headers or bodies request.
     pub request_timeout: Duration,
 }
 
 impl NetworkConfig {
+    /// Defaults for `secret_key` on `network_id`: listening on 0.0.0.0:30303, 50 peers.
     pub fn new(secret_key: secp256k1::SecretKey, network_id: u64) -> Self {
         Self {
             secret_key,
@@ -116,12 +121,19 @@ impl NetworkConfig {
 /// What `admin_peers` shows of one peer.
 #[derive(Debug, Clone)]
 pub struct PeerInfo {
+    /// The peer's node id.
     pub id: PeerId,
+    /// The peer's remote TCP address.
     pub addr: SocketAddr,
+    /// The client name its Hello gave.
     pub client_id: String,
+    /// The eth version negotiated (68, 69 or 70).
     pub eth_version: u32,
+    /// Whether it dialled us.
     pub inbound: bool,
+    /// Its score: starts at 0, lowered by penalties; the peer is dropped at the floor.
     pub reputation: i64,
+    /// The head hash its Status announced.
     pub head: B256,
     /// Its admission CPU account: spent, admitted, rejected, budget state.
     pub budget: Option<PeerBudget>,
@@ -183,11 +195,15 @@ impl std::fmt::Debug for Network {
 /// Why the network could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkError {
+    /// The listening TCP socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The OS error.
         source: std::io::Error,
     },
+    /// The chain could not be read at start (the reason as text).
     #[error("chain: {0}")]
     Chain(String),
 }
@@ -262,10 +278,12 @@ impl Network {
         Ok(net)
     }
 
+    /// Our node id.
     pub fn local_id(&self) -> PeerId {
         self.inner.local.id
     }
 
+    /// The TCP address bound for inbound peers; `None` when not listening.
     pub fn listen_addr(&self) -> Option<SocketAddr> {
         *self.inner.listen_addr.lock()
     }
@@ -287,22 +305,27 @@ impl Network {
         .to_string()
     }
 
+    /// The network id we announce in Status.
     pub fn network_id(&self) -> u64 {
         self.inner.cfg.network_id
     }
 
+    /// The hash of our chain's genesis block.
     pub fn genesis_hash(&self) -> B256 {
         self.inner.chain.genesis_hash()
     }
 
+    /// Our client name, as sent in Hello.
     pub fn client_id(&self) -> &str {
         &self.inner.cfg.client_id
     }
 
+    /// Peers connected now (past the Status exchange).
     pub fn peer_count(&self) -> usize {
         self.inner.peers.read().len()
     }
 
+    /// The connected peers as `admin_peers` shows them.
     pub fn peers(&self) -> Vec<PeerInfo> {
         self.inner
             .peers
@@ -371,6 +394,7 @@ impl Network {
             .min(max.saturating_sub(peers.len() + dialing))
     }
 
+    /// Whether peer `id` is connected now.
     pub fn is_connected(&self, id: &PeerId) -> bool {
         self.inner.peers.read().contains_key(id)
     }
@@ -618,6 +642,7 @@ impl Network {
         }
     }
 
+    /// Our Status for eth `version`, from the chain's head now.
     pub fn status_for(&self, version: u32) -> Status {
         self.our_status(version).0
     }

@@ -105,7 +105,9 @@ pub struct Auth {
     pub signature: [u8; SIG_LEN],
     /// The initiator's static key.
     pub initiator: PeerId,
+    /// The initiator's random nonce (32 bytes), mixed into the session secrets.
     pub nonce: B256,
+    /// The initiator's handshake version (`auth-vsn`; we send 4).
     pub version: u64,
     /// Old encoding only: hash of the initiator's ephemeral public key.
     pub ephemeral_hash: Option<B256>,
@@ -114,8 +116,11 @@ pub struct Auth {
 /// The recipient's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ack {
+    /// The recipient's ephemeral public key.
     pub ephemeral: PeerId,
+    /// The recipient's random nonce (32 bytes), mixed into the session secrets.
     pub nonce: B256,
+    /// The recipient's handshake version (`ack-vsn`; we send 4).
     pub version: u64,
 }
 

@@ -28,8 +28,11 @@ const READ_CHUNK: usize = STEP;
 /// worker, would block that worker (and every task queued on it) until the reader ran
 /// again.
 pub trait Split: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The reading half.
     type Read: AsyncRead + Unpin + Send;
+    /// The writing half.
     type Write: AsyncWrite + Unpin + Send;
+    /// Splits the stream into its halves.
     fn split_io(self) -> (Self::Read, Self::Write);
 }
 

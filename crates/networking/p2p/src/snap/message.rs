@@ -10,67 +10,107 @@ pub const SNAP1: u64 = 1;
 /// Message ids snap/1 uses after its offset.
 pub const PROTOCOL_LENGTH: u64 = 8;
 
+/// GetAccountRange (0x00).
 pub const GET_ACCOUNT_RANGE: u64 = 0x00;
+/// AccountRange (0x01).
 pub const ACCOUNT_RANGE: u64 = 0x01;
+/// GetStorageRanges (0x02).
 pub const GET_STORAGE_RANGES: u64 = 0x02;
+/// StorageRanges (0x03).
 pub const STORAGE_RANGES: u64 = 0x03;
+/// GetByteCodes (0x04).
 pub const GET_BYTE_CODES: u64 = 0x04;
+/// ByteCodes (0x05).
 pub const BYTE_CODES: u64 = 0x05;
+/// GetTrieNodes (0x06).
 pub const GET_TRIE_NODES: u64 = 0x06;
+/// TrieNodes (0x07).
 pub const TRIE_NODES: u64 = 0x07;
 
 /// A snap/1 message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SnapMessage {
+    /// Asks for the accounts of state `root` whose hashed addresses lie in `origin..=limit`.
     GetAccountRange {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
+        /// The state root served from.
         root: B256,
+        /// The first account hash wanted.
         origin: B256,
+        /// The last account hash wanted (the reply may stop before it).
         limit: B256,
+        /// Soft limit on the reply's size, in bytes (`responseBytes` on the wire).
         bytes: u64,
     },
     /// Accounts as (hashed address, slim account RLP), and the boundary proof.
     AccountRange {
+        /// The `request_id` of the request answered.
         request_id: u64,
+        /// (account hash, slim account RLP), ascending by hash.
         accounts: Vec<(B256, Bytes)>,
+        /// Trie nodes proving the range's first and last accounts.
         proof: Vec<Bytes>,
     },
     /// `origin` and `limit` apply to the first account only; on the wire they may be
     /// empty (zero and all-ones).
     GetStorageRanges {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
+        /// The state root served from.
         root: B256,
+        /// The hashed addresses of the accounts whose storage is wanted.
         accounts: Vec<B256>,
+        /// The first slot hash wanted (`startingHash` on the wire).
         origin: B256,
+        /// The last slot hash wanted (`limitHash` on the wire).
         limit: B256,
+        /// Soft limit on the reply's size, in bytes (`responseBytes` on the wire).
         bytes: u64,
     },
     /// Per account, its slots as (hashed slot, RLP of the value); the proof of the last
     /// (partial) range.
     StorageRanges {
+        /// The `request_id` of the request answered.
         request_id: u64,
+        /// One list per account answered, in request order.
         slots: Vec<Vec<(B256, Bytes)>>,
+        /// Trie nodes proving the last range, when it is cut short.
         proof: Vec<Bytes>,
     },
+    /// Asks for contract bytecodes by code hash.
     GetByteCodes {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
+        /// The code hashes wanted.
         hashes: Vec<B256>,
+        /// Soft limit on the reply's size, in bytes.
         bytes: u64,
     },
+    /// Answers GetByteCodes.
     ByteCodes {
+        /// The `request_id` of the request answered.
         request_id: u64,
+        /// The codes found, in request order (unknown ones left out).
         codes: Vec<Bytes>,
     },
     /// Path sets: `[compact path]` for the account trie, `[account hash, compact
     /// path...]` for a storage trie.
     GetTrieNodes {
+        /// Chosen by the requester; the reply echoes it.
         request_id: u64,
+        /// The state root served from.
         root: B256,
+        /// The path sets wanted.
         paths: Vec<Vec<Bytes>>,
+        /// Soft limit on the reply's size, in bytes.
         bytes: u64,
     },
+    /// Answers GetTrieNodes.
     TrieNodes {
+        /// The `request_id` of the request answered.
         request_id: u64,
+        /// The nodes found (RLP), in request order.
         nodes: Vec<Bytes>,
     },
 }
@@ -78,12 +118,25 @@ pub enum SnapMessage {
 /// Why a snap message could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapDecodeError {
+    /// The message id is not one of snap/1's.
     #[error("unknown snap message id {0:#x}")]
     UnknownId(u64),
+    /// The body is not the message's RLP layout.
     #[error("snap message {id:#x}: {source}")]
-    Rlp { id: u64, source: RlpError },
+    Rlp {
+        /// The snap message id (relative to the snap offset).
+        id: u64,
+        /// The RLP error.
+        source: RlpError,
+    },
+    /// The body decodes but breaks the message's rules (the rule broken).
     #[error("snap message {id:#x}: {reason}")]
-    Invalid { id: u64, reason: &'static str },
+    Invalid {
+        /// The snap message id (relative to the snap offset).
+        id: u64,
+        /// The rule broken.
+        reason: &'static str,
+    },
 }
 
 /// A 32-byte hash from a byte string of at most 32 bytes, left-padded (go-ethereum's
