@@ -43,83 +43,181 @@ pub(crate) use undo_window::UNKNOWN as UNKNOWN_CURSOR;
 /// execution gives (`expected`) and the header's (`found`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecutionMismatch {
+    /// The header's `gasUsed` is not the gas the transactions used.
     #[error("gasUsed: expected {expected}, found {found}")]
-    GasUsed { expected: u64, found: u64 },
+    GasUsed {
+        /// Gas used by execution.
+        expected: u64,
+        /// The header's `gasUsed`.
+        found: u64,
+    },
+    /// The header's `blobGasUsed` is not the blob gas of the executed transactions.
     #[error("blobGasUsed: expected {expected}, found {found}")]
-    BlobGasUsed { expected: u64, found: u64 },
+    BlobGasUsed {
+        /// Blob gas used by execution.
+        expected: u64,
+        /// The header's `blobGasUsed`.
+        found: u64,
+    },
+    /// The header's `receiptsRoot` is not the root of the receipts execution gives.
     #[error("receiptsRoot: expected {expected}, found {found}")]
-    ReceiptsRoot { expected: B256, found: B256 },
+    ReceiptsRoot {
+        /// Root of the trie of the receipts execution gives.
+        expected: B256,
+        /// The header's `receiptsRoot`.
+        found: B256,
+    },
+    /// The header's `logsBloom` is not the bloom of the receipts' logs.
     #[error("logsBloom: expected {expected}, found {found}")]
     LogsBloom {
+        /// Bloom of the logs execution gives.
         expected: Box<Bloom>,
+        /// The header's `logsBloom`.
         found: Box<Bloom>,
     },
+    /// The header's `requestsHash` is not the EIP-7685 hash of the requests execution gives.
     #[error("requestsHash: expected {expected}, found {found}")]
-    RequestsHash { expected: B256, found: B256 },
+    RequestsHash {
+        /// EIP-7685 hash of the requests execution gives.
+        expected: B256,
+        /// The header's `requestsHash`.
+        found: B256,
+    },
+    /// The header's `stateRoot` is not the root of the state after execution.
     #[error("stateRoot: expected {expected}, found {found}")]
-    StateRoot { expected: B256, found: B256 },
+    StateRoot {
+        /// Root of the state trie after the block's changes.
+        expected: B256,
+        /// The header's `stateRoot`.
+        found: B256,
+    },
 }
 
 /// Why a block was not imported. Validation failures name the field, the value the
 /// rules expect and the value found.
 #[derive(Debug, thiserror::Error)]
 pub enum ChainError {
+    /// The store failed to read or commit.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// Executing the block does not give what its header says: the block is invalid.
     #[error("invalid block {number} ({hash}): {error}")]
     Mismatch {
+        /// The block's number.
         number: u64,
+        /// The block's hash.
         hash: B256,
+        /// The header field execution contradicts.
         #[source]
         error: ExecutionMismatch,
     },
+    /// The block's header breaks a header rule: the block is invalid.
     #[error("invalid block {number} ({hash}): {error}")]
     Header {
+        /// The block's number.
         number: u64,
+        /// The block's hash.
         hash: B256,
+        /// The rule broken.
         #[source]
         error: HeaderError,
     },
+    /// The block is invalid for another reason: an invalid transaction or signature, a
+    /// failed system call, a proof-of-work rule (terminal total difficulty, ommers).
     #[error("invalid block {number} ({hash}): {reason}")]
     Invalid {
+        /// The block's number.
         number: u64,
+        /// The block's hash.
         hash: B256,
+        /// What is wrong, in words.
         reason: String,
     },
+    /// The block's parent is not in the store.
     #[error("block {number} ({hash}): unknown parent {parent}")]
     UnknownParent {
+        /// The block's number.
         number: u64,
+        /// The block's hash.
         hash: B256,
+        /// The parent hash the block names.
         parent: B256,
     },
+    /// The block's parent is stored but is not the head: [`Chain::import`] only extends
+    /// the head (a side branch goes through [`Chain::set_head`]).
     #[error("block {number} ({hash}) does not extend the head {head}")]
-    NotOnHead { number: u64, hash: B256, head: B256 },
+    NotOnHead {
+        /// The block's number.
+        number: u64,
+        /// The block's hash.
+        hash: B256,
+        /// The hash of the current head.
+        head: B256,
+    },
+    /// A block named by hash is not in the store.
     #[error("unknown block {0}")]
     UnknownBlock(B256),
+    /// The state at a block older than the undo records reach was asked for.
     #[error(
         "state of block {number} is not available (head {head}; the undo records reach back to block {oldest})"
     )]
-    HistoryUnavailable { number: u64, head: u64, oldest: u64 },
+    HistoryUnavailable {
+        /// The block whose state was asked for.
+        number: u64,
+        /// The head's number.
+        head: u64,
+        /// The oldest block whose state can be read ([`Chain::undo_floor`]).
+        oldest: u64,
+    },
+    /// A reorg would have to unwind blocks whose undo records are no longer kept.
     #[error(
         "reorg to a branch leaving the chain at block {fork_point} reaches below block {oldest}, the oldest the undo records can take the chain back to"
     )]
-    ReorgTooDeep { fork_point: u64, oldest: u64 },
+    ReorgTooDeep {
+        /// The last block the old and new branches share.
+        fork_point: u64,
+        /// The oldest block the undo records can take the chain back to.
+        oldest: u64,
+    },
+    /// A forkchoice mark (safe or finalized) names a block off the canonical chain.
     #[error("{what} block {hash} is not in the canonical chain")]
-    NotCanonical { what: &'static str, hash: B256 },
+    NotCanonical {
+        /// Which mark: `"safe"` or `"finalized"`.
+        what: &'static str,
+        /// The block hash the mark named.
+        hash: B256,
+    },
+    /// A reorg would take a finalized block off the chain.
     #[error(
         "reorg to a branch leaving the chain at block {fork_point} would undo finalized block {finalized}"
     )]
-    BelowFinalized { fork_point: u64, finalized: u64 },
+    BelowFinalized {
+        /// The last block the old and new branches share.
+        fork_point: u64,
+        /// The number of the finalized block.
+        finalized: u64,
+    },
+    /// The datadir was initialised with another chain's genesis.
     #[error("the datadir holds genesis {found}, this chain's genesis is {expected}")]
-    GenesisMismatch { expected: B256, found: B256 },
+    GenesisMismatch {
+        /// The genesis hash of the configured chain.
+        expected: B256,
+        /// The genesis hash stored in the datadir.
+        found: B256,
+    },
+    /// Stored data is missing or does not decode (a damaged datadir).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A genesis file could not be read or parsed.
     #[error("genesis file {path}: {source}")]
     GenesisFile {
+        /// The genesis file's path.
         path: std::path::PathBuf,
+        /// Why it was refused.
         #[source]
         source: moat_common::config::ConfigError,
     },
+    /// The state reader failed during execution: the block's validity is unknown.
     #[error("state read failed: {0}")]
     State(String),
 }
@@ -127,11 +225,16 @@ pub enum ChainError {
 /// What `import` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImportOutcome {
+    /// The block was executed and is the new head.
     Imported {
+        /// The block's number.
         number: u64,
+        /// The block's hash.
         hash: B256,
+        /// Gas the block's transactions used.
         gas_used: u64,
     },
+    /// The block is already on the canonical chain: nothing was done.
     AlreadyKnown,
 }
 
@@ -139,7 +242,9 @@ pub enum ImportOutcome {
 /// on it, each oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct HeadChange {
+    /// Blocks taken off the canonical chain, oldest first.
     pub removed: Vec<Block>,
+    /// Blocks put on the canonical chain, oldest first.
     pub added: Vec<Block>,
 }
 
@@ -513,14 +618,17 @@ impl Chain {
         self
     }
 
+    /// The store the chain reads and commits to.
     pub fn store(&self) -> &Store {
         &self.store
     }
 
+    /// The chain's configuration (fork schedule, chain id) from its genesis.
     pub fn config(&self) -> &ChainConfig {
         &self.config
     }
 
+    /// Hash of block 0 of this chain.
     pub fn genesis_hash(&self) -> B256 {
         self.genesis_hash
     }
@@ -532,6 +640,7 @@ impl Chain {
             .ok_or_else(|| ChainError::Corrupt("no head in an initialised store".into()))
     }
 
+    /// The header of stored block `hash`, canonical or not; `None` if not stored.
     pub fn header(&self, hash: &B256) -> Result<Option<Header>, ChainError> {
         let Some(rlp) = self.store.header_rlp(hash)? else {
             return Ok(None);
@@ -541,6 +650,7 @@ impl Chain {
             .map_err(|e| ChainError::Corrupt(format!("header {hash}: {e}")))
     }
 
+    /// The header of canonical block `number`; `None` above the head.
     pub fn header_by_number(&self, number: u64) -> Result<Option<Header>, ChainError> {
         match self.store.canonical_hash(number)? {
             Some(hash) => self.header(&hash),
@@ -548,12 +658,14 @@ impl Chain {
         }
     }
 
+    /// The head block's header.
     pub fn head_header(&self) -> Result<Header, ChainError> {
         let (_, hash) = self.head()?;
         self.header(&hash)?
             .ok_or_else(|| ChainError::Corrupt(format!("head header {hash} missing")))
     }
 
+    /// Stored block `hash` (header and body), canonical or not; `None` if not stored.
     pub fn block(&self, hash: &B256) -> Result<Option<Block>, ChainError> {
         let (Some(h), Some(b)) = (self.store.header_rlp(hash)?, self.store.body_rlp(hash)?) else {
             return Ok(None);
@@ -563,6 +675,7 @@ impl Chain {
             .map_err(|e| ChainError::Corrupt(format!("block {hash}: {e}")))
     }
 
+    /// The receipts of stored block `hash`, in transaction order; `None` if not stored.
     pub fn receipts(&self, hash: &B256) -> Result<Option<Vec<Receipt>>, ChainError> {
         let Some(rlp) = self.store.receipts_rlp(hash)? else {
             return Ok(None);

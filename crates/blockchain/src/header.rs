@@ -24,70 +24,172 @@ pub const MAX_GAS_LIMIT: u64 = i64::MAX as u64;
 /// found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
+    /// The number is not the parent's plus one.
     #[error("invalid number: expected {expected}, found {found}")]
-    Number { expected: u64, found: u64 },
+    Number {
+        /// The parent's number plus one.
+        expected: u64,
+        /// The header's number.
+        found: u64,
+    },
+    /// The timestamp is not after the parent's.
     #[error("timestamp {found} not after the parent's {parent}")]
-    Timestamp { parent: u64, found: u64 },
+    Timestamp {
+        /// The parent's timestamp (seconds).
+        parent: u64,
+        /// The header's timestamp (seconds).
+        found: u64,
+    },
+    /// The extra data is longer than [`MAX_EXTRA_DATA`] bytes.
     #[error("extra data too long: {len} bytes, at most {MAX_EXTRA_DATA}")]
-    ExtraData { len: usize },
+    ExtraData {
+        /// The extra data's length in bytes.
+        len: usize,
+    },
+    /// The header's gas used exceeds its gas limit.
     #[error("gas used {used} above the gas limit {limit}")]
-    GasUsed { used: u64, limit: u64 },
+    GasUsed {
+        /// The header's `gasUsed`.
+        used: u64,
+        /// The header's `gasLimit`.
+        limit: u64,
+    },
+    /// The gas limit moved by parent/1024 or more from the parent's, or is below
+    /// [`MIN_GAS_LIMIT`].
     #[error(
         "invalid gas limit {found}: must differ from the parent's {parent} by less than {max_delta} and be at least {MIN_GAS_LIMIT}"
     )]
     GasLimit {
+        /// The parent's gas limit (doubled at London's first block, EIP-1559's elasticity).
         parent: u64,
+        /// The header's gas limit.
         found: u64,
+        /// The parent's gas limit / 1024: the change must stay below it.
         max_delta: u64,
     },
+    /// The gas limit is above [`MAX_GAS_LIMIT`].
     #[error("invalid gas limit {found}: above the maximum {MAX_GAS_LIMIT}")]
-    GasLimitTooHigh { found: u64 },
+    GasLimitTooHigh {
+        /// The header's gas limit.
+        found: u64,
+    },
+    /// A proof-of-work header's difficulty is not what the difficulty rules give.
     #[error("invalid difficulty: expected {expected}, found {found}")]
-    PowDifficulty { expected: U256, found: U256 },
+    PowDifficulty {
+        /// The difficulty the fork's rules compute from the parent.
+        expected: U256,
+        /// The header's difficulty.
+        found: U256,
+    },
+    /// A block in the DAO fork's extra-data window lacks the `dao-hard-fork` extra data.
     #[error("extra data of a DAO fork block must be \"dao-hard-fork\"")]
     DaoExtraData,
+    /// The ommers hash is not the hash of the block's ommer list.
     #[error("ommers hash mismatch: computed {expected}, header {found}")]
-    OmmersHash { expected: B256, found: B256 },
+    OmmersHash {
+        /// keccak256 of the RLP list of the block's ommers.
+        expected: B256,
+        /// The header's `sha3Uncles`.
+        found: B256,
+    },
+    /// A post-merge header with a non-zero difficulty (EIP-3675).
     #[error("difficulty {found} after the merge, expected 0")]
-    Difficulty { found: U256 },
+    Difficulty {
+        /// The header's difficulty.
+        found: U256,
+    },
+    /// A post-merge header with a non-zero nonce (EIP-3675).
     #[error("nonce {found:?} after the merge, expected 0")]
-    Nonce { found: [u8; 8] },
+    Nonce {
+        /// The header's 8-byte nonce.
+        found: [u8; 8],
+    },
+    /// A post-merge header whose ommers hash is not that of the empty list (EIP-3675).
     #[error("ommers after the merge (ommers hash {found})")]
-    Ommers { found: B256 },
+    Ommers {
+        /// The header's `sha3Uncles`.
+        found: B256,
+    },
+    /// The base fee is not what EIP-1559 computes from the parent, or is present
+    /// before London / absent from it.
     #[error("invalid base fee: expected {expected:?}, found {found:?}")]
     BaseFee {
+        /// The base fee from the parent (wei per gas); `None` before London.
         expected: Option<u64>,
+        /// The header's `baseFeePerGas`.
         found: Option<u64>,
     },
+    /// The transactions root is not the root of the block's transactions.
     #[error("transactions root mismatch: computed {expected}, header {found}")]
-    TransactionsRoot { expected: B256, found: B256 },
+    TransactionsRoot {
+        /// The root of the trie of the block's transactions.
+        expected: B256,
+        /// The header's `transactionsRoot`.
+        found: B256,
+    },
+    /// Withdrawals present before Shanghai or absent from it (EIP-4895).
     #[error("withdrawals {} at {fork}", presence(.present))]
-    Withdrawals { fork: Fork, present: bool },
+    Withdrawals {
+        /// The fork the block is in.
+        fork: Fork,
+        /// Whether the block has a withdrawals list.
+        present: bool,
+    },
+    /// The withdrawals root is not the root of the block's withdrawals, or is present
+    /// or absent against the body (EIP-4895).
     #[error("withdrawals root mismatch: computed {expected:?}, header {found:?}")]
     WithdrawalsRoot {
+        /// The root of the trie of the block's withdrawals; `None` without a list.
         expected: Option<B256>,
+        /// The header's `withdrawalsRoot`.
         found: Option<B256>,
     },
+    /// `blobGasUsed` or `excessBlobGas` in a header before Cancun (EIP-4844).
     #[error("blob gas fields before Cancun (blobGasUsed {used:?}, excessBlobGas {excess:?})")]
     BlobFieldsBeforeCancun {
+        /// The header's `blobGasUsed`.
         used: Option<u64>,
+        /// The header's `excessBlobGas`.
         excess: Option<u64>,
     },
+    /// The excess blob gas is not what EIP-4844 computes from the parent, or is missing.
     #[error("invalid excess blob gas: expected {expected:?}, found {found:?}")]
     ExcessBlobGas {
+        /// The excess blob gas from the parent's.
         expected: Option<u64>,
+        /// The header's `excessBlobGas`.
         found: Option<u64>,
     },
+    /// The blob gas used is not the blob gas of the block's transactions (EIP-4844).
     #[error("invalid blob gas used: the transactions use {expected}, the header says {found:?}")]
-    BlobGasUsed { expected: u64, found: Option<u64> },
+    BlobGasUsed {
+        /// The transactions' blobs times `GAS_PER_BLOB` (2^17).
+        expected: u64,
+        /// The header's `blobGasUsed`.
+        found: Option<u64>,
+    },
+    /// The block's transactions carry more blobs than the fork's blob schedule allows.
     #[error("too many blobs: {found}, at most {max}")]
-    TooManyBlobs { found: u64, max: u64 },
+    TooManyBlobs {
+        /// Blobs in the block's transactions.
+        found: u64,
+        /// The fork's maximum blobs per block.
+        max: u64,
+    },
+    /// A Cancun header without `parentBeaconBlockRoot` (EIP-4788).
     #[error("parent beacon block root missing from Cancun on")]
     MissingBeaconRoot,
+    /// A header before Cancun with `parentBeaconBlockRoot`.
     #[error("parent beacon block root before Cancun")]
     BeaconRootBeforeCancun,
+    /// `requestsHash` present before Prague or absent from it (EIP-7685).
     #[error("requests hash {} at {fork}", presence(.present))]
-    RequestsHash { fork: Fork, present: bool },
+    RequestsHash {
+        /// The fork the block is in.
+        fork: Fork,
+        /// Whether the header has a `requestsHash`.
+        present: bool,
+    },
 }
 
 fn presence(present: &bool) -> &'static str {

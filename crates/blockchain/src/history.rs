@@ -197,6 +197,7 @@ impl StateAtBlock {
         Ok(())
     }
 
+    /// The account as it was at this block; `None` if it did not exist.
     pub fn account(&self, address: &Address) -> Result<Option<Account>, StoreError> {
         if let Some(old) = self.overlay.as_ref().and_then(|o| o.accounts.get(address)) {
             return Ok(*old);
@@ -204,6 +205,7 @@ impl StateAtBlock {
         self.store.account(address)
     }
 
+    /// The value of `slot` in `address`'s storage at this block (zero when unset).
     pub fn storage(&self, address: &Address, slot: &B256) -> Result<U256, StoreError> {
         let Some(o) = &self.overlay else {
             return self.store.storage(address, slot);
@@ -220,6 +222,7 @@ impl StateAtBlock {
         self.store.storage(address, slot)
     }
 
+    /// The code whose keccak256 is `code_hash`; `None` if the store lacks it.
     pub fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, StoreError> {
         self.store.code(code_hash)
     }

@@ -78,6 +78,7 @@ pub struct StoreStateView {
 }
 
 impl StoreStateView {
+    /// A view of `store`'s head state under the fork rules of `config`.
     pub fn new(store: Store, config: ChainConfig) -> Self {
         Self { store, config }
     }

@@ -32,16 +32,22 @@ pub const MAX_BLOCK_BODY_SIZE_OSAKA: usize = 10 * 1024 * 1024 - 2 * 1024 * 1024;
 /// What the consensus layer (or dev mode) asks a payload to carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PayloadAttributes {
+    /// The payload's timestamp (seconds).
     pub timestamp: u64,
+    /// The header's `mixHash`/`prevRandao`: the beacon chain's RANDAO value (EIP-4399).
     pub prev_randao: B256,
+    /// The header's `beneficiary`: where priority fees go.
     pub suggested_fee_recipient: Address,
+    /// Withdrawals to include (EIP-4895); `None` before Shanghai.
     pub withdrawals: Option<Vec<Withdrawal>>,
+    /// The beacon block root for the EIP-4788 system call; `None` before Cancun.
     pub parent_beacon_block_root: Option<B256>,
 }
 
 /// A sealed block with what the engine API returns beside it.
 #[derive(Debug, Clone)]
 pub struct BuiltPayload {
+    /// The sealed block.
     pub block: Block,
     /// Tips paid to the fee recipient.
     pub block_value: U256,
@@ -387,6 +393,7 @@ fn payload_id(parent: &B256, attrs: &PayloadAttributes) -> [u8; 8] {
 }
 
 impl PayloadService {
+    /// A service building on `chain`'s head from the transactions in `pool`.
     pub fn new(chain: Chain, pool: Pool) -> Self {
         Self {
             chain,

@@ -47,12 +47,14 @@ where
     h
 }
 
+/// keccak256 of a storage slot key: its path in the storage trie (cached).
 pub fn hashed_slot(slot: &B256) -> B256 {
     static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<B256, B256>> =
         std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 18));
     remembered_keccak(&CACHE, slot)
 }
 
+/// keccak256 of an address: its path in the account trie (cached).
 pub fn hashed_address(address: &Address) -> B256 {
     static CACHE: std::sync::LazyLock<quick_cache::sync::Cache<Address, B256>> =
         std::sync::LazyLock::new(|| quick_cache::sync::Cache::new(1 << 16));
@@ -155,8 +157,11 @@ pub type AccountUpdates = Vec<(Address, Option<Account>)>;
 /// writes and wipes, and the undo record of all of it.
 #[derive(Debug, Default)]
 pub struct StateUpdate {
+    /// The state root after the block.
     pub root: B256,
+    /// The accounts to write to the flat state (`None` deletes).
     pub accounts: AccountUpdates,
+    /// What the block overwrote, to take it back in a reorg.
     pub undo: Undo,
     /// Tries dropped before the writes (storage of wiped or deleted accounts).
     pub wiped_tries: Vec<B256>,
@@ -837,19 +842,24 @@ pub fn build_tries(
 /// An EIP-1186 proof of one account and some of its slots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountProof {
+    /// The account proven.
     pub address: Address,
     /// `None`: the account does not exist (the proof shows its absence).
     pub account: Option<Account>,
     /// Account trie nodes from the root towards keccak(address).
     pub proof: Vec<Vec<u8>>,
+    /// Proofs of the slots asked for, in the order asked (`storageProof`).
     pub storage: Vec<SlotProof>,
 }
 
 /// A slot's value (zero when absent) and the storage trie nodes towards keccak(slot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotProof {
+    /// The storage key asked for (unhashed).
     pub slot: B256,
+    /// The slot's value (zero when absent).
     pub value: U256,
+    /// Storage trie nodes from the account's storage root towards keccak(slot).
     pub proof: Vec<Vec<u8>>,
 }
 

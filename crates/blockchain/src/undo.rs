@@ -132,6 +132,7 @@ impl Undo {
         }
     }
 
+    /// The record as the store keeps it (RLP); [`Undo::decode`] reads it back.
     pub fn encode(&self) -> Vec<u8> {
         let mut accounts = Vec::new();
         for (address, account) in &self.accounts {
@@ -210,6 +211,7 @@ impl Undo {
         out
     }
 
+    /// Reads a record [`Undo::encode`] wrote.
     pub fn decode(mut bytes: &[u8]) -> Result<Self, RlpError> {
         let mut f = rlp::list(&mut bytes, "undo")?;
         let mut undo = Undo::default();

@@ -44,13 +44,18 @@ use std::time::{Duration, Instant};
 /// Which part of the datadir a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Area {
+    /// The canonical chain: headers, their hashes and the number index.
     Chain,
+    /// The head's state: the account and storage tries against the flat state.
     State,
+    /// Contract code against its code hash.
     Code,
+    /// The transaction pool's journal file.
     Journal,
 }
 
 impl Area {
+    /// The area's name in the report.
     pub fn name(self) -> &'static str {
         match self {
             Area::Chain => "chain",
@@ -64,7 +69,9 @@ impl Area {
 /// One thing found wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
+    /// The part of the datadir it is about.
     pub area: Area,
+    /// What is wrong, in words.
     pub message: String,
 }
 
@@ -89,7 +96,9 @@ impl Default for VerifyOptions {
 /// What a check saw and found.
 #[derive(Debug, Clone, Default)]
 pub struct VerifyReport {
+    /// The head's number and hash; `None` when the store has no head.
     pub head: Option<(u64, B256)>,
+    /// The head's state root checked against.
     pub state_root: Option<B256>,
     /// Canonical headers checked.
     pub blocks: u64,
@@ -107,11 +116,14 @@ pub struct VerifyReport {
     pub problems: u64,
     /// Remarks that are not problems (a torn journal tail).
     pub notes: Vec<String>,
+    /// Time spent checking the canonical chain.
     pub chain_time: Duration,
+    /// Time spent walking the state tries (and code).
     pub state_time: Duration,
 }
 
 impl VerifyReport {
+    /// Whether no problem was found.
     pub fn is_clean(&self) -> bool {
         self.problems == 0
     }

@@ -18,7 +18,9 @@ use moat_common::block::Block;
 /// One change to an account's state, as anvil's methods ask for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateEdit {
+    /// Sets the account's balance (wei).
     Balance(Address, U256),
+    /// Sets the account's nonce.
     Nonce(Address, u64),
     /// The account's code (empty: no code).
     Code(Address, Bytes),

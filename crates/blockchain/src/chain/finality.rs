@@ -19,11 +19,14 @@ use moat_storage::WriteBatch;
 /// Which of the two marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
+    /// The consensus layer's safe block (`safeBlockHash` of forkchoiceUpdated).
     Safe,
+    /// The consensus layer's finalized block (`finalizedBlockHash` of forkchoiceUpdated).
     Finalized,
 }
 
 impl Mark {
+    /// The mark's name in errors and logs (`"safe"`, `"finalized"`).
     pub fn name(self) -> &'static str {
         match self {
             Mark::Safe => "safe",

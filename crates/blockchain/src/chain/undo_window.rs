@@ -62,6 +62,7 @@ impl Chain {
         self
     }
 
+    /// Which undo records the chain keeps (set by [`Chain::with_undo_window`]).
     pub fn undo_window(&self) -> UndoWindow {
         self.undo_window
     }

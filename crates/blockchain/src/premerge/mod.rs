@@ -208,21 +208,38 @@ pub fn rewards(
 /// Why a block's ommers are refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OmmerError {
+    /// More than [`MAX_OMMERS`] ommers.
     #[error("too many ommers: {found}, at most {MAX_OMMERS}")]
-    TooMany { found: usize },
+    TooMany {
+        /// The number of ommers the block carries.
+        found: usize,
+    },
+    /// A proof-of-stake block with ommers.
     #[error("ommers after the merge")]
     AfterMerge,
+    /// An ommer listed twice, already included by a recent ancestor, or the block itself.
     #[error("duplicate ommer {0}")]
     Duplicate(B256),
+    /// An ommer that is one of the block's own ancestors.
     #[error("ommer {0} is an ancestor of the block")]
     IsAncestor(B256),
+    /// An ommer whose parent is not one of the block's recent ancestors other than its
+    /// parent.
     #[error(
         "ommer {hash}'s parent {parent} is not among the block's last {MAX_OMMER_DEPTH} ancestors (or is its parent)"
     )]
-    Dangling { hash: B256, parent: B256 },
+    Dangling {
+        /// The ommer's hash.
+        hash: B256,
+        /// The parent hash the ommer names.
+        parent: B256,
+    },
+    /// An ommer whose header is not valid on its own parent.
     #[error("ommer {hash}: {error}")]
     Header {
+        /// The ommer's hash.
         hash: B256,
+        /// The header rule it breaks.
         error: crate::header::HeaderError,
     },
 }
@@ -231,7 +248,9 @@ pub enum OmmerError {
 /// ancestors (parent first) and the ommers those ancestors included.
 #[derive(Debug, Clone, Default)]
 pub struct Ancestry {
+    /// The block's ancestors, parent first, at most [`MAX_OMMER_DEPTH`] of them.
     pub ancestors: Vec<Header>,
+    /// Hashes of the ommers those ancestors included.
     pub ancestor_ommers: Vec<B256>,
 }
 

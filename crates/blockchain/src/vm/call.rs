@@ -16,13 +16,21 @@ pub(super) type AccessListEntries = Vec<(Address, Vec<alloy_primitives::B256>)>;
 /// A call as JSON-RPC clients describe it; absent fields take geth's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallRequest {
+    /// The caller (`from`); the zero address when absent.
     pub from: Option<Address>,
+    /// The callee (`to`); `None` creates a contract with `input` as init code.
     pub to: Option<Address>,
+    /// The gas limit (`gas`); the RPC gas cap when absent, and never above it.
     pub gas: Option<u64>,
+    /// Legacy gas price in wei (`gasPrice`).
     pub gas_price: Option<u128>,
+    /// EIP-1559 fee cap in wei per gas (`maxFeePerGas`).
     pub max_fee_per_gas: Option<u128>,
+    /// EIP-1559 tip cap in wei per gas (`maxPriorityFeePerGas`).
     pub max_priority_fee_per_gas: Option<u128>,
+    /// Wei sent with the call (`value`); zero when absent.
     pub value: Option<U256>,
+    /// Call data, or init code when `to` is absent (`input`, or `data`).
     pub input: Bytes,
     /// EIP-2930 access list: its addresses and slots start warm (and are paid for).
     pub access_list: AccessListEntries,
@@ -40,12 +48,31 @@ pub struct CallRequest {
 /// How a call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallOutcome {
-    Success { output: Bytes, gas_used: u64 },
-    Revert { output: Bytes, gas_used: u64 },
-    Halt { reason: String, gas_used: u64 },
+    /// The call returned normally.
+    Success {
+        /// The data it returned.
+        output: Bytes,
+        /// Gas used, after refunds.
+        gas_used: u64,
+    },
+    /// The call reverted (REVERT), all its changes undone.
+    Revert {
+        /// The revert data (often an ABI-encoded `Error(string)`).
+        output: Bytes,
+        /// Gas used, after refunds.
+        gas_used: u64,
+    },
+    /// The call halted exceptionally (out of gas, invalid opcode, ...), all its gas spent.
+    Halt {
+        /// Why, in geth's words.
+        reason: String,
+        /// Gas used.
+        gas_used: u64,
+    },
 }
 
 impl CallOutcome {
+    /// Gas the call used, however it ended.
     pub fn gas_used(&self) -> u64 {
         match self {
             CallOutcome::Success { gas_used, .. }

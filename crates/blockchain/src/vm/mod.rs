@@ -64,9 +64,11 @@ pub use trace::{TraceError, TraceOptions, trace_block, trace_call};
 
 /// Pre-state the executor reads (the node implements it over its store).
 pub trait StateReader {
+    /// The account at `address`; `None` if it does not exist.
     fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError>;
     /// The value of `slot` (a 32-byte big-endian key); zero for an unset slot.
     fn storage(&self, address: &Address, slot: &B256) -> Result<U256, VmError>;
+    /// The code whose keccak256 is `code_hash`; `None` if not held.
     fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError>;
     /// Hash of canonical block `number` (for BLOCKHASH; ancestors of the block being executed).
     fn block_hash(&self, number: u64) -> Result<B256, VmError>;
@@ -81,16 +83,22 @@ pub trait StateReader {
 /// An account as the state trie holds it, minus the storage root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AccountInfo {
+    /// The account's nonce: transactions sent (or contracts created, for a contract).
     pub nonce: u64,
+    /// The account's balance in wei.
     pub balance: U256,
+    /// keccak256 of the account's code (`KECCAK_EMPTY` without code).
     pub code_hash: B256,
 }
 
 /// Everything execution of one block produced.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecutedBlock {
+    /// One receipt per transaction, in order.
     pub receipts: Vec<Receipt>,
+    /// Gas used by the block's transactions (the header's `gasUsed`).
     pub gas_used: u64,
+    /// Blob gas used by the block's transactions (EIP-4844; the header's `blobGasUsed`).
     pub blob_gas_used: u64,
     /// EIP-7685 requests, each `type byte || data`, in type order, empty ones left out
     /// (Prague+; empty before).
@@ -103,6 +111,7 @@ pub struct ExecutedBlock {
 /// How one account differs after the block from before it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AccountChange {
+    /// The account changed.
     pub address: Address,
     /// None: the account no longer exists (destroyed, or touched-empty and cleared per EIP-161).
     pub info: Option<AccountInfo>,
@@ -137,7 +146,12 @@ pub enum VmError {
     /// A transaction the block includes is invalid (nonce, balance, gas, intrinsic gas,
     /// blob fee, …): the block is invalid.
     #[error("transaction {index} is invalid: {reason}")]
-    InvalidTransaction { index: usize, reason: String },
+    InvalidTransaction {
+        /// The transaction's index in the block.
+        index: usize,
+        /// Why it is invalid (geth's wording where geth has one).
+        reason: String,
+    },
     /// Block-level failure: gas above the limit, a failed system call, a malformed
     /// deposit log, a header field the fork needs but the block lacks, …
     #[error("invalid block: {0}")]

@@ -10,8 +10,11 @@ use std::collections::HashMap;
 /// What one address is made to hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AccountOverride {
+    /// The balance in wei the account is given.
     pub balance: Option<U256>,
+    /// The nonce the account is given.
     pub nonce: Option<u64>,
+    /// The code the account is given.
     pub code: Option<Bytes>,
     /// The whole storage: slots not listed read zero.
     pub state: Option<HashMap<B256, U256>>,
@@ -22,6 +25,7 @@ pub struct AccountOverride {
 /// Why overrides are refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OverrideError {
+    /// An account's override sets both `state` and `stateDiff`.
     #[error("account {0} has both 'state' and 'stateDiff'")]
     StateAndDiff(Address),
 }
@@ -34,6 +38,7 @@ pub struct OverriddenState<'a> {
 }
 
 impl<'a> OverriddenState<'a> {
+    /// Lays `accounts` over `inner`; refused when one has both `state` and `stateDiff`.
     pub fn new(
         inner: &'a dyn StateReader,
         accounts: HashMap<Address, AccountOverride>,

@@ -26,6 +26,7 @@ pub enum TraceError {
     /// malformed.
     #[error("{0}")]
     Options(String),
+    /// Executing the block or call failed.
     #[error(transparent)]
     Vm(#[from] VmError),
 }

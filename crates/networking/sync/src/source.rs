@@ -14,6 +14,8 @@ pub trait BlockSource: Send + Sync + 'static {
     /// The peers that may be asked now.
     fn peers(&self) -> Vec<SyncPeer>;
 
+    /// Asks `peer` for the headers `req` names (`GetBlockHeaders`); they come checked to start
+    /// where asked and chain by hash.
     fn headers(
         &self,
         peer: PeerId,

@@ -63,8 +63,11 @@ pub const TRANSFER_TOPIC: B256 =
 /// What one address is made to hold before a simulated block, geth's override object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SimOverride {
+    /// The balance in wei the account is given.
     pub balance: Option<U256>,
+    /// The nonce the account is given.
     pub nonce: Option<u64>,
+    /// The code the account is given.
     pub code: Option<Bytes>,
     /// The whole storage: slots not listed are cleared.
     pub state: Option<BTreeMap<B256, U256>>,
@@ -77,8 +80,11 @@ pub struct SimOverride {
 /// One call: a request plus the blob fields `CallRequest` has no room for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SimCall {
+    /// The call as `eth_call` takes it.
     pub req: CallRequest,
+    /// EIP-4844 versioned hashes (`blobVersionedHashes`): the call is a blob transaction.
     pub blob_hashes: Option<Vec<B256>>,
+    /// The blob fee cap in wei per blob gas (`maxFeePerBlobGas`).
     pub max_fee_per_blob_gas: Option<u128>,
     /// The chain the call says it is for; another chain's is refused.
     pub chain_id: Option<u64>,
@@ -91,27 +97,38 @@ pub struct SimCall {
 /// parent hash; the rest is filled in.
 #[derive(Debug, Clone, Default)]
 pub struct SimBlock {
+    /// The header fields the caller sets (listed above); the rest are filled in.
     pub header: Header,
     /// The blob base fee the calls see, if overridden.
     pub blob_base_fee: Option<u128>,
+    /// Withdrawals the block pays out (EIP-4895).
     pub withdrawals: Vec<Withdrawal>,
     /// Applied in address order before the block's calls.
     pub overrides: BTreeMap<Address, SimOverride>,
+    /// The calls, executed in order as the block's transactions.
     pub calls: Vec<SimCall>,
 }
 
 /// Why a call could not be included, as geth's `txValidationError` sorts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SimTxErrorKind {
+    /// The nonce is below the sender's (geth's code -38010).
     NonceTooLow,
+    /// The nonce is above the sender's (-38011).
     NonceTooHigh,
+    /// The fee cap is below the block's base fee (-38012).
     FeeCapBelowBaseFee,
+    /// The gas limit is below the intrinsic gas (-38013).
     IntrinsicGas,
+    /// The sender cannot pay gas times price plus value (-38014).
     InsufficientFunds,
+    /// The sender has code that is not an EIP-7702 delegation (EIP-3607).
     SenderNotEoa,
+    /// Init code above the EIP-3860 limit (49 152 bytes).
     InitCodeTooLarge,
     /// The fee fields contradict one another.
     InvalidFees,
+    /// Any other reason a call is refused (an internal error).
     Other,
 }
 
@@ -121,20 +138,36 @@ pub enum SimError {
     /// Call `index` of the block could not be included.
     #[error("err: {message} (supplied gas {gas})")]
     InvalidTransaction {
+        /// Which of geth's validation errors it is.
         kind: SimTxErrorKind,
+        /// The error in geth's words.
         message: String,
+        /// The gas the call supplied.
         gas: u64,
     },
+    /// A call asks for more gas than the block has left (geth's code -38015).
     #[error("block gas limit reached: remaining: {remaining}, required: {required}")]
-    BlockGasLimitReached { remaining: u64, required: u64 },
+    BlockGasLimitReached {
+        /// Gas left in the block.
+        remaining: u64,
+        /// Gas the call asks for.
+        required: u64,
+    },
     /// A state override that cannot be applied (not a precompile, moved twice, ...).
     #[error("{0}")]
     Override(String),
     /// The request's fields are inconsistent.
     #[error("{0}")]
     InvalidParams(String),
+    /// The calls together used more gas than the RPC gas cap allows.
     #[error("RPC gas cap exhausted: need {need}, remaining {remaining}")]
-    GasCapExhausted { need: u64, remaining: u64 },
+    GasCapExhausted {
+        /// Gas the call used.
+        need: u64,
+        /// Gas left of the cap before it.
+        remaining: u64,
+    },
+    /// Executing a block failed (a state read, or revm itself).
     #[error(transparent)]
     Vm(#[from] VmError),
 }
@@ -142,6 +175,7 @@ pub enum SimError {
 /// How a call ended inside a simulated block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SimStatus {
+    /// The call succeeded.
     Success,
     /// Reverted, with the revert data in `return_data`.
     Revert,
@@ -153,10 +187,15 @@ pub enum SimStatus {
 /// included when asked for); their block hash is the caller's to fill in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimCallResult {
+    /// How the call ended.
     pub status: SimStatus,
+    /// The call's output, or the revert data (`returnData`).
     pub return_data: Bytes,
+    /// Gas the call used, after refunds (`gasUsed`).
     pub gas_used: u64,
+    /// Gas spent before refunds, at least `gas_used` (`maxUsedGas`).
     pub max_used_gas: u64,
+    /// The logs the call emitted, with their place in the block.
     pub logs: Vec<SimLog>,
     /// The call's gas was cut to what is left of the RPC gas cap.
     pub gas_capped: bool,
@@ -165,9 +204,13 @@ pub struct SimCallResult {
 /// A log with its place in the block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimLog {
+    /// The log: address, topics, data.
     pub log: Log,
+    /// Index of the call in the block (`transactionIndex`).
     pub tx_index: u64,
+    /// Index of the log in the block (`logIndex`).
     pub log_index: u64,
+    /// Hash of the call's transaction (`transactionHash`).
     pub tx_hash: B256,
 }
 
@@ -175,8 +218,11 @@ pub struct SimLog {
 /// signature zero), their senders, the calls' results and the withdrawals.
 #[derive(Debug, Clone)]
 pub struct SimulatedBlock {
+    /// The block, as sealed from the calls.
     pub block: moat_common::block::Block,
+    /// The sender of each transaction, in order.
     pub senders: Vec<Address>,
+    /// The result of each call, in order.
     pub calls: Vec<SimCallResult>,
     /// The transactions' hashes as geth gives them. They differ from
     /// `block.transactions[i].hash()` for legacy ones only: geth's unsigned legacy

@@ -20,6 +20,7 @@ pub struct SimState<'a> {
 }
 
 impl<'a> SimState<'a> {
+    /// An empty overlay over `base`, the state before the first simulated block.
     pub fn new(base: &'a dyn StateReader) -> Self {
         Self {
             base,

@@ -65,6 +65,7 @@ impl HealRecord {
         self.phase == HealPhase::Done
     }
 
+    /// The record as the store keeps it (version byte first); [`HealRecord::decode`] reads it back.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(38 + self.tasks.len() * 72);
         out.push(HEAL_RECORD_VERSION);

@@ -144,14 +144,20 @@ impl Default for SnapConfig {
 /// Why the snap stage stopped short.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapError {
+    /// The store failed to read or commit.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// Every peer answered empty for the pivot's root for a while: it is past what they serve
+    /// (about 128 blocks), and the caller picks a new pivot.
     #[error("no peer serves the pivot's state any more")]
     Stale,
+    /// No snap/1 peer came, or none gave a useful answer within `give_up_after`.
     #[error("no snap peer")]
     NoPeers,
+    /// The pivot could not be set up or used (the chain moved past genesis, a task failed).
     #[error("pivot: {0}")]
     Pivot(String),
+    /// A trie built from the download does not hash to the root it must have.
     #[error("built trie does not match: {0}")]
     Mismatch(String),
 }

@@ -22,9 +22,13 @@ pub(super) const RECORD_VERSION: u8 = 2;
 /// The stage a snap sync is at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
+    /// Downloading account ranges (`GetAccountRange`), chunk by chunk.
     Accounts,
+    /// Downloading the storage of the accounts held (`GetStorageRanges`).
     Storage,
+    /// Downloading the bytecodes not yet held (`GetByteCodes`).
     Codes,
+    /// Building the tries from the download and checking them against the pivot's state root.
     Tries,
 }
 
@@ -48,6 +52,7 @@ impl Stage {
         }
     }
 
+    /// The stage's name in progress lines and logs.
     pub fn name(self) -> &'static str {
         match self {
             Stage::Accounts => "accounts",
@@ -61,24 +66,36 @@ impl Stage {
 /// One chunk of the account hash space: `next` is where its download goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunk {
+    /// First account hash not yet downloaded.
     pub next: B256,
+    /// Last account hash of the chunk (inclusive).
     pub limit: B256,
+    /// Whether the chunk is downloaded up to `limit`.
     pub done: bool,
 }
 
 /// What the store keeps of a snap sync under way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
+    /// Block number of the pivot whose state is downloaded.
     pub pivot_number: u64,
+    /// Block hash of the pivot.
     pub pivot_hash: B256,
+    /// The pivot's state root, which every range is proven against.
     pub state_root: B256,
+    /// The stage the download is at (where a restart resumes).
     pub stage: Stage,
+    /// The chunks of the account hash space, in order (16 for a new record).
     pub chunks: Vec<Chunk>,
     /// Every account whose hash is below this has all its storage.
     pub storage_cursor: B256,
+    /// Accounts downloaded so far.
     pub accounts: u64,
+    /// Storage slots downloaded so far.
     pub slots: u64,
+    /// Bytecodes downloaded so far.
     pub codes: u64,
+    /// Bytes downloaded so far (slim accounts with their hashes, 64 per slot, code lengths).
     pub bytes: u64,
     /// The pivot moved during the download: the ranges held come from older roots, so
     /// the tries built from them are healed to the pivot's root.
@@ -146,6 +163,7 @@ impl Progress {
         !self.heal && self.tries_replaced()
     }
 
+    /// The record as the store keeps it (version byte first); [`Progress::decode`] reads it back.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![RECORD_VERSION];
         out.extend_from_slice(&self.pivot_number.to_be_bytes());
@@ -219,13 +237,19 @@ pub(super) fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
 /// What `eth_syncing` and the progress lines show of a snap sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapFigures {
+    /// Block number of the pivot.
     pub pivot: u64,
     /// The target's number (the pivot's after a resume, until the target is walked).
     pub highest: u64,
+    /// The stage the download is at.
     pub stage: Stage,
+    /// Accounts downloaded (`eth_syncing`'s `syncedAccounts`).
     pub accounts: u64,
+    /// Storage slots downloaded (`syncedStorage`).
     pub slots: u64,
+    /// Bytecodes downloaded (`syncedBytecodes`).
     pub codes: u64,
+    /// Bytes downloaded, as counted in [`Progress::bytes`].
     pub bytes: u64,
     /// Whether this sync took up a record left by an earlier run.
     pub resumed: bool,
@@ -237,8 +261,9 @@ pub struct SnapFigures {
 /// `healedBytecodes`, `healingTrienodes`, `healingBytecode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HealFigures {
-    /// Trie nodes taken, and their bytes.
+    /// Trie nodes taken (`healedTrienodes`).
     pub nodes: u64,
+    /// Bytes of the trie nodes taken (`healedTrienodeBytes`).
     pub node_bytes: u64,
     /// Codes of healed accounts taken.
     pub codes: u64,
