@@ -104,7 +104,8 @@ fn fork_entry(ctx: &RpcContext, fork: Fork, genesis_timestamp: u64) -> Value {
         })
         .collect();
     json!({
-        "activationTime": time.max(genesis_timestamp),
+        // EIP-7910: a fork active at genesis reports 0 (go-ethereum does the same).
+        "activationTime": if time <= genesis_timestamp { 0 } else { time },
         "blobSchedule": blob,
         "chainId": q(config.chain_id),
         "forkId": format!("0x{}", alloy_primitives::hex::encode(id.hash)),
@@ -174,4 +175,49 @@ pub(crate) fn capabilities(ctx: &RpcContext, _params: Params<'_>) -> RpcResult<V
         "blocks": full,
         "stateproofs": { "disabled": false, "oldestBlock": q(oldest_state) },
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moat_blockchain::chain::Chain;
+    use moat_common::config::Genesis;
+    use moat_mempool::{InMemoryState, Pool, PoolConfig};
+    use moat_storage::Store;
+    use std::sync::Arc;
+
+    /// A chain whose genesis (time 1,000) already has Cancun (its config says 0, as
+    /// Hoodi's does), with Prague scheduled at 2,000.
+    fn context() -> RpcContext {
+        let genesis = Genesis::from_json(
+            &json!({
+                "config": {
+                    "chainId": 7, "homesteadBlock": 0, "eip150Block": 0, "eip155Block": 0,
+                    "eip158Block": 0, "byzantiumBlock": 0, "constantinopleBlock": 0,
+                    "petersburgBlock": 0, "istanbulBlock": 0, "berlinBlock": 0,
+                    "londonBlock": 0, "mergeNetsplitBlock": 0, "terminalTotalDifficulty": 0,
+                    "shanghaiTime": 0, "cancunTime": 0, "pragueTime": 2000,
+                    "depositContractAddress": "0x0000000000000000000000000000000000000000"
+                },
+                "gasLimit": "0x1c9c380", "difficulty": "0x0", "timestamp": "0x3e8",
+                "alloc": {},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+        let pool = Pool::new(
+            PoolConfig::new(chain.config().clone()),
+            Arc::new(InMemoryState::new(Default::default())),
+        );
+        RpcContext::new(chain, pool)
+    }
+
+    #[test]
+    fn a_fork_active_at_genesis_reports_activation_time_zero() {
+        let config = eth_config(&context(), Params::new(None)).unwrap();
+        // EIP-7910 and go-ethereum: 0 for a fork at genesis, not the genesis time.
+        assert_eq!(config["current"]["activationTime"], json!(0));
+        assert_eq!(config["next"]["activationTime"], json!(2000));
+    }
 }

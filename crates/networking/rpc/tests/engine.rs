@@ -27,6 +27,11 @@ use engine_common::*;
 /// All forks through Prague at genesis, one funded key, and the Prague system contracts
 /// (taken from the ethtest genesis: block execution needs their code).
 fn genesis(rich: Address) -> Genesis {
+    genesis_at(rich, false)
+}
+
+/// The test chain, at Prague from genesis, or at Osaka when `osaka`.
+fn genesis_at(rich: Address, osaka: bool) -> Genesis {
     let ethtest = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../../../shared/testdata/ethtest/genesis.json"
@@ -49,7 +54,7 @@ fn genesis(rich: Address) -> Genesis {
             json!({ "balance": "0xde0b6b3a7640000" }),
         );
     }
-    let genesis = json!({
+    let mut genesis = json!({
         "config": {
             "chainId": CHAIN_ID, "homesteadBlock": 0, "eip150Block": 0, "eip155Block": 0,
             "eip158Block": 0, "byzantiumBlock": 0, "constantinopleBlock": 0,
@@ -61,6 +66,9 @@ fn genesis(rich: Address) -> Genesis {
         "gasLimit": "0x1c9c380", "difficulty": "0x0", "timestamp": "0x0",
         "alloc": alloc,
     });
+    if osaka {
+        genesis["config"]["osakaTime"] = json!(0);
+    }
     Genesis::from_json(&genesis.to_string()).expect("test genesis parses")
 }
 
@@ -103,9 +111,13 @@ async fn node() -> Node {
 }
 
 async fn node_with(sync: Option<Arc<dyn moat_rpc::SyncService>>) -> Node {
+    node_at(sync, false).await
+}
+
+async fn node_at(sync: Option<Arc<dyn moat_rpc::SyncService>>, osaka: bool) -> Node {
     let rich = Signer::from_seed(1);
     let store = Store::in_memory();
-    let chain = Chain::init(store.clone(), &genesis(rich.address())).expect("genesis");
+    let chain = Chain::init(store.clone(), &genesis_at(rich.address(), osaka)).expect("genesis");
     let view = StoreStateView::new(store, chain.config().clone());
     let pool = Pool::new(PoolConfig::new(chain.config().clone()), Arc::new(view));
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
@@ -226,6 +238,8 @@ async fn requests_need_a_fresh_token_signed_with_the_secret() {
         "engine_forkchoiceUpdatedV3",
         "engine_getPayloadV4",
         "engine_getBlobsV1",
+        "engine_getBlobsV3",
+        "engine_hasBlobs",
     ] {
         assert!(listed.contains(&m), "{m} in {listed:?}");
     }
@@ -522,6 +536,71 @@ async fn bad_payloads_and_forkchoices_get_the_spec_answers() {
     let many = vec![unknown; 129];
     assert_eq!(
         error_code(addr, "engine_getBlobsV1", json!([many])).await,
+        i64::from(moat_rpc::engine::TOO_LARGE_REQUEST)
+    );
+    // getBlobsV3 answers null before Osaka, as go-ethereum does.
+    assert_eq!(
+        result(addr, "engine_getBlobsV3", json!([[unknown]])).await,
+        Value::Null
+    );
+    n.handle.stop();
+}
+
+/// At Osaka: a version-0 blob tx sent over RPC is pooled with cell proofs; getBlobsV3
+/// answers in part (null where a blob is missing), getBlobsV2 not at all, hasBlobs says
+/// which are there, getBlobsV1 serves no cell-proof sidecar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_blobs_v3_answers_in_part_at_osaka() {
+    let n = node_at(None, true).await;
+    let addr = n.handle.local_addr();
+    let tx = blob_tx(&blob_sender(), 0, 2);
+    let added = n
+        .pool
+        .submit_local(TxInput::Raw(tx.encoded_2718().into()))
+        .await
+        .expect("a version-0 sidecar over RPC is taken at Osaka");
+    assert_eq!(added.hash, tx.hash());
+    let hashes = tx.tx().tx().blob_versioned_hashes();
+    let unknown = B256::repeat_byte(0x01);
+    let asked = json!([[hashes[0], unknown, hashes[1]]]);
+
+    let v3 = result(addr, "engine_getBlobsV3", asked.clone()).await;
+    let v3 = v3.as_array().expect("a list");
+    assert_eq!(v3.len(), 3);
+    assert!(v3[1].is_null(), "the missing blob is null in its place");
+    let sidecar = tx.sidecar().unwrap();
+    for (i, at) in [(0, 0), (1, 2)] {
+        let entry = &v3[at];
+        assert_eq!(
+            entry["blob"],
+            json!(format!(
+                "0x{}",
+                alloy_primitives::hex::encode(&sidecar.blobs[i].0[..])
+            ))
+        );
+        assert_eq!(
+            entry["proofs"].as_array().map(Vec::len),
+            Some(128),
+            "cell proofs"
+        );
+    }
+    assert_eq!(
+        result(addr, "engine_getBlobsV2", asked.clone()).await,
+        Value::Null,
+        "V2 answers all or nothing"
+    );
+    assert_eq!(
+        result(addr, "engine_hasBlobs", asked.clone()).await,
+        json!([true, false, true])
+    );
+    assert_eq!(
+        result(addr, "engine_getBlobsV1", asked).await,
+        json!([null, null, null]),
+        "V1 serves version-0 proofs only"
+    );
+    let many = vec![unknown; 129];
+    assert_eq!(
+        error_code(addr, "engine_getBlobsV3", json!([many])).await,
         i64::from(moat_rpc::engine::TOO_LARGE_REQUEST)
     );
     n.handle.stop();

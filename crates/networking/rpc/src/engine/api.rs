@@ -47,6 +47,8 @@ const CAPABILITIES: &[&str] = &[
     "engine_newPayloadV4",
     "engine_getBlobsV1",
     "engine_getBlobsV2",
+    "engine_getBlobsV3",
+    "engine_hasBlobs",
     "engine_getClientVersionV1",
     "engine_getPayloadBodiesByHashV1",
     "engine_getPayloadBodiesByRangeV1",
@@ -477,45 +479,93 @@ async fn get_payload(
     Ok(envelope_json(&built, version))
 }
 
-/// getBlobsV1 (`v2 == false`): each blob with its proof, null where unknown or held
-/// only with cell proofs. getBlobsV2: each blob with its 128 cell proofs, or null for
-/// the whole answer if any is missing.
-fn get_blobs(ctx: &EngineContext, params: Params<'_>, v2: bool) -> RpcResult<Value> {
-    let args = args(&params)?;
+/// Which getBlobs a call is: what it answers with, and for what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GetBlobs {
+    /// Cancun/Prague: each blob with its version-0 proof, null where unknown or held only
+    /// with cell proofs.
+    V1,
+    /// Osaka: each blob with its 128 cell proofs, or null for the whole answer if any is
+    /// missing.
+    V2,
+    /// Osaka (execution-apis osaka.md): as V2, but null only in the places of the blobs
+    /// missing (a partial answer); null for the whole answer before Osaka.
+    V3,
+}
+
+/// The versioned hashes a getBlobs or hasBlobs call asks for, within the per-call limit.
+fn wanted_hashes(params: &Params<'_>) -> RpcResult<Vec<B256>> {
+    let args = args(params)?;
     let [list] = &args[..] else {
         return Err(invalid_params("expected one list of versioned hashes"));
     };
     if list.as_array().is_some_and(|l| l.len() > MAX_BLOB_REQUEST) {
         return Err(too_large(format!("more than {MAX_BLOB_REQUEST} blobs")));
     }
-    let wanted = hashes(list, "blobVersionedHashes")?;
+    hashes(list, "blobVersionedHashes")
+}
+
+/// Whether the head is at Osaka or later (the cell-proof getBlobs answer from there).
+fn head_at_osaka(ctx: &EngineContext) -> RpcResult<bool> {
+    let head = ctx.chain.head_header().map_err(chain_err)?;
+    Ok(ctx.chain.config().fork_at(head.number, head.timestamp) >= Fork::Osaka)
+}
+
+/// getBlobsV1, V2 and V3 ([`GetBlobs`]).
+fn get_blobs(ctx: &EngineContext, params: Params<'_>, which: GetBlobs) -> RpcResult<Value> {
+    let wanted = wanted_hashes(&params)?;
+    if which == GetBlobs::V3 && !head_at_osaka(ctx)? {
+        return Ok(Value::Null);
+    }
     let mut out = Vec::with_capacity(wanted.len());
     for vh in &wanted {
         let found = ctx.pool.blob_by_versioned_hash(vh).and_then(|(bundle, i)| {
             let blob = bundle.blobs.get(i)?;
-            match (v2, bundle.version) {
-                (false, SidecarVersion::V0) => {
+            match (which, bundle.version) {
+                (GetBlobs::V1, SidecarVersion::V0) => {
                     let proof = bundle.proofs.get(i)?;
                     Some(json!({ "blob": hex0x(&blob.0[..]), "proof": hex0x(proof) }))
                 }
-                (true, SidecarVersion::V1) => {
+                (GetBlobs::V2 | GetBlobs::V3, SidecarVersion::V1) => {
                     let per = SidecarVersion::V1.proofs_per_blob();
                     let proofs = bundle.proofs.get(i * per..(i + 1) * per)?;
                     let proofs: Vec<Value> = proofs.iter().map(hex0x).collect();
                     Some(json!({ "blob": hex0x(&blob.0[..]), "proofs": proofs }))
                 }
-                _ => None,
+                (GetBlobs::V1, SidecarVersion::V1)
+                | (GetBlobs::V2 | GetBlobs::V3, SidecarVersion::V0) => None,
             }
         });
-        match found {
-            Some(v) => out.push(v),
-            None if v2 => return Ok(Value::Null),
-            None => out.push(Value::Null),
+        match (found, which) {
+            (Some(v), _) => out.push(v),
+            (None, GetBlobs::V2) => return Ok(Value::Null),
+            (None, GetBlobs::V1 | GetBlobs::V3) => out.push(Value::Null),
         }
     }
     metrics::counter!("moat_engine_blobs_served_total")
         .increment(out.iter().filter(|v| !v.is_null()).count() as u64);
     Ok(Value::Array(out))
+}
+
+/// engine_hasBlobs (as go-ethereum serves it): for each versioned hash, whether the pool
+/// holds its blob with the sidecar version the head's fork uses, so a consensus client
+/// can ask before it pulls the blobs themselves.
+fn has_blobs(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
+    let wanted = wanted_hashes(&params)?;
+    let version = if head_at_osaka(ctx)? {
+        SidecarVersion::V1
+    } else {
+        SidecarVersion::V0
+    };
+    let found: Vec<bool> = wanted
+        .iter()
+        .map(|vh| {
+            ctx.pool
+                .blob_by_versioned_hash(vh)
+                .is_some_and(|(bundle, _)| bundle.version == version)
+        })
+        .collect();
+    Ok(json!(found))
 }
 
 /// One block's body as getPayloadBodies answers it: its transactions (2718 bytes) and,
@@ -609,11 +659,19 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
     })?;
     m.register_method("engine_getBlobsV1", |params, ctx, _| {
         count("engine_getBlobsV1");
-        get_blobs(ctx, params, false)
+        get_blobs(ctx, params, GetBlobs::V1)
     })?;
     m.register_method("engine_getBlobsV2", |params, ctx, _| {
         count("engine_getBlobsV2");
-        get_blobs(ctx, params, true)
+        get_blobs(ctx, params, GetBlobs::V2)
+    })?;
+    m.register_blocking_method("engine_getBlobsV3", |params, ctx, _| {
+        count("engine_getBlobsV3");
+        get_blobs(&ctx, params, GetBlobs::V3)
+    })?;
+    m.register_blocking_method("engine_hasBlobs", |params, ctx, _| {
+        count("engine_hasBlobs");
+        has_blobs(&ctx, params)
     })?;
     m.register_blocking_method("engine_getPayloadBodiesByHashV1", |params, ctx, _| {
         count("engine_getPayloadBodiesByHashV1");
