@@ -130,6 +130,34 @@ fn bench_block_building_and_heads(c: &mut Criterion) {
     g.finish();
 }
 
+/// What a version-0 sidecar's conversion costs (Osaka, RPC only: 128 cell proofs a
+/// blob), beside one verification of the version-1 sidecar it becomes; 6 blobs, Osaka's
+/// most per transaction.
+fn bench_sidecar_conversion(c: &mut Criterion) {
+    let signer = Signer::from_seed(6);
+    let v0 = sample_blob_tx(SidecarVersion::V0, 6, 0, &signer);
+    let v1 = sample_blob_tx(SidecarVersion::V1, 6, 0, &signer);
+    let blobs = &v0.sidecar().expect("a sidecar").blobs;
+    let mut g = c.benchmark_group("sidecar_6_blobs");
+    g.sample_size(10);
+    g.bench_function("convert_v0_to_v1", |b| {
+        b.iter(|| {
+            for blob in blobs {
+                moat_crypto::kzg::compute_cell_proofs(blob).expect("a valid blob");
+            }
+        })
+    });
+    g.bench_function("verify_v1", |b| {
+        b.iter(|| {
+            v1.sidecar()
+                .expect("a sidecar")
+                .verify_proofs()
+                .expect("valid")
+        })
+    });
+    g.finish();
+}
+
 fn bench_blob_peers(c: &mut Criterion) {
     let signer = Signer::from_seed(5);
     let tx = sample_blob_tx(SidecarVersion::V0, 6, 0, &signer);
@@ -156,5 +184,6 @@ fn benches() {
     bench_admission(&mut criterion);
     bench_block_building_and_heads(&mut criterion);
     bench_blob_peers(&mut criterion);
+    bench_sidecar_conversion(&mut criterion);
 }
 criterion_main!(benches);
