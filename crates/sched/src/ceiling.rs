@@ -93,6 +93,7 @@ pub type CeilingReadGuard<'a, T> = Ceiling<parking_lot::RwLockReadGuard<'a, T>>;
 pub type CeilingWriteGuard<'a, T> = Ceiling<parking_lot::RwLockWriteGuard<'a, T>>;
 
 impl<T> CeilingMutex<T> {
+    /// A mutex whose waits are reported under the lock name `other`.
     pub fn new(value: T) -> Self {
         Self::named("other", value)
     }
@@ -105,10 +106,14 @@ impl<T> CeilingMutex<T> {
         }
     }
 
+    /// Locks, blocking, at normal priority ([`Raised`]); a contended wait is timed under
+    /// this lock's name.
     pub fn lock(&self) -> CeilingGuard<'_, T> {
         Ceiling::take(self.name, || self.lock.try_lock(), || self.lock.lock())
     }
 
+    /// Locks if the mutex is free, at normal priority; `None` (and the priority back
+    /// down) if it is held.
     pub fn try_lock(&self) -> Option<CeilingGuard<'_, T>> {
         Ceiling::try_take(|| self.lock.try_lock())
     }
@@ -125,6 +130,7 @@ pub struct CeilingRwLock<T> {
 }
 
 impl<T> CeilingRwLock<T> {
+    /// A lock whose waits are reported under the lock name `other`.
     pub fn new(value: T) -> Self {
         Self::named("other", value)
     }
@@ -137,10 +143,14 @@ impl<T> CeilingRwLock<T> {
         }
     }
 
+    /// Takes a shared read lock, blocking, at normal priority ([`Raised`]); a contended
+    /// wait is timed.
     pub fn read(&self) -> CeilingReadGuard<'_, T> {
         Ceiling::take(self.name, || self.lock.try_read(), || self.lock.read())
     }
 
+    /// Takes the exclusive write lock, blocking, at normal priority ([`Raised`]); a
+    /// contended wait is timed.
     pub fn write(&self) -> CeilingWriteGuard<'_, T> {
         Ceiling::take(self.name, || self.lock.try_write(), || self.lock.write())
     }

@@ -21,8 +21,10 @@ pub enum Lane {
 }
 
 impl Lane {
+    /// Both lanes, in the order of their metric slots (trusted first).
     pub const ALL: [Lane; 2] = [Lane::Trusted, Lane::Untrusted];
 
+    /// The lane's label in metrics (`lane="trusted"` or `lane="untrusted"`).
     pub fn as_str(self) -> &'static str {
         match self {
             Lane::Trusted => "trusted",

@@ -28,6 +28,8 @@ thread_local! {
 pub struct Raised(());
 
 impl Raised {
+    /// Raises this thread to normal priority if it is a lowered untrusted-lane thread
+    /// (the outermost guard only); elsewhere a no-op guard.
     pub fn new() -> Self {
         if RAISABLE.with(Cell::get) {
             let depth = RAISED_DEPTH.with(|d| {

@@ -34,7 +34,9 @@ impl<F: Future> Future for CpuCounted<F> {
 /// transactions took 72 % of the machine); this bounds it to its share.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RpcLaneBudget {
+    /// Refill rate, in CPU-µs per second of wall time.
     pub rate_us: u64,
+    /// Bucket capacity, in CPU-µs (the largest burst after an idle spell).
     pub burst_us: u64,
 }
 

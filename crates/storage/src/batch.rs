@@ -27,6 +27,8 @@ use crate::{Account, ChainMeta, TxLocation};
 use alloy_primitives::{Address, B256, Bytes, U256};
 use std::collections::{HashMap, HashSet};
 
+/// Everything one [`crate::Store::commit`] writes, applied atomically in the phase order
+/// of the module docs; the setters chain (`&mut Self`).
 #[derive(Debug, Clone, Default)]
 pub struct WriteBatch {
     meta: Option<ChainMeta>,
@@ -58,6 +60,7 @@ pub struct WriteBatch {
 }
 
 impl WriteBatch {
+    /// An empty batch.
     pub fn new() -> Self {
         Self::default()
     }
@@ -93,21 +96,26 @@ impl WriteBatch {
         self
     }
 
+    /// Stores a block's RLP header under its hash, and its number in the hash → number
+    /// index.
     pub fn put_header(&mut self, hash: B256, number: u64, rlp: impl Into<Vec<u8>>) -> &mut Self {
         self.headers.push((hash, number, rlp.into()));
         self
     }
 
+    /// Stores a block's RLP body under its block hash.
     pub fn put_body(&mut self, hash: B256, rlp: impl Into<Vec<u8>>) -> &mut Self {
         self.bodies.push((hash, rlp.into()));
         self
     }
 
+    /// Stores a block's RLP receipts under its block hash.
     pub fn put_receipts(&mut self, hash: B256, rlp: impl Into<Vec<u8>>) -> &mut Self {
         self.receipts.push((hash, rlp.into()));
         self
     }
 
+    /// Makes `hash` the canonical block at height `number` (after `unset_canonical_above`).
     pub fn set_canonical(&mut self, number: u64, hash: B256) -> &mut Self {
         self.canonical.push((number, hash));
         self
@@ -122,11 +130,13 @@ impl WriteBatch {
         self
     }
 
+    /// Indexes a transaction of a canonical block by its hash.
     pub fn put_tx_location(&mut self, tx_hash: B256, location: TxLocation) -> &mut Self {
         self.tx_locations.push((tx_hash, Some(location)));
         self
     }
 
+    /// Removes a transaction from the tx index (its block left the canonical chain).
     pub fn delete_tx_location(&mut self, tx_hash: B256) -> &mut Self {
         self.tx_locations.push((tx_hash, None));
         self
@@ -151,21 +161,27 @@ impl WriteBatch {
         self
     }
 
+    /// Stores contract bytecode under its keccak256 hash.
     pub fn put_code(&mut self, code_hash: B256, code: Bytes) -> &mut Self {
         self.code.push((code_hash, code));
         self
     }
 
+    /// Keeps a mined blob tx in network form (sidecar included), by tx hash, for a reorg
+    /// to hand back to the pool.
     pub fn put_sidecar(&mut self, tx_hash: B256, bytes: impl Into<Vec<u8>>) -> &mut Self {
         self.sidecars.push((tx_hash, Some(bytes.into())));
         self
     }
 
+    /// Drops a kept blob tx (its block is too deep for a reorg to need it).
     pub fn delete_sidecar(&mut self, tx_hash: B256) -> &mut Self {
         self.sidecars.push((tx_hash, None));
         self
     }
 
+    /// Writes a raw local tx into the journal table, as earlier versions did (the pool
+    /// now keeps its own journal file).
     pub fn put_journal(&mut self, tx_hash: B256, raw: impl Into<Vec<u8>>) -> &mut Self {
         self.journal.push((tx_hash, Some(raw.into())));
         self
@@ -177,11 +193,15 @@ impl WriteBatch {
         self
     }
 
+    /// Drops the undo record of `block_hash` (the block was taken back, or is past the
+    /// undo window).
     pub fn delete_undo(&mut self, block_hash: B256) -> &mut Self {
         self.undo.push((block_hash, None));
         self
     }
 
+    /// Removes a local tx from the journal table of earlier versions (once moved into the
+    /// pool's journal file).
     pub fn delete_journal(&mut self, tx_hash: B256) -> &mut Self {
         self.journal.push((tx_hash, None));
         self
@@ -216,6 +236,7 @@ impl WriteBatch {
         self
     }
 
+    /// Moves the canonical head to block (`number`, `hash`), written last.
     pub fn set_head(&mut self, number: u64, hash: B256) -> &mut Self {
         self.head = Some((number, hash));
         self

@@ -3,6 +3,8 @@
 use crate::ChainMeta;
 use std::path::PathBuf;
 
+/// Why a store operation failed: the engine, the datadir's chain or schema, a failed
+/// write, damaged data, or the filesystem.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database engine failed; the message names what the store was doing at the time.
@@ -22,8 +24,11 @@ pub enum StoreError {
         expected.genesis_hash
     )]
     ChainMismatch {
+        /// The datadir opened.
         datadir: PathBuf,
+        /// The chain this node is configured for.
         expected: ChainMeta,
+        /// The chain the datadir was initialised for (its stored meta).
         found: ChainMeta,
     },
 
@@ -34,8 +39,11 @@ pub enum StoreError {
         datadir.display()
     )]
     UnsupportedSchema {
+        /// The datadir opened.
         datadir: PathBuf,
+        /// The schema version stored in the datadir.
         found: u32,
+        /// The one schema version this build reads and writes.
         supported: u32,
     },
 
@@ -49,9 +57,12 @@ pub enum StoreError {
     #[error("corrupt database: {0}")]
     Corrupt(String),
 
+    /// A filesystem call on the datadir failed (creating it, or the database file).
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file or directory the call was on.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },

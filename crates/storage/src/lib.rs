@@ -82,7 +82,9 @@ pub const DB_FILE: &str = "moat.redb";
 /// What makes a datadir belong to one chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChainMeta {
+    /// The EIP-155 chain id of the chain's config.
     pub chain_id: u64,
+    /// Hash of the chain's genesis block header.
     pub genesis_hash: B256,
 }
 
@@ -90,17 +92,24 @@ pub struct ChainMeta {
 /// empty code hash and empty trie root that an empty account has on chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Account {
+    /// The account's next transaction nonce (for a contract, its next CREATE nonce).
     pub nonce: u64,
+    /// Balance in wei.
     pub balance: U256,
+    /// keccak256 of the account's bytecode (the key of its code in the code table).
     pub code_hash: B256,
+    /// Root of the account's storage trie.
     pub storage_root: B256,
 }
 
 /// Where a mined transaction sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxLocation {
+    /// Hash of the canonical block that includes the transaction.
     pub block_hash: B256,
+    /// That block's number.
     pub block_number: u64,
+    /// The transaction's position in the block's transaction list, from 0.
     pub index: u64,
 }
 
@@ -235,6 +244,7 @@ impl Store {
         self.write_failure.get().map(String::as_str)
     }
 
+    /// The chain this datadir belongs to, once the genesis commit set it.
     pub fn chain_meta(&self) -> Result<Option<ChainMeta>, StoreError> {
         self.backend.get_with(Table::Meta, META_CHAIN, decode_meta)
     }
@@ -260,14 +270,17 @@ impl Store {
         })
     }
 
+    /// The RLP-encoded header of block `hash`, if stored.
     pub fn header_rlp(&self, hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
         self.raw(Table::Headers, hash.as_slice())
     }
 
+    /// The RLP-encoded body (transactions, ommers, withdrawals) of block `hash`, if stored.
     pub fn body_rlp(&self, hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
         self.raw(Table::Bodies, hash.as_slice())
     }
 
+    /// The RLP-encoded receipts of block `hash`, if stored.
     pub fn receipts_rlp(&self, hash: &B256) -> Result<Option<Vec<u8>>, StoreError> {
         self.raw(Table::Receipts, hash.as_slice())
     }
@@ -292,6 +305,7 @@ impl Store {
         Ok(found)
     }
 
+    /// Hash of the canonical block at height `number`, if the canonical index has one.
     pub fn canonical_hash(&self, number: u64) -> Result<Option<B256>, StoreError> {
         self.backend
             .get_with(Table::Canonical, &number_key(number), |v| {
@@ -299,11 +313,15 @@ impl Store {
             })
     }
 
+    /// Where the canonical chain includes the transaction `tx_hash`, if it does (and the
+    /// tx index still holds it).
     pub fn tx_location(&self, tx_hash: &B256) -> Result<Option<TxLocation>, StoreError> {
         self.backend
             .get_with(Table::TxIndex, tx_hash.as_slice(), decode_tx_location)
     }
 
+    /// The account at `address` in the head state (from the downloaded snap state when
+    /// the flat table lacks it); `None` for an account that does not exist.
     pub fn account(&self, address: &Address) -> Result<Option<Account>, StoreError> {
         let flat = self
             .backend
