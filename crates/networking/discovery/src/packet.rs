@@ -127,7 +127,7 @@ pub struct FindNode {
 /// Neighbors (type 4): the answer to FindNode, at most [`MAX_NEIGHBORS`] per packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Neighbors {
-    /// The nodes found, closest to the target first.
+    /// Nodes the responder knows near the target.
     pub nodes: Vec<Neighbor>,
     /// Unix time (seconds) after which the packet is stale.
     pub expiration: u64,

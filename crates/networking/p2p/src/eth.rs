@@ -65,7 +65,7 @@ pub fn protocol_length(version: u32) -> u64 {
 pub struct Status {
     /// The eth version the sender speaks on this connection.
     pub version: u32,
-    /// The chain's network id (the chain id on every public network).
+    /// The network id (equal to the chain id on the public networks).
     pub network_id: u64,
     /// The hash of the chain's genesis block.
     pub genesis: B256,

@@ -134,7 +134,7 @@ pub struct Delivered {
     pub hash: B256,
     /// Its EIP-2718 type.
     pub ty: u8,
-    /// Its encoded size on the wire, in bytes.
+    /// The length of its EIP-2718 envelope, in bytes (what announcements state).
     pub size: usize,
 }
 

@@ -53,11 +53,11 @@ impl std::fmt::Display for Capability {
 /// The first message on a connection, both ways.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
-    /// The p2p base protocol version; 5 ([`P2P_VERSION`]) and up turn snappy on.
+    /// The p2p base protocol version; snappy is on when both sides send 5 ([`P2P_VERSION`]) or more.
     pub protocol_version: u64,
     /// The client's name and version, free text (e.g. `Geth/v1.14.0/linux-amd64/go1.22`).
     pub client_id: String,
-    /// The sub-protocols the sender speaks (`caps` on the wire).
+    /// The sub-protocols the sender speaks, as name/version pairs.
     pub capabilities: Vec<Capability>,
     /// The sender's RLPx TCP port; 0 when it does not listen (most clients ignore it).
     pub listen_port: u16,

@@ -131,7 +131,7 @@ pub struct PeerInfo {
     pub eth_version: u32,
     /// Whether it dialled us.
     pub inbound: bool,
-    /// Its score: starts at 0, lowered by penalties; the peer is dropped at the floor.
+    /// Its score: starts at 0, lowered by penalties; the peer is dropped at -100.
     pub reputation: i64,
     /// The head hash its Status announced.
     pub head: B256,
@@ -203,7 +203,7 @@ pub enum NetworkError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The chain could not be read at start (the reason as text).
+    /// The chain's genesis header could not be read at start (the reason as text).
     #[error("chain: {0}")]
     Chain(String),
 }
