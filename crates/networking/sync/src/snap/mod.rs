@@ -151,7 +151,8 @@ pub enum SnapError {
     /// (about 128 blocks), and the caller picks a new pivot.
     #[error("no peer serves the pivot's state any more")]
     Stale,
-    /// No snap/1 peer came, or none gave a useful answer within `give_up_after`.
+    /// No snap/1 peer came, no peer gave the pivot's header or body, or none gave a useful
+    /// answer within `give_up_after`.
     #[error("no snap peer")]
     NoPeers,
     /// The pivot could not be set up or used (the chain moved past genesis, a task failed).
