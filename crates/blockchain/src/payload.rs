@@ -19,7 +19,7 @@ use moat_common::config::Fork;
 use moat_common::constants::{EMPTY_OMMERS_HASH, GAS_PER_BLOB};
 use moat_common::fees;
 use moat_common::receipt;
-use moat_common::transaction::BlobsBundle;
+use moat_common::transaction::{BlobsBundle, SidecarVersion};
 use moat_mempool::{BlockBudget, Pool};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -194,7 +194,22 @@ impl Chain {
         let mut picked: Vec<(SignedTransaction, Address, Option<Arc<BlobsBundle>>)> = Vec::new();
         let mut size = 0usize;
         let mut best = pool.best_transactions(budget);
+        // A block's blobs bundle carries the fork's sidecar version: a tx pooled with the
+        // other one (version 0 across the Osaka boundary) waits for its conversion.
+        let sidecar_version = if fork >= Fork::Osaka {
+            SidecarVersion::V1
+        } else {
+            SidecarVersion::V0
+        };
         while let Some(tx) = best.next() {
+            if tx
+                .tx
+                .sidecar()
+                .is_some_and(|b| b.version != sidecar_version)
+            {
+                best.mark_invalid(&tx.hash());
+                continue;
+            }
             if size + tx.tx.tx().size() > max_size {
                 best.mark_invalid(&tx.hash());
                 continue;
