@@ -61,10 +61,15 @@ impl std::fmt::Debug for Blob {
 /// relays a bundle that fails here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KzgError {
+    /// The inputs are well formed but a proof does not open its commitment.
     #[error("kzg proof verification failed")]
     InvalidProof,
+    /// c-kzg refused an input (a blob field element not below the modulus, a commitment
+    /// or proof that is not a valid G1 point); its error as text.
     #[error("malformed kzg input: {0}")]
     Malformed(String),
+    /// The lists do not pair up (one proof per blob for version 0, 128 per blob for
+    /// cell proofs); names the lists.
     #[error("kzg input lengths differ: {0}")]
     LengthMismatch(&'static str),
 }
@@ -163,8 +168,12 @@ pub fn verify_cell_proofs(
 /// One transaction's blobs, commitments and proofs, for verifying several at once.
 #[derive(Debug, Clone, Copy)]
 pub struct ProofSet<'a> {
+    /// The transaction's blobs (EIP-4844, 131,072 bytes each).
     pub blobs: &'a [Blob],
+    /// One 48-byte KZG commitment per blob, in blob order.
     pub commitments: &'a [Bytes48],
+    /// One proof per blob (version 0), or [`CELLS_PER_EXT_BLOB`] cell proofs per blob,
+    /// blob by blob (version 1, EIP-7594).
     pub proofs: &'a [Bytes48],
 }
 

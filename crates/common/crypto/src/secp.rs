@@ -21,10 +21,14 @@ pub const SECP256K1N_HALF: U256 = U256::from_be_bytes([
 /// Why a signature yields no signer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
+    /// `r` or `s` is zero or not below the curve order n.
     #[error("signature r or s is zero or not below the curve order")]
     OutOfRange,
+    /// `s` is above n/2 where low-s is required (EIP-2, transactions since Homestead).
     #[error("signature s is in the upper half of the curve order (EIP-2)")]
     HighS,
+    /// The values are in range but recovery yields no public key (no curve point has
+    /// x = r).
     #[error("signature does not recover to a public key")]
     Unrecoverable,
 }
@@ -82,8 +86,12 @@ pub struct Signer {
 /// A signature as Ethereum stores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawSignature {
+    /// Parity of the y coordinate of the signature's curve point R (the recovery id; `v`
+    /// is derived from it).
     pub y_parity: bool,
+    /// The x coordinate of R, mod n.
     pub r: U256,
+    /// The signature's s value (low-s: at most n/2, as signing here produces).
     pub s: U256,
 }
 
@@ -109,6 +117,7 @@ impl Signer {
         }
     }
 
+    /// The address of the signer's key: the last 20 bytes of keccak256 of its public key.
     pub fn address(&self) -> Address {
         self.address
     }

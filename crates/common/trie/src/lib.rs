@@ -166,12 +166,19 @@ impl Expect {
 /// Why a trie operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrieError {
+    /// The [`NodeSource`] failed to read (a database error, as its text), or its
+    /// caller's input was inconsistent.
     #[error("trie node source: {0}")]
     Source(String),
+    /// A stored node does not decode or does not match what its parent names.
     #[error("corrupt trie node of {owner} at path {path}: {reason}")]
     Corrupt {
+        /// The trie's owner: zero for the account trie, keccak256(address) for a storage
+        /// trie.
         owner: B256,
+        /// The node's path from the root, as hex nibbles.
         path: String,
+        /// What is wrong with the node.
         reason: &'static str,
     },
 }
@@ -200,14 +207,20 @@ fn path_text(path: &[u8]) -> String {
 /// delete) with the node the store held there before.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrieCommit {
+    /// The trie's root hash after the commit (the empty-trie root when it holds nothing).
     pub root: B256,
+    /// The node writes to apply to the store, one per changed path.
     pub writes: Vec<TrieWrite>,
 }
 
+/// One path of a [`TrieCommit`]: the node to store there and the one it replaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrieWrite {
+    /// The node's path from the root, in nibbles (one per byte, 0..=15).
     pub path: Vec<u8>,
+    /// The node's new RLP; `None` deletes the node at `path`.
     pub node: Option<Vec<u8>>,
+    /// The RLP the store held at `path` before (`None`: nothing): the undo of the write.
     pub old: Option<Vec<u8>>,
 }
 
@@ -305,6 +318,7 @@ impl<'s, S: NodeSource + ?Sized> Trie<'s, S> {
         }
     }
 
+    /// The trie's owner: zero for the account trie, keccak256(address) for a storage trie.
     pub fn owner(&self) -> B256 {
         self.owner
     }
@@ -863,10 +877,12 @@ pub fn proof<S: NodeSource + ?Sized>(
 /// and for building a trie in memory.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryNodes {
+    /// Node RLP by (owner, nibble path).
     pub nodes: HashMap<(B256, Vec<u8>), Vec<u8>>,
 }
 
 impl MemoryNodes {
+    /// Applies a commit of trie `owner`: stores its new nodes, removes its deleted ones.
     pub fn apply(&mut self, owner: &B256, commit: &TrieCommit) {
         for w in &commit.writes {
             match &w.node {

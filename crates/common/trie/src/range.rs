@@ -236,22 +236,41 @@ pub fn range_proof<S: NodeSource + ?Sized>(
 /// Why a range does not verify.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RangeProofError {
+    /// The response pairs keys and values badly.
     #[error("{keys} keys but {values} values")]
-    LengthMismatch { keys: usize, values: usize },
+    LengthMismatch {
+        /// How many keys the range holds.
+        keys: usize,
+        /// How many values it holds.
+        values: usize,
+    },
+    /// Two keys are out of order or repeated.
     #[error("keys are not strictly increasing")]
     NotIncreasing,
+    /// A value is empty (a trie never stores one: an empty value is a deletion).
     #[error("a value is empty")]
     EmptyValue,
+    /// The range starts below the origin that was asked for.
     #[error("the first key lies before the origin")]
     BeforeOrigin,
+    /// A node on a boundary path, named by this hash, is not in the proof.
     #[error("proof node {0} is missing")]
     MissingNode(B256),
+    /// A proof node, by its hash, does not decode as a trie node.
     #[error("proof node {0} does not decode as a trie node")]
     BadNode(B256),
+    /// The proof's nodes and the keys do not fit together (a path too deep, a key that
+    /// lands on an unopened subtree or on a leaf already there).
     #[error("the proof and the keys do not form one trie")]
     Malformed,
+    /// The trie rebuilt from the proof and the range does not hash to the root.
     #[error("rebuilt root {found}, expected {expected}")]
-    RootMismatch { expected: B256, found: B256 },
+    RootMismatch {
+        /// The state root the range was asked against.
+        expected: B256,
+        /// The root the proof and the range rebuild.
+        found: B256,
+    },
 }
 
 /// A node of the partial trie the verifier rebuilds.

@@ -44,6 +44,7 @@ fn out_of_order(key: &[u8]) -> TrieError {
 }
 
 impl SortedBuilder {
+    /// A builder of an empty trie.
     pub fn new() -> Self {
         Self::default()
     }

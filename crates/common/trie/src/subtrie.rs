@@ -149,6 +149,7 @@ pub struct SubtrieCommit {
 }
 
 impl SubtrieCommit {
+    /// The root branch's child slot (0..=15) this subtrie lies under.
     pub fn nibble(&self) -> u8 {
         self.nibble
     }
