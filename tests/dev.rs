@@ -589,3 +589,51 @@ fn a_dev_node_with_a_period_seals_blocks_while_transactions_stream_in() {
         "{sent} transactions over 3.5 s with a 1 s period sealed blocks {start}..{now}"
     );
 }
+
+/// The blob pool after Osaka, whole node: a version-0 blob tx (one blob proof a blob)
+/// sent with eth_sendRawTransaction to an Osaka dev node is pooled with cell proofs and
+/// mined.
+#[test]
+fn an_osaka_dev_node_mines_a_version_0_blob_tx_sent_over_rpc() {
+    use moat_common::transaction::{SidecarVersion, Transaction};
+    use moat_common::{PooledTransaction, SignedTransaction};
+    let port = free_port();
+    let _node = Node::start(&[
+        "--dev",
+        "--dev.osaka",
+        "--dev.period",
+        "0",
+        "--http.port",
+        &port.to_string(),
+        "--authrpc.port",
+        &free_port().to_string(),
+    ]);
+    wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
+    let key: alloy_primitives::B256 = common::DEV_KEYS[1].parse().unwrap();
+    let signer = moat_crypto::secp::Signer::from_bytes(&key).unwrap();
+    let sample = moat_common::testing::sample_blob_tx(SidecarVersion::V0, 2, 0, &signer);
+    let (signed, sidecar) = sample.into_parts();
+    let Transaction::Eip4844(mut inner) = signed.into_tx() else {
+        unreachable!("a blob sample")
+    };
+    inner.chain_id = 1337;
+    inner.max_fee_per_gas = 100_000_000_000;
+    inner.max_priority_fee_per_gas = 1_000_000_000;
+    let tx = PooledTransaction::new(
+        SignedTransaction::sign(Transaction::Eip4844(inner), &signer),
+        sidecar,
+    );
+    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
+    let sent = rpc(port, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+    assert_eq!(sent["result"], format!("{}", tx.hash()), "{sent}");
+    let receipt = wait_for("the blob tx mined", || {
+        let r = rpc(
+            port,
+            "eth_getTransactionReceipt",
+            &format!(r#"["{}"]"#, tx.hash()),
+        )?;
+        (!r["result"].is_null()).then(|| r["result"].clone())
+    });
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    assert_eq!(receipt["blobGasUsed"], "0x40000", "two blobs: {receipt}");
+}
