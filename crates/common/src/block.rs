@@ -9,28 +9,53 @@ use crate::transaction::{DecodeError, SignedTransaction};
 use alloy_primitives::{Address, B256, Bloom, Bytes, U256, keccak256};
 use alloy_rlp::Encodable;
 
+/// A block header, field by field in RLP order (the Yellow Paper's, plus the fork
+/// fields); its hash is the block hash.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Header {
+    /// Hash of the parent block's header.
     pub parent_hash: B256,
+    /// keccak256 of the RLP list of ommer headers (`sha3Uncles`; the empty list's hash
+    /// since the merge).
     pub ommers_hash: B256,
+    /// The address that receives the priority fees (`miner`, `feeRecipient`).
     pub beneficiary: Address,
+    /// Root of the state trie after the block.
     pub state_root: B256,
+    /// Root of the trie of the block's transactions, keyed by RLP index.
     pub transactions_root: B256,
+    /// Root of the trie of the block's receipts, keyed by RLP index.
     pub receipts_root: B256,
+    /// The union of its receipts' blooms (2048 bits).
     pub logs_bloom: Bloom,
+    /// Proof-of-work difficulty; zero since the merge.
     pub difficulty: U256,
+    /// The block's height; genesis is 0.
     pub number: u64,
+    /// Most gas the block's transactions may use together.
     pub gas_limit: u64,
+    /// Gas the block's transactions used together.
     pub gas_used: u64,
+    /// Seconds since the Unix epoch.
     pub timestamp: u64,
+    /// Up to 32 bytes the producer chooses.
     pub extra_data: Bytes,
+    /// Proof-of-work mix digest; since the merge the beacon chain's `prevRandao`.
     pub mix_hash: B256,
+    /// Proof-of-work nonce, 8 bytes; zero since the merge.
     pub nonce: [u8; 8],
+    /// Base fee in wei per gas (EIP-1559), from London.
     pub base_fee_per_gas: Option<u64>,
+    /// Root of the trie of the block's withdrawals (EIP-4895), from Shanghai.
     pub withdrawals_root: Option<B256>,
+    /// Blob gas the block's blob transactions used (EIP-4844), from Cancun.
     pub blob_gas_used: Option<u64>,
+    /// Blob gas above the target carried over from earlier blocks (EIP-4844), from
+    /// Cancun; sets the blob base fee.
     pub excess_blob_gas: Option<u64>,
+    /// The parent beacon block's root (EIP-4788), from Cancun.
     pub parent_beacon_block_root: Option<B256>,
+    /// sha256 commitment to the block's execution-layer requests (EIP-7685), from Prague.
     pub requests_hash: Option<B256>,
 }
 
@@ -115,12 +140,14 @@ impl Header {
         }
     }
 
+    /// Appends the header's RLP list to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut fields = Vec::with_capacity(600);
         self.encode_fields(&mut fields);
         rlp::encode_list_payload(&fields, out);
     }
 
+    /// The header's RLP in a new buffer (what [`Header::hash`] hashes).
     pub fn encoded(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(640);
         self.encode(&mut out);
@@ -136,8 +163,11 @@ impl Header {
 /// An EIP-4895 withdrawal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Withdrawal {
+    /// The withdrawal's sequence number, counted by the consensus layer across blocks.
     pub index: u64,
+    /// Index of the validator the withdrawal is from.
     pub validator_index: u64,
+    /// The execution-layer address credited.
     pub address: Address,
     /// In gwei.
     pub amount: u64,
@@ -180,10 +210,18 @@ impl Withdrawal {
 /// Why bytes are not a block.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BlockDecodeError {
+    /// The header (or an ommer header) does not decode.
     #[error("header: {0}")]
     Header(RlpError),
+    /// A transaction of the body does not decode.
     #[error("transaction {index}: {source}")]
-    Transaction { index: usize, source: DecodeError },
+    Transaction {
+        /// The transaction's position in the block, from 0.
+        index: usize,
+        /// Why it does not decode.
+        source: DecodeError,
+    },
+    /// The block's or body's list structure is wrong (a list missing, bytes left over).
     #[error("body: {0}")]
     Body(#[from] RlpError),
 }
@@ -191,10 +229,15 @@ pub enum BlockDecodeError {
 /// A full block: header, transactions, ommers and (from Shanghai) withdrawals.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
+    /// The block's header.
     pub header: Header,
+    /// The block hash: keccak256 of the header's RLP (computed once, on decode).
     pub hash: B256,
+    /// The block's transactions, in execution order.
     pub transactions: Vec<SignedTransaction>,
+    /// Ommer ("uncle") headers; empty since the merge.
     pub ommers: Vec<Header>,
+    /// EIP-4895 withdrawals, present from Shanghai.
     pub withdrawals: Option<Vec<Withdrawal>>,
 }
 

@@ -6,12 +6,15 @@ pub const GAS_PER_BLOB: u64 = 1 << 17;
 pub const TX_GAS: u64 = 21_000;
 /// Extra base cost of a contract creation (Homestead).
 pub const TX_CREATE_GAS: u64 = 32_000;
+/// Gas per zero byte of calldata.
 pub const TX_DATA_ZERO_GAS: u64 = 4;
+/// Gas per non-zero byte of calldata before Istanbul (EIP-2028 lowered it).
 pub const TX_DATA_NON_ZERO_GAS_FRONTIER: u64 = 68;
 /// EIP-2028 (Istanbul).
 pub const TX_DATA_NON_ZERO_GAS: u64 = 16;
 /// EIP-2930.
 pub const ACCESS_LIST_ADDRESS_GAS: u64 = 2_400;
+/// EIP-2930: per storage key of an access list.
 pub const ACCESS_LIST_STORAGE_KEY_GAS: u64 = 1_900;
 /// EIP-3860: per 32-byte word of init code.
 pub const INIT_CODE_WORD_GAS: u64 = 2;

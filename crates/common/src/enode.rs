@@ -46,14 +46,19 @@ impl EnodeUrl {
 /// Why an enode URL does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnodeError {
+    /// The URL does not start with `enode://`.
     #[error("enode URL must start with enode://")]
     Scheme,
+    /// The node id is not 128 hex characters (64 bytes).
     #[error("enode id must be 128 hex characters")]
     Id,
+    /// The node id is not an uncompressed secp256k1 public key on the curve.
     #[error("enode id is not a valid public key")]
     Key,
+    /// The part after `@` is not `<ip>:<port>`.
     #[error("enode address must be <ip>:<port>")]
     Addr,
+    /// The `?discport=` query is not a port number.
     #[error("discport must be a port number")]
     DiscPort,
 }

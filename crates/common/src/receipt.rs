@@ -9,14 +9,20 @@ use crate::rlp::{self, Fields, RlpError};
 use alloy_primitives::{Address, B256, Bloom, Bytes, Log, LogData};
 use alloy_rlp::{BufMut, Encodable, Header};
 
+/// The receipt of one transaction, as the receipts root commits to it (the bloom is
+/// computed from the logs, not stored).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
+    /// The transaction's type (EIP-2718), which prefixes a typed receipt's encoding.
     pub tx_type: TxType,
+    /// Whether execution succeeded (status 1) or reverted (0), since Byzantium.
     pub success: bool,
     /// Before Byzantium (EIP-658) a receipt carried the state root after its
     /// transaction in place of the status; `Some` encodes that root instead of `success`.
     pub post_state: Option<B256>,
+    /// Gas used in the block up to and including this transaction.
     pub cumulative_gas_used: u64,
+    /// The logs the transaction emitted, in order.
     pub logs: Vec<Log>,
 }
 
@@ -45,6 +51,7 @@ pub fn logs_bloom<'a>(logs: impl IntoIterator<Item = &'a Log>) -> Bloom {
 }
 
 impl Receipt {
+    /// The 2048-bit bloom of the receipt's log addresses and topics.
     pub fn bloom(&self) -> Bloom {
         logs_bloom(&self.logs)
     }
@@ -100,6 +107,7 @@ impl Receipt {
         }
     }
 
+    /// The consensus encoding ([`Receipt::encode_2718`]) in a new buffer.
     pub fn encoded_2718(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(300 + self.logs.len() * 128);
         self.encode_2718(&mut out);

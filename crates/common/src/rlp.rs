@@ -12,29 +12,49 @@ use alloy_rlp::{BufMut, Encodable, Header};
 /// Why bytes are not a valid encoding. Each variant names the field being read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RlpError {
+    /// The input ends before the item (or its header) does.
     #[error("{0}: input too short")]
     InputTooShort(&'static str),
+    /// A header in a longer form than needed, or a single byte below 0x80 wrapped in a
+    /// string header.
     #[error("{0}: non-canonical rlp")]
     NonCanonical(&'static str),
+    /// An integer written with leading zero bytes.
     #[error("{0}: integer has leading zero bytes")]
     LeadingZeros(&'static str),
+    /// An integer wider than its field.
     #[error("{field}: value wider than {max_bytes} bytes")]
     Overlong {
+        /// The field being read.
         field: &'static str,
+        /// The field's width, in bytes.
         max_bytes: usize,
     },
+    /// A fixed-width string (hash, address, bloom) of another length.
     #[error("{field}: expected exactly {expected} bytes, found {found}")]
     BadLength {
+        /// The field being read.
         field: &'static str,
+        /// The field's width, in bytes.
         expected: usize,
+        /// The length found, in bytes.
         found: usize,
     },
+    /// A string where the field is a list.
     #[error("{0}: expected a list, found a string")]
     ExpectedList(&'static str),
+    /// A list where the field is a string.
     #[error("{0}: expected a string, found a list")]
     ExpectedString(&'static str),
+    /// Bytes left after the last field of a list (or after the whole item).
     #[error("{field}: {extra} unexpected trailing bytes")]
-    TrailingBytes { field: &'static str, extra: usize },
+    TrailingBytes {
+        /// The list or item being read.
+        field: &'static str,
+        /// How many bytes were left over.
+        extra: usize,
+    },
+    /// An integer outside the values its field allows (a bool other than 0 or 1, ...).
     #[error("{0}: value out of range")]
     OutOfRange(&'static str),
 }
@@ -133,6 +153,7 @@ impl<'a> Fields<'a> {
         Self { buf, field }
     }
 
+    /// Whether every item of the list was read.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
@@ -142,6 +163,7 @@ impl<'a> Fields<'a> {
         self.buf
     }
 
+    /// Whether the next item is a list (false at the end).
     pub fn next_is_list(&self) -> bool {
         next_is_list(self.buf)
     }
@@ -158,10 +180,12 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// The next item, a string: its payload, borrowed.
     pub fn bytes(&mut self, field: &'static str) -> Result<&'a [u8], RlpError> {
         string(&mut self.buf, field)
     }
 
+    /// The next item, a list: a reader over its payload.
     pub fn list(&mut self, field: &'static str) -> Result<Fields<'a>, RlpError> {
         list(&mut self.buf, field)
     }
@@ -178,26 +202,31 @@ impl<'a> Fields<'a> {
         Ok(&start[..start.len() - self.buf.len()])
     }
 
+    /// The next item as an integer of at most 8 bytes, canonical (no leading zeros).
     pub fn u64(&mut self, field: &'static str) -> Result<u64, RlpError> {
         let b = uint_bytes::<8>(&mut self.buf, field)?;
         Ok(b.iter().fold(0u64, |acc, x| (acc << 8) | u64::from(*x)))
     }
 
+    /// The next item as an integer of at most 16 bytes, canonical.
     pub fn u128(&mut self, field: &'static str) -> Result<u128, RlpError> {
         let b = uint_bytes::<16>(&mut self.buf, field)?;
         Ok(b.iter().fold(0u128, |acc, x| (acc << 8) | u128::from(*x)))
     }
 
+    /// The next item as an integer of at most 32 bytes, canonical.
     pub fn u256(&mut self, field: &'static str) -> Result<U256, RlpError> {
         let b = uint_bytes::<32>(&mut self.buf, field)?;
         Ok(U256::from_be_slice(b))
     }
 
+    /// The next item as an integer of at most 1 byte, canonical (0 is the empty string).
     pub fn u8(&mut self, field: &'static str) -> Result<u8, RlpError> {
         let b = uint_bytes::<1>(&mut self.buf, field)?;
         Ok(b.first().copied().unwrap_or(0))
     }
 
+    /// The next item as an integer that must be 0 or 1.
     pub fn bool(&mut self, field: &'static str) -> Result<bool, RlpError> {
         match self.u64(field)? {
             0 => Ok(false),
@@ -206,6 +235,7 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// The next item as a string of exactly `N` bytes.
     pub fn fixed<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], RlpError> {
         let b = self.bytes(field)?;
         b.try_into().map_err(|_| RlpError::BadLength {
@@ -215,10 +245,12 @@ impl<'a> Fields<'a> {
         })
     }
 
+    /// The next item as a 32-byte hash.
     pub fn b256(&mut self, field: &'static str) -> Result<B256, RlpError> {
         self.fixed::<32>(field).map(B256::from)
     }
 
+    /// The next item as a 20-byte address.
     pub fn address(&mut self, field: &'static str) -> Result<Address, RlpError> {
         self.fixed::<20>(field).map(Address::from)
     }
@@ -237,6 +269,7 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// The next item, a string, copied out as bytes.
     pub fn data(&mut self, field: &'static str) -> Result<Bytes, RlpError> {
         self.bytes(field).map(Bytes::copy_from_slice)
     }
@@ -279,6 +312,7 @@ pub fn encode_kind(kind: &TxKind, out: &mut dyn BufMut) {
     }
 }
 
+/// Length of `kind` as a `to` field ([`encode_kind`]), header included.
 pub fn kind_length(kind: &TxKind) -> usize {
     match kind {
         TxKind::Create => 1,

@@ -15,6 +15,7 @@ pub struct Throttle {
 }
 
 impl Throttle {
+    /// A throttle letting one warning through per `period`; the first goes through.
     pub const fn new(period: Duration) -> Self {
         Self {
             period,

@@ -17,27 +17,39 @@ use std::path::Path;
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Genesis {
+    /// The chain id and fork schedule (geth's `config` object).
     pub config: ChainConfig,
+    /// Block 0's header nonce (the proof-of-work nonce; zero on chains born merged).
     #[serde(default, with = "quantity::hex_u64")]
     pub nonce: u64,
+    /// Block 0's timestamp, in seconds since the Unix epoch.
     #[serde(default, with = "quantity::hex_u64")]
     pub timestamp: u64,
+    /// Block 0's header `extraData`.
     #[serde(default, deserialize_with = "nullable")]
     pub extra_data: Bytes,
+    /// Block 0's gas limit, in gas.
     #[serde(with = "quantity::hex_u64")]
     pub gas_limit: u64,
+    /// Block 0's proof-of-work difficulty (zero on chains born merged).
     #[serde(with = "quantity::hex_u256")]
     pub difficulty: U256,
+    /// Block 0's `mixHash` (after the merge, `prevRandao`).
     #[serde(default, deserialize_with = "nullable")]
     pub mix_hash: B256,
+    /// Block 0's beneficiary (`miner` in the header).
     #[serde(default, deserialize_with = "nullable")]
     pub coinbase: Address,
+    /// The initial state: the accounts that exist in block 0, by address.
     #[serde(deserialize_with = "alloc_map")]
     pub alloc: BTreeMap<Address, GenesisAccount>,
+    /// The genesis block's number (normally 0).
     #[serde(default, with = "quantity::hex_u64")]
     pub number: u64,
+    /// Block 0's gas used, in gas (0: it holds no transactions).
     #[serde(default, with = "quantity::hex_u64")]
     pub gas_used: u64,
+    /// Block 0's parent hash (zero).
     #[serde(default, deserialize_with = "nullable")]
     pub parent_hash: B256,
     /// The header's base fee. geth writes it for chains that start at London or later;
@@ -49,12 +61,16 @@ pub struct Genesis {
         skip_serializing_if = "Option::is_none"
     )]
     pub base_fee_per_gas: Option<u64>,
+    /// The header's excess blob gas (EIP-4844), for a chain born at Cancun or later; absent
+    /// means zero there.
     #[serde(
         default,
         with = "quantity::hex_opt_u64",
         skip_serializing_if = "Option::is_none"
     )]
     pub excess_blob_gas: Option<u64>,
+    /// The header's blob gas used (EIP-4844), for a chain born at Cancun or later; absent
+    /// means zero there.
     #[serde(
         default,
         with = "quantity::hex_opt_u64",
@@ -66,16 +82,20 @@ pub struct Genesis {
 /// An account in the genesis state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GenesisAccount {
+    /// Balance in wei.
     #[serde(with = "quantity::hex_u256")]
     pub balance: U256,
+    /// The account's nonce (0 when absent).
     #[serde(default, with = "quantity::hex_u64")]
     pub nonce: u64,
+    /// The contract's runtime bytecode (empty for an externally owned account).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "<[u8]>::is_empty"
     )]
     pub code: Bytes,
+    /// The contract's storage: slot → value, both as 32-byte words.
     #[serde(
         default,
         deserialize_with = "storage_map",
@@ -92,6 +112,7 @@ impl Genesis {
         Ok(genesis)
     }
 
+    /// Reads and parses a genesis file ([`Genesis::from_json`]).
     pub fn from_file(path: &Path) -> Result<Genesis, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_owned(),

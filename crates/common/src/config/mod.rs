@@ -40,72 +40,118 @@ use std::str::FromStr;
 /// Everything that can be wrong with a genesis file or a fork schedule.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A fork name (in a genesis file, a test fixture or a flag) that is no known fork.
     #[error("unknown fork {0:?}")]
     UnknownFork(String),
+    /// The genesis JSON does not deserialize (a missing or mistyped field).
     #[error("invalid genesis json: {0}")]
     Json(#[from] serde_json::Error),
     /// The genesis file is not one well-formed JSON object (byte offset of the fault).
     #[error("invalid genesis json at byte {offset}: {reason}")]
-    Malformed { offset: u64, reason: &'static str },
+    Malformed {
+        /// Byte offset in the file where reading stopped.
+        offset: u64,
+        /// What was wrong there.
+        reason: &'static str,
+    },
     /// An allocation entry was refused (a bad address, or by whoever took it in).
     #[error("genesis alloc entry {address}: {reason}")]
-    Alloc { address: String, reason: String },
+    Alloc {
+        /// The entry's key as written.
+        address: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The genesis file could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
     /// A mandatory fork is unset while a later one is scheduled (names are genesis keys).
     #[error("unsupported fork ordering: {missing} is not enabled, but {later} is")]
     MissingFork {
+        /// The unset fork's genesis key (e.g. `londonBlock`).
         missing: &'static str,
+        /// The later fork that is scheduled.
         later: &'static str,
     },
     /// A fork is scheduled before one that must precede it (names are genesis keys).
     #[error("unsupported fork ordering: {later} at {later_at} is before {earlier} at {earlier_at}")]
     ForkOrder {
+        /// The fork that must come first.
         earlier: &'static str,
+        /// Its block number or timestamp.
         earlier_at: u64,
+        /// The fork scheduled too early.
         later: &'static str,
+        /// Its block number or timestamp.
         later_at: u64,
     },
     /// A blob-parameter-only fork is scheduled without saying what its parameters are.
     #[error("{0} is scheduled but blobSchedule has no entry for it")]
     MissingBlobParams(Fork),
+    /// A `blobSchedule` entry the fee arithmetic cannot work with.
     #[error("invalid blobSchedule entry for {fork}: {reason}")]
-    InvalidBlobParams { fork: Fork, reason: &'static str },
+    InvalidBlobParams {
+        /// The fork whose entry it is.
+        fork: Fork,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// A hard fork. Ordered: later forks compare greater.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Fork {
+    /// The launch rules (mainnet block 0).
     Frontier,
+    /// EIP-2 (low-s signatures, costlier creation), EIP-7 `DELEGATECALL`.
     Homestead,
     /// EIP-150 ("Tangerine Whistle").
     Tangerine,
     /// EIP-155 + EIP-158.
     SpuriousDragon,
+    /// EIP-658 receipt status, `REVERT`, `STATICCALL`, the pairing precompiles.
     Byzantium,
+    /// EIP-145 shifts, EIP-1014 `CREATE2`, EIP-1052 `EXTCODEHASH`, EIP-1283.
     Constantinople,
     /// Constantinople without EIP-1283 ("ConstantinopleFix" in the test suites).
     Petersburg,
+    /// EIP-1344 `CHAINID`, EIP-2028 cheaper calldata, EIP-2200 `SSTORE` metering.
     Istanbul,
+    /// EIP-2384: delays the difficulty bomb, nothing else.
     MuirGlacier,
+    /// EIP-2929 access costs, EIP-2930 access lists, EIP-2718 typed transactions.
     Berlin,
+    /// EIP-1559 base fee and fee-market transactions, EIP-3529 smaller refunds.
     London,
+    /// EIP-4345: delays the difficulty bomb, nothing else.
     ArrowGlacier,
+    /// EIP-5133: delays the difficulty bomb, nothing else.
     GrayGlacier,
     /// The merge.
     Paris,
+    /// EIP-4895 withdrawals, EIP-3855 `PUSH0`, EIP-3860 init-code limit.
     Shanghai,
+    /// EIP-4844 blob transactions, EIP-4788 beacon root, EIP-1153, EIP-6780.
     Cancun,
+    /// EIP-7702 set-code transactions, EIP-7685 requests, EIP-7623, EIP-7691 more blobs.
     Prague,
+    /// EIP-7594 PeerDAS (cell proofs), EIP-7825 per-transaction gas cap.
     Osaka,
+    /// The first blob-parameter-only fork (EIP-7892): changes the blob schedule only.
     Bpo1,
+    /// The second blob-parameter-only fork.
     Bpo2,
+    /// The third blob-parameter-only fork.
     Bpo3,
+    /// The fourth blob-parameter-only fork.
     Bpo4,
+    /// The fifth blob-parameter-only fork.
     Bpo5,
 }
 
@@ -261,11 +307,13 @@ pub struct BlobParams {
 }
 
 impl BlobParams {
+    /// EIP-4844's parameters, from Cancun: target 3, max 6.
     pub const CANCUN: BlobParams = BlobParams {
         target: 3,
         max: 6,
         base_fee_update_fraction: 3_338_477,
     };
+    /// EIP-7691's parameters, from Prague: target 6, max 9.
     pub const PRAGUE: BlobParams = BlobParams {
         target: 6,
         max: 9,
@@ -307,24 +355,38 @@ const MAX_BLOBS_PER_TX_OSAKA: u64 = 6;
 /// before the genesis timestamp are active from genesis.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChainConfig {
+    /// The EIP-155 chain id (`chainId`).
     pub chain_id: u64,
 
+    /// Homestead's block (`homesteadBlock`).
     pub homestead_block: Option<u64>,
     /// The irregular state change that returned The DAO's ether. Only counts for the fork id.
     pub dao_fork_block: Option<u64>,
+    /// Whether this chain took the DAO fork (`daoForkSupport`; mainnet did).
     pub dao_fork_support: bool,
+    /// Tangerine Whistle's block (`eip150Block`).
     pub eip150_block: Option<u64>,
+    /// The block from which EIP-155 replay protection applies (`eip155Block`).
     pub eip155_block: Option<u64>,
+    /// Spurious Dragon's block (`eip158Block`).
     pub eip158_block: Option<u64>,
+    /// Byzantium's block (`byzantiumBlock`).
     pub byzantium_block: Option<u64>,
+    /// Constantinople's block (`constantinopleBlock`).
     pub constantinople_block: Option<u64>,
     /// Unset means "together with Constantinople", as in geth.
     pub petersburg_block: Option<u64>,
+    /// Istanbul's block (`istanbulBlock`).
     pub istanbul_block: Option<u64>,
+    /// Muir Glacier's block (`muirGlacierBlock`).
     pub muir_glacier_block: Option<u64>,
+    /// Berlin's block (`berlinBlock`).
     pub berlin_block: Option<u64>,
+    /// London's block (`londonBlock`).
     pub london_block: Option<u64>,
+    /// Arrow Glacier's block (`arrowGlacierBlock`).
     pub arrow_glacier_block: Option<u64>,
+    /// Gray Glacier's block (`grayGlacierBlock`).
     pub gray_glacier_block: Option<u64>,
 
     /// The total difficulty at which proof of work ended. Zero means the chain started
@@ -339,14 +401,23 @@ pub struct ChainConfig {
     /// pre-Shanghai blocks.
     pub paris_block: Option<u64>,
 
+    /// Shanghai's activation timestamp, in Unix seconds (`shanghaiTime`).
     pub shanghai_time: Option<u64>,
+    /// Cancun's activation timestamp, in Unix seconds (`cancunTime`).
     pub cancun_time: Option<u64>,
+    /// Prague's activation timestamp, in Unix seconds (`pragueTime`).
     pub prague_time: Option<u64>,
+    /// Osaka's activation timestamp, in Unix seconds (`osakaTime`).
     pub osaka_time: Option<u64>,
+    /// BPO1's activation timestamp, in Unix seconds (`bpo1Time`).
     pub bpo1_time: Option<u64>,
+    /// BPO2's activation timestamp, in Unix seconds (`bpo2Time`).
     pub bpo2_time: Option<u64>,
+    /// BPO3's activation timestamp, in Unix seconds (`bpo3Time`).
     pub bpo3_time: Option<u64>,
+    /// BPO4's activation timestamp, in Unix seconds (`bpo4Time`).
     pub bpo4_time: Option<u64>,
+    /// BPO5's activation timestamp, in Unix seconds (`bpo5Time`).
     pub bpo5_time: Option<u64>,
 
     /// The beacon deposit contract, whose logs become EIP-6110 deposit requests.
@@ -801,14 +872,19 @@ pub const HOODI_GENESIS_HASH: B256 =
 /// The networks moat knows without a genesis file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Network {
+    /// Ethereum mainnet, chain id 1.
     Mainnet,
+    /// The Sepolia testnet, chain id 11155111.
     Sepolia,
+    /// The Hoodi testnet, chain id 560048.
     Hoodi,
 }
 
 impl Network {
+    /// Every built-in network.
     pub const ALL: [Network; 3] = [Network::Mainnet, Network::Sepolia, Network::Hoodi];
 
+    /// The network's fork schedule and chain id.
     pub fn config(self) -> ChainConfig {
         match self {
             Network::Mainnet => ChainConfig::mainnet(),
@@ -817,6 +893,7 @@ impl Network {
         }
     }
 
+    /// The network's EIP-155 chain id.
     pub fn chain_id(self) -> u64 {
         match self {
             Network::Mainnet => 1,
@@ -825,6 +902,7 @@ impl Network {
         }
     }
 
+    /// Hash of the network's block 0.
     pub fn genesis_hash(self) -> B256 {
         match self {
             Network::Mainnet => MAINNET_GENESIS_HASH,
@@ -842,6 +920,7 @@ impl Network {
         }
     }
 
+    /// The network's lowercase name, as `--network` takes it.
     pub fn name(self) -> &'static str {
         match self {
             Network::Mainnet => "mainnet",

@@ -37,6 +37,7 @@ pub enum SidecarVersion {
 }
 
 impl SidecarVersion {
+    /// Proofs the sidecar carries per blob: 1 (version 0) or 128 cell proofs (version 1).
     pub fn proofs_per_blob(self) -> usize {
         match self {
             SidecarVersion::V0 => 1,
@@ -48,15 +49,21 @@ impl SidecarVersion {
 /// The blobs, commitments and proofs that travel with a blob transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobsBundle {
+    /// The proof layout: version 0 (EIP-4844) or 1 (EIP-7594 cell proofs).
     pub version: SidecarVersion,
+    /// The blobs, in the order of the transaction's versioned hashes.
     pub blobs: Vec<Blob>,
+    /// One 48-byte KZG commitment per blob; its versioned hash is in the transaction.
     pub commitments: Vec<Bytes48>,
+    /// One proof per blob (version 0), or 128 cell proofs per blob, blob by blob
+    /// (version 1).
     pub proofs: Vec<Bytes48>,
 }
 
 /// What the active fork allows of sidecars.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlobRules {
+    /// The fork in force (it decides the sidecar version).
     pub fork: Fork,
     /// Max blobs in one block.
     pub max_blobs_per_block: u64,
@@ -72,6 +79,7 @@ impl BlobRules {
         Some(Self::new(fork, params))
     }
 
+    /// The rules of `fork` with its blob parameters (the per-tx cap of 6 from Osaka).
     pub fn new(fork: Fork, params: BlobParams) -> Self {
         let per_tx = if fork >= Fork::Osaka {
             params.max.min(MAX_BLOBS_PER_TX_OSAKA)
@@ -109,30 +117,66 @@ impl BlobRules {
 /// Why a sidecar is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BlobsBundleError {
+    /// A blob transaction in network form came without its sidecar.
     #[error("blob transaction without sidecar")]
     MissingSidecar,
+    /// The transaction names no blob.
     #[error("blob transaction without blobs")]
     NoBlobs,
+    /// More blobs than a transaction may carry at the fork.
     #[error("too many blobs: {count} > {max}")]
-    TooManyBlobs { count: usize, max: u64 },
+    TooManyBlobs {
+        /// Blobs the transaction carries.
+        count: usize,
+        /// Blobs a transaction may carry.
+        max: u64,
+    },
+    /// The versioned hashes, blobs and commitments are not as many as each other.
     #[error(
         "sidecar counts disagree: {hashes} versioned hashes, {blobs} blobs, {commitments} commitments"
     )]
     CountMismatch {
+        /// Versioned hashes in the transaction.
         hashes: usize,
+        /// Blobs in the sidecar.
         blobs: usize,
+        /// Commitments in the sidecar.
         commitments: usize,
     },
+    /// The sidecar holds another number of proofs than its version needs.
     #[error("sidecar has {found} proofs, expected {expected}")]
-    ProofCountMismatch { expected: usize, found: usize },
+    ProofCountMismatch {
+        /// Blobs × proofs per blob of the version.
+        expected: usize,
+        /// Proofs in the sidecar.
+        found: usize,
+    },
+    /// A versioned hash does not start with the KZG version byte 0x01.
     #[error("versioned hash {index} has version 0x{version:02x}, expected 0x01")]
-    BadHashVersion { index: usize, version: u8 },
+    BadHashVersion {
+        /// The hash's position in the transaction, from 0.
+        index: usize,
+        /// Its first byte.
+        version: u8,
+    },
+    /// A versioned hash is not `0x01 || sha256(commitment)[1..]` of its commitment.
     #[error("versioned hash {index} does not match its commitment")]
-    HashMismatch { index: usize },
+    HashMismatch {
+        /// The hash's position in the transaction, from 0.
+        index: usize,
+    },
+    /// The KZG proofs do not verify.
     #[error("invalid kzg proofs: {0}")]
     Kzg(#[from] KzgError),
+    /// The sidecar's version is not the one the fork takes (version 0 before Osaka,
+    /// version 1 from it).
     #[error("sidecar version {version:?} is not accepted at {fork}")]
-    VersionNotAllowed { version: SidecarVersion, fork: Fork },
+    VersionNotAllowed {
+        /// The sidecar's version.
+        version: SidecarVersion,
+        /// The fork in force.
+        fork: Fork,
+    },
 }
 
 impl BlobsBundleError {
@@ -383,14 +427,17 @@ impl PooledTransaction {
         pooled
     }
 
+    /// The transaction in its canonical form (without the sidecar).
     pub fn tx(&self) -> &SignedTransaction {
         &self.tx
     }
 
+    /// The sidecar of a blob transaction in network form; `None` for other types.
     pub fn sidecar(&self) -> Option<&BlobsBundle> {
         self.sidecar.as_deref()
     }
 
+    /// The sidecar as a shared pointer, to keep it without copying the blobs.
     pub fn sidecar_shared(&self) -> Option<&Arc<BlobsBundle>> {
         self.sidecar.as_ref()
     }
@@ -400,10 +447,12 @@ impl PooledTransaction {
         (self.tx, self.sidecar.map(Arc::unwrap_or_clone))
     }
 
+    /// The transaction hash (the sidecar is not part of it).
     pub fn hash(&self) -> B256 {
         self.tx.hash()
     }
 
+    /// The transaction's EIP-2718 type.
     pub fn tx_type(&self) -> TxType {
         self.tx.tx_type()
     }
@@ -469,6 +518,8 @@ impl PooledTransaction {
         Self::decode_2718(network_envelope(buf)?)
     }
 
+    /// Appends the network-form envelope: `0x03 || rlp([tx fields, version?, blobs,
+    /// commitments, proofs])` for a blob tx with sidecar, else the canonical envelope.
     pub fn encode_2718(&self, out: &mut Vec<u8>) {
         let Some(sidecar) = &self.sidecar else {
             self.tx.encode_2718(out);
@@ -483,12 +534,14 @@ impl PooledTransaction {
         rlp::encode_list_payload(&payload, out);
     }
 
+    /// The network-form envelope ([`Self::encode_2718`]) in a new buffer.
     pub fn encoded_2718(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size);
         self.encode_2718(&mut out);
         out
     }
 
+    /// As an element of a `PooledTransactions` list: typed envelopes wrapped as strings.
     pub fn encode_network(&self, out: &mut Vec<u8>) {
         wrap_network(&self.encoded_2718(), self.tx_type(), out);
     }

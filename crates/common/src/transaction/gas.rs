@@ -17,6 +17,8 @@ pub const MAX_TX_GAS_OSAKA: u64 = 1 << 24;
 /// Gas charged before execution, and the EIP-7623 calldata floor the gas limit must cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IntrinsicGas {
+    /// Gas charged before execution: 21,000, calldata, creation, access list and
+    /// authorizations.
     pub gas: u64,
     /// 0 before Prague.
     pub floor: u64,
@@ -72,11 +74,13 @@ pub fn intrinsic_gas(tx: &Transaction, fork: Fork) -> IntrinsicGas {
 /// The context stateless checks run in. Unset limits are not checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatelessRules {
+    /// The fork whose rules apply (the next block's).
     pub fork: Fork,
     /// The chain's id; unprotected (pre-EIP-155) legacy transactions pass this check.
     pub chain_id: Option<u64>,
     /// Max blobs per transaction at this fork.
     pub max_blobs_per_tx: Option<u64>,
+    /// The block gas limit a transaction's gas limit may not exceed.
     pub block_gas_limit: Option<u64>,
     /// Least tip per gas the pool takes.
     pub min_tip: u128,
@@ -85,6 +89,8 @@ pub struct StatelessRules {
 }
 
 impl StatelessRules {
+    /// The rules of `fork` with no chain id, blob or block limit and no minimum tip, and
+    /// the pool's [`MAX_TX_SIZE`].
     pub fn new(fork: Fork) -> Self {
         Self {
             fork,
@@ -101,30 +107,98 @@ impl StatelessRules {
 /// since wallets match on them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StatelessError {
+    /// The transaction is signed for another chain (EIP-155).
     #[error("invalid chain id: have {have}, want {want}")]
-    ChainId { have: u64, want: u64 },
+    ChainId {
+        /// The transaction's chain id.
+        have: u64,
+        /// This chain's id.
+        want: u64,
+    },
+    /// The transaction type is not active yet at the fork.
     #[error("transaction type not supported: {tx_type} is not active at {fork}")]
-    TypeNotActive { tx_type: &'static str, fork: Fork },
+    TypeNotActive {
+        /// The type's name (`eip4844`, ...).
+        tx_type: &'static str,
+        /// The fork the rules are at.
+        fork: Fork,
+    },
+    /// The canonical encoding is above the size limit.
     #[error("oversized data: transaction size {size}, limit {max}")]
-    TooLarge { size: usize, max: usize },
+    TooLarge {
+        /// Its size, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// The gas limit does not cover the intrinsic gas.
     #[error("intrinsic gas too low: gas {have}, minimum needed {need}")]
-    IntrinsicGas { have: u64, need: u64 },
+    IntrinsicGas {
+        /// The transaction's gas limit.
+        have: u64,
+        /// Its intrinsic gas.
+        need: u64,
+    },
+    /// The gas limit does not cover the EIP-7623 calldata floor (from Prague).
     #[error("insufficient gas for floor data gas cost: gas {have}, minimum needed {need}")]
-    FloorDataGas { have: u64, need: u64 },
+    FloorDataGas {
+        /// The transaction's gas limit.
+        have: u64,
+        /// The floor, in gas.
+        need: u64,
+    },
+    /// A creation whose init code is above the EIP-3860 limit (from Shanghai).
     #[error("max initcode size exceeded: code size {size}, limit {max}")]
-    InitCodeTooLarge { size: usize, max: usize },
+    InitCodeTooLarge {
+        /// The init code size, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// The gas limit is above the EIP-7825 per-transaction cap (from Osaka).
     #[error("transaction gas limit too high (cap: {cap}, tx: {have})")]
-    GasLimitAboveCap { have: u64, cap: u64 },
+    GasLimitAboveCap {
+        /// The transaction's gas limit.
+        have: u64,
+        /// The cap, 2^24 gas.
+        cap: u64,
+    },
+    /// The gas limit is above the block gas limit.
     #[error("exceeds block gas limit: gas {have}, block limit {limit}")]
-    GasLimitAboveBlock { have: u64, limit: u64 },
+    GasLimitAboveBlock {
+        /// The transaction's gas limit.
+        have: u64,
+        /// The block gas limit.
+        limit: u64,
+    },
+    /// The max priority fee is above the max fee (EIP-1559).
     #[error("max priority fee per gas higher than max fee per gas: tip {tip}, fee cap {fee_cap}")]
-    TipAboveFeeCap { tip: u128, fee_cap: u128 },
+    TipAboveFeeCap {
+        /// Max priority fee per gas, in wei.
+        tip: u128,
+        /// Max fee per gas, in wei.
+        fee_cap: u128,
+    },
+    /// The tip is below the pool's minimum.
     #[error("transaction underpriced: tip {tip} below the minimum {min}")]
-    TipBelowMinimum { tip: u128, min: u128 },
+    TipBelowMinimum {
+        /// Max priority fee per gas, in wei.
+        tip: u128,
+        /// The pool's minimum, in wei per gas.
+        min: u128,
+    },
+    /// A blob transaction (EIP-4844) without blob hashes.
     #[error("blob transaction missing blob hashes")]
     NoBlobHashes,
+    /// More blobs than a transaction may carry at the fork.
     #[error("too many blobs in transaction: have {count}, permitted {max}")]
-    TooManyBlobs { count: usize, max: u64 },
+    TooManyBlobs {
+        /// Blobs the transaction carries.
+        count: usize,
+        /// Blobs a transaction may carry.
+        max: u64,
+    },
+    /// A set-code transaction (EIP-7702) without authorizations.
     #[error("EIP-7702 transaction with empty auth list")]
     EmptyAuthorizationList,
     /// EIP-2681: a nonce of 2^64 − 1 could never be followed by another.

@@ -33,14 +33,20 @@ use moat_crypto::secp::{self, SignatureError, Signer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum TxType {
+    /// The untyped RLP list of Frontier (no type byte on the wire).
     Legacy = 0,
+    /// Access-list transactions (EIP-2930, Berlin).
     Eip2930 = 1,
+    /// Fee-market transactions (EIP-1559, London).
     Eip1559 = 2,
+    /// Blob transactions (EIP-4844, Cancun).
     Eip4844 = 3,
+    /// Set-code transactions (EIP-7702, Prague).
     Eip7702 = 4,
 }
 
 impl TxType {
+    /// The type of an EIP-2718 type byte; `None` for an unknown one.
     pub fn from_byte(b: u8) -> Option<Self> {
         Some(match b {
             0 => TxType::Legacy,
@@ -52,6 +58,7 @@ impl TxType {
         })
     }
 
+    /// The type's lowercase name (`legacy`, `eip1559`, ...), as logs and metrics label it.
     pub fn name(self) -> &'static str {
         match self {
             TxType::Legacy => "legacy",
@@ -66,20 +73,31 @@ impl TxType {
 /// Why bytes are not a transaction.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// No bytes at all.
     #[error("empty transaction bytes")]
     Empty,
+    /// The first byte is neither an RLP list nor a known EIP-2718 type.
     #[error("unknown transaction type 0x{0:02x}")]
     UnknownType(u8),
+    /// The fields are not strict RLP of the type's layout.
     #[error(transparent)]
     Rlp(#[from] RlpError),
+    /// Bytes follow the transaction's RLP list.
     #[error("{extra} trailing bytes after the transaction")]
-    TrailingBytes { extra: usize },
+    TrailingBytes {
+        /// How many bytes follow.
+        extra: usize,
+    },
+    /// A legacy `v` that is neither 27/28 nor `chain_id * 2 + 35/36` (EIP-155).
     #[error("invalid legacy v value {0}")]
     InvalidV(u64),
+    /// A typed transaction's `yParity` other than 0 or 1.
     #[error("invalid yParity {0}")]
     InvalidYParity(u64),
+    /// The signature is refused ([`SignatureError`]: out of range, high s, no key).
     #[error("invalid signature: {0}")]
     Signature(#[from] SignatureError),
+    /// A blob sidecar's version byte other than 1 (EIP-7594 cell proofs).
     #[error("unsupported blob sidecar version {0}")]
     UnknownSidecarVersion(u8),
 }
@@ -87,19 +105,26 @@ pub enum DecodeError {
 /// One entry of an EIP-2930 access list.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct AccessListItem {
+    /// The account made warm.
     pub address: Address,
+    /// Its storage slots made warm (`storageKeys` on the wire).
     pub storage_keys: Vec<B256>,
 }
 
 /// An EIP-7702 authorization tuple with its signature.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Authorization {
+    /// The chain the authorization is valid on; 0 means any chain.
     pub chain_id: U256,
+    /// The contract whose code the authority delegates to (zero address: clears it).
     pub address: Address,
+    /// The authority's nonce the authorization is valid at.
     pub nonce: u64,
     /// Kept as sent: an out-of-range parity only voids this authorization, not the tx.
     pub y_parity: u8,
+    /// The signature's `r`.
     pub r: U256,
+    /// The signature's `s` (must be at most n/2 for the authorization to count).
     pub s: U256,
 }
 
@@ -175,89 +200,147 @@ impl Authorization {
 /// Pre-EIP-2718 transaction; `chain_id` is `None` for pre-EIP-155 signatures.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LegacyTx {
+    /// The EIP-155 chain id the transaction is signed for; `None` before EIP-155.
     pub chain_id: Option<u64>,
+    /// The sender's nonce this transaction uses: its account nonce when it executes.
     pub nonce: u64,
+    /// Wei per gas the sender pays (from London the base fee of it is burnt, the rest tips).
     pub gas_price: u128,
+    /// Most gas execution may use; the sender prepays it at the fee cap.
     pub gas_limit: u64,
+    /// The recipient, or `Create` (an empty `to` on the wire) for a contract creation.
     pub to: TxKind,
+    /// Wei sent to the recipient.
     pub value: U256,
+    /// Calldata, or the init code of a creation.
     pub input: Bytes,
 }
 
+/// An access-list transaction (EIP-2930, type 1).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Eip2930Tx {
+    /// The EIP-155 chain id the transaction is signed for.
     pub chain_id: u64,
+    /// The sender's nonce this transaction uses: its account nonce when it executes.
     pub nonce: u64,
+    /// Wei per gas the sender pays (from London the base fee of it is burnt, the rest tips).
     pub gas_price: u128,
+    /// Most gas execution may use; the sender prepays it at the fee cap.
     pub gas_limit: u64,
+    /// The recipient, or `Create` (an empty `to` on the wire) for a contract creation.
     pub to: TxKind,
+    /// Wei sent to the recipient.
     pub value: U256,
+    /// Calldata, or the init code of a creation.
     pub input: Bytes,
+    /// Addresses and slots made warm up front (EIP-2930), each charged in intrinsic gas.
     pub access_list: Vec<AccessListItem>,
 }
 
+/// A fee-market transaction (EIP-1559, type 2).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Eip1559Tx {
+    /// The EIP-155 chain id the transaction is signed for.
     pub chain_id: u64,
+    /// The sender's nonce this transaction uses: its account nonce when it executes.
     pub nonce: u64,
+    /// Most wei per gas the producer may get above the base fee (EIP-1559 tip cap).
     pub max_priority_fee_per_gas: u128,
+    /// Most wei per gas the sender pays in all, base fee included (EIP-1559).
     pub max_fee_per_gas: u128,
+    /// Most gas execution may use; the sender prepays it at the fee cap.
     pub gas_limit: u64,
+    /// The recipient, or `Create` (an empty `to` on the wire) for a contract creation.
     pub to: TxKind,
+    /// Wei sent to the recipient.
     pub value: U256,
+    /// Calldata, or the init code of a creation.
     pub input: Bytes,
+    /// Addresses and slots made warm up front (EIP-2930), each charged in intrinsic gas.
     pub access_list: Vec<AccessListItem>,
 }
 
 /// A blob transaction in its canonical form (the sidecar travels separately).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Eip4844Tx {
+    /// The EIP-155 chain id the transaction is signed for.
     pub chain_id: u64,
+    /// The sender's nonce this transaction uses: its account nonce when it executes.
     pub nonce: u64,
+    /// Most wei per gas the producer may get above the base fee (EIP-1559 tip cap).
     pub max_priority_fee_per_gas: u128,
+    /// Most wei per gas the sender pays in all, base fee included (EIP-1559).
     pub max_fee_per_gas: u128,
+    /// Most gas execution may use; the sender prepays it at the fee cap.
     pub gas_limit: u64,
+    /// The recipient; this type cannot create a contract.
     pub to: Address,
+    /// Wei sent to the recipient.
     pub value: U256,
+    /// Calldata, or the init code of a creation.
     pub input: Bytes,
+    /// Addresses and slots made warm up front (EIP-2930), each charged in intrinsic gas.
     pub access_list: Vec<AccessListItem>,
+    /// Most wei per blob gas the sender pays (EIP-4844).
     pub max_fee_per_blob_gas: u128,
+    /// One hash per blob: `0x01 || sha256(commitment)[1..]` (EIP-4844).
     pub blob_versioned_hashes: Vec<B256>,
 }
 
+/// A set-code transaction (EIP-7702, type 4): a fee-market call that also installs
+/// code delegations.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Eip7702Tx {
+    /// The EIP-155 chain id the transaction is signed for.
     pub chain_id: u64,
+    /// The sender's nonce this transaction uses: its account nonce when it executes.
     pub nonce: u64,
+    /// Most wei per gas the producer may get above the base fee (EIP-1559 tip cap).
     pub max_priority_fee_per_gas: u128,
+    /// Most wei per gas the sender pays in all, base fee included (EIP-1559).
     pub max_fee_per_gas: u128,
+    /// Most gas execution may use; the sender prepays it at the fee cap.
     pub gas_limit: u64,
+    /// The recipient; this type cannot create a contract.
     pub to: Address,
+    /// Wei sent to the recipient.
     pub value: U256,
+    /// Calldata, or the init code of a creation.
     pub input: Bytes,
+    /// Addresses and slots made warm up front (EIP-2930), each charged in intrinsic gas.
     pub access_list: Vec<AccessListItem>,
+    /// The EIP-7702 authorizations: code each authority delegates to.
     pub authorization_list: Vec<Authorization>,
 }
 
 /// The unsigned body of any transaction type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transaction {
+    /// Type 0.
     Legacy(LegacyTx),
+    /// Type 1.
     Eip2930(Eip2930Tx),
+    /// Type 2.
     Eip1559(Eip1559Tx),
+    /// Type 3.
     Eip4844(Eip4844Tx),
+    /// Type 4.
     Eip7702(Eip7702Tx),
 }
 
 /// An ECDSA signature in Ethereum's (yParity, r, s) form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Signature {
+    /// Parity of R's y coordinate (the recovery id; legacy `v` is derived from it).
     pub y_parity: bool,
+    /// The x coordinate of R, mod n.
     pub r: U256,
+    /// The signature's `s` (at most n/2 since Homestead, EIP-2).
     pub s: U256,
 }
 
 impl Transaction {
+    /// The transaction's EIP-2718 type.
     pub fn tx_type(&self) -> TxType {
         match self {
             Transaction::Legacy(_) => TxType::Legacy,
@@ -279,6 +362,7 @@ impl Transaction {
         }
     }
 
+    /// The sender's nonce this transaction uses.
     pub fn nonce(&self) -> u64 {
         match self {
             Transaction::Legacy(t) => t.nonce,
@@ -289,6 +373,7 @@ impl Transaction {
         }
     }
 
+    /// Most gas execution may use.
     pub fn gas_limit(&self) -> u64 {
         match self {
             Transaction::Legacy(t) => t.gas_limit,
@@ -321,6 +406,7 @@ impl Transaction {
         }
     }
 
+    /// Most wei per blob gas the sender pays; `None` for a non-blob transaction.
     pub fn max_fee_per_blob_gas(&self) -> Option<u128> {
         match self {
             Transaction::Eip4844(t) => Some(t.max_fee_per_blob_gas),
@@ -338,6 +424,7 @@ impl Transaction {
         Some((cap - base_fee).min(self.max_priority_fee_per_gas()))
     }
 
+    /// The recipient, or `Create` for a contract creation.
     pub fn to(&self) -> TxKind {
         match self {
             Transaction::Legacy(t) => t.to,
@@ -348,10 +435,12 @@ impl Transaction {
         }
     }
 
+    /// Whether the transaction creates a contract (no `to`).
     pub fn is_create(&self) -> bool {
         self.to().is_create()
     }
 
+    /// Wei sent to the recipient.
     pub fn value(&self) -> U256 {
         match self {
             Transaction::Legacy(t) => t.value,
@@ -362,6 +451,7 @@ impl Transaction {
         }
     }
 
+    /// Calldata, or the init code of a creation.
     pub fn input(&self) -> &Bytes {
         match self {
             Transaction::Legacy(t) => &t.input,
@@ -372,6 +462,7 @@ impl Transaction {
         }
     }
 
+    /// The EIP-2930 access list; empty for legacy transactions.
     pub fn access_list(&self) -> &[AccessListItem] {
         match self {
             Transaction::Legacy(_) => &[],
@@ -382,6 +473,7 @@ impl Transaction {
         }
     }
 
+    /// The blobs' versioned hashes; empty for a non-blob transaction.
     pub fn blob_versioned_hashes(&self) -> &[B256] {
         match self {
             Transaction::Eip4844(t) => &t.blob_versioned_hashes,
@@ -389,6 +481,7 @@ impl Transaction {
         }
     }
 
+    /// The EIP-7702 authorizations; empty for other types.
     pub fn authorization_list(&self) -> &[Authorization] {
         match self {
             Transaction::Eip7702(t) => &t.authorization_list,
@@ -700,18 +793,22 @@ impl SignedTransaction {
         )
     }
 
+    /// The unsigned body.
     pub fn tx(&self) -> &Transaction {
         &self.tx
     }
 
+    /// The unsigned body, taken out.
     pub fn into_tx(self) -> Transaction {
         self.tx
     }
 
+    /// The signature as (yParity, r, s).
     pub fn signature(&self) -> &Signature {
         &self.signature
     }
 
+    /// The transaction's EIP-2718 type.
     pub fn tx_type(&self) -> TxType {
         self.tx.tx_type()
     }
@@ -816,6 +913,8 @@ impl SignedTransaction {
         Self::decode_2718(envelope)
     }
 
+    /// Appends the canonical envelope: the RLP list for legacy, `type || rlp(fields)`
+    /// for typed transactions (what the hash is taken of).
     pub fn encode_2718(&self, out: &mut Vec<u8>) {
         let mut payload = Vec::with_capacity(self.size.max(128));
         self.tx.encode_unsigned_fields(&mut payload);
@@ -836,6 +935,7 @@ impl SignedTransaction {
         }
     }
 
+    /// The canonical envelope ([`Self::encode_2718`]) in a new buffer.
     pub fn encoded_2718(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size.max(128));
         self.encode_2718(&mut out);
@@ -924,6 +1024,8 @@ pub fn network_envelope<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], DecodeError>
     }
 }
 
+/// Writes a canonical envelope as an element of an RLP list of transactions (block body,
+/// eth `Transactions`): a legacy list as it is, a typed envelope wrapped as a string.
 pub fn wrap_network(envelope: &[u8], ty: TxType, out: &mut Vec<u8>) {
     if ty == TxType::Legacy {
         out.extend_from_slice(envelope);
