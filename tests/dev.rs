@@ -595,8 +595,7 @@ fn a_dev_node_with_a_period_seals_blocks_while_transactions_stream_in() {
 /// mined.
 #[test]
 fn an_osaka_dev_node_mines_a_version_0_blob_tx_sent_over_rpc() {
-    use moat_common::transaction::{SidecarVersion, Transaction};
-    use moat_common::{PooledTransaction, SignedTransaction};
+    use moat_common::transaction::SidecarVersion;
     let port = free_port();
     let _node = Node::start(&[
         "--dev",
@@ -611,17 +610,14 @@ fn an_osaka_dev_node_mines_a_version_0_blob_tx_sent_over_rpc() {
     wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
     let key: alloy_primitives::B256 = common::DEV_KEYS[1].parse().unwrap();
     let signer = moat_crypto::secp::Signer::from_bytes(&key).unwrap();
-    let sample = moat_common::testing::sample_blob_tx(SidecarVersion::V0, 2, 0, &signer);
-    let (signed, sidecar) = sample.into_parts();
-    let Transaction::Eip4844(mut inner) = signed.into_tx() else {
-        unreachable!("a blob sample")
-    };
-    inner.chain_id = 1337;
-    inner.max_fee_per_gas = 100_000_000_000;
-    inner.max_priority_fee_per_gas = 1_000_000_000;
-    let tx = PooledTransaction::new(
-        SignedTransaction::sign(Transaction::Eip4844(inner), &signer),
-        sidecar,
+    let tx = moat_common::testing::blob_tx_on_chain(
+        SidecarVersion::V0,
+        2,
+        0,
+        &signer,
+        1337,
+        100_000_000_000,
+        1_000_000_000,
     );
     let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
     let sent = rpc(port, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();

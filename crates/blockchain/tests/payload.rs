@@ -128,17 +128,14 @@ async fn a_version_0_sidecar_stays_out_of_an_osaka_payload() {
         .account(&signer.address())
         .unwrap()
         .map_or(0, |a| a.nonce);
-    let sample = moat_common::testing::sample_blob_tx(SidecarVersion::V0, 1, nonce, &signer);
-    let (signed, sidecar) = sample.into_parts();
-    let Transaction::Eip4844(mut inner) = signed.into_tx() else {
-        unreachable!("a blob sample")
-    };
-    inner.chain_id = genesis.config.chain_id;
-    inner.max_fee_per_gas = 1_000_000_000_000;
-    inner.max_priority_fee_per_gas = 2;
-    let tx = PooledTransaction::new(
-        SignedTransaction::sign(Transaction::Eip4844(inner), &signer),
-        sidecar,
+    let tx = moat_common::testing::blob_tx_on_chain(
+        SidecarVersion::V0,
+        1,
+        nonce,
+        &signer,
+        genesis.config.chain_id,
+        1_000_000_000_000,
+        2,
     );
     pool.add_transaction(TxInput::Raw(tx.encoded_2718().into()), TxOrigin::Local)
         .await

@@ -110,3 +110,27 @@ pub fn sample_blob_tx(
     let signed = SignedTransaction::sign(Transaction::Eip4844(tx), signer);
     PooledTransaction::new(signed, Some(bundle))
 }
+
+/// [`sample_blob_tx`] for chain `chain_id`, paying a fee cap of `max_fee` and a tip of
+/// `tip` (wei per gas), signed again: what a test sends to a node of that chain.
+pub fn blob_tx_on_chain(
+    version: SidecarVersion,
+    blob_count: usize,
+    nonce: u64,
+    signer: &Signer,
+    chain_id: u64,
+    max_fee: u128,
+    tip: u128,
+) -> PooledTransaction {
+    let (signed, sidecar) = sample_blob_tx(version, blob_count, nonce, signer).into_parts();
+    let Transaction::Eip4844(mut tx) = signed.into_tx() else {
+        unreachable!("sample_blob_tx builds a blob transaction")
+    };
+    tx.chain_id = chain_id;
+    tx.max_fee_per_gas = max_fee;
+    tx.max_priority_fee_per_gas = tip;
+    PooledTransaction::new(
+        SignedTransaction::sign(Transaction::Eip4844(tx), signer),
+        sidecar,
+    )
+}

@@ -10,7 +10,7 @@ use moat_blockchain::payload::PayloadService;
 use moat_common::PooledTransaction;
 use moat_common::block::Block;
 use moat_common::config::Genesis;
-use moat_common::transaction::{SignedTransaction, Transaction};
+use moat_common::transaction::SignedTransaction;
 use moat_crypto::secp::Signer;
 use moat_mempool::{Pool, PoolConfig, TxInput, TxOrigin};
 use moat_rpc::engine::make_token;
@@ -79,22 +79,14 @@ fn blob_sender() -> Signer {
 
 /// A blob tx (v0 sidecar with `blobs` blobs) for this chain.
 fn blob_tx(signer: &Signer, nonce: u64, blobs: usize) -> PooledTransaction {
-    let sample = moat_common::testing::sample_blob_tx(
+    moat_common::testing::blob_tx_on_chain(
         moat_common::transaction::SidecarVersion::V0,
         blobs,
         nonce,
         signer,
-    );
-    let (signed, sidecar) = sample.into_parts();
-    let Transaction::Eip4844(mut inner) = signed.into_tx() else {
-        unreachable!("a blob sample")
-    };
-    inner.chain_id = CHAIN_ID;
-    inner.max_fee_per_gas = 10_000_000_000;
-    inner.max_priority_fee_per_gas = 2_000_000_000;
-    PooledTransaction::new(
-        SignedTransaction::sign(Transaction::Eip4844(inner), signer),
-        sidecar,
+        CHAIN_ID,
+        10_000_000_000,
+        2_000_000_000,
     )
 }
 
