@@ -59,6 +59,8 @@ fn write_lines(path: &Path, lines: &[String]) {
 /// An engine endpoint over a fresh chain from `genesis`, on its own runtime.
 fn engine(genesis: &moat_common::config::Genesis) -> (tokio::runtime::Runtime, Chain, String) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
+    // The pool's upkeep task is spawned on this runtime.
+    let _entered = runtime.enter();
     let store = Store::in_memory();
     let chain = Chain::init(store.clone(), genesis).unwrap();
     let view = StoreStateView::new(store, chain.config().clone());
