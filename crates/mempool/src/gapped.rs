@@ -87,6 +87,11 @@ impl Gapped {
         self.by_hash.len()
     }
 
+    /// Whether `sender` has txs waiting here.
+    pub(crate) fn holds(&self, sender: &Address) -> bool {
+        self.by_sender.contains_key(sender)
+    }
+
     /// Whether `hash` waits here.
     pub(crate) fn contains(&self, hash: &B256) -> bool {
         self.by_hash.contains_key(hash)

@@ -366,8 +366,15 @@ impl PoolInner {
         }
         lap(Stage::RecentFailure);
 
-        // 4. Dedup: pooled, or being admitted right now (admission claims it).
-        if self.pool.lock().contains(&hash) || self.gapped.lock().contains(&hash) {
+        // 4. Dedup: pooled, held as gapped (blob txs only), or being admitted right now
+        //    (admission claims it).
+        let blob = match &input {
+            TxInput::Raw(bytes) | TxInput::Hashed(bytes, _) => {
+                bytes.first() == Some(&(TxType::Eip4844 as u8))
+            }
+            TxInput::Decoded(p) => p.tx_type() == TxType::Eip4844,
+        };
+        if self.pool.lock().contains(&hash) || (blob && self.gapped.lock().contains(&hash)) {
             return Err(Rejection::AlreadyKnown);
         }
         let claim = match origin {
@@ -808,7 +815,7 @@ impl Pool {
 
         // 9a. A local version-0 sidecar after Osaka becomes version 1 (`convert`), its
         //     CPU charged to the caller's meter (the RPC budget).
-        let tx = match tx.tx.sidecar() {
+        let tx = match tx.tx.sidecar_shared() {
             Some(b)
                 if b.version == SidecarVersion::V0
                     && rules
@@ -816,10 +823,7 @@ impl Pool {
                         .is_some_and(|r| r.sidecar_version() == SidecarVersion::V1) =>
             {
                 meter.pause();
-                let converted = convert::to_cell_proofs_blocking(Arc::clone(
-                    tx.tx.sidecar_shared().expect("a sidecar"),
-                ))
-                .await;
+                let converted = convert::to_cell_proofs_blocking(Arc::clone(b)).await;
                 meter.resume();
                 let (bundle, cpu_ns) = match converted {
                     Some(Ok(done)) => done,
@@ -886,6 +890,10 @@ impl Pool {
     /// nonce) back to admission, in nonce order, on a task of their own; each is charged
     /// to the origin that sent it. What was mined meanwhile is dropped.
     fn promote_gapped(&self, sender: Address) {
+        // Most senders hold nothing there: no state read, no pool lock for them.
+        if !self.inner.gapped.lock().holds(&sender) {
+            return;
+        }
         let next = self.pending_nonce(&sender);
         let ready = self.inner.gapped.lock().take_ready(&sender, next);
         if ready.is_empty() {

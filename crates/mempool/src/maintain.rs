@@ -111,8 +111,8 @@ impl Maintainer {
 }
 
 /// Spawns the upkeep task on the current runtime. `heads` is the chain's canonical-head
-/// channel; the pool is taken to be at the head it holds now. The task ends when the
-/// chain's sender is dropped.
+/// channel; the pool is taken to be at the head it holds now. The task holds the chain
+/// (and so the channel's sender): it runs until its runtime shuts down.
 pub fn spawn(
     pool: Pool,
     chain: Arc<dyn CanonChain>,

@@ -10,7 +10,7 @@
 //!  forkchoiceUpdatedV1..3 ─▶ head known and canonical? ─▶ synced flag, pool caught up
 //!                  ─▶ with attributes: PayloadService::start ─▶ payloadId
 //!  getPayloadV1..5 ─▶ PayloadService::get ─▶ payload + blobs bundle (+ requests)
-//!  getBlobsV1/V2   ─▶ Pool::blob_by_versioned_hash
+//!  getBlobsV1/V2/V3, hasBlobs ─▶ Pool::blob_by_versioned_hash (V3: partial answers)
 //! ```
 //!
 //! The chain imports only on top of its head and makes every imported block the head at
