@@ -70,8 +70,11 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// The node is killed, then its datadir removed (the fields drop in this order).
 struct Moat {
-    _node: Node,
+    node: Option<Node>,
     _dir: common::TempPath,
+    /// The command line, for [`Moat::kill_and_restart`].
+    args: Vec<String>,
+    auth: u16,
     http: u16,
     enode: Enode,
     genesis: Genesis,
@@ -122,7 +125,27 @@ fn start_with(tag: &str, extra: &[&str]) -> Moat {
         "--nodiscover",
     ];
     args.extend_from_slice(extra);
-    let node = Node::start(&args);
+    let node = launch(&args, http, auth);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let id = moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1));
+    Moat {
+        node: Some(node),
+        _dir: dir,
+        args,
+        auth,
+        http,
+        enode: Enode {
+            id,
+            addr: ([127, 0, 0, 1], p2p).into(),
+        },
+        genesis: Genesis::from_file(&testdata("genesis.json")).unwrap(),
+    }
+}
+
+/// Starts the node with `args`, and marks it synced with the suite's forkchoiceUpdated
+/// once its RPC answers.
+fn launch(args: &[&str], http: u16, auth: u16) -> Node {
+    let node = Node::start(args);
     wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
     let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
     let auth_header = format!(
@@ -135,20 +158,17 @@ fn start_with(tag: &str, extra: &[&str]) -> Moat {
         response["result"]["payloadStatus"]["status"], "VALID",
         "{response}"
     );
-    let id = moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1));
-    Moat {
-        _node: node,
-        _dir: dir,
-        http,
-        enode: Enode {
-            id,
-            addr: ([127, 0, 0, 1], p2p).into(),
-        },
-        genesis: Genesis::from_file(&testdata("genesis.json")).unwrap(),
-    }
+    node
 }
 
 impl Moat {
+    /// SIGKILL, then the same command line over the same datadir.
+    fn kill_and_restart(&mut self) {
+        drop(self.node.take());
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.node = Some(launch(&args, self.http, self.auth));
+    }
+
     fn status(&self) -> Status {
         let genesis_hash = self.genesis.header().hash();
         Status {
@@ -732,6 +752,136 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
             "{case}: the honest peer stays"
         );
     }
+}
+
+/// The value of the Prometheus sample `name` the node at `port` exports, if any.
+fn metric(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blob_txs_from_a_peer_are_back_after_kill_9_without_kzg() {
+    let metrics = free_port();
+    let metrics_s = metrics.to_string();
+    // A debug build's decoding of 20 blob txs would read as useless CPU (as in the test
+    // of blob faults), and its KZG as a peer in debt: neither is this test's.
+    let mut moat = start_with(
+        "blobstore",
+        &[
+            "--metrics",
+            "--metrics.port",
+            &metrics_s,
+            "--txpool.uselesscpu",
+            "1000000000",
+            "--txpool.peercpu",
+            "100000000",
+        ],
+    );
+    let keys = accounts();
+    let chain_id = moat.chain_id();
+    // 20 blob txs: 4 senders, 5 nonces each.
+    let mut txs = Vec::new();
+    for (k, signer) in keys.iter().take(4).enumerate() {
+        let first = moat.nonce(signer.address());
+        for n in 0..5 {
+            txs.push(blob_tx(
+                chain_id,
+                signer,
+                first + n,
+                1_000 + (k as u64) * 10 + n,
+            ));
+        }
+    }
+    let hashes: Vec<B256> = txs.iter().map(|t| t.hash()).collect();
+    let mut peer = moat.peer(0x61).await;
+    let mut ann = Announcement::default();
+    for tx in &txs {
+        ann.push(3, tx.encoded_2718().len() as u32, tx.hash());
+    }
+    peer.send(&EthMessage::NewPooledTransactionHashes(ann))
+        .await
+        .unwrap();
+    // Served as the node asks, in as many requests as it makes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !hashes.iter().all(|h| moat.pooled(*h)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "all 20 pooled: {:?}",
+            hashes.iter().map(|h| moat.pooled(*h)).collect::<Vec<_>>(),
+        );
+        let Some((id, asked)) = peer
+            .wait_for(Duration::from_secs(2), |m| match m {
+                EthMessage::GetPooledTransactions { request_id, hashes } => {
+                    Some((*request_id, hashes.clone()))
+                }
+                _ => None,
+            })
+            .await
+        else {
+            continue;
+        };
+        let answer = txs
+            .iter()
+            .filter(|t| asked.contains(&t.hash()))
+            .map(|t| Bytes::from(t.encoded_2718()))
+            .collect();
+        peer.send(&EthMessage::PooledTransactions {
+            request_id: id,
+            txs: answer,
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        metric(metrics, "moat_pool_kzg_verifications_total"),
+        Some(20.0)
+    );
+    wait_for("the 20 on disk", || {
+        (metric(metrics, "moat_pool_blobstore_written_total")? >= 20.0).then_some(())
+    });
+
+    moat.kill_and_restart();
+    for h in &hashes {
+        assert!(moat.pooled(*h), "{h} back after the restart");
+    }
+    assert_eq!(
+        metric(metrics, "moat_pool_kzg_skipped_stored_total"),
+        Some(20.0),
+        "all 20 reloaded as verified"
+    );
+    assert_eq!(
+        metric(metrics, "moat_pool_kzg_verifications_total").unwrap_or(0.0),
+        0.0,
+        "no KZG for the reload"
+    );
+    // Served to a peer that asks, sidecars and all.
+    let mut asker = moat.peer(0x62).await;
+    asker
+        .send(&EthMessage::GetPooledTransactions {
+            request_id: 9,
+            hashes: hashes[..2].to_vec(),
+        })
+        .await
+        .unwrap();
+    let got = asker
+        .wait_for(WAIT, |m| match m {
+            EthMessage::PooledTransactions { request_id: 9, txs } => Some(txs.clone()),
+            _ => None,
+        })
+        .await
+        .expect("an answer");
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].as_ref(), txs[0].encoded_2718().as_slice());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

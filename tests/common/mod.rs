@@ -153,9 +153,17 @@ impl Node {
             }
             None => dir,
         };
+        // MOAT_TEST_LOGS=1 shows the nodes' logs beside the test's output.
+        let logs = || {
+            if std::env::var_os("MOAT_TEST_LOGS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            }
+        };
         let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(logs())
+            .stderr(logs())
             .spawn()
             .expect("moat starts");
         Node(child, dir)

@@ -20,9 +20,11 @@
 //! converted by [`convert_pooled`](crate::Pool::convert_pooled) once the head reaches
 //! the fork, off the admission path.
 
-use moat_common::transaction::{BlobsBundle, SidecarVersion};
+use crate::{Counter, Pool, PoolTx};
+use moat_common::transaction::{BlobsBundle, PooledTransaction, SidecarVersion};
 use moat_crypto::kzg::{self, KzgError};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// `bundle` with version-1 cell proofs in place of its version-0 blob proofs (blobs and
 /// commitments unchanged), and the thread CPU the proofs took (ns). A version-1 bundle
@@ -56,6 +58,75 @@ pub(crate) async fn to_cell_proofs_blocking(
     tokio::task::spawn_blocking(move || to_cell_proofs(&bundle))
         .await
         .ok()
+}
+
+impl Pool {
+    /// Converts the pooled version-0 sidecars to cell proofs (the head reached Osaka),
+    /// off the admission path: one task, one tx at a time on the blocking pool, its CPU
+    /// charged to the node. Each converted sidecar takes the old one's place (same tx,
+    /// same class and age; the blob pool's store rewrites its record); a sidecar whose
+    /// blobs cannot be converted takes its tx out with its sender's later ones. Until a
+    /// tx is converted the builder leaves it out of Osaka payloads (their bundles are
+    /// version 1), and it is served as it is. A second call while the task runs is
+    /// a no-op.
+    pub fn convert_pooled(&self) {
+        let s = &*self.inner;
+        if s.converting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if s.pool.lock().next_v0_sidecar().is_none() {
+            s.converting.store(false, Ordering::Release);
+            return;
+        }
+        let pool = self.clone();
+        tokio::spawn(async move {
+            let s = &*pool.inner;
+            loop {
+                let Some(tx) = s.pool.lock().next_v0_sidecar() else {
+                    break;
+                };
+                let Some(bundle) = tx.tx.sidecar_shared().cloned() else {
+                    break;
+                };
+                let Some(converted) = to_cell_proofs_blocking(bundle).await else {
+                    break; // the runtime is going away
+                };
+                match converted {
+                    Ok((bundle, cpu_ns)) => {
+                        s.budgets.charge_node(crate::Spent {
+                            cpu_us: cpu_ns / 1_000,
+                            useful_us: cpu_ns / 1_000,
+                            ..Default::default()
+                        });
+                        s.metrics.inc(Counter::sidecars_converted);
+                        let new = Arc::new(PoolTx {
+                            tx: PooledTransaction::new(tx.tx.tx().clone(), Some(bundle)),
+                            sender: tx.sender,
+                            origin: tx.origin,
+                            added_at: tx.added_at,
+                            authorities: tx.authorities.clone(),
+                            cost: tx.cost,
+                        });
+                        let (evicted, evicted_locals) = {
+                            let mut p = s.pool.lock();
+                            let (_, evicted) = p.swap_sidecar(new);
+                            (evicted, std::mem::take(&mut p.evicted_locals))
+                        };
+                        s.metrics.add(Counter::evicted, evicted.len() as u64);
+                        pool.hold_evicted_locals(evicted_locals);
+                        if let Some(store) = s.blob_store.get() {
+                            store.rewrite(tx.hash());
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(tx = %tx.hash(), error = %e, "a pooled version-0 sidecar could not be converted; dropped");
+                        pool.remove_with_descendants(&tx.hash());
+                    }
+                }
+            }
+            s.converting.store(false, Ordering::Release);
+        });
+    }
 }
 
 #[cfg(test)]

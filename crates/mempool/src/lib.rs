@@ -40,6 +40,7 @@
 
 pub mod bench_support;
 mod best;
+mod blobstore;
 pub mod budget;
 mod config;
 mod convert;
@@ -55,6 +56,7 @@ pub mod standing;
 mod state;
 
 pub use best::{BestTransactions, BlockBudget};
+pub use blobstore::{BlobReload, BlobStore, BlobStoreContents, BlobStoreError, StoredBlobTx};
 pub use budget::{
     BudgetConfig, BudgetState, Budgets, CpuMeter, DropReason, PeerBudget, Spent, Verdict,
 };
@@ -106,6 +108,9 @@ pub enum TxOrigin {
     Reorg,
     /// Reloaded from the local journal at start.
     Journal,
+    /// Reloaded at start from the blob pool's store ([`BlobStore`]): a peer's blob tx
+    /// pooled before the restart. Its sidecar was verified then.
+    Stored,
 }
 
 impl TxOrigin {
@@ -270,6 +275,14 @@ struct PoolInner {
     metrics: Arc<PoolMetrics>,
     pending_events: broadcast::Sender<B256>,
     journal: std::sync::OnceLock<Journal>,
+    /// Whether [`Pool::convert_pooled`]'s task is running.
+    converting: std::sync::atomic::AtomicBool,
+    /// Every pooled blob tx on disk ([`blobstore`]), once attached.
+    blob_store: std::sync::OnceLock<BlobStore>,
+    /// Sidecars read back from the blob pool's store at start, by
+    /// [`kzg::sidecar_digest`]: verified before the restart, so stage 9 passes them
+    /// without KZG (each once). Emptied when the reload is done.
+    preverified: parking_lot::Mutex<FastSet<B256>>,
     /// Local txs replaced by a local tx whose journal record is being written, by the
     /// replacement's hash: put back if the journal refuses the replacement.
     replaced_locals: parking_lot::Mutex<FastMap<B256, Arc<PoolTx>>>,
@@ -405,12 +418,19 @@ impl PoolInner {
             let blob_rules = rules.blob.ok_or(Rejection::BlobsNotActive)?;
             match pooled.validate_cheap(&blob_rules) {
                 Ok(()) => {}
-                // From Osaka a version-0 sidecar is refused, except over RPC: a local one
-                // is converted to cell proofs after the other checks ([`convert`]).
+                // From Osaka a version-0 sidecar is refused from peers. One sent over RPC
+                // (or pooled before the fork and reloaded from the journal or the blob
+                // pool's store, or taken back from a block) is converted to cell proofs
+                // after the other checks ([`convert`]).
                 Err(moat_common::BlobsBundleError::VersionNotAllowed {
                     version: SidecarVersion::V0,
                     fork,
-                }) if origin == Some(TxOrigin::Local) && fork >= Fork::Osaka => {}
+                }) if origin.is_some_and(|o| {
+                    matches!(
+                        o,
+                        TxOrigin::Local | TxOrigin::Journal | TxOrigin::Stored | TxOrigin::Reorg
+                    )
+                }) && fork >= Fork::Osaka => {}
                 Err(e) => return Err(Rejection::Sidecar(e)),
             }
         }
@@ -499,6 +519,9 @@ impl Pool {
             metrics,
             pending_events: broadcast::channel(4096).0,
             journal: std::sync::OnceLock::new(),
+            blob_store: std::sync::OnceLock::new(),
+            converting: Default::default(),
+            preverified: Default::default(),
             replaced_locals: Default::default(),
             state,
             cfg,
@@ -579,7 +602,7 @@ impl Pool {
         match origin {
             TxOrigin::Peer(id) => budgets.charge_peer(&id, spent, Instant::now()),
             TxOrigin::Local => budgets.charge_rpc(spent, Instant::now()),
-            TxOrigin::Reorg | TxOrigin::Journal => budgets.charge_node(spent),
+            TxOrigin::Reorg | TxOrigin::Journal | TxOrigin::Stored => budgets.charge_node(spent),
         }
     }
 
@@ -851,8 +874,39 @@ impl Pool {
             moat_common::BlobsBundleError::MissingSidecar,
         ))?);
         let digest = kzg::sidecar_digest(&hash, &bundle);
+        // Read back from the blob pool's store: verified before the restart.
+        let stored = {
+            let mut pre = s.preverified.lock();
+            !pre.is_empty() && pre.remove(&digest)
+        };
+        if stored {
+            m.inc(Counter::kzg_skipped_stored);
+        } else {
+            self.verify_sidecar(digest, bundle, meter).await?;
+        }
+        clock.lap(Stage::Kzg);
+
+        // 10. Insert; a gapped tx of the same sender may follow it now.
+        let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
+        clock.lap(Stage::Insert);
+        if r.is_ok() {
+            self.promote_gapped(sender);
+        }
+        r
+    }
+
+    /// Stage 9: the sidecar's KZG proofs, batched on the current lane's batcher, the
+    /// CPU shared out to `meter`; a sidecar that failed a moment ago is refused without
+    /// KZG.
+    async fn verify_sidecar(
+        &self,
+        digest: B256,
+        bundle: Arc<BlobsBundle>,
+        meter: &mut CpuMeter,
+    ) -> Result<(), Rejection> {
+        let s = &*self.inner;
         if s.bad_sidecars.contains(&digest) {
-            m.inc(Counter::kzg_repeats_refused);
+            s.metrics.inc(Counter::kzg_repeats_refused);
             return Err(Rejection::Sidecar(moat_common::BlobsBundleError::Kzg(
                 moat_crypto::kzg::KzgError::InvalidProof,
             )));
@@ -865,25 +919,19 @@ impl Pool {
         let verdict = batcher.verify(bundle).await;
         meter.resume();
         match verdict {
-            Some((Ok(()), cpu_ns)) => meter.add_kzg_share(cpu_ns),
+            Some((Ok(()), cpu_ns)) => {
+                meter.add_kzg_share(cpu_ns);
+                Ok(())
+            }
             Some((Err(e), cpu_ns)) => {
                 meter.add_kzg_share(cpu_ns);
                 if matches!(e, moat_common::BlobsBundleError::Kzg(_)) {
                     s.bad_sidecars.insert(digest, Instant::now());
                 }
-                return Err(Rejection::Sidecar(e));
+                Err(Rejection::Sidecar(e))
             }
-            None => return Err(Rejection::Aborted),
+            None => Err(Rejection::Aborted),
         }
-        clock.lap(Stage::Kzg);
-
-        // 10. Insert; a gapped tx of the same sender may follow it now.
-        let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
-        clock.lap(Stage::Insert);
-        if r.is_ok() {
-            self.promote_gapped(sender);
-        }
-        r
     }
 
     /// Hands `sender`'s gapped blob txs that no longer wait (the run from its next
@@ -933,6 +981,7 @@ impl Pool {
     /// Inserts under the lock, then publishes events with the lock released.
     fn insert(&self, tx: Arc<PoolTx>, account: AccountState) -> AddResult {
         let tx_origin = tx.origin;
+        let is_blob = tx.is_blob();
         let (result, evicted, pending, evicted_locals, replaced_local) = {
             let mut pool = self.inner.pool.lock();
             let (result, evicted) = pool.insert(tx, account);
@@ -958,6 +1007,12 @@ impl Pool {
         }
         self.hold_evicted_locals(evicted_locals);
         self.publish(pending);
+        if result.is_ok()
+            && is_blob
+            && let Some(store) = self.inner.blob_store.get()
+        {
+            store.wake();
+        }
         result
     }
 
@@ -1038,6 +1093,14 @@ impl Pool {
         }
         // A block may have filled a gapped blob tx's gap, or mined its nonce.
         self.upkeep_gapped(Instant::now());
+        // Once the head's rules want cell proofs, pooled version-0 sidecars are converted.
+        if s.rules
+            .read()
+            .blob
+            .is_some_and(|r| r.sidecar_version() == SidecarVersion::V1)
+        {
+            self.convert_pooled();
+        }
         HeadChangeOutcome {
             removed,
             reinjected,

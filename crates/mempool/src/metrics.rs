@@ -143,8 +143,18 @@ counters! {
     expired => "moat_pool_expired_total",
     /// Reorged-out transactions offered back to the pool.
     reinjected => "moat_pool_reinjected_total",
-    /// Version-0 sidecars submitted over RPC after Osaka and converted to cell proofs.
+    /// Version-0 sidecars converted to cell proofs after Osaka: submitted over RPC,
+    /// pooled before the fork, or reloaded from the journal or the blob pool's store.
     sidecars_converted => "moat_pool_sidecars_converted_total",
+    /// Blob transactions reloaded from the blob pool's store at start whose sidecar was
+    /// not verified again (it was before the restart).
+    kzg_skipped_stored => "moat_pool_kzg_skipped_stored_total",
+    /// Blob transactions written to the blob pool's store.
+    blobstore_written => "moat_pool_blobstore_written_total",
+    /// Blob transactions deleted from the blob pool's store (they left the pool).
+    blobstore_deleted => "moat_pool_blobstore_deleted_total",
+    /// Writes of the blob pool's store that failed (tried again a round later).
+    blobstore_write_failures => "moat_pool_blobstore_write_failures_total",
     /// Blob transactions held in the gapped reorder buffer (their nonce was ahead).
     gapped_held => "moat_pool_gapped_held_total",
     /// Gapped blob transactions handed back to admission once their gap filled.

@@ -138,6 +138,9 @@ pub(crate) struct TxPool {
     /// What local senders' txs hold of each subpool.
     local_usage: [Usage; 4],
     blob_index: HashMap<B256, B256>,
+    /// Every pooled blob tx's hash (two txs may carry the same blob, so `blob_index`
+    /// cannot list them).
+    blob_txs: super::FastSet<B256>,
     /// Authority → pooled authorizations that name it.
     authorities: HashMap<Address, usize>,
     next_seq: u64,
@@ -200,6 +203,7 @@ impl TxPool {
             usage: [Usage::default(); 4],
             local_usage: [Usage::default(); 4],
             blob_index: HashMap::default(),
+            blob_txs: Default::default(),
             authorities: HashMap::default(),
             next_seq: 0,
             let_go: Default::default(),
@@ -502,6 +506,9 @@ impl TxPool {
         for vh in tx.tx.tx().tx().blob_versioned_hashes() {
             self.blob_index.insert(*vh, hash);
         }
+        if is_blob {
+            self.blob_txs.insert(hash);
+        }
         for a in &tx.authorities {
             *self.authorities.entry(*a).or_insert(0) += 1;
         }
@@ -612,6 +619,7 @@ impl TxPool {
     /// callers reclassify the sender afterwards).
     fn remove_entry(&mut self, hash: &B256) -> Option<Arc<PoolTx>> {
         let entry = self.by_hash.remove(hash)?;
+        self.blob_txs.remove(hash);
         let u = &mut self.usage[entry.subpool as usize];
         u.txs -= 1;
         u.bytes -= entry.tx.size();
@@ -801,6 +809,58 @@ impl TxPool {
 
     pub(crate) fn tx_by_versioned_hash(&self, vh: &B256) -> Option<&Arc<PoolTx>> {
         self.blob_index.get(vh).map(|h| &self.by_hash[h].tx)
+    }
+
+    /// A pooled blob tx with a version-0 sidecar, if any (the next to convert).
+    pub(crate) fn next_v0_sidecar(&self) -> Option<Arc<PoolTx>> {
+        self.blob_txs
+            .iter()
+            .map(|h| &self.by_hash[h].tx)
+            .find(|t| {
+                t.tx.sidecar()
+                    .is_some_and(|b| b.version == moat_common::transaction::SidecarVersion::V0)
+            })
+            .cloned()
+    }
+
+    /// Puts `new` (the same tx with another sidecar: a converted one) in place of the
+    /// pooled tx of its hash, keeping its place, class and age; the subpools' bytes
+    /// follow the new size, and what a larger sidecar pushes over a limit is evicted.
+    /// Returns whether it was pooled, and the hashes evicted.
+    pub(crate) fn swap_sidecar(&mut self, new: Arc<PoolTx>) -> (bool, Vec<B256>) {
+        let hash = new.hash();
+        let Some(entry) = self.by_hash.get_mut(&hash) else {
+            return (false, Vec::new());
+        };
+        let sub = entry.subpool as usize;
+        let old_size = entry.tx.size();
+        let new_size = new.size();
+        entry.tx = new;
+        let u = &mut self.usage[sub];
+        u.bytes = u.bytes - old_size + new_size;
+        let sender = self.by_hash[&hash].tx.sender;
+        if let Some(id) = self.sender_ids.get(&sender).copied() {
+            // Recounts the sender's bytes (and the local share's).
+            self.reclassify(id);
+        }
+        let mut evicted = Vec::new();
+        for sub in SubPool::ALL {
+            while self.over_limit(sub) {
+                let Some(removed) = self.evict_worst(sub) else {
+                    break;
+                };
+                evicted.extend(removed);
+            }
+        }
+        (true, evicted)
+    }
+
+    /// Every pooled blob tx (what the blob pool's store mirrors).
+    pub(crate) fn blob_txs(&self) -> Vec<Arc<PoolTx>> {
+        self.blob_txs
+            .iter()
+            .map(|h| Arc::clone(&self.by_hash[h].tx))
+            .collect()
     }
 
     /// Every hash in the pool.

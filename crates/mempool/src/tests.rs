@@ -1756,5 +1756,6 @@ mod sender_rules {
 }
 
 mod blob_osaka;
+mod blob_store;
 mod let_go;
 mod prop;

@@ -58,6 +58,10 @@ pub(crate) struct PoolArgs {
     /// Bytes of blob transactions (sidecars included) the pool holds.
     #[arg(long = "blobpool.datacap", default_value_t = 10 * 1024 * 1024 * 1024 / 4)]
     pub blob_datacap: usize,
+    /// Directory of the blob pool's store, relative to the datadir: every pooled blob
+    /// transaction with its sidecar, back after a restart without KZG run again.
+    #[arg(long = "blobpool.datadir", default_value = "blobpool")]
+    pub blob_datadir: std::path::PathBuf,
     /// Percent a blob transaction's replacement must raise every fee by.
     #[arg(long = "blobpool.pricebump", default_value_t = 100)]
     pub blob_price_bump: u128,

@@ -385,8 +385,27 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     let chain = chain.with_sender_cache(pool.sender_cache().clone());
     // The pool follows every head the chain moves to, whoever moved it.
     let maintainer = moat_blockchain::maintain::spawn(&chain, &pool);
+    // The blob pool's store is read first: its sidecars were verified before, so neither
+    // the journal's blob txs nor its own pay KZG again.
+    let blob_path = datadir.join(&args.pool.blob_datadir).join("blobs.redb");
+    let (blob_store, blob_contents) = moat_mempool::BlobStore::open(&blob_path)
+        .map_err(|e| format!("{e} (remove it to start with an empty blob pool)"))?;
+    pool.preverify_stored(&blob_contents);
     // Local transactions from before a restart come back through the pipeline.
     let journal = reload_journal(&args, &datadir, &store, &pool).await?;
+    let blobs = pool.reload_blob_store(blob_contents).await;
+    if blobs.readmitted + blobs.refused + blobs.damaged > 0 {
+        tracing::info!(
+            readmitted = blobs.readmitted,
+            kzg_skipped = blobs.kzg_skipped,
+            refused = blobs.refused,
+            damaged = blobs.damaged,
+            path = %blob_path.display(),
+            "blob pool reloaded"
+        );
+    }
+    pool.attach_blob_store(blob_store)
+        .map_err(|e| format!("cannot start the blob pool's writer: {e}"))?;
     let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
     tracing::info!(chain_id = config.chain_id, genesis = %chain.genesis_hash(), head, %head_hash, datadir = %datadir.display(), "chain open");
 
@@ -570,6 +589,9 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     let _quiet = engine_ctx.quiesce().await;
     // Every acknowledged tx is already durable; this writes what is queued and stops.
     journal.close();
+    if !pool.close_blob_store(Duration::from_secs(10)) {
+        tracing::warn!("the blob pool's store did not finish its last write in 10 s");
+    }
     match disk {
         Some(Trouble::Unwritable(why)) => {
             return Err(format!(

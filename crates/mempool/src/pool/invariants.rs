@@ -86,6 +86,13 @@ impl TxPool {
             assert_eq!(self.sender(id).txs.get(&e.tx.nonce()), Some(h));
         }
         assert_eq!(usage, self.usage);
+        let blobs: super::super::FastSet<B256> = self
+            .by_hash
+            .iter()
+            .filter(|(_, e)| e.tx.is_blob())
+            .map(|(h, _)| *h)
+            .collect();
+        assert_eq!(blobs, self.blob_txs, "every blob tx listed, nothing else");
         for s in self.senders.iter().flatten() {
             assert!(!s.txs.is_empty(), "empty senders are freed");
             assert!(s.txs.keys().all(|n| *n >= s.nonce), "no stale nonces");
