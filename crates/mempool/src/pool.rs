@@ -52,6 +52,9 @@ pub(crate) struct Entry {
     pub tx: Arc<PoolTx>,
     pub subpool: SubPool,
     seq: u64,
+    /// A blob tx only: whether it was announceable at its last classification
+    /// ([`classify::near_fees`]); a change to true publishes it.
+    announced: bool,
 }
 
 struct Sender {
@@ -528,6 +531,7 @@ impl TxPool {
                 tx,
                 subpool: provisional,
                 seq,
+                announced: false,
             },
         );
         let cost = self.by_hash[&hash].tx.cost;

@@ -5,6 +5,26 @@
 
 use super::*;
 
+/// Whether a blob tx whose fee caps are below the next block's fees is still announced:
+/// within one block's largest fall of both, as go-ethereum's blob pool decides
+/// (`announceThreshold = -1` in fee jumps): the base fee falls at most 1/8 a block,
+/// the blob base fee at most ~1/1.17 since the BPO forks (EIP-7892). Such a tx may be
+/// includable in the very next block, so peers and builders should have it by then;
+/// one further below is a limit order the network need not carry, and is announced
+/// only once the fees come near it. A blob tx that pays the fees now is announced as
+/// any pending tx.
+pub(crate) fn near_fees(
+    inner: &moat_common::transaction::Transaction,
+    base_fee: u64,
+    blob_base_fee: u128,
+) -> bool {
+    let base_ok = inner.max_fee_per_gas().saturating_mul(9) >= u128::from(base_fee) * 8;
+    let blob_ok = inner
+        .max_fee_per_blob_gas()
+        .is_none_or(|f| f.saturating_mul(117) >= blob_base_fee.saturating_mul(100));
+    base_ok && blob_ok
+}
+
 impl TxPool {
     /// Classifies `hash`, just inserted as sender `id`'s highest nonce, from the class of
     /// the tx below it (`last`, nonce `last_nonce`): O(1) (and O(log n) for its eviction
@@ -57,6 +77,20 @@ impl TxPool {
             floor
         };
         let size = entry.tx.size();
+        // Announced once pending, and a blob tx once near enough to it (the tx below is
+        // pending here: a sender holds blob txs or others, not both).
+        let announce = if entry.tx.is_blob() {
+            let near = sub == SubPool::Pending
+                || (own == SubPool::BaseFee && near_fees(inner, base_fee, blob_base_fee));
+            let fresh = near && !entry.announced;
+            entry.announced = near;
+            fresh
+        } else {
+            sub == SubPool::Pending && entry.subpool != sub
+        };
+        if announce {
+            self.newly_pending.push(hash);
+        }
         if entry.subpool != sub {
             let from = &mut self.usage[entry.subpool as usize];
             from.txs -= 1;
@@ -64,9 +98,6 @@ impl TxPool {
             let to = &mut self.usage[sub as usize];
             to.txs += 1;
             to.bytes += size;
-            if sub == SubPool::Pending {
-                self.newly_pending.push(hash);
-            }
             entry.subpool = sub;
         }
         // The highest nonce: the sender's new tail in its subpool.
@@ -156,6 +187,8 @@ impl TxPool {
         let mut gapped = false;
         let mut spent = U256::ZERO;
         let mut floor = SubPool::Pending;
+        // Every tx below is announceable (a blob tx is announced in nonce order only).
+        let mut announceable = true;
         let mut tails: [Option<(EvictKey, u64)>; 4] = [None; 4];
         let mut counts = [Usage::default(); 4];
         let mut suffixes = std::mem::take(&mut s.suffixes);
@@ -185,6 +218,18 @@ impl TxPool {
             } else {
                 floor
             };
+            let announce = if entry.tx.is_blob() {
+                announceable &= own == SubPool::Pending
+                    || (own == SubPool::BaseFee && near_fees(inner, base_fee, blob_base_fee));
+                let fresh = announceable && !entry.announced;
+                entry.announced = announceable;
+                fresh
+            } else {
+                sub == SubPool::Pending && entry.subpool != sub
+            };
+            if announce {
+                self.newly_pending.push(*hash);
+            }
             if entry.subpool != sub {
                 let size = entry.tx.size();
                 let from = &mut self.usage[entry.subpool as usize];
@@ -193,9 +238,6 @@ impl TxPool {
                 let to = &mut self.usage[sub as usize];
                 to.txs += 1;
                 to.bytes += size;
-                if sub == SubPool::Pending {
-                    self.newly_pending.push(*hash);
-                }
                 entry.subpool = sub;
             }
             let (tip, cap) = priority(&entry.tx, base_fee);

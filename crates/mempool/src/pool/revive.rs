@@ -275,6 +275,7 @@ impl TxPool {
                 tx,
                 subpool: SubPool::Queued,
                 seq,
+                announced: false,
             },
         );
         let s = self.sender_mut(id);

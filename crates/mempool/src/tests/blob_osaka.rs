@@ -1,5 +1,6 @@
-//! The blob pool after Osaka: version-0 sidecars from RPC converted to cell proofs, and
-//! the reorder buffer for blob txs whose nonce is ahead of their sender's.
+//! The blob pool after Osaka: version-0 sidecars from RPC converted to cell proofs, the
+//! reorder buffer for blob txs whose nonce is ahead of their sender's, and the
+//! announcement of blob txs held back while their fee caps are far below the fees.
 
 use super::*;
 use std::time::Duration;
@@ -146,5 +147,75 @@ async fn a_block_that_fills_the_gap_promotes_the_waiting_tx() {
     assert!(
         eventually(|| pool.contains(&ahead.hash())).await,
         "promoted"
+    );
+}
+
+/// The hashes published for announcement since the last call.
+fn announced(events: &mut tokio::sync::broadcast::Receiver<B256>) -> Vec<B256> {
+    let mut out = Vec::new();
+    while let Ok(h) = events.try_recv() {
+        out.push(h);
+    }
+    out
+}
+
+#[tokio::test]
+async fn blob_txs_far_below_the_fees_are_held_back_from_announcement() {
+    let (pool, state) = setup();
+    let mut h = head();
+    h.number += 1;
+    h.base_fee = 1_000;
+    h.blob_base_fee = 1_000;
+    pool.on_head_change(HeadUpdate {
+        head: h,
+        ..Default::default()
+    })
+    .await;
+    let mut events = pool.subscribe_pending();
+    let (a, b, c, d) = (
+        funded(&state, 240),
+        funded(&state, 241),
+        funded(&state, 242),
+        funded(&state, 243),
+    );
+    // One fee step below the base fee (1000 / 1.125 = 889): not pending, announced; the
+    // sender's next, which pays, announced after it.
+    let near = blob_tx(&a, 0, 1, 900, 1_000);
+    let after_near = blob_tx(&a, 1, 1, 2_000, 1_000);
+    // Half the base fee: held back, and its sender's next with it.
+    let far = blob_tx(&b, 0, 1, 500, 1_000);
+    let after_far = blob_tx(&b, 1, 1, 2_000, 1_000);
+    // The blob fee: 800 × 1.17 < 1000 held back, 860 × 1.17 ≥ 1000 announced.
+    let blob_far = blob_tx(&c, 0, 1, 2_000, 800);
+    let blob_near = blob_tx(&d, 0, 1, 2_000, 860);
+    for tx in [&near, &after_near, &far, &after_far, &blob_far, &blob_near] {
+        add(&pool, tx).await.unwrap();
+        assert_eq!(pool.subpool_of(&tx.hash()), Some(SubPool::Blob));
+    }
+    let first = announced(&mut events);
+    assert_eq!(
+        first,
+        vec![near.hash(), after_near.hash(), blob_near.hash()],
+        "near ones only, in nonce order"
+    );
+
+    // The base fee falls within a step of `far`'s cap (500 × 1.125 = 562): it and its
+    // successor go out; nothing is announced twice.
+    h.number += 1;
+    h.base_fee = 560;
+    pool.on_head_change(HeadUpdate {
+        head: h,
+        ..Default::default()
+    })
+    .await;
+    let mut second = announced(&mut events);
+    second.sort();
+    let mut want = vec![far.hash(), after_far.hash()];
+    want.sort();
+    assert_eq!(second, want);
+    assert_eq!(
+        pool.subpool_of(&near.hash()),
+        Some(SubPool::Pending),
+        "pending now, and not announced again"
     );
 }
