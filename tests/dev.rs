@@ -3,9 +3,11 @@
 
 mod common;
 
+use alloy_primitives::B256;
 use common::{Node, free_port, rpc, wait_for};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 /// The README's transaction: 1 ether from dev account 0 to dev account 1, nonce 0.
 const RAW: &str = "0x02f87482053980843b9aca0084b2d05e008252089470997970c51812dc3a010c7d01b50e0d17dc79c8880de0b6b3a764000080c080a07674f79c67e16e3ea84d29454f69f5201069c013de3f1f07525d093cd96b32caa050908860fd3db570a082c4187766acb7b7b671f3dbd61fb14b93ecfd0358af80";
@@ -632,4 +634,91 @@ fn an_osaka_dev_node_mines_a_version_0_blob_tx_sent_over_rpc() {
     });
     assert_eq!(receipt["status"], "0x1", "{receipt}");
     assert_eq!(receipt["blobGasUsed"], "0x40000", "two blobs: {receipt}");
+}
+
+/// The gapped reorder buffer, whole node: a blob tx one nonce ahead of its sender's
+/// next is answered with its hash but neither pooled nor mined; once the gap's tx comes,
+/// both are mined. Another left ahead past `--blobpool.gappedlifetime` is dropped, and
+/// filling its gap later mines only the filler.
+#[test]
+fn a_gapped_blob_tx_is_mined_once_its_gap_fills_and_dropped_after_its_lifetime() {
+    use moat_common::transaction::SidecarVersion;
+    let port = free_port();
+    let _node = Node::start(&[
+        "--dev",
+        "--dev.osaka",
+        "--dev.period",
+        "0",
+        "--blobpool.gappedlifetime",
+        "6s",
+        "--http.port",
+        &port.to_string(),
+        "--authrpc.port",
+        &free_port().to_string(),
+    ]);
+    wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
+    let key: B256 = common::DEV_KEYS[2].parse().unwrap();
+    let signer = moat_crypto::secp::Signer::from_bytes(&key).unwrap();
+    let send = |raw: String| rpc(port, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+    let mined = |hash: B256| {
+        rpc(port, "eth_getTransactionReceipt", &format!(r#"["{hash}"]"#))
+            .is_some_and(|r| !r["result"].is_null())
+    };
+    let known = |hash: B256| {
+        rpc(port, "eth_getTransactionByHash", &format!(r#"["{hash}"]"#))
+            .is_some_and(|r| !r["result"].is_null())
+    };
+    let blob = |nonce: u64| {
+        let tx = moat_common::testing::blob_tx_on_chain(
+            SidecarVersion::V1,
+            1,
+            nonce,
+            &signer,
+            1337,
+            100_000_000_000,
+            1_000_000_000,
+        );
+        (
+            tx.hash(),
+            alloy_primitives::hex::encode_prefixed(tx.encoded_2718()),
+        )
+    };
+    // A fresh account may hold nothing ahead (log10(nonce + 1) txs): nine transfers
+    // first, each mined at once.
+    for nonce in 0..9 {
+        let (hash, raw) = common::signed_transfer(&signer, 1337, nonce, 1);
+        assert_eq!(send(raw)["result"], format!("{hash}"));
+        wait_for("a transfer mined", || mined(hash).then_some(()));
+    }
+
+    // The first blob tx loads the KZG setup (seconds in a debug build): done before
+    // any gapped tx's lifetime starts.
+    let (warm, warm_raw) = blob(9);
+    assert_eq!(send(warm_raw)["result"], format!("{warm}"));
+    wait_for("a first blob tx mined", || mined(warm).then_some(()));
+
+    let (ahead, ahead_raw) = blob(11);
+    assert_eq!(
+        send(ahead_raw)["result"],
+        format!("{ahead}"),
+        "held, not refused"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!known(ahead) && !mined(ahead), "waiting for its gap");
+    let (filler, filler_raw) = blob(10);
+    assert_eq!(send(filler_raw)["result"], format!("{filler}"));
+    wait_for("the filler mined", || mined(filler).then_some(()));
+    wait_for("the gapped tx mined after it", || {
+        mined(ahead).then_some(())
+    });
+
+    let (late, late_raw) = blob(13);
+    assert_eq!(send(late_raw)["result"], format!("{late}"));
+    // Its lifetime, and a look of the upkeep (every half lifetime).
+    std::thread::sleep(Duration::from_secs(10));
+    let (filler, filler_raw) = blob(12);
+    assert_eq!(send(filler_raw)["result"], format!("{filler}"));
+    wait_for("the second filler mined", || mined(filler).then_some(()));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!mined(late) && !known(late), "dropped after its lifetime");
 }

@@ -886,7 +886,12 @@ impl Pool {
         }
         clock.lap(Stage::Kzg);
 
-        // 10. Insert; a gapped tx of the same sender may follow it now.
+        // 10. Insert; a gapped tx of the same sender may follow it now. The account is
+        //     read again: a block may have mined the sender's txs during the KZG await,
+        //     and the pool may have let go of what it knew of the sender (judged by the
+        //     nonce read at stage 8, this tx would look like a gap).
+        let known = s.pool.lock().known_account(&sender);
+        let account = known.unwrap_or_else(|| s.state.account(&sender));
         let r = self.insert(tx, account).map_err(|e| self.fail(hash, e));
         clock.lap(Stage::Insert);
         if r.is_ok() {
@@ -953,9 +958,11 @@ impl Pool {
                 let origin = tx.origin;
                 let input = TxInput::Decoded(Box::new(tx.tx.clone()));
                 let mut meter = CpuMeter::start();
+                let hash = tx.hash();
                 let result = pool.add_metered(input, origin, &mut meter).await;
                 pool.charge(origin, meter);
-                if result.is_err() {
+                if let Err(e) = result {
+                    tracing::debug!(%hash, error = %e, "a gapped blob tx refused at promotion");
                     break;
                 }
                 pool.inner.metrics.inc(Counter::gapped_promoted);

@@ -62,6 +62,11 @@ pub(crate) struct PoolArgs {
     /// transaction with its sidecar, back after a restart without KZG run again.
     #[arg(long = "blobpool.datadir", default_value = "blobpool")]
     pub blob_datadir: std::path::PathBuf,
+    /// How long a blob transaction whose nonce is ahead of its sender's next waits for
+    /// the gap to fill, without KZG, before it is dropped (Go-style duration; geth's
+    /// fixed one minute).
+    #[arg(long = "blobpool.gappedlifetime", default_value = "1m", value_parser = crate::run::parse_duration)]
+    pub blob_gapped_lifetime: Duration,
     /// Percent a blob transaction's replacement must raise every fee by.
     #[arg(long = "blobpool.pricebump", default_value_t = 100)]
     pub blob_price_bump: u128,
@@ -184,6 +189,7 @@ impl PoolArgs {
         cfg.max_account_queue = self.account_queue;
         cfg.queued.max_txs = self.global_queue;
         cfg.queued_lifetime = self.lifetime;
+        cfg.gapped.lifetime = self.blob_gapped_lifetime;
         cfg.locals = self.locals.iter().copied().collect();
         cfg.no_locals = self.no_locals;
         cfg.local_account_slots = self.local_slots;

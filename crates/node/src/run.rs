@@ -533,11 +533,14 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         ));
     }
 
-    // Queued transactions expire; the pool is told to look once a minute.
+    // Queued transactions expire, and gapped blob txs; the pool is told to look once a
+    // minute, or twice in a gapped tx's lifetime if that is shorter.
     let expiring = pool.clone();
+    let every =
+        (args.pool.blob_gapped_lifetime / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_secs(60)).await;
+            tokio::time::sleep(every).await;
             expiring.remove_expired(std::time::Instant::now());
         }
     });

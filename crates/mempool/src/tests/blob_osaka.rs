@@ -219,3 +219,19 @@ async fn blob_txs_far_below_the_fees_are_held_back_from_announcement() {
         "pending now, and not announced again"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_gapped_blob_tx_is_promoted_when_a_local_filler_comes() {
+    let (pool, state) = osaka();
+    let a = funded(&state, 250);
+    state.set_nonce(a.address(), 10);
+    let ahead = sample_blob_tx(SidecarVersion::V1, 1, 11, &a);
+    assert!(pool.submit_local(raw(&ahead)).await.unwrap().gapped);
+    let filler = sample_blob_tx(SidecarVersion::V1, 1, 10, &a);
+    assert!(!pool.submit_local(raw(&filler)).await.unwrap().gapped);
+    assert!(
+        eventually(|| pool.contains(&ahead.hash())).await,
+        "promoted: {:?}",
+        pool.metrics()
+    );
+}
