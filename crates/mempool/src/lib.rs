@@ -114,7 +114,7 @@ pub enum TxOrigin {
 }
 
 impl TxOrigin {
-    /// Local transactions skip the minimum tip, and are not evicted for price while local
+    /// Local transactions skip the minimum tip (blob txs excepted), and are not evicted for price while local
     /// txs are within their share of the subpool (`PoolConfig::local_share`).
     pub fn is_local(&self) -> bool {
         matches!(self, TxOrigin::Local | TxOrigin::Journal)
@@ -437,8 +437,14 @@ impl PoolInner {
         lap(Stage::ValidateCheap);
 
         // 6. Stateless rules of the next block's fork.
+        // Local txs skip the minimum tip, except blob txs: as in go-ethereum's blob pool
+        // (which has no locals), a blob tx no builder would take is not worth its sidecar.
         let stateless = match origin {
-            Some(o) if o.is_local() && !self.cfg.no_locals => &rules.local,
+            Some(o)
+                if o.is_local() && !self.cfg.no_locals && pooled.tx_type() != TxType::Eip4844 =>
+            {
+                &rules.local
+            }
             _ => &rules.remote,
         };
         validate_stateless(pooled.tx(), stateless)

@@ -144,6 +144,9 @@ pub(crate) struct TxPool {
     /// Every pooled blob tx's hash (two txs may carry the same blob, so `blob_index`
     /// cannot list them).
     blob_txs: super::FastSet<B256>,
+    /// Count and bytes of every pooled blob tx, executable or not: what the blob
+    /// subpool's limits bound ([`TxPool::limited_usage`]).
+    blob_usage: Usage,
     /// Authority → pooled authorizations that name it.
     authorities: HashMap<Address, usize>,
     next_seq: u64,
@@ -207,6 +210,7 @@ impl TxPool {
             local_usage: [Usage::default(); 4],
             blob_index: HashMap::default(),
             blob_txs: Default::default(),
+            blob_usage: Usage::default(),
             authorities: HashMap::default(),
             next_seq: 0,
             let_go: Default::default(),
@@ -511,6 +515,8 @@ impl TxPool {
         }
         if is_blob {
             self.blob_txs.insert(hash);
+            self.blob_usage.txs += 1;
+            self.blob_usage.bytes += tx.size();
         }
         for a in &tx.authorities {
             *self.authorities.entry(*a).or_insert(0) += 1;
@@ -623,7 +629,10 @@ impl TxPool {
     /// callers reclassify the sender afterwards).
     fn remove_entry(&mut self, hash: &B256) -> Option<Arc<PoolTx>> {
         let entry = self.by_hash.remove(hash)?;
-        self.blob_txs.remove(hash);
+        if self.blob_txs.remove(hash) {
+            self.blob_usage.txs -= 1;
+            self.blob_usage.bytes -= entry.tx.size();
+        }
         let u = &mut self.usage[entry.subpool as usize];
         u.txs -= 1;
         u.bytes -= entry.tx.size();
@@ -842,6 +851,7 @@ impl TxPool {
         entry.tx = new;
         let u = &mut self.usage[sub];
         u.bytes = u.bytes - old_size + new_size;
+        self.blob_usage.bytes = self.blob_usage.bytes - old_size + new_size;
         let sender = self.by_hash[&hash].tx.sender;
         if let Some(id) = self.sender_ids.get(&sender).copied() {
             // Recounts the sender's bytes (and the local share's).

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct PoolArgs {
-    /// Least tip (wei) a remote transaction must pay to be pooled.
+    /// Least tip (wei) a remote transaction, or a blob transaction from anywhere, must
+    /// pay to be pooled.
     #[arg(long = "txpool.pricelimit", default_value_t = 1)]
     pub price_limit: u128,
     /// Percent a replacement must raise every fee by.

@@ -14,7 +14,7 @@ impl TxPool {
     pub(crate) fn assert_invariants(&self) {
         self.assert_consistent();
         for sub in SubPool::ALL {
-            let (u, limit) = (self.usage[sub as usize], self.cfg.limit(sub));
+            let (u, limit) = (self.limited_usage(sub), self.cfg.limit(sub));
             // Local txs are exempt only within a share of the limits, so nothing holds a
             // subpool over them.
             assert!(
@@ -93,6 +93,11 @@ impl TxPool {
             .map(|(h, _)| *h)
             .collect();
         assert_eq!(blobs, self.blob_txs, "every blob tx listed, nothing else");
+        let blob_usage = Usage {
+            txs: blobs.len(),
+            bytes: blobs.iter().map(|h| self.by_hash[h].tx.size()).sum(),
+        };
+        assert_eq!(blob_usage, self.blob_usage);
         for s in self.senders.iter().flatten() {
             assert!(!s.txs.is_empty(), "empty senders are freed");
             assert!(s.txs.keys().all(|n| *n >= s.nonce), "no stale nonces");

@@ -190,3 +190,47 @@ async fn pooled_version_0_sidecars_are_converted_when_osaka_activates() {
             .all(|t| t.tx.sidecar().unwrap().version == SidecarVersion::V1)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executable_blob_txs_count_against_the_blob_datacap_not_the_pending_bytes() {
+    // A pending subpool of 1 MiB, a blob datacap of 8 MiB: ~30 executable one-blob txs
+    // (each ~131 KiB) fit, and plain txs still get their room.
+    let (pool, state) = setup_with(|c| {
+        c.pending.max_bytes = 1 << 20;
+        c.blob.max_bytes = 8 << 20;
+    });
+    let mut blobs = Vec::new();
+    for i in 0..30 {
+        let s = funded(&state, 300 + i);
+        let tx = blob_tx(&s, 0, 10 + u128::from(i as u8), 1_000, 10);
+        assert_eq!(add(&pool, &tx).await.unwrap().subpool, SubPool::Pending);
+        blobs.push(tx);
+    }
+    let plain = funded(&state, 400);
+    for n in 0..5 {
+        add(&pool, &tx1559(&plain, n, 2, 100)).await.unwrap();
+    }
+    assert!(
+        blobs.iter().all(|t| pool.contains(&t.hash())),
+        "none evicted"
+    );
+    assert_eq!(pool.status().pending.txs, 35);
+
+    // At the datacap the cheapest executable blob tx goes for a better one, and one
+    // cheaper than all is refused.
+    let (pool, state) = setup_with(|c| c.blob.max_bytes = 3 * 140_000);
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let s = funded(&state, 500 + i);
+        let tx = blob_tx(&s, 0, 10 + u128::from(i as u8), 1_000, 10);
+        add(&pool, &tx).await.unwrap();
+        held.push(tx);
+    }
+    let better = blob_tx(&funded(&state, 510), 0, 50, 1_000, 10);
+    add(&pool, &better).await.unwrap();
+    assert!(!pool.contains(&held[0].hash()), "the cheapest made room");
+    assert!(pool.contains(&better.hash()));
+    let worse = blob_tx(&funded(&state, 511), 0, 1, 1_000, 10);
+    assert_eq!(add(&pool, &worse).await, Err(Rejection::Underpriced));
+    pool.assert_consistent();
+}
