@@ -754,6 +754,33 @@ async fn blob_faults_cost_the_peer_and_the_tx_comes_from_an_honest_one() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_access_lists_are_answered_on_eth_71() {
+    let moat = start("eth71");
+    let mut peer = moat.peer_with(0x63, &[71, 70]).await;
+    assert_eq!(peer.version(), 71, "the best version both speak");
+    let head: B256 = HEAD_HASH.parse().unwrap();
+    peer.send(&EthMessage::GetBlockAccessLists {
+        request_id: 11,
+        hashes: vec![head, B256::repeat_byte(0xee)],
+    })
+    .await
+    .unwrap();
+    let lists = peer
+        .wait_for(WAIT, |m| match m {
+            EthMessage::BlockAccessLists {
+                request_id: 11,
+                lists,
+            } => Some(lists.clone()),
+            _ => None,
+        })
+        .await
+        .expect("an answer");
+    // No block before Amsterdam has an access list: the empty string for each, known
+    // block or not, as go-ethereum answers.
+    assert_eq!(lists, vec![Bytes::from_static(&[0x80]); 2]);
+}
+
 /// The value of the Prometheus sample `name` the node at `port` exports, if any.
 fn metric(port: u16, name: &str) -> Option<f64> {
     use std::io::{Read, Write};

@@ -1,4 +1,4 @@
-//! eth wire protocol messages, versions 68, 69 and 70.
+//! eth wire protocol messages, versions 68 to 71.
 //!
 //! What changes between versions:
 //! - 68: `Status` carries total difficulty and head hash; `Receipts` carry blooms.
@@ -6,6 +6,9 @@
 //!   carry the tx type as a field; `BlockRangeUpdate` appears.
 //! - 70: `GetReceipts` names the first receipt index of the first block and `Receipts`
 //!   says whether the last block's list was cut short (partial receipts).
+//! - 71 (EIP-8159): `GetBlockAccessLists`/`BlockAccessLists` (0x12/0x13), a block's
+//!   access list by block hash; one with none (every block before Amsterdam) is answered
+//!   with the RLP empty string in its place, as go-ethereum answers.
 //!
 //! Bodies of transactions, headers and blocks are kept as raw RLP here: the pipeline
 //! decodes transactions itself (hash before decode), and served headers and bodies go out
@@ -23,8 +26,10 @@ pub const ETH68: u32 = 68;
 pub const ETH69: u32 = 69;
 /// eth/70: partial receipts.
 pub const ETH70: u32 = 70;
+/// eth/71 (EIP-8159): block access lists.
+pub const ETH71: u32 = 71;
 /// Versions we speak, best first.
-pub const SUPPORTED_VERSIONS: [u32; 3] = [ETH70, ETH69, ETH68];
+pub const SUPPORTED_VERSIONS: [u32; 4] = [ETH71, ETH70, ETH69, ETH68];
 
 /// Status (0x00): the handshake.
 pub const STATUS: u64 = 0x00;
@@ -54,10 +59,24 @@ pub const GET_RECEIPTS: u64 = 0x0f;
 pub const RECEIPTS: u64 = 0x10;
 /// BlockRangeUpdate (0x11, eth/69+): the sender's served block range moved.
 pub const BLOCK_RANGE_UPDATE: u64 = 0x11;
+/// GetBlockAccessLists (0x12, eth/71+).
+pub const GET_BLOCK_ACCESS_LISTS: u64 = 0x12;
+/// BlockAccessLists (0x13, eth/71+).
+pub const BLOCK_ACCESS_LISTS: u64 = 0x13;
+
+/// The RLP empty string: a block access list the node does not have (EIP-8159; an
+/// empty list is a valid access list, so absence is told apart).
+pub const NO_ACCESS_LIST: [u8; 1] = [0x80];
 
 /// How many message ids a version uses (the next capability starts after them).
 pub fn protocol_length(version: u32) -> u64 {
-    if version >= ETH69 { 18 } else { 17 }
+    if version >= ETH71 {
+        20
+    } else if version >= ETH69 {
+        18
+    } else {
+        17
+    }
 }
 
 /// The handshake message.
@@ -188,6 +207,20 @@ pub enum EthMessage {
         incomplete: bool,
         /// Per block, its receipts list (RLP), in request order.
         blocks: Vec<Bytes>,
+    },
+    /// eth/71+: asks for the access lists of blocks by block hash.
+    GetBlockAccessLists {
+        /// Chosen by the requester; the reply echoes it.
+        request_id: u64,
+        /// The block hashes wanted.
+        hashes: Vec<B256>,
+    },
+    /// eth/71+: per block asked, its access list (RLP), or [`NO_ACCESS_LIST`].
+    BlockAccessLists {
+        /// The `request_id` of the request answered.
+        request_id: u64,
+        /// In request order (the reply may stop early).
+        lists: Vec<Bytes>,
     },
     /// eth/69+: the sender's served block range changed.
     BlockRangeUpdate {
@@ -328,6 +361,8 @@ impl EthMessage {
             EthMessage::GetReceipts { .. } => GET_RECEIPTS,
             EthMessage::Receipts { .. } => RECEIPTS,
             EthMessage::BlockRangeUpdate { .. } => BLOCK_RANGE_UPDATE,
+            EthMessage::GetBlockAccessLists { .. } => GET_BLOCK_ACCESS_LISTS,
+            EthMessage::BlockAccessLists { .. } => BLOCK_ACCESS_LISTS,
         }
     }
 
@@ -348,6 +383,8 @@ impl EthMessage {
             EthMessage::GetReceipts { .. } => "GetReceipts",
             EthMessage::Receipts { .. } => "Receipts",
             EthMessage::BlockRangeUpdate { .. } => "BlockRangeUpdate",
+            EthMessage::GetBlockAccessLists { .. } => "GetBlockAccessLists",
+            EthMessage::BlockAccessLists { .. } => "BlockAccessLists",
         }
     }
 
@@ -408,11 +445,19 @@ impl EthMessage {
             | EthMessage::GetPooledTransactions {
                 request_id,
                 hashes: h,
+            }
+            | EthMessage::GetBlockAccessLists {
+                request_id,
+                hashes: h,
             } => {
                 request_id.encode(&mut p);
                 hashes(h, &mut p);
             }
-            EthMessage::BlockBodies { request_id, bodies } => {
+            EthMessage::BlockBodies { request_id, bodies }
+            | EthMessage::BlockAccessLists {
+                request_id,
+                lists: bodies,
+            } => {
                 request_id.encode(&mut p);
                 list_of(bodies, &mut p);
             }
@@ -598,6 +643,14 @@ impl EthMessage {
                         blocks: read_raw_list(&mut f, "receipts")?,
                     }
                 }
+                GET_BLOCK_ACCESS_LISTS if version >= ETH71 => EthMessage::GetBlockAccessLists {
+                    request_id: f.u64("request id")?,
+                    hashes: f.b256_list("hashes")?,
+                },
+                BLOCK_ACCESS_LISTS if version >= ETH71 => EthMessage::BlockAccessLists {
+                    request_id: f.u64("request id")?,
+                    lists: read_raw_list(&mut f, "block access lists")?,
+                },
                 BLOCK_RANGE_UPDATE if version >= ETH69 => {
                     return Ok(EthMessage::BlockRangeUpdate {
                         earliest: f.u64("earliest")?,
@@ -734,6 +787,33 @@ mod tests {
             },
             69,
         );
+    }
+
+    #[test]
+    fn block_access_lists_are_eth_71_messages() {
+        let ask = EthMessage::GetBlockAccessLists {
+            request_id: 4,
+            hashes: vec![B256::repeat_byte(6), B256::repeat_byte(7)],
+        };
+        round_trip(ask.clone(), 71);
+        // An empty string for a list the node lacks, an empty list for an empty one.
+        let answer = EthMessage::BlockAccessLists {
+            request_id: 4,
+            lists: vec![
+                Bytes::from_static(&NO_ACCESS_LIST),
+                Bytes::from_static(&[0xc0]),
+            ],
+        };
+        round_trip(answer.clone(), 71);
+        assert_eq!(answer.encode(71), vec![0xc4, 0x04, 0xc2, 0x80, 0xc0]);
+        for msg in [ask, answer] {
+            assert!(matches!(
+                EthMessage::decode(msg.id(), 70, &msg.encode(71)),
+                Err(EthDecodeError::UnknownId(_))
+            ));
+        }
+        assert_eq!(protocol_length(71), 20);
+        assert_eq!(protocol_length(70), 18);
     }
 
     #[test]

@@ -96,6 +96,18 @@ pub fn bodies(store: &Store, hashes: &[B256]) -> Vec<Bytes> {
     out
 }
 
+/// eth/71: the access lists of the blocks `hashes` names, in request order, at most
+/// [`MAX_SERVE`]. No block before Amsterdam (EIP-7928) has one, and this node keeps none:
+/// each is answered with [`crate::eth::NO_ACCESS_LIST`], as go-ethereum answers for a
+/// block it has no access list of.
+pub fn access_lists(hashes: &[B256]) -> Vec<Bytes> {
+    hashes
+        .iter()
+        .take(MAX_SERVE)
+        .map(|_| Bytes::from_static(&crate::eth::NO_ACCESS_LIST))
+        .collect()
+}
+
 /// A `Receipts` answer: one list per block, in the version's format, and (eth/70)
 /// whether the last list was cut short.
 pub fn receipts(

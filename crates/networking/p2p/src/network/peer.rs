@@ -153,7 +153,8 @@ impl Asks {
                 | EthMessage::PooledTransactions { .. } => Some(Asks::SentTransactions),
                 EthMessage::GetBlockHeaders { .. }
                 | EthMessage::GetBlockBodies { .. }
-                | EthMessage::GetReceipts { .. } => Some(Asks::OnlyAsked),
+                | EthMessage::GetReceipts { .. }
+                | EthMessage::GetBlockAccessLists { .. } => Some(Asks::OnlyAsked),
                 EthMessage::Status(_)
                 | EthMessage::NewBlockHashes
                 | EthMessage::NewBlock
@@ -161,6 +162,7 @@ impl Asks {
                 | EthMessage::BlockBodies { .. }
                 | EthMessage::GetPooledTransactions { .. }
                 | EthMessage::Receipts { .. }
+                | EthMessage::BlockAccessLists { .. }
                 | EthMessage::BlockRangeUpdate { .. } => None,
             },
             Incoming::Snap(m) => m.answer_id().is_none().then_some(Asks::OnlyAsked),
@@ -299,6 +301,10 @@ fn serve_chain(store: &moat_storage::Store, peer: &Peer, msg: EthMessage) {
                 blocks,
             }
         }
+        EthMessage::GetBlockAccessLists { request_id, hashes } => EthMessage::BlockAccessLists {
+            request_id,
+            lists: serve::access_lists(&hashes),
+        },
         EthMessage::Status(_)
         | EthMessage::NewBlockHashes
         | EthMessage::NewBlock
@@ -309,6 +315,7 @@ fn serve_chain(store: &moat_storage::Store, peer: &Peer, msg: EthMessage) {
         | EthMessage::GetPooledTransactions { .. }
         | EthMessage::PooledTransactions { .. }
         | EthMessage::Receipts { .. }
+        | EthMessage::BlockAccessLists { .. }
         | EthMessage::BlockRangeUpdate { .. } => return,
     };
     peer.send(peer.framing.eth(&answer));
@@ -656,7 +663,8 @@ impl Network {
             // bounded by the item and byte limits of `serve`), one at a time per peer.
             m @ (EthMessage::GetBlockHeaders { .. }
             | EthMessage::GetBlockBodies { .. }
-            | EthMessage::GetReceipts { .. }) => {
+            | EthMessage::GetReceipts { .. }
+            | EthMessage::GetBlockAccessLists { .. }) => {
                 let (chain, to) = (self.inner.chain.clone(), peer.clone());
                 let _ = self
                     .inner
@@ -671,7 +679,7 @@ impl Network {
             EthMessage::BlockBodies { request_id, bodies } => {
                 self.on_reply(peer, ReplyKind::Bodies, request_id, Reply::Items(bodies))
             }
-            EthMessage::Receipts { .. } => {
+            EthMessage::Receipts { .. } | EthMessage::BlockAccessLists { .. } => {
                 // We ask for none; a stray answer is ignored.
             }
             EthMessage::BlockRangeUpdate {
