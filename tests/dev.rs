@@ -722,3 +722,54 @@ fn a_gapped_blob_tx_is_mined_once_its_gap_fills_and_dropped_after_its_lifetime()
     std::thread::sleep(Duration::from_secs(2));
     assert!(!mined(late) && !known(late), "dropped after its lifetime");
 }
+
+/// eth_sendRawTransactionSync (EIP-7966), as go-ethereum answers it: the receipt once
+/// the tx is mined, or, past the wait the call asked for, code 4 with geth's message and
+/// the hash as data (the tx stays pooled).
+#[test]
+fn send_raw_transaction_sync_answers_with_the_receipt_or_times_out() {
+    let port = free_port();
+    let _node = Node::start(&[
+        "--dev",
+        "--dev.period",
+        "1",
+        "--http.port",
+        &port.to_string(),
+        "--authrpc.port",
+        &free_port().to_string(),
+    ]);
+    wait_for("the RPC server", || rpc(port, "eth_chainId", "[]"));
+    let key: B256 = common::DEV_KEYS[3].parse().unwrap();
+    let signer = moat_crypto::secp::Signer::from_bytes(&key).unwrap();
+    let (hash, raw) = common::signed_transfer(&signer, 1337, 0, 5);
+    let answer = rpc(port, "eth_sendRawTransactionSync", &format!(r#"["{raw}"]"#)).unwrap();
+    let receipt = &answer["result"];
+    assert_eq!(receipt["transactionHash"], format!("{hash}"), "{answer}");
+    assert_eq!(receipt["status"], "0x1");
+    assert!(receipt["blockNumber"].is_string());
+
+    // Nonce 2 behind a gap: pooled, never mined.
+    let (queued, raw) = common::signed_transfer(&signer, 1337, 2, 5);
+    let started = std::time::Instant::now();
+    let answer = rpc(
+        port,
+        "eth_sendRawTransactionSync",
+        &format!(r#"["{raw}", 1500]"#),
+    )
+    .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(answer["error"]["code"], 4, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "The transaction was added to the transaction pool but wasn't processed in 1.5s"
+    );
+    assert_eq!(answer["error"]["data"], format!("{queued}"));
+    assert!(waited >= Duration::from_millis(1_500), "{waited:?}");
+    let pooled = rpc(
+        port,
+        "eth_getTransactionByHash",
+        &format!(r#"["{queued}"]"#),
+    )
+    .unwrap();
+    assert!(!pooled["result"].is_null(), "still pooled");
+}

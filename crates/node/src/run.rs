@@ -101,6 +101,13 @@ pub(crate) struct NodeArgs {
     /// Most gas an eth_call or eth_estimateGas may use (0: the block gas limit).
     #[arg(long = "rpc.gascap", default_value_t = moat_rpc::DEFAULT_GAS_CAP)]
     pub rpc_gascap: u64,
+    /// How long eth_sendRawTransactionSync waits for the receipt when the call names no
+    /// timeout (Go-style duration).
+    #[arg(long = "rpc.txsync.defaulttimeout", default_value = "20s", value_parser = parse_duration)]
+    pub rpc_txsync_default: Duration,
+    /// The longest wait an eth_sendRawTransactionSync call may ask for (Go-style).
+    #[arg(long = "rpc.txsync.maxtimeout", default_value = "1m", value_parser = parse_duration)]
+    pub rpc_txsync_max: Duration,
     /// Most calls in one JSON-RPC batch; more get -32600 "batch too large" (0: no limit).
     #[arg(long = "rpc.batch-request-limit", default_value_t = moat_rpc::limits::DEFAULT_BATCH_REQUEST_LIMIT)]
     pub rpc_batch_request_limit: u32,
@@ -417,6 +424,10 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         crate::discovery::start_discovery(&args, &datadir, &chain, network.as_ref()).await?;
     let mut ctx = RpcContext::new(chain.clone(), pool.clone());
     ctx.gas_cap = args.rpc_gascap;
+    ctx.tx_sync = moat_rpc::TxSyncTimeouts {
+        default: args.rpc_txsync_default,
+        max: args.rpc_txsync_max,
+    };
     // The dev block producer's queue: `Some` exactly in dev mode.
     let mut mine_requests = None;
     if args.dev {

@@ -350,6 +350,11 @@ pub(crate) fn get_transaction_by_hash(ctx: &RpcContext, params: Params<'_>) -> R
 pub(crate) fn get_transaction_receipt(ctx: &RpcContext, params: Params<'_>) -> RpcResult<Value> {
     let [h] = positional::<1>(&params)?;
     let hash = hash_param(h)?;
+    receipt_of(ctx, hash)
+}
+
+/// The receipt of the mined transaction `hash` (JSON), or null.
+pub(crate) fn receipt_of(ctx: &RpcContext, hash: B256) -> RpcResult<Value> {
     let Some(loc) = ctx.chain.store().tx_location(&hash).map_err(internal)? else {
         return Ok(Value::Null);
     };
@@ -402,6 +407,71 @@ pub(crate) async fn send_raw_transaction(ctx: &RpcContext, params: Params<'_>) -
     submit_raw(ctx, bytes)
         .await
         .map(|hash| serde_json::json!(hash))
+}
+
+/// geth's code for `eth_sendRawTransactionSync` giving up (`errCodeTxSyncTimeout`).
+pub(crate) const TX_SYNC_TIMEOUT_CODE: i32 = 4;
+
+/// `eth_sendRawTransactionSync` (EIP-7966): admits the transaction as
+/// `eth_sendRawTransaction` does, then answers with its receipt once a block holds it.
+/// The wait is the call's second parameter in milliseconds (capped at
+/// [`crate::TxSyncTimeouts::max`]), else [`crate::TxSyncTimeouts::default`]; past it the
+/// answer is geth's: code 4, "The transaction was added to the transaction pool but
+/// wasn't processed in 20s", the hash as the error's data. The tx stays pooled.
+pub(crate) async fn send_raw_transaction_sync(
+    ctx: &RpcContext,
+    params: Params<'_>,
+) -> RpcResult<Value> {
+    let [raw, timeout_ms] = positional::<2>(&params)?;
+    let raw = raw.ok_or_else(|| invalid_params("missing value for required argument 0"))?;
+    let bytes: Bytes = serde_json::from_value(raw)
+        .map_err(|e| invalid_params(format!("invalid raw transaction: {e}")))?;
+    let asked = match timeout_ms {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(crate::params::parse_u64_lenient(&v)?),
+    };
+    let limits = ctx.tx_sync;
+    let timeout = match asked {
+        Some(ms) if ms > 0 => std::time::Duration::from_millis(ms).min(limits.max),
+        _ => limits.default,
+    };
+    // Heads are watched before the tx goes in, so a block that takes it at once is seen.
+    let mut heads = ctx.chain.subscribe_heads();
+    let hash = submit_raw(ctx, bytes).await?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let receipt = receipt_of(ctx, hash)?;
+        if !receipt.is_null() {
+            return Ok(receipt);
+        }
+        match tokio::time::timeout_at(deadline, heads.changed()).await {
+            Ok(Ok(())) => continue,
+            // The chain is gone (shutting down): no receipt will come.
+            Ok(Err(_)) => return Err(server_error("the node is shutting down")),
+            Err(_) => {
+                return Err(jsonrpsee::types::ErrorObjectOwned::owned(
+                    TX_SYNC_TIMEOUT_CODE,
+                    format!(
+                        "The transaction was added to the transaction pool but wasn't processed in {}",
+                        go_duration(timeout)
+                    ),
+                    Some(hash),
+                ));
+            }
+        }
+    }
+}
+
+/// A duration as Go prints it (`20s`, `1.5s`, `500ms`), for geth's wording.
+fn go_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms.is_multiple_of(1_000) {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{}s", ms as f64 / 1_000.0)
+    }
 }
 
 /// Admits the envelope `bytes` as local and answers with its hash (the handler's part

@@ -205,6 +205,25 @@ impl Default for RpcConfig {
 /// geth's default `--rpc.gascap`.
 pub const DEFAULT_GAS_CAP: u64 = 50_000_000;
 
+/// How long `eth_sendRawTransactionSync` waits for a receipt (geth's
+/// `--rpc.txsync.defaulttimeout` and `--rpc.txsync.maxtimeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxSyncTimeouts {
+    /// When the call names none (geth: 20 s).
+    pub default: std::time::Duration,
+    /// The most a call may ask for (geth: 1 min).
+    pub max: std::time::Duration,
+}
+
+impl Default for TxSyncTimeouts {
+    fn default() -> Self {
+        Self {
+            default: std::time::Duration::from_secs(20),
+            max: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
 /// What the handlers read: the chain, the pool, and the newHeads hook.
 #[derive(Debug, Clone)]
 pub struct RpcContext {
@@ -222,6 +241,8 @@ pub struct RpcContext {
     pub sync: Option<Arc<dyn SyncService>>,
     /// Most gas an eth_call or eth_estimateGas may use; 0 for no cap beyond the block's.
     pub gas_cap: u64,
+    /// `eth_sendRawTransactionSync`'s waits.
+    pub tx_sync: TxSyncTimeouts,
     /// Installed polled filters (`eth_newFilter` and kin).
     filters: Arc<filters::FilterTable>,
     /// Largest answer a handler that builds big ones (`eth_getLogs`) goes on building;
@@ -256,6 +277,7 @@ impl RpcContext {
             admin: None,
             sync: None,
             gas_cap: DEFAULT_GAS_CAP,
+            tx_sync: TxSyncTimeouts::default(),
             filters: Arc::default(),
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE as usize,
             coinbase: None,
@@ -536,6 +558,17 @@ pub fn module(
         }
         result
     })?;
+    m.register_async_method(
+        "eth_sendRawTransactionSync",
+        |params, ctx, ext| async move {
+            count("eth_sendRawTransactionSync");
+            let result = eth::send_raw_transaction_sync(&ctx, params).await;
+            if let Some(meta) = ext.get::<server::RequestMeta>() {
+                meta.conn.record.note(result.is_ok());
+            }
+            result
+        },
+    )?;
     m.register_subscription(
         "eth_subscribe",
         "eth_subscription",
