@@ -44,8 +44,11 @@ fn moat_under_lodestar_serves_the_cls_safe_and_finalized_blocks_through_a_crash(
         .args(["finality", "--epochs", "2", "--restart-epochs", "1"])
         .arg("--moat")
         .arg(&moat)
-        // Ports apart from the other tests' and from the tool's default.
-        .args(["--ports", "46000"])
+        // Ports apart from the other tests' and from the tool's default, and below the
+        // kernel's ephemeral range (32768–60999): a fixed port in it can be taken by any
+        // outbound connection of another process (a full run once lost Lodestar's
+        // libp2p port so).
+        .args(["--ports", "26000"])
         .output()
         .expect("moat-devnet runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
