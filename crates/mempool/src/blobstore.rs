@@ -341,7 +341,8 @@ impl BlobStore {
         snapshot: impl Fn() -> Option<Vec<Arc<PoolTx>>>,
     ) {
         let inner = &*self.inner;
-        let mut failing_since: Option<Instant> = None;
+        // Whether the last round failed: a failing spell is logged once.
+        let mut failing = false;
         loop {
             let stop = {
                 let mut w = inner.wake.lock();
@@ -356,16 +357,15 @@ impl BlobStore {
                 Ok((written, deleted)) => {
                     metrics.add(Counter::blobstore_written, written as u64);
                     metrics.add(Counter::blobstore_deleted, deleted as u64);
-                    if failing_since.take().is_some() {
+                    if std::mem::take(&mut failing) {
                         tracing::info!("blob pool store writes again");
                     }
                 }
                 Err(e) => {
                     metrics.inc(Counter::blobstore_write_failures);
-                    // Logged once per failing spell; the next round tries again.
-                    if failing_since.is_none() {
+                    // The next round tries again.
+                    if !std::mem::replace(&mut failing, true) {
                         tracing::warn!(error = %e, "blob pool store could not be written");
-                        failing_since = Some(Instant::now());
                     }
                 }
             }

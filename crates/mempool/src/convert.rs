@@ -20,8 +20,8 @@
 //! converted by [`convert_pooled`](crate::Pool::convert_pooled) once the head reaches
 //! the fork, off the admission path.
 
-use crate::{Counter, Pool, PoolTx};
-use moat_common::transaction::{BlobsBundle, PooledTransaction, SidecarVersion};
+use crate::{Counter, Pool};
+use moat_common::transaction::{BlobsBundle, SidecarVersion};
 use moat_crypto::kzg::{self, KzgError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -99,14 +99,7 @@ impl Pool {
                             ..Default::default()
                         });
                         s.metrics.inc(Counter::sidecars_converted);
-                        let new = Arc::new(PoolTx {
-                            tx: PooledTransaction::new(tx.tx.tx().clone(), Some(bundle)),
-                            sender: tx.sender,
-                            origin: tx.origin,
-                            added_at: tx.added_at,
-                            authorities: tx.authorities.clone(),
-                            cost: tx.cost,
-                        });
+                        let new = Arc::new(tx.with_sidecar(bundle));
                         let (evicted, evicted_locals) = {
                             let mut p = s.pool.lock();
                             let (_, evicted) = p.swap_sidecar(new);

@@ -170,6 +170,18 @@ impl PoolTx {
     pub fn is_blob(&self) -> bool {
         self.tx.tx_type() == TxType::Eip4844
     }
+
+    /// The same tx, as admitted, carrying `bundle` instead (a converted sidecar).
+    pub(crate) fn with_sidecar(&self, bundle: BlobsBundle) -> PoolTx {
+        PoolTx {
+            tx: PooledTransaction::new(self.tx.tx().clone(), Some(bundle)),
+            sender: self.sender,
+            origin: self.origin,
+            added_at: self.added_at,
+            authorities: self.authorities.clone(),
+            cost: self.cost,
+        }
+    }
 }
 
 /// One sender's pooled transactions in nonce order, each with its subpool.
@@ -863,14 +875,7 @@ impl Pool {
                 };
                 meter.add_elsewhere(cpu_ns);
                 m.inc(Counter::sidecars_converted);
-                Arc::new(PoolTx {
-                    tx: PooledTransaction::new(tx.tx.tx().clone(), Some(bundle)),
-                    sender: tx.sender,
-                    origin: tx.origin,
-                    added_at: tx.added_at,
-                    authorities: tx.authorities.clone(),
-                    cost: tx.cost,
-                })
+                Arc::new(tx.with_sidecar(bundle))
             }
             _ => tx,
         };

@@ -561,14 +561,7 @@ impl TxPool {
             self.reclassify(id);
         }
 
-        for sub in SubPool::ALL {
-            while self.over_limit(sub) {
-                let Some(removed) = self.evict_worst(sub) else {
-                    break;
-                };
-                evicted.extend(removed);
-            }
-        }
+        evicted.extend(self.evict_over_limits());
         if evicted.contains(&hash) {
             // Refused, not evicted: it was never acknowledged, so never journaled.
             self.evicted_locals.retain(|t| t.hash() != hash);
@@ -707,15 +700,7 @@ impl TxPool {
         // A head change moves txs between subpools (a rising base fee sends pending ones
         // to the base-fee subpool): hold every subpool to its limits again, as insertion
         // does.
-        let mut evicted = Vec::new();
-        for sub in SubPool::ALL {
-            while self.over_limit(sub) {
-                let Some(worst) = self.evict_worst(sub) else {
-                    break;
-                };
-                evicted.extend(worst);
-            }
-        }
+        let evicted = self.evict_over_limits();
         (removed, evicted)
     }
 
@@ -857,16 +842,7 @@ impl TxPool {
             // Recounts the sender's bytes (and the local share's).
             self.reclassify(id);
         }
-        let mut evicted = Vec::new();
-        for sub in SubPool::ALL {
-            while self.over_limit(sub) {
-                let Some(removed) = self.evict_worst(sub) else {
-                    break;
-                };
-                evicted.extend(removed);
-            }
-        }
-        (true, evicted)
+        (true, self.evict_over_limits())
     }
 
     /// Every pooled blob tx (what the blob pool's store mirrors).

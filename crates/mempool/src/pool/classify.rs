@@ -25,6 +25,22 @@ pub(crate) fn near_fees(
     base_ok && blob_ok
 }
 
+impl Entry {
+    /// Whether classing this tx into `sub` publishes it for announcement: a plain tx when
+    /// it becomes pending; a blob tx when it becomes `announceable` (pending, or near the
+    /// fees with every tx below it announceable), once per return. Call before
+    /// `subpool` is updated.
+    fn announce(&mut self, sub: SubPool, announceable: bool) -> bool {
+        if self.tx.is_blob() {
+            let fresh = announceable && !self.announced;
+            self.announced = announceable;
+            fresh
+        } else {
+            sub == SubPool::Pending && self.subpool != sub
+        }
+    }
+}
+
 impl TxPool {
     /// Classifies `hash`, just inserted as sender `id`'s highest nonce, from the class of
     /// the tx below it (`last`, nonce `last_nonce`): O(1) (and O(log n) for its eviction
@@ -79,16 +95,9 @@ impl TxPool {
         let size = entry.tx.size();
         // Announced once pending, and a blob tx once near enough to it (the tx below is
         // pending here: a sender holds blob txs or others, not both).
-        let announce = if entry.tx.is_blob() {
-            let near = sub == SubPool::Pending
-                || (own == SubPool::BaseFee && near_fees(inner, base_fee, blob_base_fee));
-            let fresh = near && !entry.announced;
-            entry.announced = near;
-            fresh
-        } else {
-            sub == SubPool::Pending && entry.subpool != sub
-        };
-        if announce {
+        let near = own == SubPool::Pending
+            || (own == SubPool::BaseFee && near_fees(inner, base_fee, blob_base_fee));
+        if entry.announce(sub, near) {
             self.newly_pending.push(hash);
         }
         if entry.subpool != sub {
@@ -218,16 +227,9 @@ impl TxPool {
             } else {
                 floor
             };
-            let announce = if entry.tx.is_blob() {
-                announceable &= own == SubPool::Pending
-                    || (own == SubPool::BaseFee && near_fees(inner, base_fee, blob_base_fee));
-                let fresh = announceable && !entry.announced;
-                entry.announced = announceable;
-                fresh
-            } else {
-                sub == SubPool::Pending && entry.subpool != sub
-            };
-            if announce {
+            announceable &= own == SubPool::Pending
+                || (own == SubPool::BaseFee && near_fees(inner, base_fee, blob_base_fee));
+            if entry.announce(sub, announceable) {
                 self.newly_pending.push(*hash);
             }
             if entry.subpool != sub {

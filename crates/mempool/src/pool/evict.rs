@@ -54,6 +54,21 @@ impl TxPool {
             .copied()
     }
 
+    /// Evicts until every subpool is within its limits (or nothing there can go);
+    /// returns the hashes evicted.
+    pub(super) fn evict_over_limits(&mut self) -> Vec<B256> {
+        let mut evicted = Vec::new();
+        for sub in SubPool::ALL {
+            while self.over_limit(sub) {
+                let Some(removed) = self.evict_worst(sub) else {
+                    break;
+                };
+                evicted.extend(removed);
+            }
+        }
+        evicted
+    }
+
     /// Whether local senders' txs in `sub` pass their share of its limits (then they are
     /// candidates for eviction like any other).
     pub(super) fn locals_over_share(&self, sub: SubPool) -> bool {
