@@ -16,6 +16,7 @@ pub mod chain;
 pub mod genesis_state;
 pub mod header;
 pub mod history;
+pub mod inclusion;
 pub mod maintain;
 pub mod payload;
 pub mod premerge;

@@ -48,6 +48,10 @@ pub struct PoolConfig {
     pub local_share: usize,
     /// Senders whose txs count as local from any origin (geth's `--txpool.locals`).
     pub locals: std::collections::HashSet<alloy_primitives::Address>,
+    /// Senders whose txs are private (`--txpool.private`): pooled, journaled and built
+    /// into this node's blocks, but never announced, gossiped or served to a peer
+    /// ([`crate::Pool::get_shareable`]). Until a block holds one, only this node has it.
+    pub private: std::collections::HashSet<alloy_primitives::Address>,
     /// Local txs get no exemption (geth's `--txpool.nolocals`): the least tip, the
     /// remote allowance and eviction apply to them as to any. They are still journaled.
     pub no_locals: bool,
@@ -109,6 +113,7 @@ impl PoolConfig {
             local_account_queue: 256,
             local_share: 50,
             locals: Default::default(),
+            private: Default::default(),
             no_locals: false,
             max_delegated_slots: 1,
             max_authorizations: 64,

@@ -46,6 +46,7 @@ mod config;
 mod convert;
 mod error;
 mod gapped;
+pub mod inclusion;
 mod journal;
 mod kzg;
 pub mod maintain;
@@ -298,6 +299,8 @@ struct PoolInner {
     /// Local txs replaced by a local tx whose journal record is being written, by the
     /// replacement's hash: put back if the journal refuses the replacement.
     replaced_locals: parking_lot::Mutex<FastMap<B256, Arc<PoolTx>>>,
+    /// The last canonical blocks, for the inclusion list's passed-over count.
+    recent_blocks: parking_lot::Mutex<inclusion::RecentBlocks>,
 }
 
 /// A transaction past admission's stages 2-6 ([`PoolInner::screen`]).
@@ -541,6 +544,7 @@ impl Pool {
             converting: Default::default(),
             preverified: Default::default(),
             replaced_locals: Default::default(),
+            recent_blocks: Default::default(),
             state,
             cfg,
         };
@@ -1147,6 +1151,19 @@ impl Pool {
     /// The pooled transaction with this hash.
     pub fn get(&self, hash: &B256) -> Option<Arc<PoolTx>> {
         self.inner.pool.lock().get(hash).map(|e| Arc::clone(&e.tx))
+    }
+
+    /// The pooled transaction with this hash, if it may leave the node: what the network
+    /// gossips, announces and serves. A private sender's txs ([`PoolConfig::private`])
+    /// are not.
+    pub fn get_shareable(&self, hash: &B256) -> Option<Arc<PoolTx>> {
+        self.get(hash).filter(|tx| self.is_shareable(tx))
+    }
+
+    /// Whether this pooled tx may be announced, gossiped or served to peers: not when its
+    /// sender is private ([`PoolConfig::private`]).
+    pub fn is_shareable(&self, tx: &PoolTx) -> bool {
+        !self.inner.cfg.private.contains(&tx.sender)
     }
 
     /// Whether a transaction with this hash is pooled (those being admitted not counted).

@@ -205,6 +205,9 @@ pub fn catch_up(
         }
         added.push(head);
     }
+    for block in &added {
+        pool.note_mined_block(crate::inclusion::MinedBlock::of(block));
+    }
     if !removed.is_empty() {
         metrics::counter!("moat_pool_reorgs_total").increment(1);
         tracing::info!(

@@ -90,6 +90,34 @@ async fn plain_tx_goes_pending_and_a_duplicate_is_already_known() {
     pool.assert_consistent();
 }
 
+/// `--txpool.private`: a private sender's txs are pooled and pending like any, but the
+/// pool never hands them to the network (`get_shareable`, `is_shareable`).
+#[tokio::test]
+async fn a_private_senders_txs_are_pooled_but_not_shareable() {
+    let (pool, state) = setup_with(|cfg| {
+        cfg.private.insert(Signer::from_seed(40).address());
+    });
+    let a = funded(&state, 40);
+    let b = funded(&state, 41);
+    let private = tx1559(&a, 0, 2, 100);
+    let public = tx1559(&b, 0, 2, 100);
+    for tx in [&private, &public] {
+        let added = pool
+            .add_transaction(raw(tx), TxOrigin::Local)
+            .await
+            .unwrap();
+        assert_eq!(added.subpool, SubPool::Pending);
+    }
+    assert!(pool.get(&private.hash()).is_some());
+    assert!(pool.get_shareable(&private.hash()).is_none());
+    assert!(pool.get_shareable(&public.hash()).is_some());
+    assert!(!pool.is_shareable(&pool.get(&private.hash()).unwrap()));
+    // A peer's copy of it is no more shareable: the sender decides.
+    let again = tx1559(&a, 1, 2, 100);
+    pool.add_transaction(raw(&again), peer(1)).await.unwrap();
+    assert!(pool.get_shareable(&again.hash()).is_none());
+}
+
 #[tokio::test]
 async fn nonce_gap_queues_and_filling_it_promotes() {
     let (pool, state) = setup();
@@ -1757,5 +1785,6 @@ mod sender_rules {
 
 mod blob_osaka;
 mod blob_store;
+mod inclusion;
 mod let_go;
 mod prop;

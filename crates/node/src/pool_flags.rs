@@ -35,6 +35,10 @@ pub(crate) struct PoolArgs {
     /// Comma-separated accounts whose transactions count as local from any origin.
     #[arg(long = "txpool.locals", value_delimiter = ',')]
     pub locals: Vec<Address>,
+    /// Comma-separated accounts whose transactions are private: pooled and mined by this
+    /// node, never announced or sent to a peer.
+    #[arg(long = "txpool.private", value_delimiter = ',')]
+    pub private: Vec<Address>,
     /// Give local transactions no exemption (least tip, allowance, eviction); they are
     /// still journaled.
     #[arg(long = "txpool.nolocals")]
@@ -192,6 +196,7 @@ impl PoolArgs {
         cfg.queued_lifetime = self.lifetime;
         cfg.gapped.lifetime = self.blob_gapped_lifetime;
         cfg.locals = self.locals.iter().copied().collect();
+        cfg.private = self.private.iter().copied().collect();
         cfg.no_locals = self.no_locals;
         cfg.local_account_slots = self.local_slots;
         cfg.local_account_queue = self.local_queue;
@@ -325,6 +330,8 @@ mod tests {
             "--txpool.locals",
             "0x00000000000000000000000000000000000000aa,0x00000000000000000000000000000000000000bb",
             "--txpool.nolocals",
+            "--txpool.private",
+            "0x00000000000000000000000000000000000000cc",
             "--txpool.localshare",
             "25",
             "--txpool.letgo",
@@ -361,6 +368,7 @@ mod tests {
         assert_eq!(cfg.queued.max_txs, 50);
         assert_eq!(cfg.queued_lifetime, Duration::from_secs(5400));
         assert_eq!(cfg.locals.len(), 2);
+        assert!(cfg.private.contains(&Address::with_last_byte(0xcc)));
         assert!(cfg.no_locals);
         assert_eq!(cfg.local_share, 25);
         assert_eq!(cfg.let_go.max_txs, 0);

@@ -1381,3 +1381,40 @@ async fn payload_bodies_and_the_eth_namespace_are_served_on_the_engine_port() {
     );
     handle.stop();
 }
+
+/// engine_getInclusionListV1 (EIP-7805): no parameters, the pool's plain pending txs as
+/// 2718 envelopes, never a blob tx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inclusion_list_holds_pending_plain_txs_and_no_blob_tx() {
+    let n = node().await;
+    let addr = n.handle.local_addr();
+    let tx = transfer(&n.rich, 0);
+    n.pool
+        .submit_local(TxInput::Raw(tx.encoded_2718().into()))
+        .await
+        .unwrap();
+    let blob = blob_tx(&blob_sender(), 0, 1);
+    n.pool
+        .submit_local(TxInput::Raw(blob.encoded_2718().into()))
+        .await
+        .unwrap();
+    let list = result(addr, "engine_getInclusionListV1", json!([])).await;
+    assert_eq!(
+        list,
+        json!([format!(
+            "0x{}",
+            alloy_primitives::hex::encode(tx.encoded_2718())
+        )])
+    );
+    assert_eq!(
+        error_code(addr, "engine_getInclusionListV1", json!(["0x01"])).await,
+        -32602
+    );
+    let caps = result(addr, "engine_exchangeCapabilities", json!([[]])).await;
+    assert!(
+        caps.as_array()
+            .unwrap()
+            .contains(&json!("engine_getInclusionListV1"))
+    );
+    n.handle.stop();
+}

@@ -1,12 +1,16 @@
-//! Broadcast: the pool's new pending transactions gossiped whole to ⌈√peers⌉ peers and
-//! by hash to the rest, and the pending pool announced to a new peer.
+//! Broadcast: the pool's new pending transactions gossiped whole to ⌈√peers⌉ peers
+//! (chosen per sender, [`super::choice`]) and by hash to the rest, and the pending pool
+//! announced to a new peer.
 
 use crate::eth::{Announcement, EthMessage};
-use alloy_primitives::{B256, Bytes};
+use alloy_primitives::{Address, B256, Bytes};
 use moat_mempool::TxOrigin;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::{MAX_BROADCAST_TX_SIZE, Network, Peer};
+use super::{MAX_BROADCAST_TX_SIZE, Network, Peer, choice};
+use crate::rlpx::PeerId;
 
 /// Most hashes in one announcement message we send.
 const MAX_ANNOUNCE: usize = 4096;
@@ -22,7 +26,10 @@ impl Network {
         let mut ann = Announcement::default();
         for (tx, sub) in content.iter().flat_map(|(_, txs)| txs) {
             // Pending non-blob txs, as geth does; blob txs travel by fresh announcements.
-            if tx.is_blob() || *sub != moat_mempool::SubPool::Pending {
+            if tx.is_blob()
+                || *sub != moat_mempool::SubPool::Pending
+                || !self.inner.pool.is_shareable(tx)
+            {
                 continue;
             }
             ann.push(tx.tx.tx_type() as u8, tx.size() as u32, tx.hash());
@@ -51,7 +58,8 @@ impl Network {
         );
     }
 
-    /// Gossips new pending transactions: whole to ⌈√peers⌉ peers (small non-blob ones),
+    /// Gossips new pending transactions: whole to the sender's ⌈√peers⌉ chosen peers
+    /// (small non-blob ones; the chosen peer that has it already gets nothing),
     /// by hash to the rest. A peer is never sent a hash it has or was sent.
     pub(super) async fn broadcast_loop(self) {
         let mut events = self.inner.pool.subscribe_pending();
@@ -81,16 +89,28 @@ impl Network {
         if peers.is_empty() {
             return;
         }
-        let full_count = (peers.len() as f64).sqrt().ceil() as usize;
+        let ids: Vec<PeerId> = peers.iter().map(|p| p.info.id).collect();
+        let key = self.inner.broadcast_key.current(Instant::now());
+        // One choice per sender in the batch: a sender's run of txs costs one scoring.
+        let mut choices: HashMap<Address, Vec<bool>, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut full: Vec<Vec<Bytes>> = vec![Vec::new(); peers.len()];
         let mut anns: Vec<Announcement> = vec![Announcement::default(); peers.len()];
         for hash in hashes {
-            let Some(tx) = self.inner.pool.get(hash) else {
+            let Some(tx) = self.inner.pool.get_shareable(hash) else {
                 continue;
             };
             let whole = !tx.is_blob() && tx.size() <= MAX_BROADCAST_TX_SIZE;
-            let mut sent_full = 0;
             let env = whole.then(|| Bytes::from(tx.tx.encoded_2718()));
+            let chosen = whole.then(|| {
+                choices.entry(tx.sender).or_insert_with(|| {
+                    let mut set = vec![false; ids.len()];
+                    for i in choice::full_peers(&key, &self.inner.local.id, &ids, &tx.sender) {
+                        set[i] = true;
+                    }
+                    set
+                })
+            });
             for (i, p) in peers.iter().enumerate() {
                 if TxOrigin::Peer(p.info.id) == tx.origin {
                     continue;
@@ -106,11 +126,8 @@ impl Network {
                 if !fresh {
                     continue;
                 }
-                match &env {
-                    Some(e) if sent_full < full_count => {
-                        full[i].push(e.clone());
-                        sent_full += 1;
-                    }
+                match (&env, &chosen) {
+                    (Some(e), Some(set)) if set[i] => full[i].push(e.clone()),
                     _ => anns[i].push(tx.tx.tx_type() as u8, tx.size() as u32, *hash),
                 }
             }

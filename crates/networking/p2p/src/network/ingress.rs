@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-use super::{Network, Peer, short};
+use super::{Network, Peer, short, unix_now};
 
 /// Transactions of one message admitted, measured and charged as one unit: the peer's
 /// CPU budget is asked before each.
@@ -357,10 +357,14 @@ impl Network {
                 })
                 .collect();
             pool.warm_senders_hashed(&raw, &mut meter).await;
+            let mut accepted = Vec::new();
             for (hash, input) in chunk {
                 let result = pool.add_metered(input, origin, &mut meter).await;
                 let cost = match &result {
-                    Ok(_) => PeerCost::None,
+                    Ok(added) => {
+                        accepted.push(added.hash);
+                        PeerCost::None
+                    }
                     Err(r) => r.peer_cost(),
                 };
                 if fetched && let Some(h) = hash {
@@ -387,6 +391,10 @@ impl Network {
                     _ => {}
                 }
             }
+            self.inner
+                .tracker
+                .lock()
+                .accepted(peer.info.id, &accepted, unix_now());
             pool.charge(origin, meter);
         }
         if fetched {

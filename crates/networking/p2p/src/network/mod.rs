@@ -31,16 +31,21 @@
 //! handshake); the rest is split by job:
 //! - `peer`: the peer task (reader, writer, dispatch, faults);
 //! - `ingress`: transactions in, announcements, fetches and admission;
-//! - `broadcast`: gossip of our pending transactions;
-//! - `chain`: headers and bodies requests for the syncer.
+//! - `broadcast`: gossip of our pending transactions, `choice`: which peers get one whole;
+//! - `chain`: headers and bodies requests for the syncer;
+//! - `tracker`: which peers deliver txs that get mined; `cull`: a random peer dropped
+//!   now and then while the table is full, sparing those.
 //!
 //! [`Rejection::peer_cost`]: moat_mempool::Rejection::peer_cost
 
 mod broadcast;
 mod chain;
+mod choice;
+mod cull;
 mod ingress;
 mod peer;
 mod snap_requests;
+mod tracker;
 
 use peer::Peer;
 
@@ -99,6 +104,9 @@ pub struct NetworkConfig {
     pub fetcher: FetcherConfig,
     /// How long a peer has to answer a headers or bodies request.
     pub request_timeout: Duration,
+    /// The wait between two culls of a full peer table is drawn from this range
+    /// (3 to 7 minutes, go-ethereum's).
+    pub cull_wait: (Duration, Duration),
 }
 
 impl NetworkConfig {
@@ -114,6 +122,7 @@ impl NetworkConfig {
             network_id,
             fetcher: FetcherConfig::default(),
             request_timeout: requests::REQUEST_TIMEOUT,
+            cull_wait: (cull::CULL_MIN, cull::CULL_MAX),
         }
     }
 }
@@ -175,6 +184,10 @@ struct Inner {
     /// The node's runtime (the one the network started on): snap answers are computed on
     /// its blocking pool, at normal priority, whatever lane the peer's reader is in.
     runtime: tokio::runtime::Handle,
+    /// The secret behind the choice of peers that get a sender's txs whole.
+    broadcast_key: choice::BroadcastKey,
+    /// Which peer delivered which accepted tx, and each peer's mined record.
+    tracker: Mutex<tracker::TxTracker>,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -225,6 +238,12 @@ impl Network {
             .config()
             .fork_filter(chain.genesis_hash(), genesis.timestamp);
         let start_head = chain.head().map(|(n, _)| n).unwrap_or(0);
+        let finalized = chain
+            .store()
+            .finalized()
+            .ok()
+            .flatten()
+            .map_or(0, |(n, _)| n);
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -260,6 +279,8 @@ impl Network {
             dialing: Arc::new(AtomicUsize::new(0)),
             next_request: AtomicU64::new(1),
             snap: crate::snap::SnapServer::default(),
+            broadcast_key: choice::BroadcastKey::new(),
+            tracker: Mutex::new(tracker::TxTracker::new(finalized)),
         });
         let net = Network { inner };
         // In the background; the handle is not kept (the thread ends on its own).
@@ -275,6 +296,8 @@ impl Network {
         tokio::spawn(net.clone().broadcast_loop());
         tokio::spawn(net.clone().fetch_timer());
         tokio::spawn(net.clone().static_dialer());
+        tokio::spawn(net.clone().tracker_loop());
+        tokio::spawn(net.clone().cull_loop());
         Ok(net)
     }
 
@@ -680,6 +703,13 @@ pub struct StaticPeersFull(pub usize);
 /// (geth's dial ratio): a crowd of inbound connections cannot lock out static peers.
 fn max_inbound(max_peers: usize) -> usize {
     max_peers - max_peers / 3
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn short(id: &PeerId) -> String {

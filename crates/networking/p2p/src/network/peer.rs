@@ -100,6 +100,8 @@ pub(super) struct Peer {
     /// What the peer has sent so far ([`Asks`]): a peer that only asks for chain or
     /// state data has its reader at normal priority (see [`Network::reader_lane`]).
     pub(super) asks: AtomicU8,
+    /// When it joined the peer table (the cull spares young peers).
+    pub(super) connected_at: Instant,
 }
 
 /// What a peer has sent so far, for its reader's lane ([`Network::reader_lane`]): nothing
@@ -384,6 +386,7 @@ impl Network {
                     .then_some((status.earliest, status.latest)),
             }),
             asks: AtomicU8::new(Asks::Nothing as u8),
+            connected_at: Instant::now(),
         });
         // Admission to the peer table.
         let refused = {
@@ -477,6 +480,7 @@ impl Network {
             }
         };
         self.inner.peers.write().remove(&remote_id);
+        self.inner.tracker.lock().peer_dropped(&remote_id);
         self.inner
             .pool
             .budgets()
@@ -703,7 +707,7 @@ impl Network {
                     if bytes >= MAX_POOLED_ANSWER {
                         break;
                     }
-                    if let Some(tx) = self.inner.pool.get(h) {
+                    if let Some(tx) = self.inner.pool.get_shareable(h) {
                         let env = tx.tx.encoded_2718();
                         bytes += env.len();
                         txs.push(Bytes::from(env));

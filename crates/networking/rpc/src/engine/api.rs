@@ -49,6 +49,7 @@ const CAPABILITIES: &[&str] = &[
     "engine_getBlobsV2",
     "engine_getBlobsV3",
     "engine_hasBlobs",
+    "engine_getInclusionListV1",
     "engine_getClientVersionV1",
     "engine_getPayloadBodiesByHashV1",
     "engine_getPayloadBodiesByRangeV1",
@@ -568,6 +569,24 @@ fn has_blobs(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
     Ok(json!(found))
 }
 
+/// engine_getInclusionListV1 (EIP-7805, execution-apis `bogota.md`): no parameters; the
+/// 2718 envelopes of the list the pool proposes for the next block
+/// ([`moat_mempool::inclusion`]), at most `MAX_BYTES_PER_INCLUSION_LIST` of RLP, no blob
+/// txs. Served whatever the head's fork: a consensus client asks for it only once the
+/// fork that brings inclusion lists is active.
+fn inclusion_list(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
+    if !args(&params)?.is_empty() {
+        return Err(invalid_params(
+            "engine_getInclusionListV1 takes no parameters",
+        ));
+    }
+    let list = ctx
+        .pool
+        .inclusion_list(moat_mempool::inclusion::MAX_BYTES_PER_INCLUSION_LIST);
+    metrics::counter!("moat_engine_inclusion_list_txs_total").increment(list.len() as u64);
+    Ok(json!(list.iter().map(hex0x).collect::<Vec<_>>()))
+}
+
 /// One block's body as getPayloadBodies answers it: its transactions (2718 bytes) and,
 /// from Shanghai on, its withdrawals (`null` before).
 fn body_json(block: &Block) -> Value {
@@ -672,6 +691,10 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
     m.register_blocking_method("engine_hasBlobs", |params, ctx, _| {
         count("engine_hasBlobs");
         has_blobs(&ctx, params)
+    })?;
+    m.register_blocking_method("engine_getInclusionListV1", |params, ctx, _| {
+        count("engine_getInclusionListV1");
+        inclusion_list(&ctx, params)
     })?;
     m.register_blocking_method("engine_getPayloadBodiesByHashV1", |params, ctx, _| {
         count("engine_getPayloadBodiesByHashV1");

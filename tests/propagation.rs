@@ -1,0 +1,109 @@
+//! How transactions leave a node, between real `moat` processes: a private sender's
+//! txs are mined by their node and never reach a peer.
+
+mod common;
+
+use alloy_primitives::B256;
+use common::{Node, free_port, rpc, wait_for};
+use moat_crypto::secp::Signer;
+
+/// A dev node that takes peers on loopback: RPC on `http`, devp2p on `p2p`, a block
+/// every `period` seconds.
+fn dev_peer(http: u16, p2p: u16, period: &str, extra: &[&str]) -> Node {
+    let (http_s, p2p_s, auth_s) = (http.to_string(), p2p.to_string(), free_port().to_string());
+    let mut args = vec![
+        "--dev",
+        "--dev.period",
+        period,
+        "--http.api",
+        "eth,net,web3,admin,txpool",
+        "--http.port",
+        &http_s,
+        "--authrpc.port",
+        &auth_s,
+        "--maxpeers",
+        "5",
+        "--port",
+        &p2p_s,
+        "--p2p.addr",
+        "127.0.0.1",
+        "--nodiscover",
+    ];
+    args.extend_from_slice(extra);
+    let node = Node::start(&args);
+    wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
+    node
+}
+
+fn signer(i: usize) -> Signer {
+    Signer::from_bytes(&common::DEV_KEYS[i].parse::<B256>().unwrap()).unwrap()
+}
+
+fn known(http: u16, hash: B256) -> bool {
+    rpc(http, "eth_getTransactionByHash", &format!(r#"["{hash}"]"#))
+        .is_some_and(|v| !v["result"].is_null())
+}
+
+/// `--txpool.private`: the node pools and mines its private sender's tx, and its peer
+/// never hears of it (neither whole, nor announced, nor served), while a public tx sent
+/// at the same moment reaches the peer.
+#[test]
+fn a_private_tx_is_mined_by_its_node_and_never_reaches_a_peer() {
+    let private = signer(2);
+    let public = signer(3);
+    let (a_http, a_p2p, b_http, b_p2p) = (free_port(), free_port(), free_port(), free_port());
+    let private_addr = format!("{}", private.address());
+    let _a = dev_peer(a_http, a_p2p, "2", &["--txpool.private", &private_addr]);
+    // The peer seals no block of its own during the test.
+    let _b = dev_peer(b_http, b_p2p, "3600", &[]);
+    let info = rpc(a_http, "admin_nodeInfo", "[]").unwrap();
+    let enode = info["result"]["enode"].as_str().unwrap().to_string();
+    let added = rpc(b_http, "admin_addPeer", &format!(r#"["{enode}"]"#)).unwrap();
+    assert_eq!(added["result"], true, "{added}");
+    wait_for("the two nodes peered", || {
+        let v = rpc(a_http, "net_peerCount", "[]")?;
+        (v["result"] == "0x1").then_some(())
+    });
+
+    let (private_hash, private_raw) = common::signed_transfer(&private, 1337, 0, 7);
+    let (public_hash, public_raw) = common::signed_transfer(&public, 1337, 0, 7);
+    for raw in [&private_raw, &public_raw] {
+        let sent = rpc(a_http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+        assert!(sent["result"].is_string(), "{sent}");
+    }
+    wait_for("the public tx at the peer", || {
+        known(b_http, public_hash).then_some(())
+    });
+    let receipt = wait_for("the private tx mined by its node", || {
+        let r = rpc(
+            a_http,
+            "eth_getTransactionReceipt",
+            &format!(r#"["{private_hash}"]"#),
+        )?;
+        (!r["result"].is_null()).then(|| r["result"].clone())
+    });
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    // Two more of A's blocks: anything A would send has long arrived.
+    let mined_at = u64::from_str_radix(
+        receipt["blockNumber"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    wait_for("two more blocks", || {
+        let v = rpc(a_http, "eth_blockNumber", "[]")?;
+        let n = u64::from_str_radix(v["result"].as_str()?.trim_start_matches("0x"), 16).ok()?;
+        (n >= mined_at + 2).then_some(())
+    });
+    assert!(
+        !known(b_http, private_hash),
+        "the private tx reached the peer"
+    );
+    let content = rpc(b_http, "txpool_content", "[]").unwrap();
+    assert!(
+        !content.to_string().contains(&format!("{private_hash}")),
+        "{content}"
+    );
+}
