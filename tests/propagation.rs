@@ -1,5 +1,6 @@
 //! How transactions leave a node, between real `moat` processes: a private sender's
-//! txs are mined by their node and never reach a peer.
+//! txs are mined by their node and never reach a peer; blob txs cross eth/72 as a body
+//! without blobs and the blob's cells.
 
 mod common;
 
@@ -105,5 +106,79 @@ fn a_private_tx_is_mined_by_its_node_and_never_reaches_a_peer() {
     assert!(
         !content.to_string().contains(&format!("{private_hash}")),
         "{content}"
+    );
+}
+
+fn metric(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// eth/72 between two moat nodes (Osaka dev chains): they negotiate eth/72, and a
+/// blob tx sent to one is pooled by the other whole, fetched as its body without blobs
+/// (`PooledTransactions`) and its data cells (`GetCells`: 64 cells a blob), then its
+/// sidecar verified once.
+#[test]
+fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
+    use moat_common::transaction::SidecarVersion;
+    let (a_http, a_p2p, b_http, b_p2p, b_metrics) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let b_metrics_s = b_metrics.to_string();
+    let _a = dev_peer(a_http, a_p2p, "3600", &["--dev.osaka"]);
+    let _b = dev_peer(
+        b_http,
+        b_p2p,
+        "3600",
+        &["--dev.osaka", "--metrics", "--metrics.port", &b_metrics_s],
+    );
+    let info = rpc(a_http, "admin_nodeInfo", "[]").unwrap();
+    let enode = info["result"]["enode"].as_str().unwrap().to_string();
+    rpc(b_http, "admin_addPeer", &format!(r#"["{enode}"]"#)).unwrap();
+    let peers = wait_for("the two nodes peered", || {
+        let v = rpc(b_http, "admin_peers", "[]")?;
+        let list = v["result"].as_array()?.clone();
+        (!list.is_empty()).then_some(list)
+    });
+    assert_eq!(peers[0]["protocols"]["eth"]["version"], 72, "{peers:?}");
+
+    let signer = signer(1);
+    let tx = moat_common::testing::blob_tx_on_chain(
+        SidecarVersion::V1,
+        2,
+        0,
+        &signer,
+        1337,
+        100_000_000_000,
+        1_000_000_000,
+    );
+    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
+    let sent = rpc(a_http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+    assert_eq!(sent["result"], format!("{}", tx.hash()), "{sent}");
+    wait_for("the blob tx at the peer", || {
+        known(b_http, tx.hash()).then_some(())
+    });
+    // Two blobs' data cells came over GetCells; the sidecar was verified by the peer.
+    assert_eq!(
+        metric(b_metrics, "moat_p2p_cells_received_total"),
+        Some(128.0)
+    );
+    assert_eq!(metric(b_metrics, "moat_p2p_cell_requests_total"), Some(1.0));
+    assert_eq!(
+        metric(b_metrics, "moat_pool_kzg_verifications_total"),
+        Some(1.0)
     );
 }

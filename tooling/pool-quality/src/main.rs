@@ -417,6 +417,7 @@ async fn deliver(peer: &mut Peer, tx: &StreamTx) -> Result<(), String> {
             types: vec![3],
             sizes: vec![tx.raw.len() as u32],
             hashes: vec![tx.hash],
+            mask: None,
         };
         if peer.serve.insert(tx.hash, tx.raw.clone()).is_none() {
             peer.client

@@ -253,6 +253,21 @@ pub fn compute_cell_proofs(blob: &Blob) -> Result<Vec<Bytes48>, KzgError> {
     Ok(proofs.iter().map(|p| p.to_bytes().into_inner()).collect())
 }
 
+/// One cell of a blob's extension (EIP-7594): [`BYTES_PER_CELL`] bytes.
+pub type Cell = [u8; BYTES_PER_CELL];
+
+/// Cells of a blob that are the blob itself: cells `0..DATA_CELLS` concatenated are the
+/// blob, the other half its erasure-code extension.
+pub const DATA_CELLS: usize = CELLS_PER_EXT_BLOB / 2;
+
+/// The [`CELLS_PER_EXT_BLOB`] cells of a blob's extension (no proofs): the first
+/// [`DATA_CELLS`] are the blob's bytes, the rest are computed (an FFT, milliseconds).
+pub fn compute_cells(blob: &Blob) -> Result<Vec<Cell>, KzgError> {
+    let blob = &as_ckzg_blobs(std::slice::from_ref(blob))[0];
+    let cells = settings().compute_cells(blob).map_err(ckzg_error)?;
+    Ok(cells.iter().map(|c| c.to_bytes()).collect())
+}
+
 /// A blob that is valid but not all zeros: each field element is a small number derived
 /// from `seed`, so its top byte stays zero and it lies below the field modulus.
 pub fn sample_blob(seed: u64) -> Box<Blob> {
@@ -307,6 +322,15 @@ mod tests {
             verify_cell_proofs(&blobs, &commitments, &proofs),
             Err(KzgError::InvalidProof)
         );
+    }
+
+    #[test]
+    fn a_blobs_first_64_cells_are_the_blob_itself() {
+        let blob = sample_blob(7);
+        let cells = compute_cells(&blob).unwrap();
+        assert_eq!(cells.len(), CELLS_PER_EXT_BLOB);
+        let data: Vec<u8> = cells[..DATA_CELLS].iter().flatten().copied().collect();
+        assert_eq!(&data[..], &blob.0[..]);
     }
 
     #[test]

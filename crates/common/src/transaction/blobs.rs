@@ -228,7 +228,50 @@ impl BlobsBundle {
                 max: rules.max_blobs_per_tx,
             });
         }
-        if self.blobs.len() != hashes.len() || self.commitments.len() != hashes.len() {
+        if self.blobs.len() != hashes.len() {
+            return Err(BlobsBundleError::CountMismatch {
+                hashes: hashes.len(),
+                blobs: self.blobs.len(),
+                commitments: self.commitments.len(),
+            });
+        }
+        self.validate_commitments(hashes, rules)
+    }
+
+    /// [`Self::validate_cheap`] for a sidecar that came without its blobs (eth/72's
+    /// `PooledTransactions`: the blobs travel as cells): no blobs, every other check.
+    pub fn validate_without_blobs(
+        &self,
+        hashes: &[B256],
+        rules: &BlobRules,
+    ) -> Result<(), BlobsBundleError> {
+        if hashes.is_empty() {
+            return Err(BlobsBundleError::NoBlobs);
+        }
+        if hashes.len() as u64 > rules.max_blobs_per_tx {
+            return Err(BlobsBundleError::TooManyBlobs {
+                count: hashes.len(),
+                max: rules.max_blobs_per_tx,
+            });
+        }
+        if !self.blobs.is_empty() {
+            return Err(BlobsBundleError::CountMismatch {
+                hashes: hashes.len(),
+                blobs: self.blobs.len(),
+                commitments: self.commitments.len(),
+            });
+        }
+        self.validate_commitments(hashes, rules)
+    }
+
+    /// The checks both take after the blob count: commitments and proofs counted, the
+    /// versioned hashes matched, the version the fork's.
+    fn validate_commitments(
+        &self,
+        hashes: &[B256],
+        rules: &BlobRules,
+    ) -> Result<(), BlobsBundleError> {
+        if self.commitments.len() != hashes.len() {
             return Err(BlobsBundleError::CountMismatch {
                 hashes: hashes.len(),
                 blobs: self.blobs.len(),
@@ -315,7 +358,7 @@ impl BlobsBundle {
             + rlp::list_length(point_item * self.proofs.len())
     }
 
-    fn encode_fields(&self, out: &mut Vec<u8>) {
+    fn encode_fields(&self, out: &mut Vec<u8>, with_blobs: bool) {
         if self.version == SidecarVersion::V1 {
             1u8.encode(out);
         }
@@ -324,12 +367,13 @@ impl BlobsBundle {
             payload_length: BYTES_PER_BLOB,
         }
         .length_with_payload();
+        let blobs: &[Blob] = if with_blobs { &self.blobs } else { &[] };
         alloy_rlp::Header {
             list: true,
-            payload_length: blob_item * self.blobs.len(),
+            payload_length: blob_item * blobs.len(),
         }
         .encode(out);
-        for blob in &self.blobs {
+        for blob in blobs {
             blob.0.as_slice().encode(out);
         }
         for points in [&self.commitments, &self.proofs] {
@@ -525,13 +569,61 @@ impl PooledTransaction {
             self.tx.encode_2718(out);
             return;
         };
+        self.encode_sidecar_form(sidecar, true, out);
+    }
+
+    fn encode_sidecar_form(&self, sidecar: &BlobsBundle, with_blobs: bool, out: &mut Vec<u8>) {
         let canonical = self.tx.encoded_2718();
         let inner = &canonical[1..];
         let mut payload = Vec::with_capacity(self.size);
         payload.extend_from_slice(inner);
-        sidecar.encode_fields(&mut payload);
+        sidecar.encode_fields(&mut payload, with_blobs);
         out.push(TxType::Eip4844 as u8);
         rlp::encode_list_payload(&payload, out);
+    }
+
+    /// The network form with an empty blobs list (eth/72's `PooledTransactions`: the
+    /// blobs travel as cells, `GetCells`); the network form itself for other txs.
+    pub fn encoded_2718_without_blobs(&self) -> Vec<u8> {
+        let Some(sidecar) = &self.sidecar else {
+            return self.tx.encoded_2718();
+        };
+        let mut out = Vec::with_capacity(self.size);
+        self.encode_sidecar_form(sidecar, false, &mut out);
+        out
+    }
+
+    /// Size of [`Self::encoded_2718_without_blobs`]: what eth/72 announcements state.
+    pub fn size_without_blobs(&self) -> usize {
+        match &self.sidecar {
+            None => self.size,
+            Some(s) => {
+                let blob_item = alloy_rlp::Header {
+                    list: false,
+                    payload_length: BYTES_PER_BLOB,
+                }
+                .length_with_payload();
+                let all = rlp::list_length(blob_item * s.blobs.len());
+                let none = rlp::list_length(0);
+                let inner = self.tx.size() - 1 + s.payload_len() - all + none;
+                1 + rlp::list_length(inner)
+            }
+        }
+    }
+
+    /// The same tx with its sidecar's blobs set to `blobs` (a body that came without them,
+    /// its blobs rebuilt from cells). `None` for a tx without sidecar.
+    pub fn with_blobs(&self, blobs: Vec<Blob>) -> Option<Self> {
+        let s = self.sidecar.as_ref()?;
+        Some(Self::new(
+            self.tx.clone(),
+            Some(BlobsBundle {
+                version: s.version,
+                blobs,
+                commitments: s.commitments.clone(),
+                proofs: s.proofs.clone(),
+            }),
+        ))
     }
 
     /// The network-form envelope ([`Self::encode_2718`]) in a new buffer.

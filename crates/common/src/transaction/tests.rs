@@ -252,6 +252,43 @@ fn pooled_blob_tx_round_trips_in_both_versions() {
     }
 }
 
+/// eth/72's form: the sidecar without its blobs decodes to an empty blob list, passes
+/// the body checks (not the whole-sidecar ones), states its size, and takes its blobs back.
+#[test]
+fn a_blob_tx_without_its_blobs_round_trips_and_takes_them_back() {
+    let signer = Signer::from_seed(6);
+    let pooled = sample_blob_tx(SidecarVersion::V1, 2, 0, &signer);
+    let bare = pooled.encoded_2718_without_blobs();
+    assert_eq!(bare.len(), pooled.size_without_blobs());
+    assert!(bare.len() < pooled.size() - 2 * moat_crypto::kzg::BYTES_PER_BLOB);
+    let back = PooledTransaction::decode_2718(&bare).unwrap();
+    assert_eq!(back.hash(), pooled.hash());
+    let sidecar = back.sidecar().unwrap();
+    assert!(sidecar.blobs.is_empty());
+    let hashes = pooled.tx().tx().blob_versioned_hashes();
+    assert!(sidecar.validate_without_blobs(hashes, &osaka()).is_ok());
+    assert!(
+        back.validate_cheap(&osaka()).is_err(),
+        "not a whole sidecar"
+    );
+    assert!(
+        pooled
+            .sidecar()
+            .unwrap()
+            .validate_without_blobs(hashes, &osaka())
+            .is_err(),
+        "a body with blobs is not eth/72's"
+    );
+    let whole = back
+        .with_blobs(pooled.sidecar().unwrap().blobs.clone())
+        .unwrap();
+    assert_eq!(whole, pooled);
+    // Other txs are the same either way.
+    let plain = PooledTransaction::new(sample_signed(TxType::Eip1559, 0, &signer), None);
+    assert_eq!(plain.encoded_2718_without_blobs(), plain.encoded_2718());
+    assert_eq!(plain.size_without_blobs(), plain.size());
+}
+
 #[test]
 fn unknown_sidecar_version_is_a_decode_error() {
     let pooled = sample_blob_tx(SidecarVersion::V1, 1, 0, &Signer::from_seed(7));

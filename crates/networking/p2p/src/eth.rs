@@ -19,6 +19,7 @@ use alloy_rlp::Encodable;
 use moat_common::config::ForkId;
 use moat_common::rlp::{self, Fields, RlpError};
 use moat_common::transaction::{DecodeError, network_envelope};
+use moat_crypto::kzg::BYTES_PER_CELL;
 
 /// eth/68.
 pub const ETH68: u32 = 68;
@@ -28,8 +29,12 @@ pub const ETH69: u32 = 69;
 pub const ETH70: u32 = 70;
 /// eth/71 (EIP-8159): block access lists.
 pub const ETH71: u32 = 71;
+/// eth/72 (EIP-8070, the sparse blobpool): announcements carry which cells of their blob
+/// txs the sender holds, `PooledTransactions` carries blob txs without their blobs, and
+/// the blobs travel as cells (`GetCells`/`Cells`).
+pub const ETH72: u32 = 72;
 /// Versions we speak, best first.
-pub const SUPPORTED_VERSIONS: [u32; 4] = [ETH71, ETH70, ETH69, ETH68];
+pub const SUPPORTED_VERSIONS: [u32; 5] = [ETH72, ETH71, ETH70, ETH69, ETH68];
 
 /// Status (0x00): the handshake.
 pub const STATUS: u64 = 0x00;
@@ -64,13 +69,47 @@ pub const GET_BLOCK_ACCESS_LISTS: u64 = 0x12;
 /// BlockAccessLists (0x13, eth/71+).
 pub const BLOCK_ACCESS_LISTS: u64 = 0x13;
 
+/// GetCells (0x14, eth/72+).
+pub const GET_CELLS: u64 = 0x14;
+/// Cells (0x15, eth/72+).
+pub const CELLS: u64 = 0x15;
+
+/// Which of a blob's 128 extension cells (EIP-7594) a message is about: bit `i` is cell
+/// `i`, least significant bit first in each byte (go-ethereum's `CustodyBitmap`); 16
+/// bytes on the wire.
+pub type CellMask = [u8; 16];
+/// Every cell: a node that holds whole blobs announces its blob txs with it.
+pub const ALL_CELLS: CellMask = [0xff; 16];
+/// Cells 0..64: the blob itself (its first half of the extension).
+pub const DATA_CELLS: CellMask = [
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+/// Most bytes of a `Cells` body read at all: 1,792 cells (a 1,024-cell budget plus the
+/// one transaction of 6 × 128 cells a server may start past it) of 2,048 bytes and their
+/// RLP headers, with room for the hashes.
+pub const MAX_CELLS_BODY: usize = 1_792 * (2_048 + 3) + 64 * 1024;
+
+/// The cell indices set in `mask`, ascending.
+pub fn mask_indices(mask: &CellMask) -> Vec<usize> {
+    (0..128)
+        .filter(|i| mask[i / 8] & (1 << (i % 8)) != 0)
+        .collect()
+}
+
+/// Whether every cell of `inner` is in `outer`.
+pub fn mask_covers(outer: &CellMask, inner: &CellMask) -> bool {
+    outer.iter().zip(inner).all(|(o, i)| o & i == *i)
+}
+
 /// The RLP empty string: a block access list the node does not have (EIP-8159; an
 /// empty list is a valid access list, so absence is told apart).
 pub const NO_ACCESS_LIST: [u8; 1] = [0x80];
 
 /// How many message ids a version uses (the next capability starts after them).
 pub fn protocol_length(version: u32) -> u64 {
-    if version >= ETH71 {
+    if version >= ETH72 {
+        22
+    } else if version >= ETH71 {
         20
     } else if version >= ETH69 {
         18
@@ -222,6 +261,28 @@ pub enum EthMessage {
         /// In request order (the reply may stop early).
         lists: Vec<Bytes>,
     },
+    /// eth/72+: asks for cells of blob txs by tx hash, the same cells of every blob.
+    GetCells {
+        /// Chosen by the requester; the reply echoes it.
+        request_id: u64,
+        /// The blob tx hashes.
+        hashes: Vec<B256>,
+        /// The cells wanted of each of their blobs.
+        mask: CellMask,
+    },
+    /// eth/72+: per tx served, its cells: blob by blob, each blob's cells of the mask in
+    /// ascending index (`blobs × cells of the mask` items of 2,048 bytes; no proofs, they
+    /// are in the tx's sidecar).
+    Cells {
+        /// The `request_id` of the request answered.
+        request_id: u64,
+        /// The txs served, in request order (unknown ones left out).
+        hashes: Vec<B256>,
+        /// Per tx served, its cells.
+        cells: Vec<Vec<Bytes>>,
+        /// The cells each blob's list holds (the request's mask, echoed).
+        mask: CellMask,
+    },
     /// eth/69+: the sender's served block range changed.
     BlockRangeUpdate {
         /// The oldest block it serves.
@@ -242,6 +303,9 @@ pub struct Announcement {
     pub sizes: Vec<u32>,
     /// The announced transaction hashes.
     pub hashes: Vec<B256>,
+    /// eth/72+: the cells the sender holds of every blob tx announced ([`ALL_CELLS`]
+    /// when it holds their blobs whole); zero (`None`) in a batch without blob txs.
+    pub mask: Option<CellMask>,
 }
 
 impl Announcement {
@@ -363,6 +427,8 @@ impl EthMessage {
             EthMessage::BlockRangeUpdate { .. } => BLOCK_RANGE_UPDATE,
             EthMessage::GetBlockAccessLists { .. } => GET_BLOCK_ACCESS_LISTS,
             EthMessage::BlockAccessLists { .. } => BLOCK_ACCESS_LISTS,
+            EthMessage::GetCells { .. } => GET_CELLS,
+            EthMessage::Cells { .. } => CELLS,
         }
     }
 
@@ -385,6 +451,8 @@ impl EthMessage {
             EthMessage::BlockRangeUpdate { .. } => "BlockRangeUpdate",
             EthMessage::GetBlockAccessLists { .. } => "GetBlockAccessLists",
             EthMessage::BlockAccessLists { .. } => "BlockAccessLists",
+            EthMessage::GetCells { .. } => "GetCells",
+            EthMessage::Cells { .. } => "Cells",
         }
     }
 
@@ -465,6 +533,37 @@ impl EthMessage {
                 a.types.as_slice().encode(&mut p);
                 a.sizes.encode(&mut p);
                 hashes(&a.hashes, &mut p);
+                if version >= ETH72 {
+                    a.mask.unwrap_or([0; 16]).as_slice().encode(&mut p);
+                }
+            }
+            EthMessage::GetCells {
+                request_id,
+                hashes: h,
+                mask,
+            } => {
+                request_id.encode(&mut p);
+                hashes(h, &mut p);
+                mask.as_slice().encode(&mut p);
+            }
+            EthMessage::Cells {
+                request_id,
+                hashes: h,
+                cells,
+                mask,
+            } => {
+                request_id.encode(&mut p);
+                hashes(h, &mut p);
+                let mut outer = Vec::new();
+                for tx in cells {
+                    let mut inner = Vec::with_capacity(tx.len() * (BYTES_PER_CELL + 3));
+                    for cell in tx {
+                        cell.as_ref().encode(&mut inner);
+                    }
+                    rlp::encode_list_payload(&inner, &mut outer);
+                }
+                rlp::encode_list_payload(&outer, &mut p);
+                mask.as_slice().encode(&mut p);
             }
             EthMessage::PooledTransactions { request_id, txs } => {
                 request_id.encode(&mut p);
@@ -524,6 +623,12 @@ impl EthMessage {
                 EthMessage::NewBlock
             } else {
                 EthMessage::NewBlockHashes
+            });
+        }
+        if id == CELLS && version >= ETH72 && body.len() > MAX_CELLS_BODY {
+            return Err(EthDecodeError::Invalid {
+                id,
+                reason: "Cells reply larger than any request asks for",
             });
         }
         let mut f = rlp::list(&mut buf, "eth message").map_err(rlp_err)?;
@@ -607,10 +712,17 @@ impl EthMessage {
                         );
                     }
                     let hashes = f.b256_list("announced hashes")?;
+                    let mask = if version >= ETH72 {
+                        let m = f.fixed::<16>("announced cell mask")?;
+                        (m != [0; 16]).then_some(m)
+                    } else {
+                        None
+                    };
                     EthMessage::NewPooledTransactionHashes(Announcement {
                         types,
                         sizes,
                         hashes,
+                        mask,
                     })
                 }
                 GET_POOLED_TRANSACTIONS => EthMessage::GetPooledTransactions {
@@ -651,6 +763,39 @@ impl EthMessage {
                     request_id: f.u64("request id")?,
                     lists: read_raw_list(&mut f, "block access lists")?,
                 },
+                GET_CELLS if version >= ETH72 => EthMessage::GetCells {
+                    request_id: f.u64("request id")?,
+                    hashes: f.b256_list("hashes")?,
+                    mask: f.fixed::<16>("cell mask")?,
+                },
+                CELLS if version >= ETH72 => {
+                    let request_id = f.u64("request id")?;
+                    let hashes = f.b256_list("hashes")?;
+                    let mut outer = f.list("cells")?;
+                    let mut cells = Vec::new();
+                    while !outer.is_empty() {
+                        let mut inner = outer.list("cells of a tx")?;
+                        let mut tx = Vec::new();
+                        while !inner.is_empty() {
+                            let cell = inner.bytes("cell")?;
+                            if cell.len() != BYTES_PER_CELL {
+                                return Err(RlpError::BadLength {
+                                    field: "cell",
+                                    expected: BYTES_PER_CELL,
+                                    found: cell.len(),
+                                });
+                            }
+                            tx.push(Bytes::copy_from_slice(cell));
+                        }
+                        cells.push(tx);
+                    }
+                    EthMessage::Cells {
+                        request_id,
+                        hashes,
+                        cells,
+                        mask: f.fixed::<16>("cell mask")?,
+                    }
+                }
                 BLOCK_RANGE_UPDATE if version >= ETH69 => {
                     return Ok(EthMessage::BlockRangeUpdate {
                         earliest: f.u64("earliest")?,
@@ -674,6 +819,26 @@ impl EthMessage {
                 id,
                 reason: "announcement lists differ in length",
             });
+        }
+        if let EthMessage::Cells {
+            hashes,
+            cells,
+            mask,
+            ..
+        } = &msg
+        {
+            if hashes.len() != cells.len() {
+                return Err(EthDecodeError::Invalid {
+                    id,
+                    reason: "Cells: hashes and cell lists differ in length",
+                });
+            }
+            if *mask == [0; 16] && cells.iter().any(|c| !c.is_empty()) {
+                return Err(EthDecodeError::Invalid {
+                    id,
+                    reason: "Cells: cells under an empty mask",
+                });
+            }
         }
         Ok(msg)
     }
@@ -764,6 +929,7 @@ mod tests {
                 types: vec![2, 3],
                 sizes: vec![100, 131_000],
                 hashes: vec![B256::repeat_byte(3), B256::repeat_byte(4)],
+                mask: None,
             }),
             68,
         );
@@ -814,6 +980,77 @@ mod tests {
         }
         assert_eq!(protocol_length(71), 20);
         assert_eq!(protocol_length(70), 18);
+    }
+
+    #[test]
+    fn cells_are_eth_72_messages_and_announcements_carry_a_mask() {
+        let ask = EthMessage::GetCells {
+            request_id: 9,
+            hashes: vec![B256::repeat_byte(1), B256::repeat_byte(2)],
+            mask: DATA_CELLS,
+        };
+        round_trip(ask.clone(), 72);
+        let cells = EthMessage::Cells {
+            request_id: 9,
+            hashes: vec![B256::repeat_byte(1)],
+            cells: vec![vec![Bytes::from(vec![7u8; BYTES_PER_CELL]); 3]],
+            mask: DATA_CELLS,
+        };
+        round_trip(cells.clone(), 72);
+        for msg in [&ask, &cells] {
+            assert!(matches!(
+                EthMessage::decode(msg.id(), 71, &msg.encode(72)),
+                Err(EthDecodeError::UnknownId(_))
+            ));
+        }
+        // go-ethereum's layout: [reqid, [hash], [[cell...]...], mask], mask a 16-byte string.
+        let enc = cells.encode(72);
+        assert_eq!(&enc[enc.len() - 17..enc.len() - 16], &[0x90]);
+        // A cell of another size, and hashes without their cells, are refused.
+        let short = EthMessage::Cells {
+            request_id: 9,
+            hashes: vec![B256::repeat_byte(1)],
+            cells: vec![vec![Bytes::from(vec![7u8; 2047])]],
+            mask: DATA_CELLS,
+        };
+        assert!(EthMessage::decode(CELLS, 72, &short.encode(72)).is_err());
+        let unmatched = EthMessage::Cells {
+            request_id: 9,
+            hashes: vec![B256::repeat_byte(1), B256::repeat_byte(2)],
+            cells: vec![vec![]],
+            mask: DATA_CELLS,
+        };
+        assert!(EthMessage::decode(CELLS, 72, &unmatched.encode(72)).is_err());
+        // Bigger than any reply: refused before a cell is read.
+        let huge = vec![0u8; MAX_CELLS_BODY + 1];
+        assert!(matches!(
+            EthMessage::decode(CELLS, 72, &huge),
+            Err(EthDecodeError::Invalid { .. })
+        ));
+        // Announcements: the mask is there from eth/72 on, zero meaning none.
+        let mut a = Announcement::default();
+        a.push(3, 1_000, B256::repeat_byte(5));
+        a.mask = Some(ALL_CELLS);
+        let msg = EthMessage::NewPooledTransactionHashes(a.clone());
+        round_trip(msg.clone(), 72);
+        let older = EthMessage::decode(NEW_POOLED_TRANSACTION_HASHES, 71, &msg.encode(71)).unwrap();
+        a.mask = None;
+        assert_eq!(older, EthMessage::NewPooledTransactionHashes(a.clone()));
+        round_trip(EthMessage::NewPooledTransactionHashes(a), 72);
+        assert_eq!(protocol_length(72), 22);
+        assert_eq!(SUPPORTED_VERSIONS[0], ETH72);
+    }
+
+    #[test]
+    fn cell_masks_are_lsb_first() {
+        assert_eq!(mask_indices(&DATA_CELLS), (0..64).collect::<Vec<_>>());
+        assert_eq!(mask_indices(&ALL_CELLS).len(), 128);
+        let mut m = [0u8; 16];
+        m[0] = 0b0000_0101;
+        m[15] = 0x80;
+        assert_eq!(mask_indices(&m), vec![0, 2, 127]);
+        assert!(mask_covers(&ALL_CELLS, &DATA_CELLS));
+        assert!(!mask_covers(&DATA_CELLS, &ALL_CELLS));
     }
 
     #[test]

@@ -56,6 +56,7 @@ fn samples() -> Vec<EthMessage> {
             types: vec![2, 3],
             sizes: vec![120, 131_000],
             hashes: hashes.clone(),
+            mask: None,
         }),
         EthMessage::GetPooledTransactions {
             request_id: 2,

@@ -48,6 +48,7 @@ pub(crate) async fn blob_round(c: &mut Client, set: &BlobSet, i: usize, stats: &
         types: vec![3],
         sizes: vec![set.sizes[i]],
         hashes: vec![set.hashes[i]],
+        mask: None,
     };
     if c.send(&EthMessage::NewPooledTransactionHashes(ann))
         .await
@@ -228,6 +229,7 @@ pub(crate) async fn attack(ctx: AttackCtx) {
                     types: vec![2; hashes.len()],
                     sizes: vec![110; hashes.len()],
                     hashes,
+                    mask: None,
                 })
             }
             Scenario::RpcFlood | Scenario::BlobV0 | Scenario::BlobV1 | Scenario::Invalidation => {

@@ -4,6 +4,7 @@
 
 use crate::eth::{Announcement, EthMessage};
 use alloy_primitives::{Address, B256, Bytes};
+use moat_common::transaction::SidecarVersion;
 use moat_mempool::TxOrigin;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -128,6 +129,18 @@ impl Network {
                 }
                 match (&env, &chosen) {
                     (Some(e), Some(set)) if set[i] => full[i].push(e.clone()),
+                    _ if tx.is_blob() && p.framing.version >= crate::eth::ETH72 => {
+                        // eth/72 peers take cell-proof sidecars only, announced with
+                        // every cell and sized without the blobs.
+                        if tx.tx.sidecar().map(|s| s.version) == Some(SidecarVersion::V1) {
+                            anns[i].push(
+                                tx.tx.tx_type() as u8,
+                                tx.tx.size_without_blobs() as u32,
+                                *hash,
+                            );
+                            anns[i].mask = Some(super::cells::OUR_MASK);
+                        }
+                    }
                     _ => anns[i].push(tx.tx.tx_type() as u8, tx.size() as u32, *hash),
                 }
             }
@@ -155,6 +168,7 @@ impl Network {
                         types: ann.types[r.clone()].to_vec(),
                         sizes: ann.sizes[r.clone()].to_vec(),
                         hashes: ann.hashes[r].to_vec(),
+                        mask: ann.mask,
                     }),
                 );
             }

@@ -131,8 +131,16 @@ impl Network {
                 known.insert(*hash);
             }
         }
+        // eth/72: a blob tx is fetched whole, body then data cells, so only from a peer
+        // that holds its data cells.
+        let blobs_fetchable = peer.framing.version < crate::eth::ETH72
+            || a.mask
+                .is_some_and(|m| crate::eth::mask_covers(&m, &crate::eth::DATA_CELLS));
         let mut entries = Vec::with_capacity(a.len());
         for ((hash, ty), size) in a.hashes.iter().zip(&a.types).zip(&a.sizes) {
+            if *ty == TxType::Eip4844 as u8 && !blobs_fetchable {
+                continue;
+            }
             if !pool.is_known_or_importing(hash) {
                 entries.push((
                     *hash,
@@ -231,6 +239,8 @@ impl Network {
         // Blob sidecars get their structural checks here, before the pool's dedup and
         // KZG: a malformed or mismatched sidecar costs the peer its connection.
         let rules = self.blob_rules();
+        let without_blobs = peer.framing.version >= crate::eth::ETH72;
+        let mut bodies = Vec::new();
         let mut admit = Vec::with_capacity(inputs.len());
         // Known first, in one short lock (the broadcaster takes it too); the sidecars'
         // checks below run without it.
@@ -243,6 +253,35 @@ impl Network {
         for (hash, env) in inputs {
             if env.first() != Some(&(TxType::Eip4844 as u8)) {
                 admit.push((Some(hash), TxInput::Hashed(env, hash)));
+                continue;
+            }
+            if without_blobs {
+                // eth/72: the body without blobs; the blobs come as cells.
+                let checked = PooledTransaction::decode_2718(&env)
+                    .map_err(|e| e.to_string())
+                    .and_then(|tx| {
+                        let hashes = tx.tx().tx().blob_versioned_hashes();
+                        match (tx.sidecar(), rules) {
+                            (None, _) => Err("blob tx without sidecar".to_string()),
+                            (Some(s), _) if !s.blobs.is_empty() => {
+                                Err("eth/72 blob tx with its blobs".to_string())
+                            }
+                            (Some(_), None) => Err("blob tx before blobs".to_string()),
+                            (Some(s), Some(r)) => s
+                                .validate_without_blobs(hashes, &r)
+                                .map(|()| tx)
+                                .map_err(|e| e.to_string()),
+                        }
+                    });
+                match checked {
+                    Ok(tx) => bodies.push(tx),
+                    Err(why) => {
+                        self.inner.fetcher.lock().peer_fault(peer.info.id, &hash);
+                        self.fault(peer, "bad sidecar", &format!("blob tx {hash}: {why}"));
+                        self.reschedule();
+                        return;
+                    }
+                }
                 continue;
             }
             let checked = PooledTransaction::decode_2718(&env)
@@ -264,6 +303,9 @@ impl Network {
                     return;
                 }
             }
+        }
+        if !bodies.is_empty() {
+            self.fetch_cells(peer, bodies);
         }
         self.spawn_admission(peer, admit, true).await;
     }
@@ -447,6 +489,7 @@ impl Network {
             .await
             .unwrap_or_default();
             self.send_requests(requests);
+            self.expire_cells(now);
         }
     }
 }

@@ -32,6 +32,7 @@
 //! - `peer`: the peer task (reader, writer, dispatch, faults);
 //! - `ingress`: transactions in, announcements, fetches and admission;
 //! - `broadcast`: gossip of our pending transactions, `choice`: which peers get one whole;
+//! - `cells`: eth/72's blob cells, asked for and served;
 //! - `chain`: headers and bodies requests for the syncer;
 //! - `tracker`: which peers deliver txs that get mined; `cull`: a random peer dropped
 //!   now and then while the table is full, sparing those.
@@ -39,6 +40,7 @@
 //! [`Rejection::peer_cost`]: moat_mempool::Rejection::peer_cost
 
 mod broadcast;
+mod cells;
 mod chain;
 mod choice;
 mod cull;
@@ -188,6 +190,8 @@ struct Inner {
     broadcast_key: choice::BroadcastKey,
     /// Which peer delivered which accepted tx, and each peer's mined record.
     tracker: Mutex<tracker::TxTracker>,
+    /// eth/72 blob tx bodies waiting for their cells.
+    cell_fetches: Mutex<cells::CellFetches>,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -281,6 +285,7 @@ impl Network {
             snap: crate::snap::SnapServer::default(),
             broadcast_key: choice::BroadcastKey::new(),
             tracker: Mutex::new(tracker::TxTracker::new(finalized)),
+            cell_fetches: Mutex::new(cells::CellFetches::default()),
         });
         let net = Network { inner };
         // In the background; the handle is not kept (the thread ends on its own).

@@ -152,7 +152,8 @@ impl Asks {
             Incoming::Eth(m) => match m {
                 EthMessage::Transactions(_)
                 | EthMessage::NewPooledTransactionHashes(_)
-                | EthMessage::PooledTransactions { .. } => Some(Asks::SentTransactions),
+                | EthMessage::PooledTransactions { .. }
+                | EthMessage::Cells { .. } => Some(Asks::SentTransactions),
                 EthMessage::GetBlockHeaders { .. }
                 | EthMessage::GetBlockBodies { .. }
                 | EthMessage::GetReceipts { .. }
@@ -165,6 +166,7 @@ impl Asks {
                 | EthMessage::GetPooledTransactions { .. }
                 | EthMessage::Receipts { .. }
                 | EthMessage::BlockAccessLists { .. }
+                | EthMessage::GetCells { .. }
                 | EthMessage::BlockRangeUpdate { .. } => None,
             },
             Incoming::Snap(m) => m.answer_id().is_none().then_some(Asks::OnlyAsked),
@@ -318,6 +320,8 @@ fn serve_chain(store: &moat_storage::Store, peer: &Peer, msg: EthMessage) {
         | EthMessage::PooledTransactions { .. }
         | EthMessage::Receipts { .. }
         | EthMessage::BlockAccessLists { .. }
+        | EthMessage::GetCells { .. }
+        | EthMessage::Cells { .. }
         | EthMessage::BlockRangeUpdate { .. } => return,
     };
     peer.send(peer.framing.eth(&answer));
@@ -481,6 +485,7 @@ impl Network {
         };
         self.inner.peers.write().remove(&remote_id);
         self.inner.tracker.lock().peer_dropped(&remote_id);
+        self.drop_cell_requests(&remote_id);
         self.inner
             .pool
             .budgets()
@@ -708,7 +713,18 @@ impl Network {
                         break;
                     }
                     if let Some(tx) = self.inner.pool.get_shareable(h) {
-                        let env = tx.tx.encoded_2718();
+                        // eth/72: blob txs without their blobs (those go as cells), and
+                        // only cell-proof sidecars (what eth/72 peers take).
+                        let env = if peer.framing.version >= crate::eth::ETH72 && tx.is_blob() {
+                            match tx.tx.sidecar().map(|s| s.version) {
+                                Some(moat_common::transaction::SidecarVersion::V1) => {
+                                    tx.tx.encoded_2718_without_blobs()
+                                }
+                                _ => continue,
+                            }
+                        } else {
+                            tx.tx.encoded_2718()
+                        };
                         bytes += env.len();
                         txs.push(Bytes::from(env));
                         peer.known.lock().insert(*h);
@@ -724,6 +740,24 @@ impl Network {
             EthMessage::PooledTransactions { request_id, txs } => {
                 self.on_pooled(peer, request_id, txs).await;
             }
+            EthMessage::GetCells {
+                request_id,
+                hashes,
+                mask,
+            } => {
+                // In the peer's lane: extension cells cost CPU, charged to it.
+                let (net, to) = (self.clone(), peer.clone());
+                lanes::run(self.lane_of(peer), async move {
+                    net.serve_cells(&to, request_id, &hashes, mask)
+                })
+                .await;
+            }
+            EthMessage::Cells {
+                request_id,
+                hashes,
+                cells,
+                mask,
+            } => self.on_cells(peer, request_id, hashes, cells, mask).await,
         }
     }
 }
