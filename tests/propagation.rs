@@ -182,3 +182,182 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
         Some(1.0)
     );
 }
+
+/// eth/72 against devp2p peers of the test's own, on a post-merge Osaka chain: a peer
+/// whose cells fail their proofs is dropped as for a bad sidecar, and the tx comes from
+/// an honest announcer instead (each sidecar verified once); a peer that announced every
+/// cell and then leaves a tx out of its `Cells` is dropped too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_from_another() {
+    use moat_common::transaction::SidecarVersion;
+    use moat_p2p::client::Client;
+    use moat_p2p::eth::{ALL_CELLS, Announcement, DATA_CELLS, EthMessage, Status};
+    use std::time::Duration;
+    const CHAIN_ID: u64 = 7_272;
+    let wait = Duration::from_secs(20);
+    let sender = signer(1);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let genesis = moat_harness::genesis::osaka(
+        CHAIN_ID,
+        &[sender.address()],
+        alloy_primitives::U256::from(10u128.pow(24)),
+        30_000_000,
+        now,
+        b"eth/72",
+    );
+    let dir = common::temp_dir("eth72");
+    let genesis_path = dir.path().join("genesis.json");
+    std::fs::write(&genesis_path, serde_json::to_string(&genesis).unwrap()).unwrap();
+    let (p2p, metrics_port) = (free_port(), free_port());
+    let metrics_s = metrics_port.to_string();
+    let moat = common::Moat::start(
+        &dir.path().join("moat"),
+        &genesis_path,
+        p2p,
+        0x42,
+        &["--metrics", "--metrics.port", &metrics_s],
+        &[],
+        Duration::from_secs(60),
+    );
+    let head = format!("{}", genesis.header().hash());
+    assert_eq!(moat.forkchoice(&head), "VALID");
+    let node_key = secp256k1::SecretKey::from_byte_array([0x42; 32]).unwrap();
+    let enode = moat_p2p::Enode {
+        id: moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1)),
+        addr: ([127, 0, 0, 1], p2p).into(),
+    };
+    let status = Status::at_genesis(&genesis, 72);
+    let peer = |n: u8| {
+        let (enode, status) = (enode.clone(), status.clone());
+        async move {
+            Client::connect(
+                &enode,
+                secp256k1::SecretKey::from_byte_array([n; 32]).unwrap(),
+                &[72],
+                status,
+            )
+            .await
+            .expect("eth/72 handshake")
+        }
+    };
+    // Its blobs follow from the nonce.
+    let blob_tx = |nonce: u64, blobs: usize| {
+        moat_common::testing::blob_tx_on_chain(
+            SidecarVersion::V1,
+            blobs,
+            nonce,
+            &sender,
+            CHAIN_ID,
+            100_000_000_000,
+            1_000_000_000,
+        )
+    };
+    let tx = blob_tx(0, 1);
+    let other = blob_tx(1, 1); // another blob: cells that fail tx's proofs
+    let announce = |tx: &moat_common::transaction::PooledTransaction| {
+        EthMessage::NewPooledTransactionHashes(Announcement {
+            types: vec![3],
+            sizes: vec![tx.size_without_blobs() as u32],
+            hashes: vec![tx.hash()],
+            mask: Some(ALL_CELLS),
+        })
+    };
+    let data_cells =
+        |tx: &moat_common::transaction::PooledTransaction| -> Vec<alloy_primitives::Bytes> {
+            let s = tx.sidecar().unwrap();
+            let data: Vec<usize> = (0..64).collect();
+            (0..s.blobs.len())
+                .flat_map(|b| s.cells(b, &data).unwrap())
+                .map(|c| alloy_primitives::Bytes::copy_from_slice(&c))
+                .collect()
+        };
+    // Serves `tx`'s body when asked, then answers GetCells with `cells`.
+    async fn serve(
+        client: &mut Client,
+        tx: &moat_common::transaction::PooledTransaction,
+        cells: Option<Vec<alloy_primitives::Bytes>>,
+        wait: Duration,
+    ) {
+        let id = client
+            .wait_for(wait, |m| match m {
+                EthMessage::GetPooledTransactions { request_id, .. } => Some(*request_id),
+                _ => None,
+            })
+            .await
+            .expect("asked for the body");
+        client
+            .send(&EthMessage::PooledTransactions {
+                request_id: id,
+                txs: vec![tx.encoded_2718_without_blobs().into()],
+            })
+            .await
+            .unwrap();
+        let (id, mask) = client
+            .wait_for(wait, |m| match m {
+                EthMessage::GetCells {
+                    request_id, mask, ..
+                } => Some((*request_id, *mask)),
+                _ => None,
+            })
+            .await
+            .expect("asked for the cells");
+        assert_eq!(mask, DATA_CELLS, "the data cells are asked for");
+        let (hashes, cells) = match cells {
+            Some(c) => (vec![tx.hash()], vec![c]),
+            None => (vec![], vec![]),
+        };
+        client
+            .send(&EthMessage::Cells {
+                request_id: id,
+                hashes,
+                cells,
+                mask,
+            })
+            .await
+            .unwrap();
+    }
+
+    // The first announcer serves cells of other blobs; the second the right ones. All
+    // connect first: a fault makes the node wary of new peers from the same address.
+    let mut bad = peer(1).await;
+    let mut honest = peer(2).await;
+    let mut liar = peer(3).await;
+    bad.send(&announce(&tx)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    honest.send(&announce(&tx)).await.unwrap();
+    serve(&mut bad, &tx, Some(data_cells(&other)), wait).await;
+    assert!(
+        bad.wait_disconnect(wait).await.is_some(),
+        "bad cells drop the peer"
+    );
+    serve(&mut honest, &tx, Some(data_cells(&tx)), wait).await;
+    wait_for("the blob tx pooled", || {
+        moat.call("eth_getTransactionByHash", &format!(r#"["{}"]"#, tx.hash()))
+            .is_object()
+            .then_some(())
+    });
+    assert_eq!(
+        metric(metrics_port, "moat_pool_kzg_verifications_total"),
+        Some(2.0)
+    );
+
+    // A peer announces every cell of the next tx, delivers its body, then leaves it out
+    // of its Cells: dropped.
+    let next = blob_tx(1, 2);
+    liar.send(&announce(&next)).await.unwrap();
+    serve(&mut liar, &next, None, wait).await;
+    assert!(
+        liar.wait_disconnect(wait).await.is_some(),
+        "cells it cannot serve drop the peer"
+    );
+    assert!(
+        moat.call(
+            "eth_getTransactionByHash",
+            &format!(r#"["{}"]"#, next.hash())
+        )
+        .is_null()
+    );
+}

@@ -19,7 +19,11 @@
 //! ```sh
 //! cargo build -p moat -p moat-blobpool-diff
 //! target/debug/moat-blobpool-diff --moat target/debug/moat --geth ~/geth-bin/geth --txs 240 --seed 1
+//! target/debug/moat-blobpool-diff --moat target/debug/moat --geth ~/geth-bin/geth --peers
 //! ```
+//!
+//! `--peers` runs no stream: the two are peered instead, and a blob tx sent to each
+//! must reach the other (`peers.rs`).
 
 use alloy_primitives::{Address, Bytes, U256};
 use clap::Parser;
@@ -34,6 +38,8 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+mod peers;
 
 const CHAIN_ID: u64 = 75_311;
 /// The genesis base fee (1 gwei); the blob base fee is its floor, 1 wei.
@@ -65,6 +71,9 @@ struct Args {
     /// Exit with status 1 if any answer differs.
     #[arg(long)]
     strict: bool,
+    /// Peer the two nodes and check a blob tx each way instead of the stream.
+    #[arg(long)]
+    peers: bool,
 }
 
 /// What one transaction of the stream tries.
@@ -335,6 +344,7 @@ fn run(args: &Args) -> Result<usize, String> {
         .collect::<Result<_, kzg::KzgError>>()
         .map_err(|e| format!("blobs: {e}"))?;
 
+    let metrics_port = (args.base_port + 6).to_string();
     let mut nodes = Vec::new();
     for (i, (kind, bin)) in [(Kind::Moat, &args.moat), (Kind::Geth, &args.geth)]
         .into_iter()
@@ -353,9 +363,12 @@ fn run(args: &Args) -> Result<usize, String> {
             jwt: &jwt,
             node_key_hex: &key,
             dir: &node_dir,
-            http_api: "eth,net,web3,txpool",
-            max_peers: 1,
-            extra: Vec::new(),
+            http_api: "eth,net,web3,txpool,admin",
+            max_peers: if args.peers { 5 } else { 1 },
+            extra: match kind {
+                Kind::Moat if args.peers => vec!["--metrics", "--metrics.port", &metrics_port],
+                _ => Vec::new(),
+            },
         };
         println!("{}: {}", kind.name(), el::version(bin, kind));
         let mut node = Node::start(&setup)?;
@@ -368,6 +381,27 @@ fn run(args: &Args) -> Result<usize, String> {
         nodes.push((node, rpc));
     }
 
+    if args.peers {
+        let secret = [0x11u8; 32];
+        let mut engines: Vec<RpcClient> = (0..2u16)
+            .map(|i| {
+                let ports = Ports::from_base(args.base_port + 3 * i);
+                RpcClient::new(
+                    ([127, 0, 0, 1], ports.auth).into(),
+                    Some(secret),
+                    Duration::from_secs(30),
+                )
+            })
+            .collect();
+        peers::check(
+            &mut nodes,
+            &mut engines,
+            &senders,
+            &blobs,
+            args.base_port + 6,
+        )?;
+        return Ok(0);
+    }
     let mut rng = Rng(args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut rows = Vec::new();
     let started = Instant::now();

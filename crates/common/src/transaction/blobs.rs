@@ -208,6 +208,36 @@ impl BlobsBundle {
         })
     }
 
+    /// The cells at `indices` (each below [`CELLS_PER_EXT_BLOB`]) of blob `blob`, in that
+    /// order: cells below [`kzg::DATA_CELLS`] are the blob's own bytes, the others are
+    /// computed (its extension, milliseconds, once per call). `None` for a blob it lacks or
+    /// an index out of range.
+    pub fn cells(&self, blob: usize, indices: &[usize]) -> Option<Vec<kzg::Cell>> {
+        let blob = self.blobs.get(blob)?;
+        if indices.iter().any(|i| *i >= CELLS_PER_EXT_BLOB) {
+            return None;
+        }
+        let extension = if indices.iter().any(|i| *i >= kzg::DATA_CELLS) {
+            Some(kzg::compute_cells(blob).ok()?)
+        } else {
+            None
+        };
+        let size = kzg::BYTES_PER_CELL;
+        Some(
+            indices
+                .iter()
+                .map(|&i| match &extension {
+                    Some(all) => all[i],
+                    None => {
+                        let mut cell = [0u8; kzg::BYTES_PER_CELL];
+                        cell.copy_from_slice(&blob.0[i * size..(i + 1) * size]);
+                        cell
+                    }
+                })
+                .collect(),
+        )
+    }
+
     /// The versioned hashes of the commitments (what the transaction must list).
     pub fn versioned_hashes(&self) -> Vec<B256> {
         self.commitments.iter().map(kzg::versioned_hash).collect()

@@ -595,6 +595,44 @@ async fn get_blobs_v3_answers_in_part_at_osaka() {
         error_code(addr, "engine_getBlobsV3", json!([many])).await,
         i64::from(moat_rpc::engine::TOO_LARGE_REQUEST)
     );
+
+    // getBlobsV4: cells 0, 2 and 100 (bits LSB first) with their cell proofs; null
+    // where the blob is missing.
+    let mut bits = [0u8; 16];
+    bits[0] = 0b101;
+    bits[12] = 0b1_0000; // cell 100
+    let bits = format!("0x{}", alloy_primitives::hex::encode(bits));
+    let v4 = result(
+        addr,
+        "engine_getBlobsV4",
+        json!([[hashes[0], unknown, hashes[1]], bits]),
+    )
+    .await;
+    let v4 = v4.as_array().expect("a list");
+    assert_eq!(v4.len(), 3);
+    assert!(v4[1].is_null());
+    let pooled = n.pool.get(&tx.hash()).unwrap();
+    let bundle = pooled.tx.sidecar().unwrap();
+    let cells = moat_crypto::kzg::compute_cells(&bundle.blobs[1]).unwrap();
+    let entry = &v4[2];
+    assert_eq!(entry["blob_cells"].as_array().map(Vec::len), Some(3));
+    for (k, c) in [0usize, 2, 100].into_iter().enumerate() {
+        assert_eq!(
+            entry["blob_cells"][k],
+            json!(format!("0x{}", alloy_primitives::hex::encode(cells[c])))
+        );
+        assert_eq!(
+            entry["proofs"][k],
+            json!(format!(
+                "0x{}",
+                alloy_primitives::hex::encode(bundle.proofs[128 + c])
+            ))
+        );
+    }
+    assert_eq!(
+        error_code(addr, "engine_getBlobsV4", json!([[hashes[0]], "0x01"])).await,
+        -32602
+    );
     n.handle.stop();
 }
 

@@ -25,8 +25,8 @@ use super::{Network, Peer, short};
 use crate::eth::{ALL_CELLS, CellMask, DATA_CELLS, EthMessage, mask_indices};
 use crate::rlpx::PeerId;
 use alloy_primitives::{B256, Bytes};
-use moat_common::transaction::{PooledTransaction, SidecarVersion};
-use moat_crypto::kzg::{self, BYTES_PER_BLOB, BYTES_PER_CELL, Blob};
+use moat_common::transaction::{BlobsBundle, PooledTransaction, SidecarVersion};
+use moat_crypto::kzg::{self, BYTES_PER_BLOB, Blob};
 use moat_mempool::{CpuMeter, TxInput, TxOrigin};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -101,22 +101,13 @@ fn blob_count(tx: &PooledTransaction) -> usize {
     tx.tx().tx().blob_versioned_hashes().len()
 }
 
-/// The cells of `mask` of each blob of `sidecar_blobs`, blob by blob; `None` if a cell
+/// The cells at `indices` of each blob of `sidecar`, blob by blob; `None` if a cell
 /// could not be computed.
-fn cells_of(blobs: &[Blob], indices: &[usize]) -> Option<Vec<Bytes>> {
-    let mut out = Vec::with_capacity(blobs.len() * indices.len());
-    for blob in blobs {
-        let extension = if indices.iter().any(|i| *i >= kzg::DATA_CELLS) {
-            Some(kzg::compute_cells(blob).ok()?)
-        } else {
-            None
-        };
-        for &i in indices {
-            let cell: &[u8] = match &extension {
-                Some(all) => &all[i][..],
-                None => &blob.0[i * BYTES_PER_CELL..(i + 1) * BYTES_PER_CELL],
-            };
-            out.push(Bytes::copy_from_slice(cell));
+fn cells_of(sidecar: &BlobsBundle, indices: &[usize]) -> Option<Vec<Bytes>> {
+    let mut out = Vec::with_capacity(sidecar.blobs.len() * indices.len());
+    for blob in 0..sidecar.blobs.len() {
+        for cell in sidecar.cells(blob, indices)? {
+            out.push(Bytes::copy_from_slice(&cell));
         }
     }
     Some(out)
@@ -167,7 +158,7 @@ impl Network {
             if sidecar.version != SidecarVersion::V1 {
                 continue;
             }
-            let Some(tx_cells) = cells_of(&sidecar.blobs, &indices) else {
+            let Some(tx_cells) = cells_of(sidecar, &indices) else {
                 continue;
             };
             count += tx_cells.len();
@@ -334,8 +325,9 @@ mod tests {
     #[test]
     fn data_cells_make_the_blobs_again_and_extension_cells_are_computed() {
         let blobs = vec![*kzg::sample_blob(1), *kzg::sample_blob(2)];
+        let sidecar = BlobsBundle::build(SidecarVersion::V1, blobs.clone()).unwrap();
         let data: Vec<usize> = (0..kzg::DATA_CELLS).collect();
-        let cells = cells_of(&blobs, &data).unwrap();
+        let cells = cells_of(&sidecar, &data).unwrap();
         assert_eq!(cells.len(), 128);
         let back = blobs_from_data_cells(&cells, 2).unwrap();
         assert!(back.iter().zip(&blobs).all(|(a, b)| a.0[..] == b.0[..]));
@@ -344,10 +336,11 @@ mod tests {
             "a cell short"
         );
         // An extension cell is the one c-kzg computes.
-        let some = cells_of(&blobs[..1], &[3, 100]).unwrap();
+        let some = cells_of(&sidecar, &[3, 100]).unwrap();
         let all = kzg::compute_cells(&blobs[0]).unwrap();
         assert_eq!(&some[0][..], &all[3][..]);
         assert_eq!(&some[1][..], &all[100][..]);
+        assert!(cells_of(&sidecar, &[128]).is_none());
     }
 
     #[test]

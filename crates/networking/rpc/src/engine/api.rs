@@ -48,6 +48,7 @@ const CAPABILITIES: &[&str] = &[
     "engine_getBlobsV1",
     "engine_getBlobsV2",
     "engine_getBlobsV3",
+    "engine_getBlobsV4",
     "engine_hasBlobs",
     "engine_getInclusionListV1",
     "engine_getClientVersionV1",
@@ -548,6 +549,54 @@ fn get_blobs(ctx: &EngineContext, params: Params<'_>, which: GetBlobs) -> RpcRes
     Ok(Value::Array(out))
 }
 
+/// engine_getBlobsV4 (execution-apis amsterdam.md; go-ethereum serves it from Osaka):
+/// versioned hashes and a 16-byte cell bitarray (bit `i` of byte `i / 8`, least
+/// significant first); per hash, `{blob_cells, proofs}` with the cells at the set
+/// indices and their cell proofs, or `null` for a blob the pool lacks. `null` before
+/// Osaka; more than 128 hashes is too large a request. Extension cells are computed.
+fn get_blobs_v4(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
+    let args = args(&params)?;
+    let [list, bits] = &args[..] else {
+        return Err(invalid_params(
+            "expected versioned hashes and a cell bitarray",
+        ));
+    };
+    if list.as_array().is_some_and(|l| l.len() > MAX_BLOB_REQUEST) {
+        return Err(too_large(format!("more than {MAX_BLOB_REQUEST} blobs")));
+    }
+    let wanted = hashes(list, "versioned_blob_hashes")?;
+    let bits = bits
+        .as_str()
+        .and_then(|s| alloy_primitives::hex::decode(s).ok())
+        .filter(|b| b.len() == 16)
+        .ok_or_else(|| invalid_params("indices_bitarray: 16 bytes of hex expected"))?;
+    if !head_at_osaka(ctx)? {
+        return Ok(Value::Null);
+    }
+    let indices: Vec<usize> = (0..128)
+        .filter(|i| bits[i / 8] & (1 << (i % 8)) != 0)
+        .collect();
+    let per = SidecarVersion::V1.proofs_per_blob();
+    let mut out = Vec::with_capacity(wanted.len());
+    for vh in &wanted {
+        let found = ctx.pool.blob_by_versioned_hash(vh).and_then(|(bundle, i)| {
+            if bundle.version != SidecarVersion::V1 {
+                return None;
+            }
+            let cells = bundle.cells(i, &indices)?;
+            let proofs = bundle.proofs.get(i * per..(i + 1) * per)?;
+            Some(json!({
+                "blob_cells": cells.iter().map(hex0x).collect::<Vec<_>>(),
+                "proofs": indices.iter().map(|&c| hex0x(proofs[c])).collect::<Vec<_>>(),
+            }))
+        });
+        out.push(found.unwrap_or(Value::Null));
+    }
+    metrics::counter!("moat_engine_blobs_served_total")
+        .increment(out.iter().filter(|v| !v.is_null()).count() as u64);
+    Ok(Value::Array(out))
+}
+
 /// engine_hasBlobs (as go-ethereum serves it): for each versioned hash, whether the pool
 /// holds its blob with the sidecar version the head's fork uses, so a consensus client
 /// can ask before it pulls the blobs themselves.
@@ -687,6 +736,10 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
     m.register_blocking_method("engine_getBlobsV3", |params, ctx, _| {
         count("engine_getBlobsV3");
         get_blobs(&ctx, params, GetBlobs::V3)
+    })?;
+    m.register_blocking_method("engine_getBlobsV4", |params, ctx, _| {
+        count("engine_getBlobsV4");
+        get_blobs_v4(&ctx, params)
     })?;
     m.register_blocking_method("engine_hasBlobs", |params, ctx, _| {
         count("engine_hasBlobs");

@@ -1,0 +1,182 @@
+//! `--peers`: the two clients peered over devp2p instead of the answer stream: which eth
+//! version they agree on, and a blob tx sent to each reaching the other (on eth/72, as
+//! its body without blobs and its cells), with the bytes a node pulled per blob tx
+//! beside what eth/70's full pull would cost.
+
+use super::{BLOBS, Blob, CHAIN_ID, PAYING, Sender, sign};
+use moat_common::transaction::{PooledTransaction, SidecarVersion};
+use moat_crypto::kzg::BYTES_PER_CELL;
+use moat_harness::el::Node;
+use moat_harness::http::RpcClient;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// Polls `f` every 100 ms for up to `secs` seconds.
+fn wait<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn has_tx(rpc: &mut RpcClient, tx: &PooledTransaction) -> bool {
+    rpc.call("eth_getTransactionByHash", json!([tx.hash()]))
+        .is_ok_and(|v| !v.is_null())
+}
+
+/// moat's counter `name` from its Prometheus endpoint on `port`.
+fn moat_metric(port: u16, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return f64::NAN;
+    };
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    );
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The eth version `rpc`'s node agreed with its one peer.
+fn eth_version(rpc: &mut RpcClient) -> Option<u64> {
+    let peers = rpc.call("admin_peers", json!([])).ok()?;
+    let first = peers.as_array()?.first()?.clone();
+    first["protocols"]["eth"]["version"].as_u64()
+}
+
+/// Peers the two nodes (moat dials geth), marks both synced (forkchoiceUpdated to their
+/// genesis head: neither takes peers' txs before), then sends a two-blob tx to each and
+/// waits for the other to pool it. `engines` are their engine APIs.
+pub(super) fn check(
+    nodes: &mut [(Node, RpcClient)],
+    engines: &mut [RpcClient],
+    senders: &[Sender],
+    blobs: &[Blob],
+    moat_metrics: u16,
+) -> Result<(), String> {
+    for (i, engine) in engines.iter_mut().enumerate() {
+        let head = nodes[i]
+            .1
+            .call("eth_getBlockByNumber", json!(["latest", false]))
+            .map_err(|e| format!("head: {e}"))?;
+        let hash = head["hash"].clone();
+        let zero = format!("0x{}", "00".repeat(32));
+        let answer = engine
+            .call(
+                "engine_forkchoiceUpdatedV3",
+                json!([{"headBlockHash": hash, "safeBlockHash": zero, "finalizedBlockHash": zero}, null]),
+            )
+            .map_err(|e| format!("forkchoiceUpdated: {e}"))?;
+        if answer["payloadStatus"]["status"] != "VALID" {
+            return Err(format!("forkchoiceUpdated: {answer}"));
+        }
+    }
+    let geth_info = nodes[1]
+        .1
+        .call("admin_nodeInfo", json!([]))
+        .map_err(|e| format!("geth admin_nodeInfo: {e}"))?;
+    let enode = geth_info["enode"]
+        .as_str()
+        .ok_or("geth gave no enode")?
+        .to_string();
+    nodes[0]
+        .1
+        .call("admin_addPeer", json!([enode]))
+        .map_err(|e| format!("moat admin_addPeer: {e}"))?;
+    let versions = wait(30, || {
+        let m = eth_version(&mut nodes[0].1)?;
+        let g = eth_version(&mut nodes[1].1)?;
+        Some((m, g))
+    })
+    .ok_or_else(|| {
+        format!(
+            "the nodes did not peer within 30 s (geth's enode {enode})\nmoat:\n{}\ngeth:\n{}",
+            nodes[0].0.log_tail(15),
+            nodes[1].0.log_tail(15)
+        )
+    })?;
+    println!(
+        "peered: moat sees eth/{}, geth sees eth/{}",
+        versions.0, versions.1
+    );
+    let pick: Vec<&Blob> = (0..2).map(|i| &blobs[i % BLOBS]).collect();
+    let fresh: Vec<&Sender> = senders.iter().filter(|s| s.next == 0).take(2).collect();
+    if fresh.len() < 2 {
+        return Err("two senders at nonce 0 needed".into());
+    }
+    let to_moat = sign(
+        &fresh[0].signer,
+        CHAIN_ID,
+        0,
+        PAYING,
+        &pick,
+        SidecarVersion::V1,
+        None,
+    );
+    let to_geth = sign(
+        &fresh[1].signer,
+        CHAIN_ID,
+        0,
+        PAYING,
+        &pick,
+        SidecarVersion::V1,
+        None,
+    );
+    let report = |what: &str, tx: &PooledTransaction, took: Option<Duration>| {
+        let blobs = tx.sidecar().map_or(0, |s| s.blobs.len());
+        let v72 = tx.size_without_blobs() + blobs * 64 * (BYTES_PER_CELL + 3);
+        match took {
+            Some(t) => println!(
+                "{what}: pooled after {:.2} s; pulled over eth/72 ≈ {v72} bytes (body {} + {} cells), over eth/70 {} bytes",
+                t.as_secs_f64(),
+                tx.size_without_blobs(),
+                blobs * 64,
+                tx.size()
+            ),
+            None => println!("{what}: NOT pooled within 30 s"),
+        }
+    };
+
+    let before = moat_metric(moat_metrics, "moat_p2p_cells_received_total");
+    let raw = alloy_primitives::hex::encode_prefixed(to_moat.encoded_2718());
+    let started = Instant::now();
+    nodes[1]
+        .1
+        .call("eth_sendRawTransaction", json!([raw]))
+        .map_err(|e| format!("geth refused the tx: {e}"))?;
+    let took = wait(30, || {
+        has_tx(&mut nodes[0].1, &to_moat).then(|| started.elapsed())
+    });
+    report("geth → moat", &to_moat, took);
+    println!(
+        "  moat received {} cells over GetCells",
+        moat_metric(moat_metrics, "moat_p2p_cells_received_total") - before
+    );
+
+    let before = moat_metric(moat_metrics, "moat_p2p_cells_served_total");
+    let raw = alloy_primitives::hex::encode_prefixed(to_geth.encoded_2718());
+    let started = Instant::now();
+    nodes[0]
+        .1
+        .call("eth_sendRawTransaction", json!([raw]))
+        .map_err(|e| format!("moat refused the tx: {e}"))?;
+    let took = wait(30, || {
+        has_tx(&mut nodes[1].1, &to_geth).then(|| started.elapsed())
+    });
+    report("moat → geth", &to_geth, took);
+    println!(
+        "  moat served {} cells over GetCells",
+        moat_metric(moat_metrics, "moat_p2p_cells_served_total") - before
+    );
+    Ok(())
+}
