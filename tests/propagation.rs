@@ -123,8 +123,9 @@ fn metric(port: u16, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// eth/72 between two moat nodes (Osaka dev chains): they negotiate eth/72, and a
-/// blob tx sent to one is pooled by the other whole, fetched as its body without blobs
+/// eth/72's cells between two moat nodes (Osaka dev chains): they negotiate eth/73
+/// (eth/72 with EIP-8077's senders and nonces), and a blob tx sent to one is pooled by
+/// the other whole, fetched as its body without blobs
 /// (`PooledTransactions`) and its data cells (`GetCells`: 64 cells a blob), then its
 /// sidecar verified once.
 #[test]
@@ -153,7 +154,7 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
         let list = v["result"].as_array()?.clone();
         (!list.is_empty()).then_some(list)
     });
-    assert_eq!(peers[0]["protocols"]["eth"]["version"], 72, "{peers:?}");
+    assert_eq!(peers[0]["protocols"]["eth"]["version"], 73, "{peers:?}");
 
     let signer = signer(1);
     let tx = moat_common::testing::blob_tx_on_chain(
@@ -183,6 +184,78 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
     );
 }
 
+/// The chain id of [`OsakaNode`]'s genesis.
+const OSAKA_CHAIN_ID: u64 = 7_272;
+
+/// A moat node on a post-merge Osaka genesis of its own (`funded` rich), synced by a
+/// forkchoiceUpdated to genesis so it takes peers' txs, for devp2p peers of the test's.
+struct OsakaNode {
+    moat: common::Moat,
+    genesis: moat_common::config::Genesis,
+    enode: moat_p2p::Enode,
+    metrics: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl OsakaNode {
+    fn start(tag: &str, funded: &[alloy_primitives::Address]) -> OsakaNode {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let genesis = moat_harness::genesis::osaka(
+            OSAKA_CHAIN_ID,
+            funded,
+            alloy_primitives::U256::from(10u128.pow(24)),
+            30_000_000,
+            now,
+            b"propagation",
+        );
+        let dir = common::temp_dir(tag);
+        let genesis_path = dir.path().join("genesis.json");
+        std::fs::write(&genesis_path, serde_json::to_string(&genesis).unwrap()).unwrap();
+        let (p2p, metrics) = (free_port(), free_port());
+        let metrics_s = metrics.to_string();
+        let moat = common::Moat::start(
+            &dir.path().join("moat"),
+            &genesis_path,
+            p2p,
+            0x42,
+            &["--metrics", "--metrics.port", &metrics_s],
+            &[],
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(
+            moat.forkchoice(&format!("{}", genesis.header().hash())),
+            "VALID"
+        );
+        let node_key = secp256k1::SecretKey::from_byte_array([0x42; 32]).unwrap();
+        let enode = moat_p2p::Enode {
+            id: moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1)),
+            addr: ([127, 0, 0, 1], p2p).into(),
+        };
+        OsakaNode {
+            moat,
+            genesis,
+            enode,
+            metrics,
+            _dir: dir,
+        }
+    }
+
+    /// A devp2p peer with key `n`, speaking eth/`version` only.
+    async fn peer(&self, n: u8, version: u32) -> moat_p2p::client::Client {
+        moat_p2p::client::Client::connect(
+            &self.enode,
+            secp256k1::SecretKey::from_byte_array([n; 32]).unwrap(),
+            &[version],
+            moat_p2p::eth::Status::at_genesis(&self.genesis, version),
+        )
+        .await
+        .expect("handshake with moat")
+    }
+}
+
 /// eth/72 against devp2p peers of the test's own, on a post-merge Osaka chain: a peer
 /// whose cells fail their proofs is dropped as for a bad sidecar, and the tx comes from
 /// an honest announcer instead (each sidecar verified once); a peer that announced every
@@ -191,58 +264,13 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
 async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_from_another() {
     use moat_common::transaction::SidecarVersion;
     use moat_p2p::client::Client;
-    use moat_p2p::eth::{ALL_CELLS, Announcement, DATA_CELLS, EthMessage, Status};
+    use moat_p2p::eth::{ALL_CELLS, Announcement, DATA_CELLS, EthMessage};
     use std::time::Duration;
-    const CHAIN_ID: u64 = 7_272;
     let wait = Duration::from_secs(20);
     let sender = signer(1);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let genesis = moat_harness::genesis::osaka(
-        CHAIN_ID,
-        &[sender.address()],
-        alloy_primitives::U256::from(10u128.pow(24)),
-        30_000_000,
-        now,
-        b"eth/72",
-    );
-    let dir = common::temp_dir("eth72");
-    let genesis_path = dir.path().join("genesis.json");
-    std::fs::write(&genesis_path, serde_json::to_string(&genesis).unwrap()).unwrap();
-    let (p2p, metrics_port) = (free_port(), free_port());
-    let metrics_s = metrics_port.to_string();
-    let moat = common::Moat::start(
-        &dir.path().join("moat"),
-        &genesis_path,
-        p2p,
-        0x42,
-        &["--metrics", "--metrics.port", &metrics_s],
-        &[],
-        Duration::from_secs(60),
-    );
-    let head = format!("{}", genesis.header().hash());
-    assert_eq!(moat.forkchoice(&head), "VALID");
-    let node_key = secp256k1::SecretKey::from_byte_array([0x42; 32]).unwrap();
-    let enode = moat_p2p::Enode {
-        id: moat_p2p::rlpx::peer_id(&node_key.public_key(secp256k1::SECP256K1)),
-        addr: ([127, 0, 0, 1], p2p).into(),
-    };
-    let status = Status::at_genesis(&genesis, 72);
-    let peer = |n: u8| {
-        let (enode, status) = (enode.clone(), status.clone());
-        async move {
-            Client::connect(
-                &enode,
-                secp256k1::SecretKey::from_byte_array([n; 32]).unwrap(),
-                &[72],
-                status,
-            )
-            .await
-            .expect("eth/72 handshake")
-        }
-    };
+    let net = OsakaNode::start("eth72", &[sender.address()]);
+    let (moat, metrics_port) = (&net.moat, net.metrics);
+    let peer = |n: u8| net.peer(n, 72);
     // Its blobs follow from the nonce.
     let blob_tx = |nonce: u64, blobs: usize| {
         moat_common::testing::blob_tx_on_chain(
@@ -250,7 +278,7 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
             blobs,
             nonce,
             &sender,
-            CHAIN_ID,
+            OSAKA_CHAIN_ID,
             100_000_000_000,
             1_000_000_000,
         )
@@ -263,6 +291,7 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
             sizes: vec![tx.size_without_blobs() as u32],
             hashes: vec![tx.hash()],
             mask: Some(ALL_CELLS),
+            origins: vec![],
         })
     };
     let data_cells =
@@ -359,5 +388,110 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
             &format!(r#"["{}"]"#, next.hash())
         )
         .is_null()
+    );
+}
+
+/// eth/73 (EIP-8077): an announcement names each tx's sender and nonce, so the node
+/// fetches nothing its state already rules out (a used nonce, an empty account), fetches
+/// the rest, and drops a peer whose delivered tx is not the one it announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eth_73_hopeless_announcements_are_not_fetched_and_lies_drop_the_peer() {
+    use moat_common::transaction::PooledTransaction;
+    use moat_p2p::eth::{Announcement, EthMessage};
+    use std::time::Duration;
+    let rich = signer(2);
+    let net = OsakaNode::start("eth73", &[rich.address()]);
+    let mut peer = net.peer(5, 73).await;
+    let mut liar = net.peer(6, 73).await;
+    let tx = |signer: &Signer, nonce: u64| {
+        let (_, raw) = common::signed_transfer(signer, OSAKA_CHAIN_ID, nonce, 1);
+        let bytes = alloy_primitives::hex::decode(raw).unwrap();
+        PooledTransaction::decode_2718(&bytes).unwrap()
+    };
+    let broke = signer(3); // not funded on this chain
+    let good = tx(&rich, 0);
+    let unfunded = tx(&broke, 0);
+    let mut a = Announcement::default();
+    for (t, s) in [(&unfunded, &broke), (&good, &rich)] {
+        a.push_with_origin(
+            2,
+            t.size() as u32,
+            t.hash(),
+            s.address(),
+            t.tx().tx().nonce(),
+        );
+    }
+    peer.send(&EthMessage::NewPooledTransactionHashes(a))
+        .await
+        .unwrap();
+    let (id, asked) = peer
+        .wait_for(Duration::from_secs(20), |m| match m {
+            EthMessage::GetPooledTransactions { request_id, hashes } => {
+                Some((*request_id, hashes.clone()))
+            }
+            _ => None,
+        })
+        .await
+        .expect("the node asks for what can be pooled");
+    assert_eq!(
+        asked,
+        vec![good.hash()],
+        "the unfunded sender's tx is not fetched"
+    );
+    peer.send(&EthMessage::PooledTransactions {
+        request_id: id,
+        txs: vec![good.encoded_2718().into()],
+    })
+    .await
+    .unwrap();
+    wait_for("the good tx pooled", || {
+        net.moat
+            .call(
+                "eth_getTransactionByHash",
+                &format!(r#"["{}"]"#, good.hash()),
+            )
+            .is_object()
+            .then_some(())
+    });
+    assert_eq!(
+        metric(
+            net.metrics,
+            "moat_p2p_announcements_hopeless_total{reason=\"insufficient_funds\"}"
+        ),
+        Some(1.0)
+    );
+    // The next tx announced at another nonce than it carries: a protocol violation.
+    let next = tx(&rich, 1);
+    let mut lie = Announcement::default();
+    lie.push_with_origin(2, next.size() as u32, next.hash(), rich.address(), 2);
+    liar.send(&EthMessage::NewPooledTransactionHashes(lie))
+        .await
+        .unwrap();
+    let id = liar
+        .wait_for(Duration::from_secs(20), |m| match m {
+            EthMessage::GetPooledTransactions { request_id, .. } => Some(*request_id),
+            _ => None,
+        })
+        .await
+        .expect("asked for the tx");
+    liar.send(&EthMessage::PooledTransactions {
+        request_id: id,
+        txs: vec![next.encoded_2718().into()],
+    })
+    .await
+    .unwrap();
+    assert!(
+        liar.wait_disconnect(Duration::from_secs(20))
+            .await
+            .is_some(),
+        "a tx that is not the one announced drops the peer"
+    );
+    assert!(
+        net.moat
+            .call(
+                "eth_getTransactionByHash",
+                &format!(r#"["{}"]"#, next.hash())
+            )
+            .is_null()
     );
 }

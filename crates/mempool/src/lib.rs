@@ -1166,6 +1166,24 @@ impl Pool {
         !self.inner.cfg.private.contains(&tx.sender)
     }
 
+    /// Why a tx announced with its sender and nonce (eth/73, EIP-8077) cannot be pooled,
+    /// judged from the head state alone, before anything is fetched: its nonce is used
+    /// already (`nonce_too_low`), its sender can pay for no gas (`insufficient_funds`:
+    /// a zero balance) or is a contract (`sender_has_code`, EIP-3607). `None` when it may
+    /// be pooled; admission judges the rest once the tx is fetched. One account read.
+    pub fn hopeless(&self, sender: &Address, nonce: u64) -> Option<&'static str> {
+        let account = self.inner.state.account(sender);
+        if nonce < account.nonce {
+            Some("nonce_too_low")
+        } else if account.balance.is_zero() {
+            Some("insufficient_funds")
+        } else if account.code == CodeKind::Contract {
+            Some("sender_has_code")
+        } else {
+            None
+        }
+    }
+
     /// Whether a transaction with this hash is pooled (those being admitted not counted).
     pub fn contains(&self, hash: &B256) -> bool {
         self.inner.pool.lock().contains(hash)

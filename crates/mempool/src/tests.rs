@@ -118,6 +118,34 @@ async fn a_private_senders_txs_are_pooled_but_not_shareable() {
     assert!(pool.get_shareable(&again.hash()).is_none());
 }
 
+/// eth/73's announcements carry sender and nonce: the pool says which cannot be pooled
+/// before anything is fetched.
+#[tokio::test]
+async fn hopeless_announcements_are_told_from_the_head_state() {
+    let (pool, state) = setup();
+    let rich = funded(&state, 60);
+    state.set_nonce(rich.address(), 5);
+    assert_eq!(pool.hopeless(&rich.address(), 4), Some("nonce_too_low"));
+    assert_eq!(pool.hopeless(&rich.address(), 5), None);
+    assert_eq!(
+        pool.hopeless(&rich.address(), 50),
+        None,
+        "a gap is admission's call"
+    );
+    let broke = Signer::from_seed(61).address();
+    assert_eq!(pool.hopeless(&broke, 0), Some("insufficient_funds"));
+    let contract = funded(&state, 62).address();
+    state.set_account(
+        contract,
+        AccountState {
+            nonce: 0,
+            balance: U256::from(RICH),
+            code: CodeKind::Contract,
+        },
+    );
+    assert_eq!(pool.hopeless(&contract, 0), Some("sender_has_code"));
+}
+
 #[tokio::test]
 async fn nonce_gap_queues_and_filling_it_promotes() {
     let (pool, state) = setup();

@@ -418,6 +418,7 @@ async fn deliver(peer: &mut Peer, tx: &StreamTx) -> Result<(), String> {
             sizes: vec![tx.raw.len() as u32],
             hashes: vec![tx.hash],
             mask: None,
+            origins: vec![],
         };
         if peer.serve.insert(tx.hash, tx.raw.clone()).is_none() {
             peer.client

@@ -76,6 +76,7 @@ fn bench(c: &mut Criterion) {
                             Meta {
                                 ty: 2,
                                 size: t.len() as u32,
+                                origin: None,
                             },
                         )
                     }),

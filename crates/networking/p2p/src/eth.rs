@@ -14,7 +14,7 @@
 //! decodes transactions itself (hash before decode), and served headers and bodies go out
 //! as stored.
 
-use alloy_primitives::{B256, Bytes, U256};
+use alloy_primitives::{Address, B256, Bytes, U256};
 use alloy_rlp::Encodable;
 use moat_common::config::ForkId;
 use moat_common::rlp::{self, Fields, RlpError};
@@ -33,8 +33,12 @@ pub const ETH71: u32 = 71;
 /// txs the sender holds, `PooledTransactions` carries blob txs without their blobs, and
 /// the blobs travel as cells (`GetCells`/`Cells`).
 pub const ETH72: u32 = 72;
+/// eth/73 (EIP-8077, draft; the version Nethermind gives it): eth/72 with each
+/// announced tx's sender and nonce, so a peer can leave hopeless txs unfetched. Spoken
+/// only with peers that offer it (moat nodes, Nethermind); go-ethereum stops at eth/72.
+pub const ETH73: u32 = 73;
 /// Versions we speak, best first.
-pub const SUPPORTED_VERSIONS: [u32; 5] = [ETH72, ETH71, ETH70, ETH69, ETH68];
+pub const SUPPORTED_VERSIONS: [u32; 6] = [ETH73, ETH72, ETH71, ETH70, ETH69, ETH68];
 
 /// Status (0x00): the handshake.
 pub const STATUS: u64 = 0x00;
@@ -306,6 +310,9 @@ pub struct Announcement {
     /// eth/72+: the cells the sender holds of every blob tx announced ([`ALL_CELLS`]
     /// when it holds their blobs whole); zero (`None`) in a batch without blob txs.
     pub mask: Option<CellMask>,
+    /// eth/73+ (EIP-8077): per hash, the account whose nonce the tx uses, and that nonce.
+    /// Empty on older versions; on eth/73 as long as the hashes.
+    pub origins: Vec<(Address, u64)>,
 }
 
 impl Announcement {
@@ -324,6 +331,27 @@ impl Announcement {
         self.types.push(ty);
         self.sizes.push(size);
         self.hashes.push(hash);
+    }
+
+    /// Appends one transaction with its sender and nonce (eth/73's fields).
+    pub fn push_with_origin(&mut self, ty: u8, size: u32, hash: B256, sender: Address, nonce: u64) {
+        self.push(ty, size, hash);
+        self.origins.push((sender, nonce));
+    }
+
+    /// The entries `range` (a message's worth), the mask and origins kept with them.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Announcement {
+        Announcement {
+            types: self.types[range.clone()].to_vec(),
+            sizes: self.sizes[range.clone()].to_vec(),
+            hashes: self.hashes[range.clone()].to_vec(),
+            mask: self.mask,
+            origins: if self.origins.len() == self.hashes.len() {
+                self.origins[range].to_vec()
+            } else {
+                Vec::new()
+            },
+        }
     }
 }
 
@@ -536,6 +564,18 @@ impl EthMessage {
                 if version >= ETH72 {
                     a.mask.unwrap_or([0; 16]).as_slice().encode(&mut p);
                 }
+                if version >= ETH73 {
+                    // Announcing without origins is a bug of ours: zeros would be lies.
+                    debug_assert_eq!(a.origins.len(), a.hashes.len());
+                    let mut senders = Vec::with_capacity(a.origins.len() * 21);
+                    let mut nonces = Vec::with_capacity(a.origins.len() * 9);
+                    for (sender, nonce) in &a.origins {
+                        sender.encode(&mut senders);
+                        nonce.encode(&mut nonces);
+                    }
+                    rlp::encode_list_payload(&senders, &mut p);
+                    rlp::encode_list_payload(&nonces, &mut p);
+                }
             }
             EthMessage::GetCells {
                 request_id,
@@ -718,11 +758,28 @@ impl EthMessage {
                     } else {
                         None
                     };
+                    let mut origins = Vec::new();
+                    if version >= ETH73 {
+                        let mut senders = f.list("announced senders")?;
+                        let mut nonces = f.list("announced nonces")?;
+                        while !senders.is_empty() {
+                            let sender = Address::from(senders.fixed::<20>("announced sender")?);
+                            if nonces.is_empty() {
+                                return Err(RlpError::OutOfRange("announced nonces"));
+                            }
+                            origins.push((sender, nonces.u64("announced nonce")?));
+                        }
+                        nonces.finish()?;
+                        if origins.len() != hashes.len() {
+                            return Err(RlpError::OutOfRange("announced senders"));
+                        }
+                    }
                     EthMessage::NewPooledTransactionHashes(Announcement {
                         types,
                         sizes,
                         hashes,
                         mask,
+                        origins,
                     })
                 }
                 GET_POOLED_TRANSACTIONS => EthMessage::GetPooledTransactions {
@@ -930,6 +987,7 @@ mod tests {
                 sizes: vec![100, 131_000],
                 hashes: vec![B256::repeat_byte(3), B256::repeat_byte(4)],
                 mask: None,
+                origins: vec![],
             }),
             68,
         );
@@ -1038,7 +1096,55 @@ mod tests {
         assert_eq!(older, EthMessage::NewPooledTransactionHashes(a.clone()));
         round_trip(EthMessage::NewPooledTransactionHashes(a), 72);
         assert_eq!(protocol_length(72), 22);
-        assert_eq!(SUPPORTED_VERSIONS[0], ETH72);
+        assert_eq!(SUPPORTED_VERSIONS[..2], [ETH73, ETH72]);
+        assert_eq!(protocol_length(73), 22);
+    }
+
+    #[test]
+    fn eth_73_announcements_carry_each_txs_sender_and_nonce() {
+        let mut a = Announcement::default();
+        a.push_with_origin(2, 110, B256::repeat_byte(1), Address::repeat_byte(7), 3);
+        a.push_with_origin(3, 900, B256::repeat_byte(2), Address::repeat_byte(8), 0);
+        a.mask = Some(ALL_CELLS);
+        let msg = EthMessage::NewPooledTransactionHashes(a.clone());
+        round_trip(msg.clone(), 73);
+        // Nethermind's layout: [types, [sizes], [hashes], mask, [senders], [nonces]].
+        let enc = msg.encode(73);
+        let mut f = rlp::list(&mut &enc[..], "t").unwrap();
+        f.bytes("types").unwrap();
+        f.list("sizes").unwrap();
+        f.list("hashes").unwrap();
+        assert_eq!(f.fixed::<16>("mask").unwrap(), ALL_CELLS);
+        let mut senders = f.list("senders").unwrap();
+        assert_eq!(senders.fixed::<20>("s").unwrap(), [7u8; 20]);
+        // eth/72 drops the origins; a message whose lists disagree is refused.
+        let older = EthMessage::decode(NEW_POOLED_TRANSACTION_HASHES, 72, &msg.encode(72)).unwrap();
+        let EthMessage::NewPooledTransactionHashes(older) = older else {
+            panic!("an announcement")
+        };
+        assert!(older.origins.is_empty());
+        let mut short = a.clone();
+        short.origins.pop();
+        let mut body = Vec::new();
+        short.types.as_slice().encode(&mut body);
+        short.sizes.encode(&mut body);
+        hashes(&short.hashes, &mut body);
+        ALL_CELLS.as_slice().encode(&mut body);
+        let mut s = Vec::new();
+        let mut n = Vec::new();
+        for (a, b) in &short.origins {
+            a.encode(&mut s);
+            b.encode(&mut n);
+        }
+        rlp::encode_list_payload(&s, &mut body);
+        rlp::encode_list_payload(&n, &mut body);
+        let mut framed = Vec::new();
+        rlp::encode_list_payload(&body, &mut framed);
+        assert!(EthMessage::decode(NEW_POOLED_TRANSACTION_HASHES, 73, &framed).is_err());
+        // Slicing keeps the origins with their hashes.
+        let one = a.slice(1..2);
+        assert_eq!(one.origins, vec![(Address::repeat_byte(8), 0)]);
+        assert_eq!(one.mask, Some(ALL_CELLS));
     }
 
     #[test]

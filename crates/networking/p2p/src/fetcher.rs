@@ -29,7 +29,7 @@
 //! State is plain data with no I/O; the network drives it under one mutex.
 
 use crate::rlpx::PeerId;
-use alloy_primitives::B256;
+use alloy_primitives::{Address, B256};
 use moat_mempool::budget::Subnet;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -71,6 +71,8 @@ pub struct Meta {
     pub ty: u8,
     /// The announced encoded size, in bytes.
     pub size: u32,
+    /// eth/73 (EIP-8077): the announced sender and nonce, checked on delivery.
+    pub origin: Option<(Address, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -503,6 +505,17 @@ impl Fetcher {
         Ok(())
     }
 
+    /// What `peer` announced of `hash`'s sender and nonce (eth/73), if it did.
+    pub fn announced_origin(&self, peer: PeerId, hash: &B256) -> Option<(Address, u64)> {
+        self.hashes
+            .get(hash)?
+            .announcers
+            .iter()
+            .find(|(p, _)| *p == peer)?
+            .1
+            .origin
+    }
+
     /// Admission decided `hash` (pooled, or refused for a reason that is not the
     /// delivering peer's fault): forget it.
     pub fn settled(&mut self, hash: &B256) {
@@ -618,7 +631,11 @@ mod tests {
         B256::from(b)
     }
     fn meta(size: u32) -> Meta {
-        Meta { ty: 2, size }
+        Meta {
+            ty: 2,
+            size,
+            origin: None,
+        }
     }
 
     #[test]
@@ -694,6 +711,7 @@ mod tests {
                         Meta {
                             ty: 3,
                             size: 100_000,
+                            origin: None,
                         },
                     ),
                 ],
@@ -746,8 +764,28 @@ mod tests {
         let (bad, good) = (peer(1), peer(2));
         let mut f = Fetcher::new(FetcherConfig::default());
         let now = Instant::now();
-        f.announce(bad, [(h(1), Meta { ty: 3, size: 1000 })]);
-        f.announce(good, [(h(1), Meta { ty: 3, size: 1000 })]);
+        f.announce(
+            bad,
+            [(
+                h(1),
+                Meta {
+                    ty: 3,
+                    size: 1000,
+                    origin: None,
+                },
+            )],
+        );
+        f.announce(
+            good,
+            [(
+                h(1),
+                Meta {
+                    ty: 3,
+                    size: 1000,
+                    origin: None,
+                },
+            )],
+        );
         let reqs = f.schedule(now);
         assert_eq!(reqs.len(), 1, "one peer is asked at a time");
         let first = reqs[0].peer;

@@ -57,6 +57,7 @@ fn samples() -> Vec<EthMessage> {
             sizes: vec![120, 131_000],
             hashes: hashes.clone(),
             mask: None,
+            origins: vec![],
         }),
         EthMessage::GetPooledTransactions {
             request_id: 2,

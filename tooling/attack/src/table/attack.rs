@@ -49,6 +49,7 @@ pub(crate) async fn blob_round(c: &mut Client, set: &BlobSet, i: usize, stats: &
         sizes: vec![set.sizes[i]],
         hashes: vec![set.hashes[i]],
         mask: None,
+        origins: vec![],
     };
     if c.send(&EthMessage::NewPooledTransactionHashes(ann))
         .await
@@ -230,6 +231,7 @@ pub(crate) async fn attack(ctx: AttackCtx) {
                     sizes: vec![110; hashes.len()],
                     hashes,
                     mask: None,
+                    origins: vec![],
                 })
             }
             Scenario::RpcFlood | Scenario::BlobV0 | Scenario::BlobV1 | Scenario::Invalidation => {

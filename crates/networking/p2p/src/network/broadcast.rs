@@ -18,6 +18,16 @@ const MAX_ANNOUNCE: usize = 4096;
 /// A `Transactions` message we send stops growing past this many bytes.
 const MAX_TXS_MESSAGE: usize = 100 * 1024;
 
+/// Appends `tx` to an announcement for `peer`, with its sender and nonce on eth/73.
+fn push(ann: &mut Announcement, peer: &Peer, tx: &moat_mempool::PoolTx, size: u32) {
+    let ty = tx.tx.tx_type() as u8;
+    if peer.framing.version >= crate::eth::ETH73 {
+        ann.push_with_origin(ty, size, tx.hash(), tx.sender, tx.nonce());
+    } else {
+        ann.push(ty, size, tx.hash());
+    }
+}
+
 impl Network {
     pub(super) fn announce_pool_to(&self, peer: &Arc<Peer>) {
         // One look at the pool (one lock), not three per transaction: a peer that
@@ -33,7 +43,7 @@ impl Network {
             {
                 continue;
             }
-            ann.push(tx.tx.tx_type() as u8, tx.size() as u32, tx.hash());
+            push(&mut ann, peer, tx, tx.size() as u32);
             if ann.len() >= MAX_ANNOUNCE {
                 self.announce_new(peer, std::mem::take(&mut ann));
             }
@@ -133,15 +143,12 @@ impl Network {
                         // eth/72 peers take cell-proof sidecars only, announced with
                         // every cell and sized without the blobs.
                         if tx.tx.sidecar().map(|s| s.version) == Some(SidecarVersion::V1) {
-                            anns[i].push(
-                                tx.tx.tx_type() as u8,
-                                tx.tx.size_without_blobs() as u32,
-                                *hash,
-                            );
+                            let size = tx.tx.size_without_blobs() as u32;
+                            push(&mut anns[i], p, &tx, size);
                             anns[i].mask = Some(super::cells::OUR_MASK);
                         }
                     }
-                    _ => anns[i].push(tx.tx.tx_type() as u8, tx.size() as u32, *hash),
+                    _ => push(&mut anns[i], p, &tx, tx.size() as u32),
                 }
             }
         }
@@ -162,15 +169,7 @@ impl Network {
             let ann = std::mem::take(&mut anns[i]);
             for chunk in 0..ann.len().div_ceil(MAX_ANNOUNCE) {
                 let r = chunk * MAX_ANNOUNCE..((chunk + 1) * MAX_ANNOUNCE).min(ann.len());
-                self.send_or_count(
-                    p,
-                    EthMessage::NewPooledTransactionHashes(Announcement {
-                        types: ann.types[r.clone()].to_vec(),
-                        sizes: ann.sizes[r.clone()].to_vec(),
-                        hashes: ann.hashes[r].to_vec(),
-                        mask: ann.mask,
-                    }),
-                );
+                self.send_or_count(p, EthMessage::NewPooledTransactionHashes(ann.slice(r)));
             }
         }
     }

@@ -137,19 +137,35 @@ impl Network {
             || a.mask
                 .is_some_and(|m| crate::eth::mask_covers(&m, &crate::eth::DATA_CELLS));
         let mut entries = Vec::with_capacity(a.len());
-        for ((hash, ty), size) in a.hashes.iter().zip(&a.types).zip(&a.sizes) {
+        let with_origins = peer.framing.version >= crate::eth::ETH73;
+        for (i, ((hash, ty), size)) in a.hashes.iter().zip(&a.types).zip(&a.sizes).enumerate() {
             if *ty == TxType::Eip4844 as u8 && !blobs_fetchable {
                 continue;
             }
-            if !pool.is_known_or_importing(hash) {
-                entries.push((
-                    *hash,
-                    Meta {
-                        ty: *ty,
-                        size: *size,
-                    },
-                ));
+            if pool.is_known_or_importing(hash) {
+                continue;
             }
+            // eth/73: a tx its sender's state rules out is not fetched at all.
+            let origin = if with_origins {
+                a.origins.get(i).copied()
+            } else {
+                None
+            };
+            if let Some((sender, nonce)) = origin
+                && let Some(why) = pool.hopeless(&sender, nonce)
+            {
+                metrics::counter!("moat_p2p_announcements_hopeless_total", "reason" => why)
+                    .increment(1);
+                continue;
+            }
+            entries.push((
+                *hash,
+                Meta {
+                    ty: *ty,
+                    size: *size,
+                    origin,
+                },
+            ));
         }
         let requests = {
             let mut f = self.inner.fetcher.lock();
@@ -236,6 +252,16 @@ impl Network {
                 return;
             }
         }
+        // eth/73: each tx must be from the sender and at the nonce announced (EIP-8077:
+        // a mismatch is a protocol violation). The sender found here is cached for
+        // admission, which would recover it anyway.
+        if peer.framing.version >= crate::eth::ETH73
+            && let Err(why) = self.check_origins(peer, &inputs)
+        {
+            self.fault(peer, "announcement mismatch", &why);
+            self.reschedule();
+            return;
+        }
         // Blob sidecars get their structural checks here, before the pool's dedup and
         // KZG: a malformed or mismatched sidecar costs the peer its connection.
         let rules = self.blob_rules();
@@ -308,6 +334,46 @@ impl Network {
             self.fetch_cells(peer, bodies);
         }
         self.spawn_admission(peer, admit, true).await;
+    }
+
+    /// Delivered txs against the sender and nonce `peer` announced for them (eth/73).
+    fn check_origins(&self, peer: &Peer, inputs: &[(B256, Bytes)]) -> Result<(), String> {
+        let pool = &self.inner.pool;
+        for (hash, env) in inputs {
+            let announced = self
+                .inner
+                .fetcher
+                .lock()
+                .announced_origin(peer.info.id, hash);
+            let Some((sender, nonce)) = announced else {
+                continue;
+            };
+            // Undecodable or unsigned txs are admission's to judge (and cost the peer).
+            let Ok(tx) = PooledTransaction::decode_2718(env) else {
+                continue;
+            };
+            let signed = tx.tx();
+            if signed.tx().nonce() != nonce {
+                return Err(format!(
+                    "tx {hash} has nonce {}, announced {nonce}",
+                    signed.tx().nonce()
+                ));
+            }
+            let found = match pool.sender_cache().get(hash) {
+                Some(s) => s,
+                None => {
+                    let Ok(s) = signed.recover_sender() else {
+                        continue;
+                    };
+                    pool.sender_cache().insert(*hash, s);
+                    s
+                }
+            };
+            if found != sender {
+                return Err(format!("tx {hash} is from {found}, announced {sender}"));
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn blob_rules(&self) -> Option<BlobRules> {
