@@ -8,7 +8,14 @@
 //!
 //! ```text
 //! cargo run --release -p moat-gossip-load -- --txs 20000 --senders 2000
+//! cargo run --release -p moat-gossip-load -- --announce --txs 20000 --spam-percent 50
 //! ```
+//!
+//! `--announce`: the peer announces instead (`NewPooledTransactionHashes`) and serves what
+//! the node asks for, `--spam-percent` of the txs from unfunded fresh keys (a spamming
+//! peer); run once on eth/72 and once on eth/73 (EIP-8077: sender and nonce in the
+//! announcement), each on a fresh node. Prints per version the txs and bytes the node
+//! fetched, its sender recoveries, the process CPU, and what was pooled.
 
 use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
 use clap::Parser;
@@ -43,6 +50,12 @@ struct Args {
     /// peers too [default: the node's, an eighth of the machine per peer].
     #[arg(long)]
     peer_cpu: Option<u64>,
+    /// Announce the txs and serve them when asked, on eth/72 then eth/73.
+    #[arg(long)]
+    announce: bool,
+    /// With `--announce`: percent of the txs from unfunded fresh keys.
+    #[arg(long, default_value_t = 50)]
+    spam_percent: usize,
 }
 
 const CHAIN_ID: u64 = 7_777;
@@ -87,13 +100,9 @@ fn cpu_seconds() -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-#[tokio::main]
-async fn main() {
-    let args = Args::parse();
-    let senders: Vec<Signer> = (0..args.senders as u64)
-        .map(|i| Signer::from_seed(1_000 + i))
-        .collect();
-    let genesis = genesis(&senders);
+/// An in-process node: chain with `senders` funded, pool, devp2p on loopback.
+async fn node(args: &Args, senders: &[Signer]) -> (Pool, Network, Enode) {
+    let genesis = genesis(senders);
     let store = Store::in_memory();
     let chain = Chain::init(store.clone(), &genesis).expect("genesis");
     let config = chain.config().clone();
@@ -122,6 +131,37 @@ async fn main() {
         id: net.local_id(),
         addr: net.listen_addr().expect("listening"),
     };
+    (pool, net, enode)
+}
+
+/// A transfer of `signer` at `nonce`, as 2718 bytes with its hash.
+fn transfer(signer: &Signer, nonce: u64) -> (B256, Bytes) {
+    let tx = Transaction::Eip1559(Eip1559Tx {
+        chain_id: CHAIN_ID,
+        nonce,
+        max_priority_fee_per_gas: 1_000_000_000,
+        max_fee_per_gas: 3_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(0x55)),
+        value: U256::from(1),
+        input: Bytes::new(),
+        access_list: vec![],
+    });
+    let signed = SignedTransaction::sign(tx, signer);
+    (signed.hash(), Bytes::from(signed.encoded_2718()))
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let senders: Vec<Signer> = (0..args.senders as u64)
+        .map(|i| Signer::from_seed(1_000 + i))
+        .collect();
+    if args.announce {
+        announce(&args, &senders).await;
+        return;
+    }
+    let (pool, net, enode) = node(&args, &senders).await;
 
     eprintln!(
         "signing {} transfers from {} senders…",
@@ -134,18 +174,7 @@ async fn main() {
             if txs.len() == args.txs {
                 break 'outer;
             }
-            let tx = Transaction::Eip1559(Eip1559Tx {
-                chain_id: CHAIN_ID,
-                nonce,
-                max_priority_fee_per_gas: 1_000_000_000,
-                max_fee_per_gas: 3_000_000_000,
-                gas_limit: 21_000,
-                to: TxKind::Call(Address::repeat_byte(0x55)),
-                value: U256::from(1),
-                input: Bytes::new(),
-                access_list: vec![],
-            });
-            txs.push(Bytes::from(SignedTransaction::sign(tx, s).encoded_2718()));
+            txs.push(transfer(s, nonce).1);
         }
     }
 
@@ -192,4 +221,103 @@ async fn main() {
         m.get(Counter::sender_recoveries),
         m.get(Counter::sender_cache_hits)
     );
+}
+
+/// One tx the spamming peer announces: hash, bytes, sender, nonce.
+struct Announced {
+    hash: B256,
+    raw: Bytes,
+    sender: Address,
+    nonce: u64,
+}
+
+/// `--announce`: the same stream announced on eth/72, then on eth/73, each to a fresh node.
+async fn announce(args: &Args, senders: &[Signer]) {
+    let spam = args.txs * args.spam_percent.min(100) / 100;
+    let valid = args.txs - spam;
+    eprintln!("signing {valid} transfers of funded senders and {spam} of unfunded ones…");
+    let mut stream = Vec::with_capacity(args.txs);
+    for i in 0..args.txs {
+        // Spam interleaved with the valid txs, each spam tx from a key of its own.
+        let spam_slot = (i + 1) * spam / args.txs > i * spam / args.txs;
+        let (signer, nonce) = if spam_slot {
+            (Signer::from_seed(5_000_000 + i as u64), 0)
+        } else {
+            let s = &senders[i % senders.len()];
+            (s.clone(), (i / senders.len()) as u64)
+        };
+        let (hash, raw) = transfer(&signer, nonce);
+        stream.push(Announced {
+            hash,
+            raw,
+            sender: signer.address(),
+            nonce,
+        });
+    }
+    println!(
+        "{:<7} {:>9} {:>12} {:>11} {:>10} {:>8}",
+        "version", "fetched", "bytes", "pool ECDSA", "CPU (s)", "pooled"
+    );
+    for version in [72u32, 73] {
+        let (pool, net, enode) = node(args, senders).await;
+        let peer_key = secp256k1::SecretKey::from_byte_array([0x22; 32]).expect("key");
+        let mut client = Client::connect(&enode, peer_key, &[version], net.status_for(version))
+            .await
+            .expect("handshake");
+        let index: std::collections::HashMap<B256, usize> = stream
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.hash, i))
+            .collect();
+        let cpu0 = cpu_seconds();
+        for chunk in stream.chunks(256) {
+            let mut a = moat_p2p::eth::Announcement::default();
+            for t in chunk {
+                if version >= 73 {
+                    a.push_with_origin(2, t.raw.len() as u32, t.hash, t.sender, t.nonce);
+                } else {
+                    a.push(2, t.raw.len() as u32, t.hash);
+                }
+            }
+            client
+                .send(&EthMessage::NewPooledTransactionHashes(a))
+                .await
+                .expect("send");
+        }
+        let (mut fetched, mut bytes) = (0usize, 0usize);
+        loop {
+            match client.recv(Duration::from_secs(2)).await {
+                Ok(Some(moat_p2p::session::Incoming::Eth(EthMessage::GetPooledTransactions {
+                    request_id,
+                    hashes,
+                }))) => {
+                    let txs: Vec<Bytes> = hashes
+                        .iter()
+                        .filter_map(|h| index.get(h))
+                        .map(|&i| stream[i].raw.clone())
+                        .collect();
+                    fetched += txs.len();
+                    bytes += txs.iter().map(|t| t.len()).sum::<usize>();
+                    client
+                        .send(&EthMessage::PooledTransactions { request_id, txs })
+                        .await
+                        .expect("reply");
+                }
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+        // The replies' admission done: the pool holds every valid tx or stopped moving.
+        let mut last = usize::MAX;
+        while pool.len() != last {
+            last = pool.len();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let cpu = cpu_seconds().zip(cpu0).map_or(f64::NAN, |(b, a)| b - a);
+        println!(
+            "eth/{version:<3} {fetched:>9} {bytes:>12} {:>11} {cpu:>10.3} {:>8}",
+            pool.metrics().get(Counter::sender_recoveries),
+            pool.len()
+        );
+    }
 }
