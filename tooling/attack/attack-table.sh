@@ -8,7 +8,7 @@
 # GETH_AUTH_PORT for geth).
 # MOAT_FLAGS: more flags for every moat node (e.g. --txpool.nolanes).
 # PEER_SENDERS (default 32): the dev-mode honest peer's senders (funded first). blob-v1
-# runs on a second moat dev node with Osaka active (--dev.osaka).
+# and cells (eth/72) run on a second moat dev node with Osaka active (--dev.osaka).
 # With GETH, the gossip form also runs on both nodes over the ethtest chain, a fresh node
 # per row (ETHTEST_ONLY=1: only that part).
 set -eu
@@ -23,14 +23,15 @@ GETH_P2P_PORT=${GETH_P2P_PORT:-37392}
 GETH_HTTP_PORT=${GETH_HTTP_PORT:-37595}
 GETH_AUTH_PORT=${GETH_AUTH_PORT:-37596}
 PEER_SENDERS=${PEER_SENDERS:-32}
-SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,blob-v0,rpc-flood,announce,invalidation,blob-v1}
+SCEN=${SCENARIOS:-fresh-keys,cache-churn,repeat,blob-v0,rpc-flood,announce,invalidation,blob-v1,cells}
 # Dev keys 2-3 fund the blob spammers (blob txs must pass the balance check to reach KZG),
 # dev key 4 the invalidation storm's senders.
 BLOBKEYS=0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a,0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6
 STORMKEY=0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a
-# Prague takes version-0 sidecars only, Osaka version-1 only: blob-v1 gets its own node.
-SCEN_MAIN=$(echo "$SCEN" | tr ',' '\n' | grep -v '^blob-v1$' | paste -sd, -)
-SCEN_OSAKA=$(echo "$SCEN" | tr ',' '\n' | grep '^blob-v1$' || true)
+# Prague takes version-0 sidecars only, Osaka version-1 only: blob-v1 and cells (eth/72's
+# bodies and cells, version 1 only) get their own node.
+SCEN_MAIN=$(echo "$SCEN" | tr ',' '\n' | grep -v '^blob-v1$\|^cells$' | paste -sd, -)
+SCEN_OSAKA=$(echo "$SCEN" | tr ',' '\n' | grep '^blob-v1$\|^cells$' | paste -sd, - || true)
 # WORKDIR: where the nodes' datadirs go (default /tmp; /dev/shm takes the disk's fsync
 # latency out of the honest RPC calls, which return once the tx is journaled).
 DIR=$(mktemp -d "${WORKDIR:-/tmp}/moat-attack-table.XXXXXX")
@@ -109,7 +110,7 @@ if [ -n "${GETH:-}" ]; then
     # honest senders' unmined txs of earlier rows would otherwise fill pending past half,
     # where a sender's run stops growing past its slots and the honest peer is refused.
     T=${ETHTEST:-../shared/testdata/ethtest}
-    SCEN_GOSSIP=$(echo "$SCEN" | tr ',' '\n' | grep -v '^invalidation$\|^blob-v1$' | paste -sd, -)
+    SCEN_GOSSIP=$(echo "$SCEN" | tr ',' '\n' | grep -v '^invalidation$\|^blob-v1$\|^cells$' | paste -sd, -)
     KEYS=$(sed -n 's/.*"key": *"\(0x[0-9a-f]*\)".*/\1/p' "$T/accounts.json" | head -4)
     K1=$(echo "$KEYS" | sed -n 1p); K2=$(echo "$KEYS" | sed -n 2p)
     K34=$(echo "$KEYS" | sed -n 3,4p | paste -sd, -)

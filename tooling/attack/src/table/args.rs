@@ -16,6 +16,8 @@ pub(crate) enum Scenario {
     Announce,
     BlobV0,
     BlobV1,
+    /// Blob spam over eth/72: bodies without blobs, then data cells that fail the proofs.
+    Cells,
     Invalidation,
 }
 
@@ -29,6 +31,7 @@ impl Scenario {
             Scenario::Announce => "6 announcement flood",
             Scenario::BlobV0 => "4 blob spam (v0 proofs)",
             Scenario::BlobV1 => "4 blob spam (v1 cell proofs)",
+            Scenario::Cells => "4 blob spam (eth/72 bad cells)",
             Scenario::Invalidation => "5 invalidation storm",
         }
     }
@@ -37,7 +40,7 @@ impl Scenario {
     pub(crate) fn blob_version(self) -> Option<SidecarVersion> {
         match self {
             Scenario::BlobV0 => Some(SidecarVersion::V0),
-            Scenario::BlobV1 => Some(SidecarVersion::V1),
+            Scenario::BlobV1 | Scenario::Cells => Some(SidecarVersion::V1),
             Scenario::FreshKeys
             | Scenario::CacheChurn
             | Scenario::Repeat
@@ -55,6 +58,7 @@ impl Scenario {
             | Scenario::Announce
             | Scenario::BlobV0
             | Scenario::BlobV1
+            | Scenario::Cells
             | Scenario::Invalidation => true,
             Scenario::RpcFlood => false,
         }

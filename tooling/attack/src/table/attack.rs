@@ -99,6 +99,69 @@ pub(crate) async fn blob_round(c: &mut Client, set: &BlobSet, i: usize, stats: &
     }
 }
 
+/// [`blob_round`] over eth/72: the tx announced with every cell, its body served without
+/// blobs, then its data cells (which fail the proofs) when the node asks for them.
+pub(crate) async fn cells_round(
+    c: &mut Client,
+    set: &BlobSet,
+    i: usize,
+    stats: &BlobStats,
+) -> bool {
+    let ann = Announcement {
+        types: vec![3],
+        sizes: vec![set.body_sizes[i]],
+        hashes: vec![set.hashes[i]],
+        mask: Some(moat_p2p::eth::ALL_CELLS),
+        origins: vec![],
+    };
+    if c.send(&EthMessage::NewPooledTransactionHashes(ann))
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    loop {
+        let sent = match c.recv(Duration::from_millis(500)).await {
+            Ok(Some(Incoming::Eth(EthMessage::GetPooledTransactions { request_id, hashes }))) => {
+                let txs: Vec<Bytes> = hashes
+                    .iter()
+                    .filter_map(|h| set.index.get(h))
+                    .map(|&k| set.bodies[k].clone())
+                    .collect();
+                c.send(&EthMessage::PooledTransactions { request_id, txs })
+                    .await
+            }
+            Ok(Some(Incoming::Eth(EthMessage::GetCells {
+                request_id,
+                hashes,
+                mask,
+            }))) => {
+                let known: Vec<(B256, usize)> = hashes
+                    .iter()
+                    .filter_map(|h| set.index.get(h).map(|&k| (*h, k)))
+                    .collect();
+                stats
+                    .deliveries
+                    .fetch_add(known.len() as u64, Ordering::Relaxed);
+                stats.unique.lock().extend(known.iter().map(|(h, _)| *h));
+                c.send(&EthMessage::Cells {
+                    request_id,
+                    hashes: known.iter().map(|(h, _)| *h).collect(),
+                    cells: known.iter().map(|(_, k)| set.cells[*k].clone()).collect(),
+                    mask,
+                })
+                .await
+            }
+            Ok(Some(Incoming::Disconnect(_))) | Err(_) => return false,
+            Ok(None) => return true,
+            Ok(Some(_)) => Ok(()),
+        };
+        if sent.is_err() {
+            return false;
+        }
+    }
+}
+
 /// One attacker's loop until `stop`: connect (again, with a new key, when dropped) and
 /// send the scenario's messages as fast as the node takes them.
 pub(crate) async fn attack(ctx: AttackCtx) {
@@ -133,9 +196,13 @@ pub(crate) async fn attack(ctx: AttackCtx) {
         }
         return;
     }
-    let (Some(target), Some(status)) = (target, status) else {
+    let (Some(target), Some(mut status)) = (target, status) else {
         return;
     };
+    if s == Scenario::Cells {
+        // Cells travel on eth/72.
+        status.version = moat_p2p::eth::ETH72;
+    }
     let mut seed = 0x5eed_0000_0000 + ((index as u64) << 20);
     let mut client = None;
     let mut next_fresh = 0usize;
@@ -199,7 +266,12 @@ pub(crate) async fn attack(ctx: AttackCtx) {
             };
             let i = next_fresh % set.envs.len().max(1);
             next_fresh += 1;
-            if !blob_round(c, set, i, &blob_stats).await {
+            let kept = if s == Scenario::Cells {
+                cells_round(c, set, i, &blob_stats).await
+            } else {
+                blob_round(c, set, i, &blob_stats).await
+            };
+            if !kept {
                 client = None;
                 reconnects.fetch_add(1, Ordering::Relaxed);
             }
@@ -234,7 +306,11 @@ pub(crate) async fn attack(ctx: AttackCtx) {
                     origins: vec![],
                 })
             }
-            Scenario::RpcFlood | Scenario::BlobV0 | Scenario::BlobV1 | Scenario::Invalidation => {
+            Scenario::RpcFlood
+            | Scenario::BlobV0
+            | Scenario::BlobV1
+            | Scenario::Cells
+            | Scenario::Invalidation => {
                 return;
             }
         };

@@ -40,6 +40,9 @@
 //!   through 16 such txs, reconnecting with a new identity from a new /24 whenever it is
 //!   dropped (127.(1+i).k.1: a botnet, which per-/24 history cannot stop). With
 //!   `--metrics` the node's KZG checks are counted against the unique txs delivered;
+//! - `cells` (4, eth/72): the `blob-v1` txs over eth/72: announced with every cell, the
+//!   body served without blobs, then, when the node asks, data cells that fail the
+//!   sidecar's proofs (the same botnet reconnection);
 //! - `invalidation` (5): 2,000 fresh senders (`--storm-senders`) are funded by RPC from
 //!   `--storm-key`, each for exactly two transfers, and mined; then the attackers gossip
 //!   four transfers of each sender (8,000 txs, 1 gwei tip). The node's blocks (dev mode,

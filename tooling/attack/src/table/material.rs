@@ -54,6 +54,11 @@ pub(crate) struct BlobSet {
     pub(crate) hashes: Vec<B256>,
     pub(crate) sizes: Vec<u32>,
     pub(crate) index: HashMap<B256, usize>,
+    /// Version 1: per tx, its body without blobs (eth/72's `PooledTransactions` form),
+    /// that body's size, and its blobs' data cells (which fail the sidecar's proofs).
+    pub(crate) bodies: Vec<Bytes>,
+    pub(crate) body_sizes: Vec<u32>,
+    pub(crate) cells: Vec<Vec<Bytes>>,
 }
 
 /// Distinct blob txs per attacker; the attackers cycle through them, so most deliveries
@@ -85,6 +90,9 @@ pub(crate) fn blob_sets(
             hashes: Vec::new(),
             sizes: Vec::new(),
             index: HashMap::new(),
+            bodies: Vec::new(),
+            body_sizes: Vec::new(),
+            cells: Vec::new(),
         };
         for j in 0..BLOB_TXS_PER_ATTACKER {
             let tx = Transaction::Eip4844(Eip4844Tx {
@@ -111,6 +119,18 @@ pub(crate) fn blob_sets(
                     &env,
                 )));
             set.envs.push(env);
+            if version == SidecarVersion::V1 {
+                let body: Bytes = pooled.encoded_2718_without_blobs().into();
+                set.body_sizes.push(body.len() as u32);
+                set.bodies.push(body);
+                let data: Vec<usize> = (0..moat_crypto::kzg::DATA_CELLS).collect();
+                let cells = (0..bundle.blobs.len())
+                    .filter_map(|b| bundle.cells(b, &data))
+                    .flatten()
+                    .map(|c| Bytes::copy_from_slice(&c))
+                    .collect();
+                set.cells.push(cells);
+            }
         }
         sets.push(set);
     }
