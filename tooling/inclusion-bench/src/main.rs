@@ -154,6 +154,8 @@ fn stream(args: &Args) -> (Vec<Signer>, Vec<Arrival>) {
 /// What one run measured.
 #[derive(Debug, Default)]
 struct Outcome {
+    /// Per censored tx counted: the blocks it waited (to the run's end if never mined).
+    censored_waits: Vec<u64>,
     censored: (usize, usize, u64),
     others: (usize, usize, u64),
     list_txs: usize,
@@ -191,6 +193,7 @@ fn run(args: &Args, signers: &[Signer], arrivals: &[Arrival], rule: Rule) -> Out
         .collect();
     let mut rng = Rng(args.seed ^ 0x5eed);
     let mut out = Outcome::default();
+    let mut mined_at: HashMap<B256, u64> = HashMap::new();
     let mut next = 0;
     for block in 0..args.blocks {
         block_on(async {
@@ -278,6 +281,9 @@ fn run(args: &Args, signers: &[Signer], arrivals: &[Arrival], rule: Rule) -> Out
                 };
                 o.0 += 1;
                 o.2 += block - at;
+                if *c {
+                    mined_at.insert(*h, block - at);
+                }
             }
         }
         // Apply the block and let the pool follow it.
@@ -311,6 +317,15 @@ fn run(args: &Args, signers: &[Signer], arrivals: &[Arrival], rule: Rule) -> Out
     }
     // Txs that arrived in the last blocks had no time to be mined: left out of the shares.
     let settled = args.blocks.saturating_sub(SETTLE);
+    for a in arrivals.iter().filter(|a| a.block < settled && a.censored) {
+        out.censored_waits.push(
+            mined_at
+                .get(&a.hash)
+                .copied()
+                .unwrap_or(args.blocks - a.block),
+        );
+    }
+    out.censored_waits.sort_unstable();
     for a in arrivals.iter().filter(|a| a.block < settled) {
         if a.censored {
             out.censored.1 += 1;
@@ -393,18 +408,23 @@ fn main() {
         arrivals.len()
     );
     println!(
-        "{:<28} {:>9} {:>6} {:>9} {:>6} {:>9} {:>7} {:>5}",
-        "rule", "censored", "delay", "others", "delay", "in lists", "forced", "full"
+        "{:<28} {:>9} {:>6} {:>5} {:>5} {:>9} {:>6} {:>9} {:>7} {:>5}",
+        "rule", "censored", "delay", "p90", "max", "others", "delay", "in lists", "forced", "full"
     );
     for rule in [Rule::Moat, Rule::Reth, Rule::Nethermind] {
         let o = run(&args, &signers, &arrivals, rule);
         let share = |x: (usize, usize, u64)| 100.0 * x.0 as f64 / x.1.max(1) as f64;
         let delay = |x: (usize, usize, u64)| x.2 as f64 / x.0.max(1) as f64;
         println!(
-            "{:<28} {:>8.1}% {:>6.1} {:>8.1}% {:>6.1} {:>8.1}% {:>7} {:>5}",
+            "{:<28} {:>8.1}% {:>6.1} {:>5} {:>5} {:>8.1}% {:>6.1} {:>8.1}% {:>7} {:>5}",
             rule.name(),
             share(o.censored),
             delay(o.censored),
+            o.censored_waits
+                .get(o.censored_waits.len() * 9 / 10)
+                .copied()
+                .unwrap_or(0),
+            o.censored_waits.last().copied().unwrap_or(0),
             share(o.others),
             delay(o.others),
             100.0 * o.censored_in_lists as f64 / o.list_txs.max(1) as f64,
