@@ -456,6 +456,22 @@ impl Moat {
         ))
     }
 
+    /// Calls `method` on the engine API with a fresh token; the answer's `result`
+    /// (panics on an error answer).
+    pub(crate) fn engine(&self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
+        let bearer = format!(
+            "Authorization: Bearer {}\r\n",
+            moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now())
+        );
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let (_, response) =
+            post(self.auth, &bearer, &body.to_string()).expect("the engine answers");
+        assert!(response["error"].is_null(), "{method}: {response}");
+        response["result"].clone()
+    }
+
     /// Posts forkchoiceUpdated `body` to the engine API with a fresh token; the payload
     /// status of the answer.
     pub(crate) fn forkchoice_status(&self, body: &str) -> String {

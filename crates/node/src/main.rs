@@ -9,6 +9,7 @@ mod dev;
 mod discovery;
 mod disk;
 mod fdlimit;
+mod metrics_catalog;
 mod ops_flags;
 mod p2p_admin;
 mod pool_flags;

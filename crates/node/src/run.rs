@@ -414,6 +414,9 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     pool.attach_blob_store(blob_store)
         .map_err(|e| format!("cannot start the blob pool's writer: {e}"))?;
     let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
+    if args.metrics {
+        crate::metrics_catalog::register(head);
+    }
     tracing::info!(chain_id = config.chain_id, genesis = %chain.genesis_hash(), head, %head_hash, datadir = %datadir.display(), "chain open");
 
     // Peers' transactions are taken once a consensus client has set a known head (or at

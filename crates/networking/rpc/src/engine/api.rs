@@ -464,8 +464,12 @@ async fn get_payload(
     params: Params<'static>,
     version: Version,
 ) -> RpcResult<Value> {
+    let started = std::time::Instant::now();
     let id = parse_payload_id(&args(&params)?)?;
     let built = ctx.payloads.get(id).await.ok_or_else(unknown_payload)?;
+    // Prometheus: the answer's time (waiting for the build job's best block included).
+    metrics::histogram!("moat_engine_get_payload_seconds").record(started.elapsed());
+    metrics::gauge!("moat_engine_payload_txs").set(built.block.transactions.len() as f64);
     let h = &built.block.header;
     let fork = ctx.chain.config().fork_at(h.number, h.timestamp);
     let fork_ok = match version {
@@ -764,7 +768,10 @@ pub(super) fn module(ctx: EngineContext) -> Result<RpcModule<EngineContext>, Reg
     ] {
         m.register_async_method(name, move |params, ctx, _| async move {
             count(name);
-            forkchoice_updated(ctx, params, version).await
+            let started = std::time::Instant::now();
+            let answer = forkchoice_updated(ctx, params, version).await;
+            metrics::histogram!("moat_engine_forkchoice_updated_seconds").record(started.elapsed());
+            answer
         })?;
     }
     for (name, version) in [
