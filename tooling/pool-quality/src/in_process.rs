@@ -42,6 +42,9 @@ pub struct Outcome {
     pub payload_blobs: usize,
     /// The payload's value: Σ effective tip × gas used, wei (blob fees are burned).
     pub payload_value: U256,
+    /// Over RPC: how long forkchoiceUpdated with attributes took to answer, and
+    /// getPayload (asked `--payload-wait-ms` after it).
+    pub build_times: Option<(std::time::Duration, std::time::Duration)>,
     /// In process: per stream tx in order, `None` if accepted, else why it was refused
     /// (`reason code: message`).
     pub refusal_each: Vec<Option<String>>,

@@ -97,6 +97,10 @@ struct Args {
     /// suffix with the least average tip (`PoolConfig::evict_by_package`, the default).
     #[arg(long)]
     evict_by_tail: bool,
+    /// Over RPC: milliseconds between forkchoiceUpdated with attributes and getPayload
+    /// (0: at once, so getPayload's answer time is the time to the first full payload).
+    #[arg(long, default_value_t = 2000)]
+    payload_wait_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -217,6 +221,15 @@ fn run(args: Args) -> Result<(), String> {
                     bar / 1_000_000_000
                 );
             }
+        }
+        if let Some((fcu, get)) = out.build_times {
+            eprintln!(
+                "  seed {seed}: forkchoiceUpdated with attributes answered in {:.1} ms; getPayload, asked {} ms later, in {:.1} ms ({} txs)",
+                fcu.as_secs_f64() * 1e3,
+                args.payload_wait_ms,
+                get.as_secs_f64() * 1e3,
+                out.payload_txs
+            );
         }
         let ratio = if ideal.is_zero() {
             1.0
@@ -609,6 +622,7 @@ async fn external(
         .config
         .osaka_time
         .is_some_and(|t| t <= ts.max(200) + 12);
+    let fcu_started = Instant::now();
     let fcu = post(
         engine,
         Some(&token()),
@@ -623,17 +637,20 @@ async fn external(
     if id.is_null() {
         return Err(format!("forkchoiceUpdated gave no payload id: {fcu}"));
     }
-    std::thread::sleep(Duration::from_secs(2));
+    let fcu_took = fcu_started.elapsed();
+    std::thread::sleep(Duration::from_millis(args.payload_wait_ms));
     let method = if osaka {
         "engine_getPayloadV5"
     } else {
         "engine_getPayloadV4"
     };
+    let get_started = Instant::now();
     let env = post(
         engine,
         Some(&token()),
         &json!({"jsonrpc":"2.0","id":1,"method":method,"params":[id]}),
     )?;
+    out.build_times = Some((fcu_took, get_started.elapsed()));
     let value = env["result"]["blockValue"]
         .as_str()
         .ok_or(format!("no payload: {env}"))?;
