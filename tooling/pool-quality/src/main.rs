@@ -59,6 +59,10 @@ struct Args {
     /// The ethtest genesis the tool's genesis is built on.
     #[arg(long, default_value = "../shared/testdata/ethtest/genesis.json")]
     base_genesis: PathBuf,
+    /// The genesis block's gas limit [default: 30,000,000; the nodes then raise it toward
+    /// 60M by 1/1024 a block]. 60000000 makes the first block a mainnet-sized one.
+    #[arg(long)]
+    genesis_gas_limit: Option<u64>,
     /// Write the tool's genesis here and exit.
     #[arg(long)]
     write_genesis: Option<PathBuf>,
@@ -120,11 +124,14 @@ fn run(args: Args) -> Result<(), String> {
     let n_senders = args.senders.unwrap_or(if args.blobs { 16 } else { 2000 });
     let max_nonces = args.max_nonces.unwrap_or(if args.blobs { 4 } else { 20 });
     let senders = senders(n_senders);
-    let genesis = if args.blobs {
+    let mut genesis = if args.blobs {
         osaka_genesis(&base, &senders)?
     } else {
         genesis(&base, &senders)?
     };
+    if let Some(gas) = args.genesis_gas_limit {
+        genesis.gas_limit = gas;
+    }
     if let Some(path) = &args.write_genesis {
         let text = serde_json::to_string_pretty(&genesis).map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| e.to_string())?;
