@@ -16,10 +16,15 @@
 //!   dedup) and a cell that fails its proof fails the sidecar: the peer is dropped, as
 //!   for any bad sidecar.
 //!
-//! A `Cells` reply bigger than any reply is refused before decoding (`MAX_CELLS_BODY`);
-//! one whose counts differ from what was asked, or that leaves out a tx the peer said it
-//! holds, is a fault. A request unanswered within [`CELLS_TIMEOUT`] sends its txs to
-//! their next announcers (the fetcher), without penalty.
+//! A `Cells` reply bigger than any reply is refused before decoding (`MAX_CELLS_BODY`),
+//! and its reading is charged to the peer as a `PooledTransactions` reply's is; one whose
+//! counts differ from what was asked, or that leaves out a tx the peer said it holds, is
+//! a fault; one answering no outstanding request costs reputation. A request unanswered
+//! within [`CELLS_TIMEOUT`] sends its txs to their next announcers (the fetcher), without
+//! penalty. Bounds: a body without blobs is at most [`max_body_without_blobs`] (a bigger
+//! one is a fault, a bigger announced size is not fetched); bodies waiting for cells
+//! hold at most 4 MiB a peer and 64 MiB in all (past that, they go to other announcers);
+//! a peer with more than 8 frames unread gets empty `Cells` answers.
 
 use super::{Network, Peer, short};
 use crate::eth::{ALL_CELLS, CellMask, DATA_CELLS, EthMessage, mask_indices};
@@ -36,17 +41,36 @@ use std::time::{Duration, Instant};
 pub(crate) const MAX_CELLS_SERVED: usize = 1024;
 /// Most cells one `GetCells` of ours asks for.
 const MAX_CELLS_ASKED: usize = 1024;
+/// Frames waiting in a peer's queue past which its `GetCells` is answered empty.
+const MAX_FRAMES_WAITING: usize = 8;
+/// Reputation a `Cells` reply to no outstanding request costs.
+const UNSOLICITED_CELLS_PENALTY: i64 = 10;
 /// How long a peer has to answer a `GetCells`.
 pub(crate) const CELLS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The cells mask this node announces its blob txs with on eth/72: all of them.
 pub(crate) const OUR_MASK: CellMask = ALL_CELLS;
+/// Bytes of bodies one peer may have waiting for their cells; past it, its further
+/// bodies go to their next announcers.
+const MAX_PARKED_PER_PEER: usize = 4 << 20;
+/// Bytes of bodies waiting for cells, all peers together.
+const MAX_PARKED: usize = 64 << 20;
+
+/// The most bytes a blob tx body without its blobs may take: a tx of the largest size
+/// the pool takes, and `max_blobs` blobs' commitment and 128 cell proofs (49 bytes each
+/// with their RLP headers), with room for the headers. A bigger body is a fault, and a
+/// bigger announced one is not fetched.
+pub(crate) fn max_body_without_blobs(max_blobs: u64) -> usize {
+    moat_common::transaction::MAX_TX_SIZE + max_blobs as usize * 129 * 49 + 1024
+}
 
 /// Blob tx bodies waiting for their cells from the peer that sent them.
 #[derive(Debug)]
 pub(super) struct CellRequest {
     peer: PeerId,
     bodies: Vec<PooledTransaction>,
+    /// The bodies' bytes (held until the cells come).
+    bytes: usize,
     mask: CellMask,
     sent: Instant,
 }
@@ -56,21 +80,54 @@ pub(super) struct CellRequest {
 pub(super) struct CellFetches {
     by_id: HashMap<u64, CellRequest, foldhash::fast::RandomState>,
     next_id: u64,
+    /// Bytes of the bodies waiting, in all.
+    bytes: usize,
 }
 
 impl CellFetches {
-    fn start(&mut self, peer: PeerId, bodies: Vec<PooledTransaction>, now: Instant) -> u64 {
+    /// A request for `bodies`' cells; `Err(bodies)` when they would pass the peer's or
+    /// the total bytes of bodies waiting.
+    fn start(
+        &mut self,
+        peer: PeerId,
+        bodies: Vec<PooledTransaction>,
+        now: Instant,
+    ) -> Result<u64, Vec<PooledTransaction>> {
+        let bytes: usize = bodies.iter().map(PooledTransaction::size).sum();
+        let of_peer: usize = self
+            .by_id
+            .values()
+            .filter(|r| r.peer == peer)
+            .map(|r| r.bytes)
+            .sum();
+        if of_peer + bytes > MAX_PARKED_PER_PEER || self.bytes + bytes > MAX_PARKED {
+            return Err(bodies);
+        }
         self.next_id += 1;
+        self.bytes += bytes;
         self.by_id.insert(
             self.next_id,
             CellRequest {
                 peer,
                 bodies,
+                bytes,
                 mask: DATA_CELLS,
                 sent: now,
             },
         );
-        self.next_id
+        Ok(self.next_id)
+    }
+
+    /// The request `id` if `peer` is the one asked, taken out.
+    fn take(&mut self, id: u64, peer: &PeerId) -> Option<CellRequest> {
+        match self.by_id.get(&id) {
+            Some(r) if r.peer == *peer => {
+                let r = self.by_id.remove(&id)?;
+                self.bytes -= r.bytes;
+                Some(r)
+            }
+            _ => None,
+        }
     }
 
     /// Requests older than [`CELLS_TIMEOUT`], taken out.
@@ -81,7 +138,13 @@ impl CellFetches {
             .filter(|(_, r)| now.saturating_duration_since(r.sent) >= CELLS_TIMEOUT)
             .map(|(id, _)| *id)
             .collect();
-        late.iter().filter_map(|id| self.by_id.remove(id)).collect()
+        late.iter().filter_map(|id| self.remove(*id)).collect()
+    }
+
+    fn remove(&mut self, id: u64) -> Option<CellRequest> {
+        let r = self.by_id.remove(&id)?;
+        self.bytes -= r.bytes;
+        Some(r)
     }
 
     /// A departed peer's requests, taken out.
@@ -92,7 +155,7 @@ impl CellFetches {
             .filter(|(_, r)| r.peer == *peer)
             .map(|(id, _)| *id)
             .collect();
-        ids.iter().filter_map(|id| self.by_id.remove(id)).collect()
+        ids.iter().filter_map(|id| self.remove(*id)).collect()
     }
 }
 
@@ -141,7 +204,15 @@ impl Network {
         mask: CellMask,
     ) {
         let meter = CpuMeter::start();
-        let indices = mask_indices(&mask);
+        // A peer that does not read what it asked for gets no more: each reply is up to
+        // 3.7 MB that its queue would hold.
+        let waiting = peer.out.max_capacity() - peer.out.capacity();
+        let indices = if waiting > MAX_FRAMES_WAITING {
+            metrics::counter!("moat_p2p_cells_refused_backlog_total").increment(1);
+            Vec::new()
+        } else {
+            mask_indices(&mask)
+        };
         let mut served = Vec::new();
         let mut cells = Vec::new();
         let mut count = 0;
@@ -196,11 +267,23 @@ impl Network {
         }
         for bodies in requests {
             let hashes: Vec<B256> = bodies.iter().map(|b| b.hash()).collect();
-            let request_id = self
+            let started = self
                 .inner
                 .cell_fetches
                 .lock()
                 .start(peer.info.id, bodies, now);
+            let request_id = match started {
+                Ok(id) => id,
+                Err(bodies) => {
+                    // Too much waiting already: these go to their next announcers.
+                    metrics::counter!("moat_p2p_cell_requests_refused_total").increment(1);
+                    let mut f = self.inner.fetcher.lock();
+                    for b in &bodies {
+                        f.peer_fault(peer.info.id, &b.hash());
+                    }
+                    continue;
+                }
+            };
             metrics::counter!("moat_p2p_cell_requests_total").increment(1);
             peer.send(peer.framing.eth(&EthMessage::GetCells {
                 request_id,
@@ -220,16 +303,16 @@ impl Network {
         cells: Vec<Vec<Bytes>>,
         mask: CellMask,
     ) {
-        let request = {
-            let mut fetches = self.inner.cell_fetches.lock();
-            match fetches.by_id.get(&request_id) {
-                Some(r) if r.peer == peer.info.id => fetches.by_id.remove(&request_id),
-                _ => None,
-            }
-        };
+        let request = self
+            .inner
+            .cell_fetches
+            .lock()
+            .take(request_id, &peer.info.id);
         let Some(request) = request else {
+            // Late (after its timeout) or asked for by no one: megabytes read for nothing.
             tracing::debug!(peer = %short(&peer.info.id), request_id, "unsolicited Cells");
             metrics::counter!("moat_p2p_unsolicited_replies_total").increment(1);
+            self.penalize(peer, UNSOLICITED_CELLS_PENALTY, "unsolicited Cells");
             return;
         };
         let verdict = (|| {
@@ -289,32 +372,31 @@ impl Network {
         }
     }
 
-    /// Cell requests past their time: their txs go to their next announcers.
-    pub(super) fn expire_cells(&self, now: Instant) {
+    /// Cell requests past their time, taken out (the caller hands them to
+    /// [`Self::forget_cell_requests_in`] under the fetcher's lock).
+    pub(super) fn expired_cell_requests(&self, now: Instant) -> Vec<CellRequest> {
         let late = self.inner.cell_fetches.lock().expired(now);
-        self.forget_cell_requests(late, "moat_p2p_cell_timeouts_total");
-    }
-
-    /// A departed peer's cell requests: their txs go to their next announcers.
-    pub(super) fn drop_cell_requests(&self, peer: &PeerId) {
-        let gone = self.inner.cell_fetches.lock().of_peer(peer);
-        self.forget_cell_requests(gone, "moat_p2p_cell_requests_dropped_total");
-    }
-
-    fn forget_cell_requests(&self, requests: Vec<CellRequest>, counter: &'static str) {
-        if requests.is_empty() {
-            return;
+        if !late.is_empty() {
+            metrics::counter!("moat_p2p_cell_timeouts_total").increment(late.len() as u64);
         }
-        metrics::counter!(counter).increment(requests.len() as u64);
-        {
-            let mut f = self.inner.fetcher.lock();
-            for r in &requests {
-                for body in &r.bodies {
-                    f.peer_fault(r.peer, &body.hash());
-                }
+        late
+    }
+
+    /// A departed peer's cell requests, taken out (for [`Self::forget_cell_requests_in`]).
+    pub(super) fn take_cell_requests(&self, peer: &PeerId) -> Vec<CellRequest> {
+        self.inner.cell_fetches.lock().of_peer(peer)
+    }
+
+    /// The txs of cell requests that will not be answered go to their next announcers.
+    pub(super) fn forget_cell_requests_in(
+        f: &mut crate::fetcher::Fetcher,
+        requests: Vec<CellRequest>,
+    ) {
+        for r in &requests {
+            for body in &r.bodies {
+                f.peer_fault(r.peer, &body.hash());
             }
         }
-        self.reschedule();
     }
 }
 
@@ -344,12 +426,34 @@ mod tests {
     }
 
     #[test]
+    fn bodies_waiting_for_cells_are_bounded_per_peer() {
+        let signer = moat_crypto::secp::Signer::from_seed(3);
+        let body = moat_common::testing::sample_blob_tx(SidecarVersion::V1, 6, 0, &signer)
+            .with_blobs(Vec::new())
+            .unwrap();
+        assert!(body.size() <= max_body_without_blobs(6));
+        let mut f = CellFetches::default();
+        let (a, b) = (PeerId::repeat_byte(1), PeerId::repeat_byte(2));
+        let now = Instant::now();
+        let mut taken = 0;
+        while f.start(a, vec![body.clone()], now).is_ok() {
+            taken += 1;
+        }
+        assert_eq!(taken, MAX_PARKED_PER_PEER / body.size());
+        // Another peer still has its share; answering frees the first one's.
+        assert!(f.start(b, vec![body.clone()], now).is_ok());
+        assert!(f.take(1, &b).is_none(), "request 1 is a's");
+        assert!(f.take(1, &a).is_some());
+        assert!(f.start(a, vec![body.clone()], now).is_ok());
+    }
+
+    #[test]
     fn cell_requests_expire_and_leave_with_their_peer() {
         let mut f = CellFetches::default();
         let (a, b) = (PeerId::repeat_byte(1), PeerId::repeat_byte(2));
         let now = Instant::now();
-        let one = f.start(a, vec![], now);
-        let two = f.start(b, vec![], now + Duration::from_secs(3));
+        let one = f.start(a, vec![], now).unwrap();
+        let two = f.start(b, vec![], now + Duration::from_secs(3)).unwrap();
         assert_ne!(one, two);
         assert_eq!(f.expired(now + Duration::from_secs(4)).len(), 0);
         assert_eq!(f.expired(now + CELLS_TIMEOUT).len(), 1);

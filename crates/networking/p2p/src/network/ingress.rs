@@ -136,10 +136,18 @@ impl Network {
         let blobs_fetchable = peer.framing.version < crate::eth::ETH72
             || a.mask
                 .is_some_and(|m| crate::eth::mask_covers(&m, &crate::eth::DATA_CELLS));
+        // eth/72 states a blob tx's size without its blobs: one past what such a body
+        // can be is not fetched (its body would be a fault).
+        let max_body = (peer.framing.version >= crate::eth::ETH72)
+            .then(|| self.blob_rules())
+            .flatten()
+            .map(|r| super::cells::max_body_without_blobs(r.max_blobs_per_tx));
         let mut entries = Vec::with_capacity(a.len());
         let with_origins = peer.framing.version >= crate::eth::ETH73;
         for (i, ((hash, ty), size)) in a.hashes.iter().zip(&a.types).zip(&a.sizes).enumerate() {
-            if *ty == TxType::Eip4844 as u8 && !blobs_fetchable {
+            if *ty == TxType::Eip4844 as u8
+                && (!blobs_fetchable || max_body.is_some_and(|m| *size as usize > m))
+            {
                 continue;
             }
             if pool.is_known_or_importing(hash) {
@@ -255,9 +263,16 @@ impl Network {
         // eth/73: each tx must be from the sender and at the nonce announced (EIP-8077:
         // a mismatch is a protocol violation). The sender found here is cached for
         // admission, which would recover it anyway.
-        if peer.framing.version >= crate::eth::ETH73
-            && let Err(why) = self.check_origins(peer, &inputs)
-        {
+        let checked = if peer.framing.version >= crate::eth::ETH73 {
+            // Its signature recoveries are the peer's to pay, as admission's would be.
+            let meter = CpuMeter::start();
+            let checked = self.check_origins(peer, &inputs);
+            self.inner.pool.charge(TxOrigin::Peer(peer.info.id), meter);
+            checked
+        } else {
+            Ok(())
+        };
+        if let Err(why) = checked {
             self.fault(peer, "announcement mismatch", &why);
             self.reschedule();
             return;
@@ -282,25 +297,36 @@ impl Network {
                 continue;
             }
             if without_blobs {
-                // eth/72: the body without blobs; the blobs come as cells.
-                let checked = PooledTransaction::decode_2718(&env)
-                    .map_err(|e| e.to_string())
-                    .and_then(|tx| {
-                        let hashes = tx.tx().tx().blob_versioned_hashes();
-                        match (tx.sidecar(), rules) {
-                            (None, _) => Err("blob tx without sidecar".to_string()),
-                            (Some(s), _) if !s.blobs.is_empty() => {
-                                Err("eth/72 blob tx with its blobs".to_string())
+                // eth/72: the body without blobs; the blobs come as cells. `Ok(None)`: a
+                // body the fork does not take (a sidecar version of another fork), which
+                // is no fault of the peer: forgotten, as the pool would refuse it.
+                let checked = match rules {
+                    Some(r)
+                        if env.len() > super::cells::max_body_without_blobs(r.max_blobs_per_tx) =>
+                    {
+                        Err(format!("eth/72 blob tx body of {} bytes", env.len()))
+                    }
+                    _ => PooledTransaction::decode_2718(&env)
+                        .map_err(|e| e.to_string())
+                        .and_then(|tx| {
+                            let hashes = tx.tx().tx().blob_versioned_hashes();
+                            match (tx.sidecar(), rules) {
+                                (None, _) => Err("blob tx without sidecar".to_string()),
+                                (Some(s), _) if !s.blobs.is_empty() => {
+                                    Err("eth/72 blob tx with its blobs".to_string())
+                                }
+                                (Some(_), None) => Err("blob tx before blobs".to_string()),
+                                (Some(s), Some(r)) => match s.validate_without_blobs(hashes, &r) {
+                                    Ok(()) => Ok(Some(tx)),
+                                    Err(e) if e.is_peer_fault() => Err(e.to_string()),
+                                    Err(_) => Ok(None),
+                                },
                             }
-                            (Some(_), None) => Err("blob tx before blobs".to_string()),
-                            (Some(s), Some(r)) => s
-                                .validate_without_blobs(hashes, &r)
-                                .map(|()| tx)
-                                .map_err(|e| e.to_string()),
-                        }
-                    });
+                        }),
+                };
                 match checked {
-                    Ok(tx) => bodies.push(tx),
+                    Ok(Some(tx)) => bodies.push(tx),
+                    Ok(None) => self.inner.fetcher.lock().settled(&hash),
                     Err(why) => {
                         self.inner.fetcher.lock().peer_fault(peer.info.id, &hash);
                         self.fault(peer, "bad sidecar", &format!("blob tx {hash}: {why}"));
@@ -545,7 +571,9 @@ impl Network {
             // at low priority, and a runtime worker must not wait for it.
             let net = self.clone();
             let requests = tokio::task::spawn_blocking(move || {
+                let late_cells = net.expired_cell_requests(now);
                 let mut f = net.inner.fetcher.lock();
+                Self::forget_cell_requests_in(&mut f, late_cells);
                 let late = f.expire(now);
                 if !late.is_empty() {
                     metrics::counter!("moat_p2p_fetch_timeouts_total").increment(late.len() as u64);
@@ -555,7 +583,6 @@ impl Network {
             .await
             .unwrap_or_default();
             self.send_requests(requests);
-            self.expire_cells(now);
         }
     }
 }

@@ -419,6 +419,7 @@ impl Network {
             tracing::debug!(peer = %short(&remote_id), %addr, %reason, "peer refused");
             return;
         }
+        self.inner.tracker.lock().peer_attached(remote_id);
         // Its admission budget: fresh, or its subnet's if a peer from there left lately.
         self.inner
             .pool
@@ -484,8 +485,6 @@ impl Network {
             }
         };
         self.inner.peers.write().remove(&remote_id);
-        self.inner.tracker.lock().peer_dropped(&remote_id);
-        self.drop_cell_requests(&remote_id);
         self.inner
             .pool
             .budgets()
@@ -493,14 +492,23 @@ impl Network {
         // Callers waiting for its answers learn now that none will come.
         peer.pending.lock().clear();
         admission_task.abort();
-        // Its announcements leave the fetcher; if the fetcher is busy (maybe with an
-        // untrusted peer's work at low priority), on a blocking thread, not this worker.
+        // After its admissions stop: none can credit it again.
+        self.inner.tracker.lock().peer_dropped(&remote_id);
+        // Its announcements and the bodies waiting for its cells leave the fetcher; if the
+        // fetcher is busy (maybe with an untrusted peer's work at low priority), on a
+        // blocking thread, not this worker.
+        let gone = self.take_cell_requests(&remote_id);
         match self.inner.fetcher.try_lock() {
-            Some(mut f) => f.remove_peer(remote_id),
+            Some(mut f) => {
+                Self::forget_cell_requests_in(&mut f, gone);
+                f.remove_peer(remote_id);
+            }
             None => {
                 let net = self.clone();
                 tokio::task::spawn_blocking(move || {
-                    net.inner.fetcher.lock().remove_peer(remote_id)
+                    let mut f = net.inner.fetcher.lock();
+                    Self::forget_cell_requests_in(&mut f, gone);
+                    f.remove_peer(remote_id)
                 });
             }
         }
@@ -574,7 +582,9 @@ impl Network {
             if let Incoming::Eth(
                 EthMessage::Transactions(_)
                 | EthMessage::NewPooledTransactionHashes(_)
-                | EthMessage::PooledTransactions { .. },
+                | EthMessage::PooledTransactions { .. }
+                | EthMessage::GetCells { .. }
+                | EthMessage::Cells { .. },
             ) = &msg
             {
                 reader_cpu.ns += message_ns;

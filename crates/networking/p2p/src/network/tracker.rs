@@ -73,10 +73,15 @@ impl TxTracker {
         }
     }
 
+    /// A peer joined: it has figures from now on.
+    pub(crate) fn peer_attached(&mut self, peer: PeerId) {
+        self.peers.entry(peer).or_default();
+    }
+
     /// `peer` delivered `hashes`, which the pool accepted, at unix time `now`. The first
-    /// deliverer of a tx keeps it.
+    /// deliverer of a tx keeps it. A peer not attached (gone already) credits nothing.
     pub(crate) fn accepted(&mut self, peer: PeerId, hashes: &[B256], now: u64) {
-        if hashes.is_empty() {
+        if hashes.is_empty() || !self.peers.contains_key(&peer) {
             return;
         }
         for hash in hashes {
@@ -91,7 +96,6 @@ impl TxTracker {
                 }
             }
         }
-        self.peers.entry(peer).or_default();
     }
 
     /// A peer left: its figures go (a reconnect starts from nothing, as in geth).
@@ -237,6 +241,8 @@ mod tests {
     #[test]
     fn a_peer_whose_txs_are_mined_is_credited_and_the_first_deliverer_keeps_the_tx() {
         let mut t = TxTracker::new(0);
+        t.peer_attached(peer(1));
+        t.peer_attached(peer(2));
         t.accepted(peer(1), &[tx(1), tx(2)], 900);
         t.accepted(peer(2), &[tx(1), tx(3)], 950);
         t.on_head(&block(1, &[tx(1), tx(2), tx(3), tx(9)]), 0, |_| None);
@@ -256,6 +262,7 @@ mod tests {
     #[test]
     fn a_tx_delivered_after_its_block_was_made_credits_no_one() {
         let mut t = TxTracker::new(0);
+        t.peer_attached(peer(1));
         // Block 1's time is 1012: a delivery at that second is a rebroadcast.
         t.accepted(peer(1), &[tx(1)], 1_012);
         t.on_head(&block(1, &[tx(1)]), 0, |_| None);
@@ -265,6 +272,7 @@ mod tests {
     #[test]
     fn finality_credits_count_once_and_only_for_canonical_blocks() {
         let mut t = TxTracker::new(0);
+        t.peer_attached(peer(1));
         t.accepted(peer(1), &[tx(1), tx(2)], 900);
         t.on_head(&block(1, &[tx(1)]), 0, |_| None);
         t.on_head(&block(2, &[tx(2)]), 0, |_| None);
@@ -285,12 +293,17 @@ mod tests {
     #[test]
     fn a_dropped_peer_is_forgotten_and_the_record_is_bounded() {
         let mut t = TxTracker::new(0);
+        t.peer_attached(peer(1));
         t.accepted(peer(1), &[tx(1)], 900);
         t.peer_dropped(&peer(1));
+        assert!(t.stats_of(&peer(1)).is_none());
+        // A late admission of a departed peer does not bring it back.
+        t.accepted(peer(1), &[tx(5)], 900);
         assert!(t.stats_of(&peer(1)).is_none());
         t.on_head(&block(1, &[tx(1)]), 0, |_| None);
         assert!(t.peers.is_empty(), "not brought back by a block");
         let many: Vec<B256> = (0..MAX_TRACKED as u32 + 10).map(tx).collect();
+        t.peer_attached(peer(2));
         t.accepted(peer(2), &many, 900);
         assert_eq!(t.deliveries.len(), MAX_TRACKED);
         assert!(!t.deliveries.contains_key(&tx(0)), "the oldest went first");
