@@ -10,7 +10,8 @@
 # PEER_SENDERS (default 32): the dev-mode honest peer's senders (funded first). blob-v1
 # and cells (eth/72) run on a second moat dev node with Osaka active (--dev.osaka).
 # With GETH, the gossip form also runs on both nodes over the ethtest chain, a fresh node
-# per row (ETHTEST_ONLY=1: only that part).
+# per row, and blob-v1 and cells over devp2p on an Osaka genesis made from it (ETHTEST_ONLY=1:
+# only those parts).
 set -eu
 BIN=${BIN:-target/release}
 PHASE=${SECONDS_PER_PHASE:-5}
@@ -144,6 +145,65 @@ if [ -n "${GETH:-}" ]; then
         PIDS="$MOAT"
         ethtest_table "moat (ethtest chain)" "$MOAT" $HTTP_PORT $AUTH_PORT "$s"
     done
+    # The blob rows over devp2p on both nodes (blob-v1, cells): a fresh Osaka genesis made
+    # from the ethtest one (every fork at 0, the merge at genesis, the keys funded), no
+    # blocks, a forkchoice update naming its genesis.
+    SCEN_OSAKA_GOSSIP=$(echo "$SCEN" | tr ',' '\n' | grep '^blob-v1$\|^cells$' | paste -sd, - || true)
+    if [ -n "$SCEN_OSAKA_GOSSIP" ]; then
+        python3 - "$T/genesis.json" "$T/accounts.json" "$DIR/osaka-genesis.json" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1])); accounts = json.load(open(sys.argv[2]))
+c = g["config"]
+c.update(terminalTotalDifficulty=0, cancunTime=0, pragueTime=0, osakaTime=0)
+c["blobSchedule"]["osaka"] = dict(c["blobSchedule"]["prague"])
+g["difficulty"] = "0x0"
+norm = lambda a: a.lower().removeprefix("0x")
+held = {norm(a): a for a in g["alloc"]}
+for address in list(accounts)[:4]:
+    key = held.get(norm(address), address)
+    g["alloc"].setdefault(key, {})["balance"] = "0xd3c21bcecceda1000000"
+json.dump(g, open(sys.argv[3], "w"))
+PY
+        osaka_table() { # osaka_table LABEL PID HTTP ENGINE SCENARIO
+            wait_rpc "$3"
+            HASH=$(rpc "$3" eth_getBlockByNumber '["0x0",false]' | sed -n 's/.*"hash":"\(0x[0-9a-f]*\)".*/\1/p')
+            printf '{"jsonrpc":"2.0","id":1,"method":"engine_forkchoiceUpdatedV3","params":[{"headBlockHash":"%s","safeBlockHash":"%s","finalizedBlockHash":"%s"},null]}' \
+                "$HASH" "$HASH" "$HASH" > "$DIR/osaka-fcu.json"
+            ENODE=$(rpc "$3" admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p' | sed 's/?.*//')
+            "$BIN/moat-attack-table" --label "$1" --rpc "127.0.0.1:$3" --target "$ENODE" --pid "$2" \
+                --network "$DIR/osaka-genesis.json" --fcu "$DIR/osaka-fcu.json" --engine "127.0.0.1:$4" \
+                --jwt-secret "$DIR/jwt.hex" --peer-key "$K1" --rpc-key "$K2" --blob-keys "$K34" \
+                --metrics 127.0.0.1:$METRICS_PORT --peer-rate 50 --rpc-rate 20 --seconds "$PHASE" \
+                --scenarios "$5" || true
+            kill "$2"; PIDS=""
+            (sleep 30; kill -9 "$2" 2>/dev/null) & DOG=$!
+            wait "$2" 2>/dev/null || true
+            kill "$DOG" 2>/dev/null || true
+        }
+        for s in $(echo "$SCEN_OSAKA_GOSSIP" | tr ',' ' '); do
+            rm -rf "$DIR/moat-osaka-p2p"
+            "$BIN/moat" init --network "$DIR/osaka-genesis.json" --datadir "$DIR/moat-osaka-p2p" > /dev/null 2>&1
+            "$BIN/moat" --network "$DIR/osaka-genesis.json" --datadir "$DIR/moat-osaka-p2p" --maxpeers 50 \
+                --nodiscover --p2p.addr 127.0.0.1 --port $P2P_PORT --http --http.port $HTTP_PORT \
+                --http.api eth,net,web3,admin --ws.port $WS_PORT --authrpc.port $AUTH_PORT \
+                --authrpc.jwtsecret "$DIR/jwt.hex" --metrics --metrics.port $METRICS_PORT \
+                --nodekeyhex 4b1d0000000000000000000000000000000000000000000000000000000000a7 \
+                ${MOAT_FLAGS:-} >> "$DIR/moat-osaka-p2p.log" 2>&1 &
+            MOAT=$!
+            PIDS="$MOAT"
+            osaka_table "moat (Osaka, devp2p)" "$MOAT" $HTTP_PORT $AUTH_PORT "$s"
+            rm -rf "$DIR/geth-osaka-p2p"
+            "$GETH" init --datadir "$DIR/geth-osaka-p2p" "$DIR/osaka-genesis.json" > "$DIR/geth-osaka-init.log" 2>&1
+            "$GETH" --datadir "$DIR/geth-osaka-p2p" --syncmode full --nodiscover --nat none \
+                --netrestrict 127.0.0.0/8 --port $GETH_P2P_PORT --maxpeers 50 --http --http.addr 127.0.0.1 \
+                --http.port $GETH_HTTP_PORT --http.api eth,net,web3,admin --authrpc.port $GETH_AUTH_PORT \
+                --authrpc.jwtsecret "$DIR/jwt.hex" --datadir.minfreedisk 1 \
+                >> "$DIR/geth-osaka-p2p.log" 2>&1 &
+            GPID=$!
+            PIDS="$GPID"
+            osaka_table "go-ethereum (Osaka, devp2p)" "$GPID" $GETH_HTTP_PORT $GETH_AUTH_PORT "$s"
+        done
+    fi
     "$GETH" init --datadir "$DIR/geth-ethtest-base" "$T/genesis.json" > "$DIR/geth-init.log" 2>&1
     "$GETH" import --datadir "$DIR/geth-ethtest-base" "$T/chain.rlp" > "$DIR/geth-import.log" 2>&1
     for s in $(echo "$SCEN_GOSSIP" | tr ',' ' '); do
