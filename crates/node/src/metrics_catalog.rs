@@ -1,5 +1,6 @@
 //! The operator-facing metrics that only events write (a throttle, a fault, a sync, a
-//! reorg), exported at zero from the start: a dashboard panel (etc/grafana) reads 0
+//! reorg), exported at zero from the start, and the pool's content by subpool
+//! (`moat_pool_txs`, `moat_pool_bytes`, read every few seconds): a dashboard panel (etc/grafana) reads 0
 //! rather than "no data" on a node where nothing of the kind happened yet. The pool's
 //! counters register themselves (`moat_mempool::PoolMetrics`); histograms appear with
 //! their first observation.
@@ -39,4 +40,29 @@ pub(crate) fn register(head: u64) {
         metrics::gauge!(*name).increment(0.0);
     }
     metrics::gauge!("moat_sync_highest_block").set(head as f64);
+}
+
+/// How often the pool's content is read into its gauges.
+const POOL_GAUGES_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keeps `moat_pool_txs{subpool}` and `moat_pool_bytes{subpool}` (pending, basefee,
+/// queued, blob) at the pool's content, read every [`POOL_GAUGES_EVERY`] (one short
+/// lock of the pool's state each time).
+pub(crate) fn spawn_pool_gauges(pool: moat_mempool::Pool) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(POOL_GAUGES_EVERY);
+        loop {
+            tick.tick().await;
+            let status = pool.status();
+            for (name, usage) in [
+                ("pending", status.pending),
+                ("basefee", status.basefee),
+                ("queued", status.queued),
+                ("blob", status.blob),
+            ] {
+                metrics::gauge!("moat_pool_txs", "subpool" => name).set(usage.txs as f64);
+                metrics::gauge!("moat_pool_bytes", "subpool" => name).set(usage.bytes as f64);
+            }
+        }
+    });
 }

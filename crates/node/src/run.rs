@@ -416,6 +416,7 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     let (head, head_hash) = chain.head().map_err(|e| e.to_string())?;
     if args.metrics {
         crate::metrics_catalog::register(head);
+        crate::metrics_catalog::spawn_pool_gauges(pool.clone());
     }
     tracing::info!(chain_id = config.chain_id, genesis = %chain.genesis_hash(), head, %head_hash, datadir = %datadir.display(), "chain open");
 
