@@ -221,7 +221,13 @@ impl OsakaNode {
             &genesis_path,
             p2p,
             0x42,
-            &["--metrics", "--metrics.port", &metrics_s],
+            &[
+                "--metrics",
+                "--metrics.port",
+                &metrics_s,
+                "--http.api",
+                "eth,net,web3,admin",
+            ],
             &[],
             std::time::Duration::from_secs(60),
         );
@@ -494,4 +500,78 @@ async fn eth_73_hopeless_announcements_are_not_fetched_and_lies_drop_the_peer() 
             )
             .is_null()
     );
+}
+
+/// The delivery tracker, whole node: a peer's tx that a block includes credits that peer
+/// (admin_peers' `delivered.included`), and a peer that delivered nothing mined has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_tx_is_mined_is_credited() {
+    use moat_common::transaction::PooledTransaction;
+    use moat_p2p::eth::EthMessage;
+    use serde_json::json;
+    let rich = signer(2);
+    let net = OsakaNode::start("tracker", &[rich.address()]);
+    let mut giver = net.peer(7, 69).await;
+    let _idle = net.peer(8, 69).await;
+    let (hash, raw) = common::signed_transfer(&rich, OSAKA_CHAIN_ID, 0, 1);
+    let tx = PooledTransaction::decode_2718(&alloy_primitives::hex::decode(raw).unwrap()).unwrap();
+    giver
+        .send(&EthMessage::Transactions(vec![tx.encoded_2718().into()]))
+        .await
+        .unwrap();
+    wait_for("the peer's tx pooled", || {
+        net.moat
+            .call("eth_getTransactionByHash", &format!(r#"["{hash}"]"#))
+            .is_object()
+            .then_some(())
+    });
+    // A block with it, built, imported and made the head over the engine API.
+    let head = format!("{}", net.genesis.header().hash());
+    let zero = format!("0x{}", "00".repeat(32));
+    let built = net.moat.engine(
+        "engine_forkchoiceUpdatedV3",
+        json!([
+            {"headBlockHash": head, "safeBlockHash": zero, "finalizedBlockHash": zero},
+            {
+                "timestamp": format!("{:#x}", net.genesis.timestamp + 12),
+                "prevRandao": zero,
+                "suggestedFeeRecipient": format!("0x{}", "11".repeat(20)),
+                "withdrawals": [],
+                "parentBeaconBlockRoot": zero
+            }
+        ]),
+    );
+    let id = built["payloadId"].as_str().unwrap().to_string();
+    let envelope = net.moat.engine("engine_getPayloadV5", json!([id]));
+    let payload = envelope["executionPayload"].clone();
+    assert_eq!(payload["transactions"].as_array().map(Vec::len), Some(1));
+    let status = net.moat.engine(
+        "engine_newPayloadV4",
+        json!([payload, [], zero, envelope["executionRequests"]]),
+    );
+    assert_eq!(status["status"], "VALID", "{status}");
+    assert_eq!(
+        net.moat.forkchoice(payload["blockHash"].as_str().unwrap()),
+        "VALID"
+    );
+    let giver_id = format!("{}", common::enode(7, 0))
+        .trim_start_matches("enode://")
+        .split('@')
+        .next()
+        .unwrap()
+        .to_string();
+    let credited = wait_for("the giver credited", || {
+        let peers = net.moat.call("admin_peers", "[]");
+        let list = peers.as_array()?.clone();
+        let giver = list
+            .iter()
+            .find(|p| p["enode"].as_str().is_some_and(|e| e.contains(&giver_id)))?;
+        let included = giver["delivered"]["included"].as_f64()?;
+        (included > 0.0).then_some(list)
+    });
+    let idle = credited
+        .iter()
+        .find(|p| !p["enode"].as_str().unwrap().contains(&giver_id))
+        .expect("the idle peer");
+    assert_eq!(idle["delivered"]["included"].as_f64(), Some(0.0), "{idle}");
 }

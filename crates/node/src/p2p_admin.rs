@@ -51,6 +51,12 @@ impl moat_rpc::PeerAdmin for Admin {
                         "throttled": b.throttled,
                         "state": b.state.as_str(),
                     })),
+                    // moat's: the delivery tracker's moving averages of its txs that
+                    // blocks included and finality confirmed (a cull spares the best).
+                    "delivered": p.delivered.map(|(included, finalized)| json!({
+                        "included": included,
+                        "finalized": finalized,
+                    })),
                 })
             })
             .collect();

@@ -148,6 +148,9 @@ pub struct PeerInfo {
     pub head: B256,
     /// Its admission CPU account: spent, admitted, rejected, budget state.
     pub budget: Option<PeerBudget>,
+    /// Its delivery record (the tracker's moving averages of the txs it delivered first
+    /// that blocks included, and that finality confirmed): (included, finalized).
+    pub delivered: Option<(f64, f64)>,
 }
 
 /// An outbound slot held by a dial in progress; freed on drop.
@@ -362,6 +365,12 @@ impl Network {
             .map(|p| PeerInfo {
                 reputation: p.reputation.load(Ordering::Relaxed),
                 budget: self.inner.pool.budgets().peer(&p.info.id, Instant::now()),
+                delivered: self
+                    .inner
+                    .tracker
+                    .lock()
+                    .stats_of(&p.info.id)
+                    .map(|s| (s.included, s.finalized)),
                 ..p.info.clone()
             })
             .collect()

@@ -374,6 +374,7 @@ impl Network {
                 reputation: 0,
                 head: status.head,
                 budget: None,
+                delivered: None,
             },
             framing,
             out: out_tx,
