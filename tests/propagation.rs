@@ -554,7 +554,7 @@ async fn a_peer_whose_tx_is_mined_is_credited() {
         net.moat.forkchoice(payload["blockHash"].as_str().unwrap()),
         "VALID"
     );
-    let giver_id = format!("{}", common::enode(7, 0))
+    let giver_id = common::enode(7, 0)
         .trim_start_matches("enode://")
         .split('@')
         .next()
