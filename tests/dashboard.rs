@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Moat, free_port, rpc};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -39,19 +39,6 @@ fn dashboard_metrics() -> BTreeSet<String> {
         }
     }
     names
-}
-
-fn scrape(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
 }
 
 #[test]
@@ -99,41 +86,12 @@ fn every_metric_the_dashboard_queries_is_exported() {
     let refused = rpc(moat.http, "eth_sendRawTransaction", r#"["0x02c0"]"#).unwrap();
     assert!(refused["error"].is_object(), "{refused}");
     // A payload built with the tx, fetched, imported and made the head.
-    let zero = format!("0x{}", "00".repeat(32));
-    let built = moat.engine(
-        "engine_forkchoiceUpdatedV3",
-        json!([
-            {"headBlockHash": head, "safeBlockHash": zero, "finalizedBlockHash": zero},
-            {
-                "timestamp": format!("{:#x}", genesis.timestamp + 12),
-                "prevRandao": zero,
-                "suggestedFeeRecipient": format!("0x{}", "11".repeat(20)),
-                "withdrawals": [],
-                "parentBeaconBlockRoot": zero
-            }
-        ]),
-    );
-    let id = built["payloadId"]
-        .as_str()
-        .expect("a payload id")
-        .to_string();
-    std::thread::sleep(Duration::from_millis(500));
-    let envelope = moat.engine("engine_getPayloadV5", json!([id]));
-    let payload = envelope["executionPayload"].clone();
+    let payload = moat.build_block(&head, genesis.timestamp + 12);
     assert_eq!(payload["transactions"].as_array().map(Vec::len), Some(1));
-    let status = moat.engine(
-        "engine_newPayloadV4",
-        json!([payload, [], zero, envelope["executionRequests"]]),
-    );
-    assert_eq!(status["status"], "VALID", "{status}");
-    assert_eq!(
-        moat.forkchoice(payload["blockHash"].as_str().unwrap()),
-        "VALID"
-    );
     // The pool follows the head; the exporter renders its summaries periodically.
     let body = moat.wait("every dashboard metric exported", || {
         std::thread::sleep(Duration::from_millis(500));
-        let body = scrape(metrics);
+        let body = common::scrape(metrics).expect("the exporter answers");
         let exported: BTreeSet<&str> = body
             .lines()
             .filter(|l| !l.starts_with('#'))

@@ -782,19 +782,6 @@ async fn block_access_lists_are_answered_on_eth_71() {
 }
 
 /// The value of the Prometheus sample `name` the node at `port` exports, if any.
-fn metric(port: u16, name: &str) -> Option<f64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blob_txs_from_a_peer_are_back_after_kill_9_without_kzg() {
@@ -870,11 +857,11 @@ async fn blob_txs_from_a_peer_are_back_after_kill_9_without_kzg() {
         .unwrap();
     }
     assert_eq!(
-        metric(metrics, "moat_pool_kzg_verifications_total"),
+        common::metric(metrics, "moat_pool_kzg_verifications_total"),
         Some(20.0)
     );
     wait_for("the 20 on disk", || {
-        (metric(metrics, "moat_pool_blobstore_written_total")? >= 20.0).then_some(())
+        (common::metric(metrics, "moat_pool_blobstore_written_total")? >= 20.0).then_some(())
     });
 
     moat.kill_and_restart();
@@ -882,12 +869,12 @@ async fn blob_txs_from_a_peer_are_back_after_kill_9_without_kzg() {
         assert!(moat.pooled(*h), "{h} back after the restart");
     }
     assert_eq!(
-        metric(metrics, "moat_pool_kzg_skipped_stored_total"),
+        common::metric(metrics, "moat_pool_kzg_skipped_stored_total"),
         Some(20.0),
         "all 20 reloaded as verified"
     );
     assert_eq!(
-        metric(metrics, "moat_pool_kzg_verifications_total").unwrap_or(0.0),
+        common::metric(metrics, "moat_pool_kzg_verifications_total").unwrap_or(0.0),
         0.0,
         "no KZG for the reload"
     );

@@ -109,20 +109,6 @@ fn a_private_tx_is_mined_by_its_node_and_never_reaches_a_peer() {
     );
 }
 
-fn metric(port: u16, name: &str) -> Option<f64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// eth/72's cells between two moat nodes (Osaka dev chains): they negotiate eth/73
 /// (eth/72 with EIP-8077's senders and nonces), and a blob tx sent to one is pooled by
 /// the other whole, fetched as its body without blobs
@@ -174,12 +160,15 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
     });
     // Two blobs' data cells came over GetCells; the sidecar was verified by the peer.
     assert_eq!(
-        metric(b_metrics, "moat_p2p_cells_received_total"),
+        common::metric(b_metrics, "moat_p2p_cells_received_total"),
         Some(128.0)
     );
-    assert_eq!(metric(b_metrics, "moat_p2p_cell_requests_total"), Some(1.0));
     assert_eq!(
-        metric(b_metrics, "moat_pool_kzg_verifications_total"),
+        common::metric(b_metrics, "moat_p2p_cell_requests_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        common::metric(b_metrics, "moat_pool_kzg_verifications_total"),
         Some(1.0)
     );
 }
@@ -375,7 +364,7 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
             .then_some(())
     });
     assert_eq!(
-        metric(metrics_port, "moat_pool_kzg_verifications_total"),
+        common::metric(metrics_port, "moat_pool_kzg_verifications_total"),
         Some(2.0)
     );
 
@@ -460,7 +449,7 @@ async fn eth_73_hopeless_announcements_are_not_fetched_and_lies_drop_the_peer() 
             .then_some(())
     });
     assert_eq!(
-        metric(
+        common::metric(
             net.metrics,
             "moat_p2p_announcements_hopeless_total{reason=\"insufficient_funds\"}"
         ),
@@ -508,7 +497,6 @@ async fn eth_73_hopeless_announcements_are_not_fetched_and_lies_drop_the_peer() 
 async fn a_peer_whose_tx_is_mined_is_credited() {
     use moat_common::transaction::PooledTransaction;
     use moat_p2p::eth::EthMessage;
-    use serde_json::json;
     let rich = signer(2);
     let net = OsakaNode::start("tracker", &[rich.address()]);
     let mut giver = net.peer(7, 69).await;
@@ -527,33 +515,8 @@ async fn a_peer_whose_tx_is_mined_is_credited() {
     });
     // A block with it, built, imported and made the head over the engine API.
     let head = format!("{}", net.genesis.header().hash());
-    let zero = format!("0x{}", "00".repeat(32));
-    let built = net.moat.engine(
-        "engine_forkchoiceUpdatedV3",
-        json!([
-            {"headBlockHash": head, "safeBlockHash": zero, "finalizedBlockHash": zero},
-            {
-                "timestamp": format!("{:#x}", net.genesis.timestamp + 12),
-                "prevRandao": zero,
-                "suggestedFeeRecipient": format!("0x{}", "11".repeat(20)),
-                "withdrawals": [],
-                "parentBeaconBlockRoot": zero
-            }
-        ]),
-    );
-    let id = built["payloadId"].as_str().unwrap().to_string();
-    let envelope = net.moat.engine("engine_getPayloadV5", json!([id]));
-    let payload = envelope["executionPayload"].clone();
+    let payload = net.moat.build_block(&head, net.genesis.timestamp + 12);
     assert_eq!(payload["transactions"].as_array().map(Vec::len), Some(1));
-    let status = net.moat.engine(
-        "engine_newPayloadV4",
-        json!([payload, [], zero, envelope["executionRequests"]]),
-    );
-    assert_eq!(status["status"], "VALID", "{status}");
-    assert_eq!(
-        net.moat.forkchoice(payload["blockHash"].as_str().unwrap()),
-        "VALID"
-    );
     let giver_id = common::enode(7, 0)
         .trim_start_matches("enode://")
         .split('@')

@@ -472,6 +472,43 @@ impl Moat {
         response["result"].clone()
     }
 
+    /// One block on `parent` at `timestamp` (Osaka), from the pool: built
+    /// (forkchoiceUpdated with attributes), fetched (getPayloadV5), imported
+    /// (newPayloadV4) and made the head; its execution payload.
+    pub(crate) fn build_block(&self, parent: &str, timestamp: u64) -> serde_json::Value {
+        use serde_json::json;
+        let zero = format!("0x{}", "00".repeat(32));
+        let built = self.engine(
+            "engine_forkchoiceUpdatedV3",
+            json!([
+                {"headBlockHash": parent, "safeBlockHash": zero, "finalizedBlockHash": zero},
+                {
+                    "timestamp": format!("{timestamp:#x}"),
+                    "prevRandao": zero,
+                    "suggestedFeeRecipient": format!("0x{}", "11".repeat(20)),
+                    "withdrawals": [],
+                    "parentBeaconBlockRoot": zero
+                }
+            ]),
+        );
+        let id = built["payloadId"]
+            .as_str()
+            .expect("a payload id")
+            .to_string();
+        let envelope = self.engine("engine_getPayloadV5", json!([id]));
+        let payload = envelope["executionPayload"].clone();
+        let status = self.engine(
+            "engine_newPayloadV4",
+            json!([payload, [], zero, envelope["executionRequests"]]),
+        );
+        assert_eq!(status["status"], "VALID", "{status}");
+        assert_eq!(
+            self.forkchoice(payload["blockHash"].as_str().unwrap()),
+            "VALID"
+        );
+        payload
+    }
+
     /// Posts forkchoiceUpdated `body` to the engine API with a fresh token; the payload
     /// status of the answer.
     pub(crate) fn forkchoice_status(&self, body: &str) -> String {
@@ -512,4 +549,25 @@ pub(crate) fn consistent_head(dir: &std::path::Path) -> Option<(u64, B256)> {
         "the state at #{number} is its header's"
     );
     Some((number, hash))
+}
+
+/// A node's Prometheus text from its exporter on `port`.
+pub(crate) fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+/// The value of the series `name` (with its labels, if any, as written) on the exporter
+/// on `port`.
+pub(crate) fn metric(port: u16, name: &str) -> Option<f64> {
+    scrape(port)?
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }

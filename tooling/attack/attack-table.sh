@@ -116,12 +116,12 @@ if [ -n "${GETH:-}" ]; then
     K1=$(echo "$KEYS" | sed -n 1p); K2=$(echo "$KEYS" | sed -n 2p)
     K34=$(echo "$KEYS" | sed -n 3,4p | paste -sd, -)
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/jwt.hex"
-    ethtest_table() { # ethtest_table LABEL PID HTTP ENGINE SCENARIO
+    gossip_table() { # gossip_table LABEL PID HTTP ENGINE SCENARIO GENESIS FCU-FILE
         wait_rpc "$3"
         ENODE=$(rpc "$3" admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p' | sed 's/?.*//')
         [ -n "$ENODE" ] || { echo "no enode from admin_nodeInfo" >&2; return; }
         "$BIN/moat-attack-table" --label "$1" --rpc "127.0.0.1:$3" --target "$ENODE" --pid "$2" \
-            --network "$T/genesis.json" --fcu "$T/headfcu.json" --engine "127.0.0.1:$4" --jwt-secret "$DIR/jwt.hex" \
+            --network "$6" --fcu "$7" --engine "127.0.0.1:$4" --jwt-secret "$DIR/jwt.hex" \
             --peer-key "$K1" --rpc-key "$K2" --blob-keys "$K34" --metrics 127.0.0.1:$METRICS_PORT \
             --peer-rate 50 --rpc-rate 20 --seconds "$PHASE" --scenarios "$5" || true
         kill "$2"; PIDS=""
@@ -130,6 +130,9 @@ if [ -n "${GETH:-}" ]; then
         (sleep 30; kill -9 "$2" 2>/dev/null) & DOG=$!
         wait "$2" 2>/dev/null || true
         kill "$DOG" 2>/dev/null || true
+    }
+    ethtest_table() { # ethtest_table LABEL PID HTTP ENGINE SCENARIO
+        gossip_table "$1" "$2" "$3" "$4" "$5" "$T/genesis.json" "$T/headfcu.json"
     }
     "$BIN/moat" import --network "$T/genesis.json" --datadir "$DIR/moat-ethtest-base" "$T/chain.rlp" \
         > "$DIR/moat-import.log" 2>&1
@@ -164,21 +167,12 @@ for address in list(accounts)[:4]:
     g["alloc"].setdefault(key, {})["balance"] = "0xd3c21bcecceda1000000"
 json.dump(g, open(sys.argv[3], "w"))
 PY
-        osaka_table() { # osaka_table LABEL PID HTTP ENGINE SCENARIO
+        osaka_table() { # osaka_table LABEL PID HTTP ENGINE SCENARIO: synced at its genesis
             wait_rpc "$3"
             HASH=$(rpc "$3" eth_getBlockByNumber '["0x0",false]' | sed -n 's/.*"hash":"\(0x[0-9a-f]*\)".*/\1/p')
             printf '{"jsonrpc":"2.0","id":1,"method":"engine_forkchoiceUpdatedV3","params":[{"headBlockHash":"%s","safeBlockHash":"%s","finalizedBlockHash":"%s"},null]}' \
                 "$HASH" "$HASH" "$HASH" > "$DIR/osaka-fcu.json"
-            ENODE=$(rpc "$3" admin_nodeInfo '[]' | sed -n 's/.*"enode":"\([^"]*\)".*/\1/p' | sed 's/?.*//')
-            "$BIN/moat-attack-table" --label "$1" --rpc "127.0.0.1:$3" --target "$ENODE" --pid "$2" \
-                --network "$DIR/osaka-genesis.json" --fcu "$DIR/osaka-fcu.json" --engine "127.0.0.1:$4" \
-                --jwt-secret "$DIR/jwt.hex" --peer-key "$K1" --rpc-key "$K2" --blob-keys "$K34" \
-                --metrics 127.0.0.1:$METRICS_PORT --peer-rate 50 --rpc-rate 20 --seconds "$PHASE" \
-                --scenarios "$5" || true
-            kill "$2"; PIDS=""
-            (sleep 30; kill -9 "$2" 2>/dev/null) & DOG=$!
-            wait "$2" 2>/dev/null || true
-            kill "$DOG" 2>/dev/null || true
+            gossip_table "$1" "$2" "$3" "$4" "$5" "$DIR/osaka-genesis.json" "$DIR/osaka-fcu.json"
         }
         for s in $(echo "$SCEN_OSAKA_GOSSIP" | tr ',' ' '); do
             rm -rf "$DIR/moat-osaka-p2p"

@@ -25,9 +25,16 @@ fn wait<T>(secs: u64, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
+/// Whether the node holds `tx`: by hash, or in its pool's content (go-ethereum answers
+/// `eth_getTransactionByHash` with "transaction indexing is in progress" for a while
+/// after it starts).
 fn has_tx(rpc: &mut RpcClient, tx: &PooledTransaction) -> bool {
-    rpc.call("eth_getTransactionByHash", json!([tx.hash()]))
-        .is_ok_and(|v| !v.is_null())
+    match rpc.call("eth_getTransactionByHash", json!([tx.hash()])) {
+        Ok(v) => !v.is_null(),
+        Err(_) => rpc
+            .call("txpool_content", json!([]))
+            .is_ok_and(|v| v.to_string().contains(&format!("{}", tx.hash()))),
+    }
 }
 
 /// moat's counter `name` from its Prometheus endpoint on `port`.
@@ -132,7 +139,36 @@ pub(super) fn check(
         SidecarVersion::V1,
         None,
     );
-    let report = |what: &str, tx: &PooledTransaction, took: Option<Duration>| {
+    // (sender node, receiver node, label, moat's counter of the cells it moved)
+    let crossings = [
+        (
+            1,
+            0,
+            "geth → moat",
+            &to_moat,
+            "moat_p2p_cells_received_total",
+            "received",
+        ),
+        (
+            0,
+            1,
+            "moat → geth",
+            &to_geth,
+            "moat_p2p_cells_served_total",
+            "served",
+        ),
+    ];
+    for (from, to, what, tx, counter, verb) in crossings {
+        let before = moat_metric(moat_metrics, counter);
+        let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
+        let started = Instant::now();
+        nodes[from]
+            .1
+            .call("eth_sendRawTransaction", json!([raw]))
+            .map_err(|e| format!("{what}: the sender refused the tx: {e}"))?;
+        let took = wait(30, || {
+            has_tx(&mut nodes[to].1, tx).then(|| started.elapsed())
+        });
         let blobs = tx.sidecar().map_or(0, |s| s.blobs.len());
         let v72 = tx.size_without_blobs() + blobs * 64 * (BYTES_PER_CELL + 3);
         match took {
@@ -145,38 +181,10 @@ pub(super) fn check(
             ),
             None => println!("{what}: NOT pooled within 30 s"),
         }
-    };
-
-    let before = moat_metric(moat_metrics, "moat_p2p_cells_received_total");
-    let raw = alloy_primitives::hex::encode_prefixed(to_moat.encoded_2718());
-    let started = Instant::now();
-    nodes[1]
-        .1
-        .call("eth_sendRawTransaction", json!([raw]))
-        .map_err(|e| format!("geth refused the tx: {e}"))?;
-    let took = wait(30, || {
-        has_tx(&mut nodes[0].1, &to_moat).then(|| started.elapsed())
-    });
-    report("geth → moat", &to_moat, took);
-    println!(
-        "  moat received {} cells over GetCells",
-        moat_metric(moat_metrics, "moat_p2p_cells_received_total") - before
-    );
-
-    let before = moat_metric(moat_metrics, "moat_p2p_cells_served_total");
-    let raw = alloy_primitives::hex::encode_prefixed(to_geth.encoded_2718());
-    let started = Instant::now();
-    nodes[0]
-        .1
-        .call("eth_sendRawTransaction", json!([raw]))
-        .map_err(|e| format!("moat refused the tx: {e}"))?;
-    let took = wait(30, || {
-        has_tx(&mut nodes[1].1, &to_geth).then(|| started.elapsed())
-    });
-    report("moat → geth", &to_geth, took);
-    println!(
-        "  moat served {} cells over GetCells",
-        moat_metric(moat_metrics, "moat_p2p_cells_served_total") - before
-    );
+        println!(
+            "  moat {verb} {} cells over GetCells",
+            moat_metric(moat_metrics, counter) - before
+        );
+    }
     Ok(())
 }

@@ -249,23 +249,7 @@ impl BlobsBundle {
         hashes: &[B256],
         rules: &BlobRules,
     ) -> Result<(), BlobsBundleError> {
-        if hashes.is_empty() {
-            return Err(BlobsBundleError::NoBlobs);
-        }
-        if hashes.len() as u64 > rules.max_blobs_per_tx {
-            return Err(BlobsBundleError::TooManyBlobs {
-                count: hashes.len(),
-                max: rules.max_blobs_per_tx,
-            });
-        }
-        if self.blobs.len() != hashes.len() {
-            return Err(BlobsBundleError::CountMismatch {
-                hashes: hashes.len(),
-                blobs: self.blobs.len(),
-                commitments: self.commitments.len(),
-            });
-        }
-        self.validate_commitments(hashes, rules)
+        self.validate_shape(hashes, rules, hashes.len())
     }
 
     /// [`Self::validate_cheap`] for a sidecar that came without its blobs (eth/72's
@@ -274,6 +258,16 @@ impl BlobsBundle {
         &self,
         hashes: &[B256],
         rules: &BlobRules,
+    ) -> Result<(), BlobsBundleError> {
+        self.validate_shape(hashes, rules, 0)
+    }
+
+    /// The structural checks with `blobs` blobs expected in the sidecar.
+    fn validate_shape(
+        &self,
+        hashes: &[B256],
+        rules: &BlobRules,
+        blobs: usize,
     ) -> Result<(), BlobsBundleError> {
         if hashes.is_empty() {
             return Err(BlobsBundleError::NoBlobs);
@@ -284,7 +278,7 @@ impl BlobsBundle {
                 max: rules.max_blobs_per_tx,
             });
         }
-        if !self.blobs.is_empty() {
+        if self.blobs.len() != blobs {
             return Err(BlobsBundleError::CountMismatch {
                 hashes: hashes.len(),
                 blobs: self.blobs.len(),
@@ -294,7 +288,7 @@ impl BlobsBundle {
         self.validate_commitments(hashes, rules)
     }
 
-    /// The checks both take after the blob count: commitments and proofs counted, the
+    /// The checks after the blob count: commitments and proofs counted, the
     /// versioned hashes matched, the version the fork's.
     fn validate_commitments(
         &self,

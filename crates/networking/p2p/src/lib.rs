@@ -3,7 +3,7 @@
 //! - [`rlpx`]: the encrypted transport (ECIES handshake with EIP-8, frame codec with
 //!   keccak MACs).
 //! - [`p2p`]: the base protocol (Hello, Disconnect, Ping/Pong) and snappy.
-//! - [`eth`]: eth/68 to eth/71 messages.
+//! - [`eth`]: eth/68 to eth/73 messages (eth/72's cells, eth/73's senders and nonces).
 //! - [`session`]: Hello and Status handshakes and message framing, shared by the node and
 //!   by anything that plays a peer of it (tests, load tools).
 //! - [`fetcher`]: announcements → `GetPooledTransactions`, and `validate_requested`.

@@ -41,20 +41,29 @@ pub(crate) struct AttackCtx {
     pub(crate) blob_stats: Arc<BlobStats>,
 }
 
+/// Announces one blob tx of `size` (with `mask` on eth/72); `false` if the send failed.
+async fn announce_blob_tx(
+    c: &mut Client,
+    size: u32,
+    hash: B256,
+    mask: Option<moat_p2p::eth::CellMask>,
+) -> bool {
+    let ann = Announcement {
+        types: vec![3],
+        sizes: vec![size],
+        hashes: vec![hash],
+        mask,
+        origins: vec![],
+    };
+    c.send(&EthMessage::NewPooledTransactionHashes(ann))
+        .await
+        .is_ok()
+}
+
 /// Announces one blob tx and answers the node's requests for it until the node goes
 /// quiet (`true`) or drops the connection (`false`).
 pub(crate) async fn blob_round(c: &mut Client, set: &BlobSet, i: usize, stats: &BlobStats) -> bool {
-    let ann = Announcement {
-        types: vec![3],
-        sizes: vec![set.sizes[i]],
-        hashes: vec![set.hashes[i]],
-        mask: None,
-        origins: vec![],
-    };
-    if c.send(&EthMessage::NewPooledTransactionHashes(ann))
-        .await
-        .is_err()
-    {
+    if !announce_blob_tx(c, set.sizes[i], set.hashes[i], None).await {
         return false;
     }
     loop {
@@ -107,16 +116,13 @@ pub(crate) async fn cells_round(
     i: usize,
     stats: &BlobStats,
 ) -> bool {
-    let ann = Announcement {
-        types: vec![3],
-        sizes: vec![set.body_sizes[i]],
-        hashes: vec![set.hashes[i]],
-        mask: Some(moat_p2p::eth::ALL_CELLS),
-        origins: vec![],
-    };
-    if c.send(&EthMessage::NewPooledTransactionHashes(ann))
-        .await
-        .is_err()
+    if !announce_blob_tx(
+        c,
+        set.body_sizes[i],
+        set.hashes[i],
+        Some(moat_p2p::eth::ALL_CELLS),
+    )
+    .await
     {
         return false;
     }

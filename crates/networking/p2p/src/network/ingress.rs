@@ -365,12 +365,15 @@ impl Network {
     /// Delivered txs against the sender and nonce `peer` announced for them (eth/73).
     fn check_origins(&self, peer: &Peer, inputs: &[(B256, Bytes)]) -> Result<(), String> {
         let pool = &self.inner.pool;
-        for (hash, env) in inputs {
-            let announced = self
-                .inner
-                .fetcher
-                .lock()
-                .announced_origin(peer.info.id, hash);
+        // What it announced of each, in one short lock: the recoveries below run without.
+        let announced: Vec<Option<(alloy_primitives::Address, u64)>> = {
+            let f = self.inner.fetcher.lock();
+            inputs
+                .iter()
+                .map(|(hash, _)| f.announced_origin(peer.info.id, hash))
+                .collect()
+        };
+        for ((hash, env), announced) in inputs.iter().zip(announced) {
             let Some((sender, nonce)) = announced else {
                 continue;
             };
