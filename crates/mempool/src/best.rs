@@ -77,8 +77,16 @@ pub struct BestTransactions {
 
 impl BestTransactions {
     pub(crate) fn new(groups: Vec<Vec<Arc<PoolTx>>>, budget: BlockBudget) -> Self {
+        // A sampled blob tx (some cells of its blobs, EIP-8070) cannot go into a block:
+        // its sender's run stops before it.
+        let groups = groups.into_iter().map(|mut run| {
+            if let Some(at) = run.iter().position(|t| !t.tx.has_whole_blobs()) {
+                run.truncate(at);
+            }
+            VecDeque::from(run)
+        });
         let mut this = Self {
-            groups: groups.into_iter().map(VecDeque::from).collect(),
+            groups: groups.collect(),
             heap: BinaryHeap::new(),
             budget,
             gas_left: budget.gas_limit,

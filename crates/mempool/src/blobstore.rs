@@ -4,7 +4,8 @@
 //!
 //! - **What is kept.** Each blob tx the pool holds (from peers and from RPC alike), in its
 //!   network form, with its sender and whether it is local. Txs waiting in the gapped
-//!   buffer are not: their sidecars were never verified. The store mirrors the pool: a
+//!   buffer are not: their sidecars were never verified; nor sampled ones (eth/72, some
+//!   cells of their blobs): peers have them whole. The store mirrors the pool: a
 //!   writer thread ([`BlobStore::run`]) compares the pool's blob txs with what is on disk
 //!   and, in one redb write transaction, writes the newcomers and deletes what left
 //!   (mined, replaced, evicted, expired). It runs when a blob tx is pooled (woken at
@@ -262,9 +263,12 @@ impl BlobStore {
         let inner = &*self.inner;
         let (new, gone) = {
             let on_disk = inner.on_disk.lock();
+            // Sampled blob txs (some cells of their blobs) are not kept: a restart
+            // fetches them again from peers.
+            let txs: Vec<&Arc<PoolTx>> = txs.iter().filter(|t| t.tx.has_whole_blobs()).collect();
             let wanted: FastSet<B256> = txs.iter().map(|t| t.hash()).collect();
             let new: Vec<&Arc<PoolTx>> = txs
-                .iter()
+                .into_iter()
                 .filter(|t| !on_disk.contains(&t.hash()))
                 .collect();
             let gone: Vec<B256> = on_disk

@@ -43,6 +43,7 @@ pub(crate) fn to_cell_proofs(bundle: &BlobsBundle) -> Result<(BlobsBundle, u64),
         blobs: bundle.blobs.clone(),
         commitments: bundle.commitments.clone(),
         proofs,
+        sampled: None,
     };
     Ok((
         converted,

@@ -35,6 +35,12 @@ pub(crate) fn sidecar_digest(
     for b in &bundle.blobs {
         h.update(&b.0[..]);
     }
+    if let Some(s) = &bundle.sampled {
+        h.update(s.custody);
+        for c in &s.cells {
+            h.update(&c[..]);
+        }
+    }
     alloy_primitives::B256::from(<[u8; 32]>::from(h.finalize()))
 }
 

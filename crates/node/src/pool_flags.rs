@@ -72,6 +72,19 @@ pub(crate) struct PoolArgs {
     /// fixed one minute).
     #[arg(long = "blobpool.gappedlifetime", default_value = "1m", value_parser = crate::run::parse_duration)]
     pub blob_gapped_lifetime: Duration,
+    /// The cells of each blob this node keeps of a sampled blob transaction (EIP-8070,
+    /// eth/72's sparse blobpool): the consensus client's custody columns, as 16 bytes of
+    /// hex, bit `i` (of byte `i / 8`, least significant first) for cell `i`. Fewer than
+    /// 64 makes the node a sampler: most blob txs are pooled with these cells only.
+    /// Default: every cell (every blob tx fetched whole, as go-ethereum does until its
+    /// consensus client names a custody).
+    #[arg(long = "blobpool.custody", value_parser = parse_cell_mask)]
+    pub blob_custody: Option<moat_common::transaction::CellMask>,
+    /// Percent of blob transactions a sampler fetches whole all the same (EIP-8070's
+    /// provider probability; go-ethereum's default 15).
+    #[arg(long = "blobpool.fetchprobability", default_value_t = 15,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub blob_fetch_probability: u8,
     /// Percent a blob transaction's replacement must raise every fee by.
     #[arg(long = "blobpool.pricebump", default_value_t = 100)]
     pub blob_price_bump: u128,
@@ -150,6 +163,16 @@ pub(crate) struct PoolArgs {
     /// ~25 % (moat's).
     #[arg(long = "txpool.journal.interval", default_value = "500us", value_parser = parse_short_duration)]
     pub journal_interval: Duration,
+}
+
+/// A cell bitmap: 16 bytes of hex, `0x` optional.
+fn parse_cell_mask(text: &str) -> Result<moat_common::transaction::CellMask, String> {
+    let text = text.trim();
+    let hex = text.strip_prefix("0x").unwrap_or(text);
+    alloy_primitives::hex::decode(hex)
+        .ok()
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .ok_or_else(|| format!("not a cell bitmap: {text:?} (16 bytes of hex)"))
 }
 
 /// A Go-style duration down to microseconds (`200us`, `1ms`, `1.5ms` not: integers
@@ -309,6 +332,30 @@ mod tests {
             assert!(parse_short_duration(bad).is_err(), "{bad}");
         }
         assert!(Cli::try_parse_from(["moat", "--txpool.journal.syncs", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_sparse_blobpool_flags_set_custody_and_fetch_probability() {
+        let cli = Cli::parse_from(["moat"]);
+        assert_eq!(cli.pool.blob_custody, None);
+        assert_eq!(cli.pool.blob_fetch_probability, 15);
+        let cli = Cli::parse_from([
+            "moat",
+            "--blobpool.custody",
+            "0x01000000000000000000000000000080",
+            "--blobpool.fetchprobability",
+            "0",
+        ]);
+        let custody = cli.pool.blob_custody.unwrap();
+        assert_eq!(
+            moat_common::transaction::mask_indices(&custody),
+            vec![0, 127]
+        );
+        assert_eq!(cli.pool.blob_fetch_probability, 0);
+        for bad in ["0x01", "zz", ""] {
+            assert!(parse_cell_mask(bad).is_err(), "{bad}");
+        }
+        assert!(Cli::try_parse_from(["moat", "--blobpool.fetchprobability", "101"]).is_err());
     }
 
     #[test]

@@ -744,6 +744,10 @@ async fn start_network(
     let budget = crate::fdlimit::Budget::at_start(max_peers);
     cfg.max_peers = budget.max_peers.max(1);
     cfg.handshakes = budget.handshakes;
+    if let Some(custody) = args.pool.blob_custody {
+        cfg.blob_custody = custody;
+    }
+    cfg.blob_fetch_percent = args.pool.blob_fetch_probability;
     for url in args.bootnodes.iter().filter(|u| !u.is_empty()) {
         if let Some(enode) = crate::discovery::bootnode_peer(url)? {
             cfg.static_peers.push(enode);

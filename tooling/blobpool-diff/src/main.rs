@@ -177,6 +177,7 @@ fn bundle(blobs: &[&Blob], version: SidecarVersion) -> BlobsBundle {
         blobs: Vec::new(),
         commitments: Vec::new(),
         proofs: Vec::new(),
+        sampled: None,
     };
     for b in blobs {
         let one = match version {

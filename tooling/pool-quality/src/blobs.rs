@@ -81,6 +81,7 @@ impl BlobCache {
             blobs: Vec::with_capacity(ids.len()),
             commitments: Vec::with_capacity(ids.len()),
             proofs: Vec::new(),
+            sampled: None,
         };
         for i in ids {
             let b = &self.bundles[*i];

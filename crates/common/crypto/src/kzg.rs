@@ -165,6 +165,44 @@ pub fn verify_cell_proofs(
     }
 }
 
+/// Verifies some cells of some blobs against their cell proofs (EIP-7594), in one batch
+/// call: cell `i` is cell `indices[i]` (below [`CELLS_PER_EXT_BLOB`]) of the blob whose
+/// commitment is `commitments[i]`, proven by `proofs[i]`. What a node that holds only
+/// some cells of a blob (a sampler, EIP-8070) checks; no blob is needed.
+pub fn verify_cells(
+    commitments: &[Bytes48],
+    indices: &[u64],
+    cells: &[Cell],
+    proofs: &[Bytes48],
+) -> Result<(), KzgError> {
+    let n = cells.len();
+    if commitments.len() != n || indices.len() != n || proofs.len() != n {
+        return Err(KzgError::LengthMismatch(
+            "cells, indices, commitments and proofs",
+        ));
+    }
+    if indices.iter().any(|i| *i >= CELLS_PER_EXT_BLOB as u64) {
+        return Err(KzgError::Malformed("cell index out of range".into()));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let ckzg_cells: Vec<c_kzg::Cell> = cells.iter().map(|c| c_kzg::Cell::new(*c)).collect();
+    let ok = settings()
+        .verify_cell_kzg_proof_batch(
+            as_ckzg_bytes48(commitments),
+            indices,
+            &ckzg_cells,
+            as_ckzg_bytes48(proofs),
+        )
+        .map_err(ckzg_error)?;
+    if ok {
+        Ok(())
+    } else {
+        Err(KzgError::InvalidProof)
+    }
+}
+
 /// One transaction's blobs, commitments and proofs, for verifying several at once.
 #[derive(Debug, Clone, Copy)]
 pub struct ProofSet<'a> {

@@ -13,6 +13,11 @@
 //! - version 0: `rlp([tx_fields, blobs, commitments, proofs])`, one proof per blob;
 //! - version 1 (EIP-7594): `rlp([tx_fields, 1, blobs, commitments, cell_proofs])`, 128
 //!   cell proofs per blob.
+//!
+//! A **sampled** sidecar (EIP-8070's sparse blobpool) holds no blobs: only the cells of
+//! its custody ([`SampledCells`]), each checked against its cell proof. Its network form
+//! is the version-1 form with an empty blobs list (what eth/72 peers are served); such a
+//! tx cannot go into a block this node builds, nor to a peer that wants whole blobs.
 
 use super::{
     DecodeError, SignedTransaction, TxType, keccak_prefixed, network_envelope, wrap_network,
@@ -46,6 +51,53 @@ impl SidecarVersion {
     }
 }
 
+/// Which of a blob's 128 extension cells (EIP-7594) a message or a sampler is about: bit
+/// `i` is cell `i`, least significant bit first in each byte (go-ethereum's
+/// `CustodyBitmap`); 16 bytes on the wire and in the engine API.
+pub type CellMask = [u8; 16];
+/// Every cell: a node that holds whole blobs announces its blob txs with it.
+pub const ALL_CELLS: CellMask = [0xff; 16];
+/// Cells 0..64: the blob itself (its first half of the extension).
+pub const DATA_CELLS: CellMask = [
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+/// The cell indices set in `mask`, ascending.
+pub fn mask_indices(mask: &CellMask) -> Vec<usize> {
+    (0..CELLS_PER_EXT_BLOB)
+        .filter(|i| mask[i / 8] & (1 << (i % 8)) != 0)
+        .collect()
+}
+
+/// How many cells `mask` names.
+pub fn mask_count(mask: &CellMask) -> usize {
+    mask.iter().map(|b| b.count_ones() as usize).sum()
+}
+
+/// Whether every cell of `inner` is in `outer`.
+pub fn mask_covers(outer: &CellMask, inner: &CellMask) -> bool {
+    outer.iter().zip(inner).all(|(o, i)| o & i == *i)
+}
+
+/// The mask of `indices` (each below 128; others are ignored).
+pub fn mask_of(indices: impl IntoIterator<Item = usize>) -> CellMask {
+    let mut mask = [0u8; 16];
+    for i in indices.into_iter().filter(|i| *i < CELLS_PER_EXT_BLOB) {
+        mask[i / 8] |= 1 << (i % 8);
+    }
+    mask
+}
+
+/// The cells a sampler holds of a blob tx (EIP-8070): those of its custody, of every
+/// blob, blob by blob, ascending cell index within a blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampledCells {
+    /// Which cells of each blob are held.
+    pub custody: CellMask,
+    /// `blobs × mask_count(custody)` cells.
+    pub cells: Vec<kzg::Cell>,
+}
+
 /// The blobs, commitments and proofs that travel with a blob transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobsBundle {
@@ -58,6 +110,8 @@ pub struct BlobsBundle {
     /// One proof per blob (version 0), or 128 cell proofs per blob, blob by blob
     /// (version 1).
     pub proofs: Vec<Bytes48>,
+    /// A sampled sidecar's cells (`blobs` is then empty); `None` for a whole one.
+    pub sampled: Option<SampledCells>,
 }
 
 /// What the active fork allows of sidecars.
@@ -165,6 +219,15 @@ pub enum BlobsBundleError {
         /// The hash's position in the transaction, from 0.
         index: usize,
     },
+    /// A sampled sidecar holds another number of cells than its custody names, names
+    /// none, or is not of version 1.
+    #[error("sampled sidecar has {found} cells, expected {expected}")]
+    SampledCellCount {
+        /// Blobs × cells of the custody.
+        expected: usize,
+        /// Cells held.
+        found: usize,
+    },
     /// The KZG proofs do not verify.
     #[error("invalid kzg proofs: {0}")]
     Kzg(#[from] KzgError),
@@ -205,7 +268,22 @@ impl BlobsBundle {
             blobs,
             commitments,
             proofs,
+            sampled: None,
         })
+    }
+
+    /// Whether this sidecar holds only some cells of its blobs ([`SampledCells`]).
+    pub fn is_sampled(&self) -> bool {
+        self.sampled.is_some()
+    }
+
+    /// The cells this sidecar can give of each blob: all for whole blobs, the custody
+    /// for a sampled one.
+    pub fn held_cells(&self) -> CellMask {
+        match &self.sampled {
+            None => ALL_CELLS,
+            Some(s) => s.custody,
+        }
     }
 
     /// The cells at `indices` (each below [`CELLS_PER_EXT_BLOB`]) of blob `blob`, in that
@@ -213,6 +291,18 @@ impl BlobsBundle {
     /// computed (its extension, milliseconds, once per call). `None` for a blob it lacks or
     /// an index out of range.
     pub fn cells(&self, blob: usize, indices: &[usize]) -> Option<Vec<kzg::Cell>> {
+        if let Some(s) = &self.sampled {
+            // Held cells only: the custody's, blob by blob.
+            let held = mask_indices(&s.custody);
+            let base = blob.checked_mul(held.len())?;
+            if blob >= self.commitments.len() {
+                return None;
+            }
+            return indices
+                .iter()
+                .map(|i| Some(s.cells[base + held.binary_search(i).ok()?]))
+                .collect();
+        }
         let blob = self.blobs.get(blob)?;
         if indices.iter().any(|i| *i >= CELLS_PER_EXT_BLOB) {
             return None;
@@ -249,7 +339,19 @@ impl BlobsBundle {
         hashes: &[B256],
         rules: &BlobRules,
     ) -> Result<(), BlobsBundleError> {
-        self.validate_shape(hashes, rules, hashes.len())
+        let Some(sampled) = &self.sampled else {
+            return self.validate_shape(hashes, rules, hashes.len());
+        };
+        self.validate_shape(hashes, rules, 0)?;
+        let per_blob = mask_count(&sampled.custody);
+        let expected = hashes.len() * per_blob;
+        if per_blob == 0 || sampled.cells.len() != expected || self.version != SidecarVersion::V1 {
+            return Err(BlobsBundleError::SampledCellCount {
+                expected,
+                found: sampled.cells.len(),
+            });
+        }
+        Ok(())
     }
 
     /// [`Self::validate_cheap`] for a sidecar that came without its blobs (eth/72's
@@ -332,6 +434,9 @@ impl BlobsBundle {
 
     /// KZG proof verification alone (the caller ran [`Self::validate_cheap`]).
     pub fn verify_proofs(&self) -> Result<(), BlobsBundleError> {
+        if let Some(s) = &self.sampled {
+            return self.verify_sampled(s);
+        }
         match self.version {
             SidecarVersion::V0 => {
                 kzg::verify_blob_proofs(&self.blobs, &self.commitments, &self.proofs)?
@@ -343,9 +448,42 @@ impl BlobsBundle {
         Ok(())
     }
 
+    /// A sampled sidecar's cells against their cell proofs (one batch call).
+    fn verify_sampled(&self, s: &SampledCells) -> Result<(), BlobsBundleError> {
+        let held = mask_indices(&s.custody);
+        if self.version != SidecarVersion::V1
+            || s.cells.len() != held.len() * self.commitments.len()
+            || self.proofs.len() != self.commitments.len() * CELLS_PER_EXT_BLOB
+        {
+            return Err(BlobsBundleError::SampledCellCount {
+                expected: held.len() * self.commitments.len(),
+                found: s.cells.len(),
+            });
+        }
+        let n = s.cells.len();
+        let (mut commitments, mut indices, mut proofs) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for (blob, commitment) in self.commitments.iter().enumerate() {
+            for &i in &held {
+                commitments.push(*commitment);
+                indices.push(i as u64);
+                proofs.push(self.proofs[blob * CELLS_PER_EXT_BLOB + i]);
+            }
+        }
+        kzg::verify_cells(&commitments, &indices, &s.cells, &proofs)?;
+        Ok(())
+    }
+
     /// Verifies the proofs of several bundles of one version in a single batch call.
     /// A failed batch says only that some bundle is bad.
     pub fn verify_proofs_batch(bundles: &[&BlobsBundle]) -> Result<(), BlobsBundleError> {
+        if bundles.iter().any(|b| b.is_sampled()) {
+            // Sampled ones hold no blobs to batch with: each alone.
+            return bundles.iter().try_for_each(|b| b.verify_proofs());
+        }
         let sets: Vec<kzg::ProofSet<'_>> = bundles
             .iter()
             .map(|b| kzg::ProofSet {
@@ -449,6 +587,7 @@ impl BlobsBundle {
             blobs,
             commitments,
             proofs,
+            sampled: None,
         })
     }
 }
@@ -489,7 +628,12 @@ impl PooledTransaction {
             None => pooled.tx.size(),
             Some(s) => {
                 let inner = pooled.tx.size() - 1; // the canonical list without its type byte
-                1 + rlp::list_length(inner + s.payload_len())
+                // A sampled sidecar's cells are held too: counted as bytes the tx takes.
+                let cells = s
+                    .sampled
+                    .as_ref()
+                    .map_or(0, |c| c.cells.len() * kzg::BYTES_PER_CELL);
+                1 + rlp::list_length(inner + s.payload_len()) + cells
             }
         };
         pooled
@@ -525,7 +669,8 @@ impl PooledTransaction {
         self.tx.tx_type()
     }
 
-    /// Size of the network encoding, sidecar included: what eth/68 announcements state.
+    /// Size of the network encoding, sidecar included: what eth/68 announcements state;
+    /// for a sampled tx, that of its form without blobs plus the bytes of its cells.
     pub fn size(&self) -> usize {
         self.size
     }
@@ -646,8 +791,32 @@ impl PooledTransaction {
                 blobs,
                 commitments: s.commitments.clone(),
                 proofs: s.proofs.clone(),
+                sampled: None,
             }),
         ))
+    }
+
+    /// The same tx holding only `cells` of its blobs, those of `custody` blob by blob (a
+    /// body that came without blobs, and the cells a sampler fetched). `None` for a tx
+    /// without sidecar.
+    pub fn with_sampled_cells(&self, custody: CellMask, cells: Vec<kzg::Cell>) -> Option<Self> {
+        let s = self.sidecar.as_ref()?;
+        Some(Self::new(
+            self.tx.clone(),
+            Some(BlobsBundle {
+                version: s.version,
+                blobs: Vec::new(),
+                commitments: s.commitments.clone(),
+                proofs: s.proofs.clone(),
+                sampled: Some(SampledCells { custody, cells }),
+            }),
+        ))
+    }
+
+    /// Whether this is a blob tx whose blobs are held whole (a sampled one is not; other
+    /// txs are): what block building, getBlobs and peers before eth/72 need.
+    pub fn has_whole_blobs(&self) -> bool {
+        self.sidecar.as_ref().is_none_or(|s| !s.is_sampled())
     }
 
     /// The network-form envelope ([`Self::encode_2718`]) in a new buffer.

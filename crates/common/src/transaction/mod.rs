@@ -18,7 +18,10 @@ mod blobs;
 mod gas;
 
 pub use blobs::MAX_BLOBS_PER_TX_OSAKA;
-pub use blobs::{BlobRules, BlobsBundle, BlobsBundleError, PooledTransaction, SidecarVersion};
+pub use blobs::{
+    ALL_CELLS, BlobRules, BlobsBundle, BlobsBundleError, CellMask, DATA_CELLS, PooledTransaction,
+    SampledCells, SidecarVersion, mask_count, mask_covers, mask_indices, mask_of,
+};
 pub use gas::{
     IntrinsicGas, MAX_INIT_CODE_SIZE, MAX_TX_GAS_OSAKA, MAX_TX_SIZE, StatelessError,
     StatelessRules, check_stateless, intrinsic_gas, validate_stateless,

@@ -289,6 +289,72 @@ fn a_blob_tx_without_its_blobs_round_trips_and_takes_them_back() {
     assert_eq!(plain.size_without_blobs(), plain.size());
 }
 
+/// EIP-8070's sampled sidecar: a custody's cells of every blob, checked against their
+/// cell proofs, served within the custody only, never a whole sidecar.
+#[test]
+fn a_sampled_sidecar_verifies_its_cells_and_gives_only_those() {
+    use super::{ALL_CELLS, mask_of};
+    let signer = Signer::from_seed(6);
+    let pooled = sample_blob_tx(SidecarVersion::V1, 2, 0, &signer);
+    let whole = pooled.sidecar().unwrap();
+    let custody = mask_of([3, 64, 100]);
+    let mut cells = Vec::new();
+    for blob in 0..2 {
+        cells.extend(whole.cells(blob, &[3, 64, 100]).unwrap());
+    }
+    let body = PooledTransaction::decode_2718(&pooled.encoded_2718_without_blobs()).unwrap();
+    let sampled = body.with_sampled_cells(custody, cells.clone()).unwrap();
+    let sidecar = sampled.sidecar().unwrap();
+    assert!(sidecar.is_sampled() && !sampled.has_whole_blobs() && pooled.has_whole_blobs());
+    assert_eq!(sidecar.held_cells(), custody);
+    assert_eq!(whole.held_cells(), ALL_CELLS);
+    // Its network form is the body without blobs; its size counts the cells it holds.
+    assert_eq!(sampled.encoded_2718(), pooled.encoded_2718_without_blobs());
+    assert_eq!(
+        sampled.size(),
+        pooled.size_without_blobs() + 6 * moat_crypto::kzg::BYTES_PER_CELL
+    );
+    assert!(sampled.validate(&osaka()).is_ok());
+    // Cells within the custody, in the order asked; any other cell is not there.
+    assert_eq!(
+        sidecar.cells(1, &[100, 3]).unwrap(),
+        vec![cells[5], cells[3]]
+    );
+    assert!(sidecar.cells(0, &[3, 4]).is_none());
+    assert!(sidecar.cells(2, &[3]).is_none());
+    // A cell that is not the blob's fails its proof.
+    let mut bad = cells.clone();
+    bad[4][7] ^= 1;
+    let tampered = body.with_sampled_cells(custody, bad).unwrap();
+    assert!(matches!(
+        tampered.validate(&osaka()),
+        Err(BlobsBundleError::Kzg(_))
+    ));
+    // A cell of another index than claimed fails too.
+    let shifted = body
+        .with_sampled_cells(mask_of([2, 64, 100]), cells.clone())
+        .unwrap();
+    assert!(shifted.validate(&osaka()).is_err());
+    // Too few cells, or a custody of none, is a structural fault (no KZG).
+    let short = body
+        .with_sampled_cells(custody, cells[..5].to_vec())
+        .unwrap();
+    let err = short.validate_cheap(&osaka()).unwrap_err();
+    assert!(matches!(
+        err,
+        BlobsBundleError::SampledCellCount {
+            expected: 6,
+            found: 5
+        }
+    ));
+    assert!(err.is_peer_fault());
+    let none = body.with_sampled_cells([0; 16], Vec::new()).unwrap();
+    assert!(none.validate_cheap(&osaka()).is_err());
+    // Batched with whole sidecars, each is checked alone.
+    assert!(BlobsBundle::verify_proofs_batch(&[whole, sidecar]).is_ok());
+    assert!(BlobsBundle::verify_proofs_batch(&[whole, tampered.sidecar().unwrap()]).is_err());
+}
+
 #[test]
 fn unknown_sidecar_version_is_a_decode_error() {
     let pooled = sample_blob_tx(SidecarVersion::V1, 1, 0, &Signer::from_seed(7));

@@ -235,3 +235,77 @@ async fn a_local_gapped_blob_tx_is_promoted_when_a_local_filler_comes() {
         pool.metrics()
     );
 }
+
+/// A body and `custody`'s cells of each of its blobs: what an eth/72 sampler pools.
+fn sampled(tx: &PooledTransaction, custody: &[usize]) -> PooledTransaction {
+    let whole = tx.sidecar().unwrap();
+    let mut cells = Vec::new();
+    for blob in 0..whole.commitments.len() {
+        cells.extend(whole.cells(blob, custody).unwrap());
+    }
+    let body = PooledTransaction::decode_2718(&tx.encoded_2718_without_blobs()).unwrap();
+    body.with_sampled_cells(
+        moat_common::transaction::mask_of(custody.iter().copied()),
+        cells,
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_blob_tx_is_pooled_on_its_cells_and_kept_out_of_blocks_and_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, state) = osaka();
+    let (store, _) = crate::BlobStore::open(&dir.path().join("blobs.redb")).unwrap();
+    pool.attach_blob_store(store.clone()).unwrap();
+    let (a, b) = (funded(&state, 94), funded(&state, 95));
+    // a: a sampled tx, then a whole one after it; b: a whole one.
+    let first = sampled(&sample_blob_tx(SidecarVersion::V1, 2, 0, &a), &[5, 70]);
+    let second = sample_blob_tx(SidecarVersion::V1, 1, 1, &a);
+    let other = sample_blob_tx(SidecarVersion::V1, 1, 0, &b);
+    // A sampled tx comes decoded from the network (its cells are not in its network form).
+    let decoded = |tx: &PooledTransaction| TxInput::Decoded(Box::new(tx.clone()));
+    pool.add_transaction(decoded(&first), peer(1))
+        .await
+        .unwrap();
+    for tx in [&second, &other] {
+        add(&pool, tx).await.unwrap();
+    }
+    assert_eq!(pool.metrics().get(Counter::kzg_verifications), 3);
+    assert!(!pool.get(&first.hash()).unwrap().tx.has_whole_blobs());
+    // A block takes neither the sampled tx nor its sender's later one.
+    let best: Vec<B256> = pool
+        .best_transactions(BlockBudget {
+            base_fee: BASE_FEE,
+            blob_base_fee: 1,
+            gas_limit: 30_000_000,
+            max_blob_gas: 9 * 131_072,
+            min_tip: 0,
+        })
+        .map(|t| t.hash())
+        .collect();
+    assert_eq!(best, vec![other.hash()]);
+    // getBlobs finds the sampled bundle; it gives its custody's cells and no blob.
+    let vh = first.tx().tx().blob_versioned_hashes()[1];
+    let (bundle, i) = pool.blob_by_versioned_hash(&vh).unwrap();
+    assert_eq!(i, 1);
+    assert!(bundle.blobs.is_empty());
+    assert!(bundle.cells(i, &[70]).is_some() && bundle.cells(i, &[71]).is_none());
+    // The store keeps the whole ones only.
+    assert!(eventually(|| store.len() == 2).await, "{}", store.len());
+    // Cells that fail their proofs are the sender's fault, not pooled.
+    let c = funded(&state, 96);
+    let mut bad = sampled(&sample_blob_tx(SidecarVersion::V1, 1, 0, &c), &[9]);
+    let (tx, sidecar) = bad.clone().into_parts();
+    let mut sidecar = sidecar.unwrap();
+    sidecar.sampled.as_mut().unwrap().cells[0][100] ^= 1;
+    bad = PooledTransaction::new(tx, Some(sidecar));
+    let err = pool
+        .add_transaction(decoded(&bad), peer(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Rejection::Sidecar(BlobsBundleError::Kzg(_))),
+        "{err:?}"
+    );
+    pool.assert_consistent();
+}

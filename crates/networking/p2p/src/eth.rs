@@ -78,32 +78,11 @@ pub const GET_CELLS: u64 = 0x14;
 /// Cells (0x15, eth/72+).
 pub const CELLS: u64 = 0x15;
 
-/// Which of a blob's 128 extension cells (EIP-7594) a message is about: bit `i` is cell
-/// `i`, least significant bit first in each byte (go-ethereum's `CustodyBitmap`); 16
-/// bytes on the wire.
-pub type CellMask = [u8; 16];
-/// Every cell: a node that holds whole blobs announces its blob txs with it.
-pub const ALL_CELLS: CellMask = [0xff; 16];
-/// Cells 0..64: the blob itself (its first half of the extension).
-pub const DATA_CELLS: CellMask = [
-    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0,
-];
+pub use moat_common::transaction::{ALL_CELLS, CellMask, DATA_CELLS, mask_covers, mask_indices};
 /// Most bytes of a `Cells` body read at all: 1,792 cells (a 1,024-cell budget plus the
 /// one transaction of 6 × 128 cells a server may start past it) of 2,048 bytes and their
 /// RLP headers, with room for the hashes.
 pub const MAX_CELLS_BODY: usize = 1_792 * (2_048 + 3) + 64 * 1024;
-
-/// The cell indices set in `mask`, ascending.
-pub fn mask_indices(mask: &CellMask) -> Vec<usize> {
-    (0..128)
-        .filter(|i| mask[i / 8] & (1 << (i % 8)) != 0)
-        .collect()
-}
-
-/// Whether every cell of `inner` is in `outer`.
-pub fn mask_covers(outer: &CellMask, inner: &CellMask) -> bool {
-    outer.iter().zip(inner).all(|(o, i)| o & i == *i)
-}
 
 /// The RLP empty string: a block access list the node does not have (EIP-8159; an
 /// empty list is a valid access list, so absence is told apart).

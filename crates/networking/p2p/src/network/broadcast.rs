@@ -107,6 +107,8 @@ impl Network {
             HashMap::default();
         let mut full: Vec<Vec<Bytes>> = vec![Vec::new(); peers.len()];
         let mut anns: Vec<Announcement> = vec![Announcement::default(); peers.len()];
+        // eth/72 announcements of sampled blob txs, one per custody mask they hold.
+        let mut sampled: Vec<Vec<Announcement>> = vec![Vec::new(); peers.len()];
         for hash in hashes {
             let Some(tx) = self.inner.pool.get_shareable(hash) else {
                 continue;
@@ -140,14 +142,36 @@ impl Network {
                 match (&env, &chosen) {
                     (Some(e), Some(set)) if set[i] => full[i].push(e.clone()),
                     _ if tx.is_blob() && p.framing.version >= crate::eth::ETH72 => {
-                        // eth/72 peers take cell-proof sidecars only, announced with
-                        // every cell and sized without the blobs.
-                        if tx.tx.sidecar().map(|s| s.version) == Some(SidecarVersion::V1) {
+                        // eth/72 peers take cell-proof sidecars only, announced with the
+                        // cells held (every one, or a sampled tx's custody) and sized
+                        // without the blobs.
+                        if let Some(s) = tx.tx.sidecar()
+                            && s.version == SidecarVersion::V1
+                        {
                             let size = tx.tx.size_without_blobs() as u32;
-                            push(&mut anns[i], p, &tx, size);
-                            anns[i].mask = Some(super::cells::OUR_MASK);
+                            let held = s.held_cells();
+                            let ann = if held == super::cells::OUR_MASK {
+                                &mut anns[i]
+                            } else {
+                                let at = match sampled[i].iter().position(|a| a.mask == Some(held))
+                                {
+                                    Some(at) => at,
+                                    None => {
+                                        sampled[i].push(Announcement {
+                                            mask: Some(held),
+                                            ..Announcement::default()
+                                        });
+                                        sampled[i].len() - 1
+                                    }
+                                };
+                                &mut sampled[i][at]
+                            };
+                            push(ann, p, &tx, size);
+                            ann.mask = Some(held);
                         }
                     }
+                    // Peers before eth/72 take blobs whole: a sampled tx is not for them.
+                    _ if !tx.tx.has_whole_blobs() => {}
                     _ => push(&mut anns[i], p, &tx, tx.size() as u32),
                 }
             }
@@ -166,10 +190,13 @@ impl Network {
             if !batch.is_empty() {
                 self.send_or_count(p, EthMessage::Transactions(batch));
             }
-            let ann = std::mem::take(&mut anns[i]);
-            for chunk in 0..ann.len().div_ceil(MAX_ANNOUNCE) {
-                let r = chunk * MAX_ANNOUNCE..((chunk + 1) * MAX_ANNOUNCE).min(ann.len());
-                self.send_or_count(p, EthMessage::NewPooledTransactionHashes(ann.slice(r)));
+            let mut all = vec![std::mem::take(&mut anns[i])];
+            all.append(&mut sampled[i]);
+            for ann in all {
+                for chunk in 0..ann.len().div_ceil(MAX_ANNOUNCE) {
+                    let r = chunk * MAX_ANNOUNCE..((chunk + 1) * MAX_ANNOUNCE).min(ann.len());
+                    self.send_or_count(p, EthMessage::NewPooledTransactionHashes(ann.slice(r)));
+                }
             }
         }
     }

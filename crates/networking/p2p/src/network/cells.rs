@@ -2,19 +2,23 @@
 //!
 //! On eth/72 a blob tx travels in `PooledTransactions` without its blobs; the blobs
 //! travel as cells (`GetCells`/`Cells`, 2,048 bytes each, no proofs: those are in the
-//! sidecar). This node keeps whole blobs, so it is a provider for every blob tx:
-//! - **out**: blob txs are announced to eth/72 peers with every cell ([`ALL_CELLS`]) and
-//!   the size without blobs, served without blobs, and `GetCells` is answered from the
-//!   blobs: cells 0..64 are the blob's own bytes, 64..128 are computed (c-kzg, charged to
-//!   the asking peer's admission budget); at most [`MAX_CELLS_SERVED`] cells a reply,
-//!   checked before each tx (go-ethereum's rule), only txs whose cells are all there;
+//! sidecar). This node is a provider of the blob txs it holds whole and a sampler of
+//! those it holds sampled (the sampler module draws which):
+//! - **out**: blob txs are announced to eth/72 peers with the cells held ([`ALL_CELLS`],
+//!   or a sampled tx's custody) and the size without blobs, served without blobs, and
+//!   `GetCells` is answered from the blobs: cells 0..64 are the blob's own bytes,
+//!   64..128 are computed (c-kzg, charged to the asking peer's admission budget); a
+//!   sampled tx answers masks within its custody only; at most [`MAX_CELLS_SERVED`]
+//!   cells a reply, checked before each tx (go-ethereum's rule), only txs whose cells
+//!   are all there;
 //! - **in**: a blob tx body from an eth/72 peer gets the cheap checks that do not need
 //!   the blobs (`validate_without_blobs`), then the same peer is asked for its data
-//!   cells ([`DATA_CELLS`]) — only peers that announced them are asked for the tx at
-//!   all. The cells make the blobs again; the whole tx then goes through admission
-//!   as a fetched tx, so KZG runs once per unique sidecar whoever sends it (the pool's
-//!   dedup) and a cell that fails its proof fails the sidecar: the peer is dropped, as
-//!   for any bad sidecar.
+//!   cells ([`DATA_CELLS`]) or, for a sampled tx, its custody's cells — only peers that
+//!   announced them are asked for the tx at all. Data cells make the blobs again;
+//!   custody cells make a sampled sidecar. The tx then goes through admission as a
+//!   fetched tx, so KZG (blob proofs, or the sampled cells' proofs) runs once per unique
+//!   sidecar whoever sends it (the pool's dedup) and a cell that fails its proof fails
+//!   the sidecar: the peer is dropped, as for any bad sidecar.
 //!
 //! A `Cells` reply bigger than any reply is refused before decoding (`MAX_CELLS_BODY`),
 //! and its reading is charged to the peer as a `PooledTransactions` reply's is; one whose
@@ -27,9 +31,11 @@
 //! a peer with more than 8 frames unread gets empty `Cells` answers.
 
 use super::{Network, Peer, short};
-use crate::eth::{ALL_CELLS, CellMask, DATA_CELLS, EthMessage, mask_indices};
+use crate::eth::{ALL_CELLS, CellMask, DATA_CELLS, EthMessage, mask_covers, mask_indices};
+use crate::fetcher::Meta;
 use crate::rlpx::PeerId;
 use alloy_primitives::{B256, Bytes};
+use moat_common::transaction::mask_count;
 use moat_common::transaction::{BlobsBundle, PooledTransaction, SidecarVersion};
 use moat_crypto::kzg::{self, BYTES_PER_BLOB, Blob};
 use moat_mempool::{CpuMeter, TxInput, TxOrigin};
@@ -91,6 +97,7 @@ impl CellFetches {
         &mut self,
         peer: PeerId,
         bodies: Vec<PooledTransaction>,
+        mask: CellMask,
         now: Instant,
     ) -> Result<u64, Vec<PooledTransaction>> {
         let bytes: usize = bodies.iter().map(PooledTransaction::size).sum();
@@ -111,7 +118,7 @@ impl CellFetches {
                 peer,
                 bodies,
                 bytes,
-                mask: DATA_CELLS,
+                mask,
                 sent: now,
             },
         );
@@ -167,13 +174,25 @@ fn blob_count(tx: &PooledTransaction) -> usize {
 /// The cells at `indices` of each blob of `sidecar`, blob by blob; `None` if a cell
 /// could not be computed.
 fn cells_of(sidecar: &BlobsBundle, indices: &[usize]) -> Option<Vec<Bytes>> {
-    let mut out = Vec::with_capacity(sidecar.blobs.len() * indices.len());
-    for blob in 0..sidecar.blobs.len() {
+    let blobs = sidecar.commitments.len();
+    let mut out = Vec::with_capacity(blobs * indices.len());
+    for blob in 0..blobs {
         for cell in sidecar.cells(blob, indices)? {
             out.push(Bytes::copy_from_slice(&cell));
         }
     }
     Some(out)
+}
+
+/// `count` cells as they came (2,048 bytes each), or `None` for another count or size.
+fn sampled_cells(cells: &[Bytes], count: usize) -> Option<Vec<kzg::Cell>> {
+    if cells.len() != count {
+        return None;
+    }
+    cells
+        .iter()
+        .map(|c| <kzg::Cell>::try_from(&c[..]).ok())
+        .collect()
 }
 
 /// The blobs again from their data cells (blob by blob, cells 0..64 each).
@@ -226,7 +245,8 @@ impl Network {
             let Some(sidecar) = tx.tx.sidecar() else {
                 continue;
             };
-            if sidecar.version != SidecarVersion::V1 {
+            // A sampled tx serves masks within its custody only.
+            if sidecar.version != SidecarVersion::V1 || !mask_covers(&sidecar.held_cells(), &mask) {
                 continue;
             }
             let Some(tx_cells) = cells_of(sidecar, &indices) else {
@@ -246,32 +266,47 @@ impl Network {
         }));
     }
 
-    /// Asks `peer` for the data cells of blob tx bodies it delivered without blobs, at
-    /// most [`MAX_CELLS_ASKED`] cells a request.
+    /// Asks `peer` for the cells of blob tx bodies it delivered without blobs: the data
+    /// cells of those fetched whole, the custody's of those sampled (the sampler's
+    /// plan), one request per mask and at most [`MAX_CELLS_ASKED`] cells a request.
     pub(super) fn fetch_cells(&self, peer: &Peer, bodies: Vec<PooledTransaction>) {
         let now = Instant::now();
-        let mut batch: Vec<PooledTransaction> = Vec::new();
-        let mut cells = 0;
-        let mut requests = Vec::new();
-        for body in bodies {
-            let n = blob_count(&body) * kzg::DATA_CELLS;
-            if !batch.is_empty() && cells + n > MAX_CELLS_ASKED {
-                requests.push(std::mem::take(&mut batch));
-                cells = 0;
+        let mut by_mask: Vec<(CellMask, Vec<PooledTransaction>)> = Vec::new();
+        {
+            let sampler = self.inner.sampler.lock();
+            for body in bodies {
+                let mask = sampler.mask_for(&body.hash());
+                match by_mask.iter_mut().find(|(m, _)| *m == mask) {
+                    Some((_, group)) => group.push(body),
+                    None => by_mask.push((mask, vec![body])),
+                }
             }
-            cells += n;
-            batch.push(body);
         }
-        if !batch.is_empty() {
-            requests.push(batch);
+        let mut requests = Vec::new();
+        for (mask, bodies) in by_mask {
+            let per_blob = mask_count(&mask);
+            let mut batch: Vec<PooledTransaction> = Vec::new();
+            let mut cells = 0;
+            for body in bodies {
+                let n = blob_count(&body) * per_blob;
+                if !batch.is_empty() && cells + n > MAX_CELLS_ASKED {
+                    requests.push((mask, std::mem::take(&mut batch)));
+                    cells = 0;
+                }
+                cells += n;
+                batch.push(body);
+            }
+            if !batch.is_empty() {
+                requests.push((mask, batch));
+            }
         }
-        for bodies in requests {
+        for (mask, bodies) in requests {
             let hashes: Vec<B256> = bodies.iter().map(|b| b.hash()).collect();
             let started = self
                 .inner
                 .cell_fetches
                 .lock()
-                .start(peer.info.id, bodies, now);
+                .start(peer.info.id, bodies, mask, now);
             let request_id = match started {
                 Ok(id) => id,
                 Err(bodies) => {
@@ -285,10 +320,13 @@ impl Network {
                 }
             };
             metrics::counter!("moat_p2p_cell_requests_total").increment(1);
+            if mask != DATA_CELLS {
+                metrics::counter!("moat_p2p_blob_txs_sampled_total").increment(hashes.len() as u64);
+            }
             peer.send(peer.framing.eth(&EthMessage::GetCells {
                 request_id,
                 hashes,
-                mask: DATA_CELLS,
+                mask,
             }));
         }
     }
@@ -338,12 +376,20 @@ impl Network {
                 }
                 next = at + 1;
                 let body = &request.bodies[at];
-                let blobs = blobs_from_data_cells(tx_cells, blob_count(body))
-                    .ok_or_else(|| format!("Cells for {hash}: {} cells", tx_cells.len()))?;
-                let whole = body
-                    .with_blobs(blobs)
-                    .ok_or_else(|| format!("Cells for {hash}: no sidecar"))?;
-                admit.push((Some(*hash), TxInput::Decoded(Box::new(whole))));
+                let bad_count = || format!("Cells for {hash}: {} cells", tx_cells.len());
+                let tx = if request.mask == DATA_CELLS {
+                    let blobs =
+                        blobs_from_data_cells(tx_cells, blob_count(body)).ok_or_else(bad_count)?;
+                    body.with_blobs(blobs)
+                } else {
+                    // Sampled: the custody's cells, checked against their cell proofs by
+                    // admission (a bad one fails the sidecar, the peer's fault).
+                    let cells = sampled_cells(tx_cells, blob_count(body) * mask_count(&mask))
+                        .ok_or_else(bad_count)?;
+                    body.with_sampled_cells(mask, cells)
+                };
+                let tx = tx.ok_or_else(|| format!("Cells for {hash}: no sidecar"))?;
+                admit.push((Some(*hash), TxInput::Decoded(Box::new(tx))));
             }
             if next != request.bodies.len() {
                 return Err(format!(
@@ -370,6 +416,56 @@ impl Network {
                 self.reschedule();
             }
         }
+    }
+
+    /// Released announcements of peers still connected (one may leave meanwhile: the
+    /// fetcher must not track it again).
+    pub(super) fn still_here<T>(
+        &self,
+        released: Vec<(T, Vec<(PeerId, Meta)>)>,
+    ) -> Vec<(T, Vec<(PeerId, Meta)>)> {
+        if released.is_empty() {
+            return released;
+        }
+        let peers = self.inner.peers.read();
+        released
+            .into_iter()
+            .map(|(h, from)| {
+                (
+                    h,
+                    from.into_iter()
+                        .filter(|(p, _)| peers.contains_key(p))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// The custody a sampled blob tx is fetched with (EIP-8070: the consensus client's
+    /// custody columns): cells asked for from now on. With 64 cells or more, the txs
+    /// waiting for their providers are fetched whole at once.
+    pub fn set_blob_custody(&self, custody: CellMask) {
+        let now = Instant::now();
+        let released = self.inner.sampler.lock().set_custody(custody, now);
+        let released = self.still_here(released);
+        if released.is_empty() {
+            return;
+        }
+        let requests = {
+            let mut f = self.inner.fetcher.lock();
+            for (hash, from) in released {
+                for (p, meta) in from {
+                    f.announce(p, [(hash, meta)]);
+                }
+            }
+            f.schedule(now)
+        };
+        self.send_requests(requests);
+    }
+
+    /// The custody sampled blob txs are fetched with.
+    pub fn blob_custody(&self) -> CellMask {
+        self.inner.sampler.lock().custody()
     }
 
     /// Cell requests past their time, taken out (the caller hands them to
@@ -436,15 +532,15 @@ mod tests {
         let (a, b) = (PeerId::repeat_byte(1), PeerId::repeat_byte(2));
         let now = Instant::now();
         let mut taken = 0;
-        while f.start(a, vec![body.clone()], now).is_ok() {
+        while f.start(a, vec![body.clone()], DATA_CELLS, now).is_ok() {
             taken += 1;
         }
         assert_eq!(taken, MAX_PARKED_PER_PEER / body.size());
         // Another peer still has its share; answering frees the first one's.
-        assert!(f.start(b, vec![body.clone()], now).is_ok());
+        assert!(f.start(b, vec![body.clone()], DATA_CELLS, now).is_ok());
         assert!(f.take(1, &b).is_none(), "request 1 is a's");
         assert!(f.take(1, &a).is_some());
-        assert!(f.start(a, vec![body.clone()], now).is_ok());
+        assert!(f.start(a, vec![body.clone()], DATA_CELLS, now).is_ok());
     }
 
     #[test]
@@ -452,8 +548,10 @@ mod tests {
         let mut f = CellFetches::default();
         let (a, b) = (PeerId::repeat_byte(1), PeerId::repeat_byte(2));
         let now = Instant::now();
-        let one = f.start(a, vec![], now).unwrap();
-        let two = f.start(b, vec![], now + Duration::from_secs(3)).unwrap();
+        let one = f.start(a, vec![], DATA_CELLS, now).unwrap();
+        let two = f
+            .start(b, vec![], DATA_CELLS, now + Duration::from_secs(3))
+            .unwrap();
         assert_ne!(one, two);
         assert_eq!(f.expired(now + Duration::from_secs(4)).len(), 0);
         assert_eq!(f.expired(now + CELLS_TIMEOUT).len(), 1);

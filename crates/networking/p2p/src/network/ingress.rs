@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+use super::sampler::Verdict as Sampled;
 use super::{Network, Peer, short, unix_now};
 
 /// Transactions of one message admitted, measured and charged as one unit: the peer's
@@ -131,11 +132,12 @@ impl Network {
                 known.insert(*hash);
             }
         }
-        // eth/72: a blob tx is fetched whole, body then data cells, so only from a peer
-        // that holds its data cells.
-        let blobs_fetchable = peer.framing.version < crate::eth::ETH72
-            || a.mask
-                .is_some_and(|m| crate::eth::mask_covers(&m, &crate::eth::DATA_CELLS));
+        // eth/72: a blob tx is fetched as its body then cells, whole or sampled (the
+        // sampler says which, and from which announcers).
+        let eth72 = peer.framing.version >= crate::eth::ETH72;
+        let mask = a.mask.unwrap_or_default();
+        let now = Instant::now();
+        let mut released = Vec::new();
         // eth/72 states a blob tx's size without its blobs: one past what such a body
         // can be is not fetched (its body would be a fault).
         let max_body = (peer.framing.version >= crate::eth::ETH72)
@@ -145,9 +147,8 @@ impl Network {
         let mut entries = Vec::with_capacity(a.len());
         let with_origins = peer.framing.version >= crate::eth::ETH73;
         for (i, ((hash, ty), size)) in a.hashes.iter().zip(&a.types).zip(&a.sizes).enumerate() {
-            if *ty == TxType::Eip4844 as u8
-                && (!blobs_fetchable || max_body.is_some_and(|m| *size as usize > m))
-            {
+            let blob = *ty == TxType::Eip4844 as u8;
+            if blob && max_body.is_some_and(|m| *size as usize > m) {
                 continue;
             }
             if pool.is_known_or_importing(hash) {
@@ -166,18 +167,37 @@ impl Network {
                     .increment(1);
                 continue;
             }
-            entries.push((
-                *hash,
-                Meta {
-                    ty: *ty,
-                    size: *size,
-                    origin,
-                },
-            ));
+            let meta = Meta {
+                ty: *ty,
+                size: *size,
+                origin,
+            };
+            if blob && eth72 {
+                let verdict =
+                    self.inner
+                        .sampler
+                        .lock()
+                        .announced(*hash, peer.info.id, mask, meta, now);
+                match verdict {
+                    Sampled::Fetch => {}
+                    Sampled::Skip | Sampled::Held => continue,
+                    Sampled::Release(from) => {
+                        released.push((*hash, from));
+                        continue;
+                    }
+                }
+            }
+            entries.push((*hash, meta));
         }
+        let released = self.still_here(released);
         let requests = {
             let mut f = self.inner.fetcher.lock();
-            let dropped = f.announce(peer.info.id, entries);
+            let mut dropped = f.announce(peer.info.id, entries);
+            for (hash, from) in released {
+                for (p, meta) in from {
+                    dropped += f.announce(p, [(hash, meta)]);
+                }
+            }
             if dropped > 0 {
                 metrics::counter!("moat_p2p_announcements_dropped_total").increment(dropped as u64);
             }
@@ -575,8 +595,17 @@ impl Network {
             let net = self.clone();
             let requests = tokio::task::spawn_blocking(move || {
                 let late_cells = net.expired_cell_requests(now);
+                // Sampled txs whose providers did not show: fetched whole.
+                let unsampled = net.inner.sampler.lock().expired(now);
+                let unsampled = net.still_here(unsampled);
                 let mut f = net.inner.fetcher.lock();
                 Self::forget_cell_requests_in(&mut f, late_cells);
+                for (hash, from) in unsampled {
+                    metrics::counter!("moat_p2p_blob_samples_unavailable_total").increment(1);
+                    for (p, meta) in from {
+                        f.announce(p, [(hash, meta)]);
+                    }
+                }
                 let late = f.expire(now);
                 if !late.is_empty() {
                     metrics::counter!("moat_p2p_fetch_timeouts_total").increment(late.len() as u64);

@@ -32,7 +32,8 @@
 //! - `peer`: the peer task (reader, writer, dispatch, faults);
 //! - `ingress`: transactions in, announcements, fetches and admission;
 //! - `broadcast`: gossip of our pending transactions, `choice`: which peers get one whole;
-//! - `cells`: eth/72's blob cells, asked for and served;
+//! - `cells`: eth/72's blob cells, asked for and served; `sampler`: which blob txs are
+//!   fetched whole and which as the custody's cells only (EIP-8070);
 //! - `chain`: headers and bodies requests for the syncer;
 //! - `tracker`: which peers deliver txs that get mined; `cull`: a random peer dropped
 //!   now and then while the table is full, sparing those.
@@ -46,6 +47,7 @@ mod choice;
 mod cull;
 mod ingress;
 mod peer;
+mod sampler;
 mod snap_requests;
 mod tracker;
 
@@ -109,6 +111,11 @@ pub struct NetworkConfig {
     /// The wait between two culls of a full peer table is drawn from this range
     /// (3 to 7 minutes, go-ethereum's).
     pub cull_wait: (Duration, Duration),
+    /// The cells of each blob kept of a sampled blob tx (EIP-8070: the consensus
+    /// client's custody columns). Every cell (the default) fetches every blob tx whole.
+    pub blob_custody: crate::eth::CellMask,
+    /// Percent of blob txs fetched whole all the same when sampling (15, go-ethereum's).
+    pub blob_fetch_percent: u8,
 }
 
 impl NetworkConfig {
@@ -125,6 +132,8 @@ impl NetworkConfig {
             fetcher: FetcherConfig::default(),
             request_timeout: requests::REQUEST_TIMEOUT,
             cull_wait: (cull::CULL_MIN, cull::CULL_MAX),
+            blob_custody: crate::eth::ALL_CELLS,
+            blob_fetch_percent: sampler::DEFAULT_FETCH_PERCENT,
         }
     }
 }
@@ -195,6 +204,8 @@ struct Inner {
     tracker: Mutex<tracker::TxTracker>,
     /// eth/72 blob tx bodies waiting for their cells.
     cell_fetches: Mutex<cells::CellFetches>,
+    /// Which blob txs are fetched whole, which sampled, and those waiting for providers.
+    sampler: Mutex<sampler::Sampler>,
 }
 
 /// The devp2p network. Cloning shares it.
@@ -267,6 +278,13 @@ impl Network {
         )
         .with_snap();
         let gate_cfg = cfg.handshakes;
+        let mut seed = [0u8; 8];
+        let _ = getrandom::fill(&mut seed);
+        let sampler = sampler::Sampler::new(
+            cfg.blob_custody,
+            cfg.blob_fetch_percent,
+            u64::from_le_bytes(seed),
+        );
         let inner = Arc::new(Inner {
             runtime: tokio::runtime::Handle::current(),
             fetcher: CeilingMutex::named("fetcher", Fetcher::new(cfg.fetcher)),
@@ -289,6 +307,7 @@ impl Network {
             broadcast_key: choice::BroadcastKey::new(),
             tracker: Mutex::new(tracker::TxTracker::new(finalized)),
             cell_fetches: Mutex::new(cells::CellFetches::default()),
+            sampler: Mutex::new(sampler),
         });
         let net = Network { inner };
         // In the background; the handle is not kept (the thread ends on its own).

@@ -499,6 +499,7 @@ impl Network {
         // fetcher is busy (maybe with an untrusted peer's work at low priority), on a
         // blocking thread, not this worker.
         let gone = self.take_cell_requests(&remote_id);
+        self.inner.sampler.lock().peer_left(&remote_id);
         match self.inner.fetcher.try_lock() {
             Some(mut f) => {
                 Self::forget_cell_requests_in(&mut f, gone);
@@ -733,6 +734,9 @@ impl Network {
                                 }
                                 _ => continue,
                             }
+                        } else if !tx.tx.has_whole_blobs() {
+                            // Sampled: peers before eth/72 want the blobs whole.
+                            continue;
                         } else {
                             tx.tx.encoded_2718()
                         };

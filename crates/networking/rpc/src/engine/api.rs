@@ -556,7 +556,8 @@ fn get_blobs(ctx: &EngineContext, params: Params<'_>, which: GetBlobs) -> RpcRes
 /// engine_getBlobsV4 (execution-apis amsterdam.md; go-ethereum serves it from Osaka):
 /// versioned hashes and a 16-byte cell bitarray (bit `i` of byte `i / 8`, least
 /// significant first); per hash, `{blob_cells, proofs}` with the cells at the set
-/// indices and their cell proofs, or `null` for a blob the pool lacks. `null` before
+/// indices and their cell proofs, or `null` for a blob the pool lacks (for a blob held
+/// sampled, the cells outside its custody and their proofs are `null`). `null` before
 /// Osaka; more than 128 hashes is too large a request. Extension cells are computed.
 fn get_blobs_v4(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
     let args = args(&params)?;
@@ -587,12 +588,27 @@ fn get_blobs_v4(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
             if bundle.version != SidecarVersion::V1 {
                 return None;
             }
-            let cells = bundle.cells(i, &indices)?;
             let proofs = bundle.proofs.get(i * per..(i + 1) * per)?;
-            Some(json!({
-                "blob_cells": cells.iter().map(hex0x).collect::<Vec<_>>(),
-                "proofs": indices.iter().map(|&c| hex0x(proofs[c])).collect::<Vec<_>>(),
-            }))
+            // A sampled blob (EIP-8070) gives the cells of its custody; the others are
+            // `null`, their proofs too.
+            let cells: Vec<Option<moat_crypto::kzg::Cell>> = if bundle.is_sampled() {
+                indices
+                    .iter()
+                    .map(|c| bundle.cells(i, &[*c]).map(|one| one[0]))
+                    .collect()
+            } else {
+                bundle.cells(i, &indices)?.into_iter().map(Some).collect()
+            };
+            let proofs: Vec<Value> = indices
+                .iter()
+                .zip(&cells)
+                .map(|(&c, cell)| cell.map_or(Value::Null, |_| hex0x(proofs[c])))
+                .collect();
+            let cells: Vec<Value> = cells
+                .iter()
+                .map(|c| c.as_ref().map_or(Value::Null, hex0x))
+                .collect();
+            Some(json!({ "blob_cells": cells, "proofs": proofs }))
         });
         out.push(found.unwrap_or(Value::Null));
     }
@@ -616,7 +632,7 @@ fn has_blobs(ctx: &EngineContext, params: Params<'_>) -> RpcResult<Value> {
         .map(|vh| {
             ctx.pool
                 .blob_by_versioned_hash(vh)
-                .is_some_and(|(bundle, _)| bundle.version == version)
+                .is_some_and(|(bundle, _)| bundle.version == version && !bundle.is_sampled())
         })
         .collect();
     Ok(json!(found))
