@@ -1,6 +1,7 @@
 //! How transactions leave a node, between real `moat` processes: a private sender's
 //! txs are mined by their node and never reach a peer; blob txs cross eth/72 as a body
-//! without blobs and the blob's cells.
+//! without blobs and the blob's cells, whole to providers and a custody's cells to a
+//! sampler.
 
 mod common;
 
@@ -170,6 +171,90 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
     assert_eq!(
         common::metric(b_metrics, "moat_pool_kzg_verifications_total"),
         Some(1.0)
+    );
+}
+
+/// EIP-8070's sampler between three moat nodes (Osaka dev chains): A and B hold blobs
+/// whole (providers), C keeps 8 cells of each blob (`--blobpool.custody`) and fetches no
+/// blob tx whole (`--blobpool.fetchprobability 0`). A blob tx sent to A reaches B whole;
+/// once both announced it with every cell, C pools it with its custody's cells only (16
+/// for two blobs), verified once, and never as a whole blob.
+#[test]
+fn a_sampler_pools_a_blob_tx_on_its_custody_cells_once_two_providers_have_it() {
+    use moat_common::transaction::SidecarVersion;
+    let ports: Vec<u16> = (0..7).map(|_| free_port()).collect();
+    let (a_http, a_p2p, b_http, b_p2p, c_http, c_p2p, c_metrics) = (
+        ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6],
+    );
+    let c_metrics_s = c_metrics.to_string();
+    let _a = dev_peer(a_http, a_p2p, "3600", &["--dev.osaka"]);
+    let _b = dev_peer(b_http, b_p2p, "3600", &["--dev.osaka"]);
+    // Cells 0, 9, 18, 27 and 64, 73, 82, 91.
+    let custody = "0x01020408000000000102040800000000";
+    let _c = dev_peer(
+        c_http,
+        c_p2p,
+        "3600",
+        &[
+            "--dev.osaka",
+            "--blobpool.custody",
+            custody,
+            "--blobpool.fetchprobability",
+            "0",
+            "--metrics",
+            "--metrics.port",
+            &c_metrics_s,
+        ],
+    );
+    let enode = |http: u16| {
+        let info = rpc(http, "admin_nodeInfo", "[]").unwrap();
+        info["result"]["enode"].as_str().unwrap().to_string()
+    };
+    let (a_enode, b_enode) = (enode(a_http), enode(b_http));
+    rpc(b_http, "admin_addPeer", &format!(r#"["{a_enode}"]"#)).unwrap();
+    rpc(c_http, "admin_addPeer", &format!(r#"["{a_enode}"]"#)).unwrap();
+    rpc(c_http, "admin_addPeer", &format!(r#"["{b_enode}"]"#)).unwrap();
+    wait_for("C peered with A and B, B with A", || {
+        let c = rpc(c_http, "net_peerCount", "[]")?;
+        let b = rpc(b_http, "net_peerCount", "[]")?;
+        (c["result"] == "0x2" && b["result"] != "0x0").then_some(())
+    });
+
+    let tx = moat_common::testing::blob_tx_on_chain(
+        SidecarVersion::V1,
+        2,
+        0,
+        &signer(1),
+        1337,
+        100_000_000_000,
+        1_000_000_000,
+    );
+    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
+    let sent = rpc(a_http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+    assert_eq!(sent["result"], format!("{}", tx.hash()), "{sent}");
+    wait_for("the blob tx at B", || {
+        known(b_http, tx.hash()).then_some(())
+    });
+    wait_for("the blob tx at C", || {
+        known(c_http, tx.hash()).then_some(())
+    });
+    // Sampled: 8 cells of each of its 2 blobs, in one request, verified once.
+    assert_eq!(
+        common::metric(c_metrics, "moat_p2p_blob_txs_sampled_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        common::metric(c_metrics, "moat_p2p_cells_received_total"),
+        Some(16.0)
+    );
+    assert_eq!(
+        common::metric(c_metrics, "moat_pool_kzg_verifications_total"),
+        Some(1.0)
+    );
+    // It did not wait out the availability timeout (two providers came first).
+    assert_eq!(
+        common::metric(c_metrics, "moat_p2p_blob_samples_unavailable_total").unwrap_or(0.0),
+        0.0
     );
 }
 

@@ -23,7 +23,13 @@
 //! ```
 //!
 //! `--peers` runs no stream: the two are peered instead, and a blob tx sent to each
-//! must reach the other (`peers.rs`).
+//! must reach the other (`peers.rs`). `--peers --sampler` starts moat as an eth/72
+//! sampler between two geth nodes: a blob tx sent to one geth must reach moat as its
+//! body and the custody's cells.
+//!
+//! ```sh
+//! target/debug/moat-blobpool-diff --moat target/debug/moat --geth ~/geth-bin/geth --peers --sampler [--to-both]
+//! ```
 
 use alloy_primitives::{Address, Bytes, U256};
 use clap::Parser;
@@ -65,7 +71,7 @@ struct Args {
     /// Funded senders.
     #[arg(long, default_value_t = 16)]
     senders: usize,
-    /// First of six loopback ports (three per client).
+    /// First of ten loopback ports (three per client, moat's metrics on the tenth).
     #[arg(long, default_value_t = 41_300)]
     base_port: u16,
     /// Exit with status 1 if any answer differs.
@@ -74,7 +80,18 @@ struct Args {
     /// Peer the two nodes and check a blob tx each way instead of the stream.
     #[arg(long)]
     peers: bool,
+    /// With `--peers`: moat as an eth/72 sampler (a custody of 8 cells, no blob tx
+    /// fetched whole) between two go-ethereum nodes (the second on the next three
+    /// ports): a blob tx sent to one geth must be pooled by moat from the custody's cells.
+    #[arg(long, requires = "peers")]
+    sampler: bool,
+    /// With `--sampler`: the blob tx is sent to both geth nodes at once.
+    #[arg(long, requires = "sampler")]
+    to_both: bool,
 }
+
+/// The sampler's custody in `--sampler` runs: cells 0, 9, 18, 27, 64, 73, 82, 91.
+const SAMPLER_CUSTODY: &str = "0x01020408000000000102040800000000";
 
 /// What one transaction of the stream tries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -345,13 +362,14 @@ fn run(args: &Args) -> Result<usize, String> {
         .collect::<Result<_, kzg::KzgError>>()
         .map_err(|e| format!("blobs: {e}"))?;
 
-    let metrics_port = (args.base_port + 6).to_string();
+    let metrics_port = (args.base_port + 9).to_string();
     let mut nodes = Vec::new();
-    for (i, (kind, bin)) in [(Kind::Moat, &args.moat), (Kind::Geth, &args.geth)]
-        .into_iter()
-        .enumerate()
-    {
-        let node_dir = dir.path().join(kind.name());
+    let mut kinds = vec![(Kind::Moat, &args.moat), (Kind::Geth, &args.geth)];
+    if args.sampler {
+        kinds.push((Kind::Geth, &args.geth));
+    }
+    for (i, (kind, bin)) in kinds.into_iter().enumerate() {
+        let node_dir = dir.path().join(format!("{}-{i}", kind.name()));
         std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
         let ports = Ports::from_base(args.base_port + 3 * i as u16);
         let key = format!("{:064x}", 0x4242 + i);
@@ -367,6 +385,15 @@ fn run(args: &Args) -> Result<usize, String> {
             http_api: "eth,net,web3,txpool,admin",
             max_peers: if args.peers { 5 } else { 1 },
             extra: match kind {
+                Kind::Moat if args.sampler => vec![
+                    "--metrics",
+                    "--metrics.port",
+                    &metrics_port,
+                    "--blobpool.custody",
+                    SAMPLER_CUSTODY,
+                    "--blobpool.fetchprobability",
+                    "0",
+                ],
                 Kind::Moat if args.peers => vec!["--metrics", "--metrics.port", &metrics_port],
                 _ => Vec::new(),
             },
@@ -384,7 +411,7 @@ fn run(args: &Args) -> Result<usize, String> {
 
     if args.peers {
         let secret = [0x11u8; 32];
-        let mut engines: Vec<RpcClient> = (0..2u16)
+        let mut engines: Vec<RpcClient> = (0..nodes.len() as u16)
             .map(|i| {
                 let ports = Ports::from_base(args.base_port + 3 * i);
                 RpcClient::new(
@@ -394,13 +421,18 @@ fn run(args: &Args) -> Result<usize, String> {
                 )
             })
             .collect();
-        peers::check(
-            &mut nodes,
-            &mut engines,
-            &senders,
-            &blobs,
-            args.base_port + 6,
-        )?;
+        peers::synced(&mut nodes, &mut engines)?;
+        if args.sampler {
+            peers::sample(
+                &mut nodes,
+                &senders,
+                &blobs,
+                args.base_port + 9,
+                args.to_both,
+            )?;
+        } else {
+            peers::check(&mut nodes, &senders, &blobs, args.base_port + 9)?;
+        }
         return Ok(0);
     }
     let mut rng = Rng(args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);

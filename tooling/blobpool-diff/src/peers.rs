@@ -61,15 +61,11 @@ fn eth_version(rpc: &mut RpcClient) -> Option<u64> {
     first["protocols"]["eth"]["version"].as_u64()
 }
 
-/// Peers the two nodes (moat dials geth), marks both synced (forkchoiceUpdated to their
-/// genesis head: neither takes peers' txs before), then sends a two-blob tx to each and
-/// waits for the other to pool it. `engines` are their engine APIs.
-pub(super) fn check(
+/// Marks every node synced (forkchoiceUpdated to its genesis head: none takes peers'
+/// txs before). `engines` are their engine APIs, in the order of `nodes`.
+pub(super) fn synced(
     nodes: &mut [(Node, RpcClient)],
     engines: &mut [RpcClient],
-    senders: &[Sender],
-    blobs: &[Blob],
-    moat_metrics: u16,
 ) -> Result<(), String> {
     for (i, engine) in engines.iter_mut().enumerate() {
         let head = nodes[i]
@@ -88,14 +84,29 @@ pub(super) fn check(
             return Err(format!("forkchoiceUpdated: {answer}"));
         }
     }
-    let geth_info = nodes[1]
-        .1
+    Ok(())
+}
+
+/// The enode of `rpc`'s node.
+fn enode_of(rpc: &mut RpcClient, name: &str) -> Result<String, String> {
+    let info = rpc
         .call("admin_nodeInfo", json!([]))
-        .map_err(|e| format!("geth admin_nodeInfo: {e}"))?;
-    let enode = geth_info["enode"]
+        .map_err(|e| format!("{name} admin_nodeInfo: {e}"))?;
+    info["enode"]
         .as_str()
-        .ok_or("geth gave no enode")?
-        .to_string();
+        .map(str::to_string)
+        .ok_or_else(|| format!("{name} gave no enode"))
+}
+
+/// Peers the two nodes (moat dials geth), then sends a two-blob tx to each and waits
+/// for the other to pool it.
+pub(super) fn check(
+    nodes: &mut [(Node, RpcClient)],
+    senders: &[Sender],
+    blobs: &[Blob],
+    moat_metrics: u16,
+) -> Result<(), String> {
+    let enode = enode_of(&mut nodes[1].1, "geth")?;
     nodes[0]
         .1
         .call("admin_addPeer", json!([enode]))
@@ -185,6 +196,103 @@ pub(super) fn check(
             "  moat {verb} {} cells over GetCells",
             moat_metric(moat_metrics, counter) - before
         );
+    }
+    Ok(())
+}
+
+/// `--sampler`: moat (nodes[0], a custody of 8 cells, no blob tx fetched whole) peers
+/// both geth nodes, the second geth peers the first; a two-blob tx sent to the first
+/// geth (and to the second too, with `both`) reaches the second whole, and moat, once
+/// both announced it with every cell, pools it from its body and the custody's cells
+/// (16), fetched with `GetCells`; if the second announces past moat's 2 s wait, moat
+/// fetches it whole.
+pub(super) fn sample(
+    nodes: &mut [(Node, RpcClient)],
+    senders: &[Sender],
+    blobs: &[Blob],
+    moat_metrics: u16,
+    both: bool,
+) -> Result<(), String> {
+    let (first, second) = (
+        enode_of(&mut nodes[1].1, "geth")?,
+        enode_of(&mut nodes[2].1, "second geth")?,
+    );
+    for (at, enode) in [(2, &first), (0, &first), (0, &second)] {
+        nodes[at]
+            .1
+            .call("admin_addPeer", json!([enode]))
+            .map_err(|e| format!("admin_addPeer: {e}"))?;
+    }
+    let peered = wait(30, || {
+        let peers = nodes[0].1.call("admin_peers", json!([])).ok()?;
+        let list = peers.as_array()?;
+        let versions: Vec<u64> = list
+            .iter()
+            .filter_map(|p| p["protocols"]["eth"]["version"].as_u64())
+            .collect();
+        (versions.len() == 2).then_some(versions)
+    })
+    .ok_or_else(|| {
+        format!(
+            "moat did not peer both geth nodes within 30 s\nmoat:\n{}",
+            nodes[0].0.log_tail(15)
+        )
+    })?;
+    println!("moat (sampler) peered both geth nodes: eth/{peered:?}");
+    let pick: Vec<&Blob> = (0..2).map(|i| &blobs[i % BLOBS]).collect();
+    let sender = senders
+        .iter()
+        .find(|s| s.next == 0)
+        .ok_or("a sender at nonce 0 needed")?;
+    let tx = sign(
+        &sender.signer,
+        CHAIN_ID,
+        0,
+        PAYING,
+        &pick,
+        SidecarVersion::V1,
+        None,
+    );
+    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
+    let started = Instant::now();
+    nodes[1]
+        .1
+        .call("eth_sendRawTransaction", json!([raw]))
+        .map_err(|e| format!("geth refused the tx: {e}"))?;
+    if both {
+        // geth → geth takes 1.5 s or so, near the sampler's 2 s wait for a second
+        // provider: the tx goes to both at once.
+        let _ = nodes[2].1.call("eth_sendRawTransaction", json!([raw]));
+    }
+    let at_second = wait(30, || {
+        has_tx(&mut nodes[2].1, &tx).then(|| started.elapsed())
+    });
+    let at_moat = wait(30, || {
+        has_tx(&mut nodes[0].1, &tx).then(|| started.elapsed())
+    });
+    let n_blobs = tx.sidecar().map_or(0, |s| s.blobs.len());
+    let cells = moat_metric(moat_metrics, "moat_p2p_cells_received_total");
+    let sampled = moat_metric(moat_metrics, "moat_p2p_blob_txs_sampled_total");
+    let whole = moat_metric(moat_metrics, "moat_p2p_blob_samples_unavailable_total");
+    match at_second {
+        Some(t) => println!("second geth pooled it after {:.2} s", t.as_secs_f64()),
+        None => println!("second geth: NOT pooled within 30 s"),
+    }
+    match at_moat {
+        Some(t) => {
+            let pulled = tx.size_without_blobs() + cells as usize * (BYTES_PER_CELL + 3);
+            println!(
+                "moat pooled it after {:.2} s: sampled {sampled} tx(s), {cells} cells over GetCells \
+                 ({} a blob), fetched whole after the availability wait {whole}; pulled ≈ {pulled} \
+                 bytes (body {} + cells), against {} over eth/72 as a provider and {} over eth/70",
+                t.as_secs_f64(),
+                cells / n_blobs as f64,
+                tx.size_without_blobs(),
+                tx.size_without_blobs() + n_blobs * 64 * (BYTES_PER_CELL + 3),
+                tx.size()
+            );
+        }
+        None => println!("moat: NOT pooled within 30 s\n{}", nodes[0].0.log_tail(20)),
     }
     Ok(())
 }
