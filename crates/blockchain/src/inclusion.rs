@@ -6,8 +6,9 @@
 //! the balance must cover gas × fee cap + value, and blob gas × blob fee cap for a blob
 //! tx). Any other tx could have been appended: the block does not satisfy the list. Txs
 //! that do not decode, or whose signature does not recover, are skipped (a list may hold
-//! anything). The pool's side, which txs this node proposes, is
-//! `moat_mempool::inclusion`.
+//! anything). [`appendable`] is the builder's side: what to append to satisfy a list
+//! (`Chain::build_payload_satisfying`). The pool's side, which txs this node proposes,
+//! is `moat_mempool::inclusion`.
 
 use alloy_primitives::{Address, B256, Bytes, U256};
 use moat_common::SignedTransaction;
@@ -39,6 +40,83 @@ pub fn unsatisfied_by(
         }
     }
     None
+}
+
+/// The txs of `list` a block could still append, in list order, with their senders:
+/// each one the block does not carry (nor `skip`), that fits the gas left, and whose
+/// nonce and balance are right on the state so far — the post-state `account` answers,
+/// then each appended tx's nonce, gas and maximal cost taken into account for the next.
+/// What a builder appends to satisfy the list; after them, [`unsatisfied_by`] finds
+/// nothing on the same figures. Blob txs are not appended (their sidecars do not travel
+/// with a list).
+pub fn appendable(
+    list: &[Bytes],
+    skip: &HashSet<B256>,
+    mut gas_left: u64,
+    account: impl Fn(&Address) -> (u64, U256),
+) -> Vec<(SignedTransaction, Address)> {
+    let mut out = Vec::new();
+    let mut seen: HashSet<B256> = HashSet::new();
+    let mut state: std::collections::HashMap<Address, (u64, U256)> = Default::default();
+    // A tx appended lets the list's next nonce of its sender in: go again until none.
+    loop {
+        let before = out.len();
+        for envelope in list {
+            let Ok(tx) = SignedTransaction::decode_2718(envelope) else {
+                continue;
+            };
+            let hash = tx.hash();
+            if skip.contains(&hash)
+                || seen.contains(&hash)
+                || tx.tx_type() == moat_common::TxType::Eip4844
+                || tx.tx().gas_limit() > gas_left
+            {
+                continue;
+            }
+            let Ok(sender) = tx.recover_sender() else {
+                continue;
+            };
+            let (nonce, balance) = *state.entry(sender).or_insert_with(|| account(&sender));
+            let cost = tx.tx().max_cost();
+            if tx.tx().nonce() != nonce || balance < cost {
+                continue;
+            }
+            gas_left -= tx.tx().gas_limit();
+            state.insert(sender, (nonce + 1, balance - cost));
+            seen.insert(hash);
+            out.push((tx, sender));
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+impl crate::chain::Chain {
+    /// What newPayload's `inclusionListSatisfied` (EIP-7805, execution-apis `bogota.md`)
+    /// says of canonical block `block` and `list`: the first listed tx it could have
+    /// appended, judged on its post-state ([`unsatisfied_by`]), or `None` when it
+    /// satisfies the list. A block off the canonical chain, or past the kept history, is
+    /// an error.
+    pub fn inclusion_list_unsatisfied(
+        &self,
+        block: &moat_common::block::Block,
+        list: &[Bytes],
+    ) -> Result<Option<B256>, crate::chain::ChainError> {
+        if self.store().canonical_hash(block.header.number)? != Some(block.hash) {
+            return Err(crate::chain::ChainError::UnknownBlock(block.hash));
+        }
+        let state = self.state_at(block.header.number)?;
+        let carried: HashSet<B256> = block.transactions.iter().map(|t| t.hash()).collect();
+        let gas_left = block.header.gas_limit.saturating_sub(block.header.gas_used);
+        Ok(unsatisfied_by(list, &carried, gas_left, |a| {
+            state
+                .account(a)
+                .ok()
+                .flatten()
+                .map_or((0, U256::ZERO), |acc| (acc.nonce, acc.balance))
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -100,5 +178,41 @@ mod tests {
             unsatisfied_by(&list, &HashSet::new(), 30_000, |_| (3, U256::from(210_005))),
             Some(t.hash())
         );
+    }
+
+    #[test]
+    fn what_a_builder_appends_leaves_the_list_satisfied() {
+        let (a, b) = (Signer::from_seed(1), Signer::from_seed(2));
+        // a's nonces 4 then 3 (listed out of order), b's 0 too big for the gas, a junk item.
+        let (a3, a4, big) = (tx(&a, 3, 21_000), tx(&a, 4, 21_000), tx(&b, 0, 50_000));
+        let list: Vec<Bytes> = [&a4, &a3, &big]
+            .iter()
+            .map(|t| Bytes::from(t.encoded_2718()))
+            .chain([Bytes::from_static(b"\x02junk")])
+            .collect();
+        let account = |addr: &Address| {
+            if *addr == a.address() {
+                (3, U256::from(1_000_000))
+            } else {
+                (0, U256::from(1_000_000))
+            }
+        };
+        let got = appendable(&list, &HashSet::new(), 45_000, account);
+        let hashes: Vec<B256> = got.iter().map(|(t, _)| t.hash()).collect();
+        assert_eq!(hashes, vec![a3.hash(), a4.hash()]);
+        assert!(got.iter().all(|(_, s)| *s == a.address()));
+        // With them carried, the list is satisfied on the block's figures.
+        let carried: HashSet<B256> = hashes.into_iter().collect();
+        let after = |addr: &Address| {
+            if *addr == a.address() {
+                (5, U256::from(1_000_000 - 2 * 210_005))
+            } else {
+                (0, U256::from(1_000_000))
+            }
+        };
+        assert_eq!(unsatisfied_by(&list, &carried, 3_000, after), None);
+        // Funds for one only: the second is not appended.
+        let poor = |_: &Address| (3, U256::from(300_000));
+        assert_eq!(appendable(&list, &HashSet::new(), 100_000, poor).len(), 1);
     }
 }

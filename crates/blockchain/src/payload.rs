@@ -165,6 +165,23 @@ impl Chain {
         attrs: &PayloadAttributes,
         miner: &MinerConfig,
     ) -> Result<BuiltPayload, ChainError> {
+        self.build_payload_satisfying(pool, parent_hash, attrs, miner, &[])
+    }
+
+    /// [`Chain::build_payload_with`] whose block satisfies `inclusion_list` (EIP-7805's
+    /// payload building): after the pool's txs are executed, the list's txs the block can
+    /// still take on its post-state (`inclusion::appendable`: not carried, within the gas
+    /// left, nonce and funds right; no blob tx) are appended and the block executed
+    /// again, until the rule newPayload checks (`inclusion::unsatisfied_by`) finds none.
+    /// A listed tx that then fails to execute is left out (it could not be appended).
+    pub fn build_payload_satisfying(
+        &self,
+        pool: &Pool,
+        parent_hash: B256,
+        attrs: &PayloadAttributes,
+        miner: &MinerConfig,
+        inclusion_list: &[Bytes],
+    ) -> Result<BuiltPayload, ChainError> {
         let parent = self
             .header(&parent_hash)?
             .ok_or(ChainError::UnknownParent {
@@ -224,6 +241,8 @@ impl Chain {
 
         let withdrawals =
             (fork >= Fork::Shanghai).then(|| attrs.withdrawals.clone().unwrap_or_default());
+        // Listed txs that failed execution once: not appended again.
+        let mut refused: std::collections::HashSet<B256> = Default::default();
         loop {
             let block = Block {
                 header: header.clone(),
@@ -239,10 +258,21 @@ impl Chain {
                 &senders,
                 &crate::history::StateAtBlock::head(self.store().clone()),
             ) {
-                Ok(executed) => return self.seal(block, header, executed, picked),
+                Ok(executed) => {
+                    let extra = if inclusion_list.is_empty() {
+                        Vec::new()
+                    } else {
+                        self.to_append(inclusion_list, &block, &executed, &refused)
+                    };
+                    if extra.is_empty() {
+                        return self.seal(block, header, executed, picked);
+                    }
+                    picked.extend(extra.into_iter().map(|(tx, sender)| (tx, sender, None)));
+                }
                 Err(VmError::InvalidTransaction { index, .. }) if index < picked.len() => {
                     // Drop it and its sender's later transactions, then try again.
                     let sender = picked[index].1;
+                    refused.insert(picked[index].0.hash());
                     let mut seen = 0;
                     picked.retain(|p| {
                         let keep = !(p.1 == sender && seen >= index);
@@ -261,6 +291,40 @@ impl Chain {
             }
             header.gas_used = 0;
         }
+    }
+
+    /// The txs of `list` the executed `block` could still append (see
+    /// [`Chain::build_payload_satisfying`]), judged on its post-state.
+    fn to_append(
+        &self,
+        list: &[Bytes],
+        block: &Block,
+        executed: &vm::ExecutedBlock,
+        refused: &std::collections::HashSet<B256>,
+    ) -> Vec<(SignedTransaction, Address)> {
+        let mut skip: std::collections::HashSet<B256> =
+            block.transactions.iter().map(|t| t.hash()).collect();
+        skip.extend(refused.iter().copied());
+        let gas_left = block.header.gas_limit.saturating_sub(executed.gas_used);
+        let store = self.store();
+        let account = |a: &Address| -> (u64, U256) {
+            match executed
+                .changes
+                .binary_search_by(|c| c.address.cmp(a))
+                .map(|i| &executed.changes[i])
+            {
+                Ok(change) => change
+                    .info
+                    .as_ref()
+                    .map_or((0, U256::ZERO), |i| (i.nonce, i.balance)),
+                Err(_) => store
+                    .account(a)
+                    .ok()
+                    .flatten()
+                    .map_or((0, U256::ZERO), |acc| (acc.nonce, acc.balance)),
+            }
+        };
+        crate::inclusion::appendable(list, &skip, gas_left, account)
     }
 
     /// A block of exactly `txs` (in order, with their senders) on the head, as

@@ -162,3 +162,117 @@ async fn a_version_0_sidecar_stays_out_of_an_osaka_payload() {
     assert_eq!(before.block.transactions.len(), 1, "built before the fork");
     assert_eq!(before.sidecars.len(), 1);
 }
+
+/// EIP-7805's payload building: a block built to satisfy an inclusion list carries the
+/// list's txs it can take — a tx the pool never had, and its sender's next one listed
+/// before it — after the pool's, leaves out one whose nonce is used, and the chain
+/// imports it; the list is then satisfied on the block's post-state.
+#[tokio::test]
+async fn a_payload_built_with_an_inclusion_list_carries_what_it_can_append() {
+    use moat_blockchain::payload::MinerConfig;
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
+        chain.import(block).unwrap();
+    }
+    let pool = Pool::new(
+        PoolConfig::new(genesis.config.clone()),
+        Arc::new(HeadState(chain.clone())),
+    );
+    let accounts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("accounts.json")).unwrap()).unwrap();
+    let signers: Vec<Signer> = accounts
+        .as_object()
+        .unwrap()
+        .values()
+        .take(2)
+        .map(|e| Signer::from_bytes(&e["key"].as_str().unwrap().parse::<B256>().unwrap()).unwrap())
+        .collect();
+    let nonce_of = |s: &Signer| {
+        chain
+            .store()
+            .account(&s.address())
+            .unwrap()
+            .map_or(0, |a| a.nonce)
+    };
+    let transfer = |s: &Signer, nonce: u64| {
+        SignedTransaction::sign(
+            Transaction::Eip1559(Eip1559Tx {
+                chain_id: genesis.config.chain_id,
+                nonce,
+                max_priority_fee_per_gas: 2,
+                max_fee_per_gas: 1_000_000_000,
+                gas_limit: 21_000,
+                to: TxKind::Call(Address::repeat_byte(0x12)),
+                value: U256::from(7),
+                ..Default::default()
+            }),
+            s,
+        )
+    };
+    let (a, b) = (&signers[0], &signers[1]);
+    // The pool has a's next tx; the list names b's next two (the later first) and an old
+    // nonce of a's.
+    let pooled = transfer(a, nonce_of(a));
+    pool.add_transaction(TxInput::Raw(pooled.encoded_2718().into()), TxOrigin::Local)
+        .await
+        .unwrap();
+    let (b0, b1) = (transfer(b, nonce_of(b)), transfer(b, nonce_of(b) + 1));
+    let stale = transfer(a, nonce_of(a).saturating_sub(1));
+    let list: Vec<alloy_primitives::Bytes> = [&b1, &b0, &stale]
+        .iter()
+        .map(|t| t.encoded_2718().into())
+        .collect();
+    let head = chain.head_header().unwrap();
+    let attrs = PayloadAttributes {
+        timestamp: head.timestamp + 12,
+        prev_randao: B256::repeat_byte(7),
+        suggested_fee_recipient: Address::repeat_byte(0xfe),
+        withdrawals: Some(Vec::new()),
+        parent_beacon_block_root: Some(B256::repeat_byte(9)),
+    };
+    let built = chain
+        .build_payload_satisfying(&pool, head.hash(), &attrs, &MinerConfig::default(), &list)
+        .unwrap();
+    let hashes: Vec<B256> = built.block.transactions.iter().map(|t| t.hash()).collect();
+    assert_eq!(hashes, vec![pooled.hash(), b0.hash(), b1.hash()]);
+    // Without the list, the pool's tx alone.
+    let plain = chain
+        .build_payload_with(&pool, head.hash(), &attrs, &MinerConfig::default())
+        .unwrap();
+    assert_eq!(plain.block.transactions.len(), 1);
+    assert!(matches!(
+        chain.import(&built.block).unwrap(),
+        ImportOutcome::Imported { .. }
+    ));
+    // newPayload's verdict on the imported block: satisfied; a list naming a's next
+    // nonce, which the block could have appended, is not.
+    assert_eq!(
+        chain
+            .inclusion_list_unsatisfied(&built.block, &list)
+            .unwrap(),
+        None
+    );
+    let next = transfer(a, nonce_of(a));
+    let other: Vec<alloy_primitives::Bytes> = vec![next.encoded_2718().into()];
+    assert_eq!(
+        chain
+            .inclusion_list_unsatisfied(&built.block, &other)
+            .unwrap(),
+        Some(next.hash())
+    );
+    // The plain block (without b's txs), had it been the one imported, would not have
+    // satisfied the first list: checked on a second chain.
+    let chain2 = Chain::init(Store::in_memory(), &genesis).unwrap();
+    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
+        chain2.import(block).unwrap();
+    }
+    chain2.import(&plain.block).unwrap();
+    assert_eq!(
+        chain2
+            .inclusion_list_unsatisfied(&plain.block, &list)
+            .unwrap(),
+        Some(b0.hash())
+    );
+}
