@@ -27,17 +27,50 @@ pub(crate) enum Trouble {
     Damaged(String),
 }
 
+/// The thread that makes the store's relaxed commits (blocks) durable: woken by each
+/// block's commit, it syncs at once, beside the next block's execution, so that no
+/// block's newPayload carries the sync of the blocks before it (`Store::wait_for_flush`).
+/// A failure is latched like any write's, for [`trouble`] to see.
+pub(crate) struct Flusher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flusher {
+    pub(crate) fn start(store: Store) -> std::io::Result<Flusher> {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("moat-flusher".into())
+            .spawn(move || {
+                while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                    if store.wait_for_flush(Duration::from_millis(250)) {
+                        let _ = store.flush();
+                    }
+                }
+            })?;
+        Ok(Flusher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread (within a quarter of a second); the caller flushes last.
+    pub(crate) fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Resolves once the store has refused a write for a reason of the disk, the datadir's
 /// free space has fallen under `min_free_mb` (0: not checked), or the database was found
-/// damaged; says which. Meanwhile it makes the store's relaxed commits durable once they
-/// are a second old.
+/// damaged; says which.
 pub(crate) async fn trouble(store: &Store, datadir: &Path, min_free_mb: u64) -> Trouble {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
-        // Relaxed commits (blocks) durable within a second even when no later commit
-        // comes to carry them; a failure here is latched like any write's.
-        let _ = store.flush_due();
         // Damage first: a damaged page that failed a commit latches both.
         if let Some(why) = store.damage() {
             return Trouble::Damaged(why.to_string());

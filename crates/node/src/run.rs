@@ -584,6 +584,8 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     // leaves the database unwritable until it is reopened, so the node stops rather
     // than run on with it (a supervisor, or the operator, starts it again once there is
     // space; the datadir reopens at its last durable commit).
+    let flusher = crate::disk::Flusher::start(store.clone())
+        .map_err(|e| format!("cannot start the store's flusher: {e}"))?;
     let disk = tokio::select! {
         () = shutdown.wait() => None,
         why = crate::disk::trouble(&store, &datadir, args.datadir_minfreedisk) => Some(why),
@@ -605,6 +607,8 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
     // The engine call in progress, if any, ends: its block is wholly stored or was never
     // acknowledged. None starts after it.
     let _quiet = engine_ctx.quiesce().await;
+    // No more blocks: the final flush below is the store's last sync.
+    let _ = tokio::task::spawn_blocking(move || flusher.stop()).await;
     // Every acknowledged tx is already durable; this writes what is queued and stops.
     journal.close();
     if !pool.close_blob_store(Duration::from_secs(10)) {

@@ -525,9 +525,10 @@ impl Store {
 
     /// Applies the batch atomically, durable within a second (or 256 such commits):
     /// readers see it at once; a crash may lose the last second of them, never part of
-    /// one, and reopens at the last durable commit. What block import uses: one sync a
-    /// second instead of one a block. Dropping the last clone of the store, or
-    /// [`Store::flush`], makes them durable.
+    /// one, and reopens at the last durable commit. What block import uses: one sync
+    /// for many blocks instead of one a block, made by a flusher thread
+    /// ([`Store::wait_for_flush`]) when there is one. Dropping the last clone of the
+    /// store, or [`Store::flush`], makes them durable.
     pub fn commit_relaxed(&self, batch: WriteBatch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
@@ -576,6 +577,22 @@ impl Store {
             return Err(StoreError::WriteFailed(why.to_string()));
         }
         self.latch(self.backend.flush())
+    }
+
+    /// For a flusher thread: blocks until a relaxed commit has been made since the last
+    /// durable one, or `timeout` passes; `true` when the caller should [`Store::flush`]
+    /// now. The sync then runs beside the next block's execution, which needs the
+    /// writer only at its end; commits made while it runs go with the next sync. Once a
+    /// flusher waits here, a relaxed commit never syncs inline because a second has
+    /// passed (only every 256th does), so no block's commit carries the sync of the
+    /// blocks before it.
+    pub fn wait_for_flush(&self, timeout: std::time::Duration) -> bool {
+        if self.write_failure().is_some() {
+            // Nothing will be written any more: no hurry.
+            std::thread::sleep(timeout);
+            return false;
+        }
+        self.backend.wait_for_flush(timeout)
     }
 
     /// Makes the relaxed commits durable once the last durable commit is a second old: a

@@ -745,6 +745,46 @@ fn relaxed_commits_are_visible_at_once_and_durable_on_flush_or_drop() {
     }
 }
 
+/// A flusher thread (`wait_for_flush`, then `flush`) is woken by each relaxed commit,
+/// and once one waits, a relaxed commit made more than a second after the last sync
+/// does not sync inline (it would carry a second of others' writes): it is left to the
+/// flusher. The datadir reopens with every commit the flusher made durable.
+#[test]
+fn a_relaxed_commit_wakes_the_flusher_and_none_syncs_inline_once_one_waits() {
+    let dir = TempDir::new("flusher");
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        // Nothing to sync: the flusher waits its time out.
+        assert!(!store.wait_for_flush(std::time::Duration::from_millis(10)));
+        let relaxed = |n: u64| {
+            let mut batch = WriteBatch::new();
+            batch.set_account(addr(n as u8), Some(account(n)));
+            store.commit_relaxed(batch).unwrap();
+        };
+        relaxed(1);
+        let woken = std::time::Instant::now();
+        assert!(store.wait_for_flush(std::time::Duration::from_secs(30)));
+        assert!(woken.elapsed() < std::time::Duration::from_secs(5), "woken at once");
+        store.flush().unwrap();
+        assert!(!store.wait_for_flush(std::time::Duration::from_millis(10)));
+        // Past a second since the last sync: still left to the flusher.
+        std::thread::sleep(std::time::Duration::from_millis(1_100));
+        relaxed(2);
+        assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
+        store.flush().unwrap();
+    }
+    let store = Store::open(dir.path(), None).unwrap();
+    for n in 1..=2u64 {
+        assert_eq!(store.account(&addr(n as u8)).unwrap(), Some(account(n)));
+    }
+    // In memory there is nothing to sync.
+    let mem = Store::in_memory();
+    let mut batch = WriteBatch::new();
+    batch.set_account(addr(3), Some(account(3)));
+    mem.commit_relaxed(batch).unwrap();
+    assert!(!mem.wait_for_flush(std::time::Duration::from_millis(1)));
+}
+
 #[test]
 fn trie_node_reads_follow_every_commit_through_the_node_cache() {
     on_both("trie-node-cache", |store| {

@@ -263,6 +263,19 @@ impl Backend {
         }
     }
 
+    /// Waits until relaxed commits are due to be made durable, at most `timeout`
+    /// (see `RedbBackend::wait_for_flush`); in memory, where nothing is synced, waits out
+    /// `timeout` and says no.
+    pub(crate) fn wait_for_flush(&self, timeout: std::time::Duration) -> bool {
+        match self {
+            Backend::Redb(db) => db.wait_for_flush(timeout),
+            Backend::Memory(_) => {
+                std::thread::sleep(timeout);
+                false
+            }
+        }
+    }
+
     /// The database's page cache size; 0 in memory, where there is none.
     pub(crate) fn page_cache_bytes(&self) -> usize {
         match self {

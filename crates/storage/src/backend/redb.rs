@@ -75,6 +75,13 @@ pub(crate) struct RedbBackend {
     /// The first damage a read or write met (a page redb could not make sense of, or a
     /// value that does not decode): latched for the node to act on.
     pub(crate) damage: std::sync::OnceLock<String>,
+    /// Set by a relaxed commit: a flusher waiting in [`RedbBackend::wait_for_flush`]
+    /// makes it durable at once, beside the next block's execution (which needs the
+    /// writer only at its end).
+    flush_wanted: Mutex<bool>,
+    flush_signal: parking_lot::Condvar,
+    /// Whether a flusher runs ([`RedbBackend::wait_for_flush`] was called).
+    flusher: std::sync::atomic::AtomicBool,
 }
 
 /// How far the file lags behind the last commit.
@@ -127,6 +134,9 @@ impl RedbBackend {
             snapshot: RwLock::new(Some(Arc::new(snapshot))),
             cache_bytes,
             damage: std::sync::OnceLock::new(),
+            flush_wanted: Mutex::new(false),
+            flush_signal: parking_lot::Condvar::new(),
+            flusher: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -254,10 +264,16 @@ impl RedbBackend {
     /// dropped write transaction is rolled back, so a failed batch leaves no trace.
     /// Commits `ops` atomically. `relaxed`: durable within [`MAX_LAG`] (or
     /// [`MAX_RELAXED`] commits) rather than now; a crash before then reopens the file at
-    /// the last durable commit, each commit whole or absent.
+    /// the last durable commit, each commit whole or absent. The sync of relaxed commits
+    /// is a flusher's ([`RedbBackend::wait_for_flush`]), woken by each, so that no commit
+    /// carries a second of others' writes (without a flusher, the one past [`MAX_LAG`]
+    /// does: redb writes out the pages of the commits since the last durable one then).
     pub(crate) fn apply(&self, ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
         let mut lag = self.writer.lock();
-        let durable = !relaxed || lag.relaxed >= MAX_RELAXED || lag.durable_at.elapsed() >= MAX_LAG;
+        let flusher = self.flusher.load(std::sync::atomic::Ordering::Relaxed);
+        let durable = !relaxed
+            || lag.relaxed >= MAX_RELAXED
+            || (!flusher && lag.durable_at.elapsed() >= MAX_LAG);
         let mut txn = self
             .db
             .begin_write()
@@ -323,6 +339,10 @@ impl RedbBackend {
             };
         } else {
             lag.relaxed += 1;
+            // The flusher, if one waits, syncs it at once (and whatever commits come
+            // while it does, with the next sync).
+            *self.flush_wanted.lock() = true;
+            self.flush_signal.notify_one();
         }
         // The batch is committed now; if no fresh snapshot can be taken, dropping the old
         // one makes the next read build it rather than serve pre-commit data.
@@ -337,6 +357,26 @@ impl RedbBackend {
             lag.relaxed > 0 && lag.durable_at.elapsed() >= MAX_LAG
         };
         if due { self.flush() } else { Ok(()) }
+    }
+
+    /// Blocks until relaxed commits are due to be made durable, or `timeout` passes:
+    /// `true` when the caller should [`RedbBackend::flush`] now (a relaxed commit asked
+    /// for it, or relaxed commits have waited [`MAX_LAG`]). The first call makes this
+    /// backend count on a flusher: relaxed commits no longer sync inline past
+    /// [`MAX_LAG`].
+    pub(crate) fn wait_for_flush(&self, timeout: std::time::Duration) -> bool {
+        self.flusher
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut wanted = self.flush_wanted.lock();
+        if !*wanted {
+            let _ = self.flush_signal.wait_for(&mut wanted, timeout);
+        }
+        if std::mem::take(&mut *wanted) {
+            return true;
+        }
+        drop(wanted);
+        let lag = self.writer.lock();
+        lag.relaxed > 0 && lag.durable_at.elapsed() >= MAX_LAG
     }
 
     /// Makes every relaxed commit durable (an empty durable commit).
