@@ -764,7 +764,10 @@ fn a_relaxed_commit_wakes_the_flusher_and_none_syncs_inline_once_one_waits() {
         relaxed(1);
         let woken = std::time::Instant::now();
         assert!(store.wait_for_flush(std::time::Duration::from_secs(30)));
-        assert!(woken.elapsed() < std::time::Duration::from_secs(5), "woken at once");
+        assert!(
+            woken.elapsed() < std::time::Duration::from_secs(5),
+            "woken at once"
+        );
         store.flush().unwrap();
         assert!(!store.wait_for_flush(std::time::Duration::from_millis(10)));
         // Past a second since the last sync: still left to the flusher.

@@ -21,11 +21,16 @@
 //!   own, [`distinct_runtime`]; with `genesis_contracts`, the genesis also holds such
 //!   contracts with `genesis_slots` slots each, [`genesis_contract`]);
 //! - calls to deployed contracts with one to three pairs, each a new slot, an overwrite of
-//!   a slot written before, or a zero written to one (a delete).
+//!   a slot written before, or a zero written to one (a delete);
+//! - with `token_percent`, ERC-20 token txs ([`contracts::token_runtime`], in genesis at
+//!   [`TOKEN_ADDRESS`] with every sender holding tokens): 80 % `transfer`s to a sender or
+//!   to a fresh holder, 20 % `approve`s;
+//! - with `nft_percent`, NFT mints ([`contracts::nft_runtime`], at [`NFT_ADDRESS`]).
 //!
 //! Nothing is on disk and nothing goes over the network; the caller writes the blocks
 //! (as RLP, and as EXPB's engine API request lines with [`expb_requests`]).
 
+pub mod contracts;
 mod expb;
 
 pub use expb::expb_requests;
@@ -113,6 +118,19 @@ pub fn store_initcode(runtime: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Where the ERC-20 token of the token mix lives (in genesis).
+pub const TOKEN_ADDRESS: Address = Address::new([
+    0x70, 0xce, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
+]);
+/// Where the NFT of the token mix lives (in genesis).
+pub const NFT_ADDRESS: Address = Address::new([
+    0x70, 0xce, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02,
+]);
+/// Tokens every sender holds at genesis.
+const TOKEN_BALANCE: u128 = 1_000_000_000_000_000_000_000_000;
+const TOKEN_GAS: u64 = 80_000;
+const MINT_GAS: u64 = 100_000;
+
 /// Balance of every sender at genesis: a million ether.
 const SENDER_BALANCE: u128 = 1_000_000 * 1_000_000_000_000_000_000;
 /// Gas limits the transactions are signed with (what they use is less).
@@ -157,6 +175,10 @@ pub struct Params {
     pub code_bytes: usize,
     /// Storage slots of each genesis contract.
     pub genesis_slots: usize,
+    /// Share of ERC-20 token txs (transfers and approvals), in percent.
+    pub token_percent: u32,
+    /// Share of NFT mints, in percent.
+    pub nft_percent: u32,
 }
 
 impl Default for Params {
@@ -175,6 +197,8 @@ impl Default for Params {
             genesis_contracts: 0,
             genesis_slots: 0,
             code_bytes: 0,
+            token_percent: 0,
+            nft_percent: 0,
         }
     }
 }
@@ -203,6 +227,37 @@ pub fn genesis(params: &Params, senders: &[Signer]) -> Genesis {
         );
     }
     alloc.extend(moat_common::system_contracts::genesis_accounts());
+    if params.token_percent > 0 {
+        let storage = senders
+            .iter()
+            .map(|s| {
+                (
+                    contracts::balance_slot(&s.address()),
+                    B256::from(U256::from(TOKEN_BALANCE)),
+                )
+            })
+            .collect();
+        alloc.insert(
+            TOKEN_ADDRESS,
+            GenesisAccount {
+                balance: U256::ZERO,
+                nonce: 1,
+                code: Bytes::from(contracts::token_runtime()),
+                storage,
+            },
+        );
+    }
+    if params.nft_percent > 0 {
+        alloc.insert(
+            NFT_ADDRESS,
+            GenesisAccount {
+                balance: U256::ZERO,
+                nonce: 1,
+                code: Bytes::from(contracts::nft_runtime()),
+                storage: BTreeMap::new(),
+            },
+        );
+    }
     for i in 0..params.genesis_contracts {
         let (address, account) = genesis_contract(i as u64, params.genesis_slots);
         alloc.insert(address, account);
@@ -316,6 +371,12 @@ pub struct Stats {
     pub slots_overwritten: u64,
     /// Storage slots set to zero (deleted).
     pub slots_zeroed: u64,
+    /// ERC-20 `transfer`s.
+    pub token_transfers: u64,
+    /// ERC-20 `approve`s.
+    pub approvals: u64,
+    /// NFT mints.
+    pub mints: u64,
 }
 
 /// A deployed storage contract and the slots it holds (as far as the generator knows:
@@ -400,7 +461,10 @@ impl Generator {
         if params.senders == 0 || params.txs_per_block == 0 {
             return Err("need at least one sender and one transaction per block".into());
         }
-        if params.deploy_percent + params.call_percent > 100 || params.fresh_percent > 100 {
+        if params.deploy_percent + params.call_percent + params.token_percent + params.nft_percent
+            > 100
+            || params.fresh_percent > 100
+        {
             return Err("percentages above 100".into());
         }
         let senders = sender_keys(params.senders);
@@ -549,6 +613,7 @@ impl Generator {
         let tip = MIN_TIP + u128::from(self.rng.next() % 1_000_000);
         let roll = self.rng.next() % 100;
         let p = &self.params;
+        let calls_end = u64::from(p.deploy_percent + p.call_percent);
         let (to, value, input, gas_limit) = if roll < u64::from(p.deploy_percent) {
             self.stats.deployments += 1;
             self.deployed.push(Contract {
@@ -574,8 +639,9 @@ impl Generator {
                     gas,
                 )
             }
-        } else if roll < u64::from(p.deploy_percent + p.call_percent) && !self.contracts.is_empty()
-        {
+        } else if let Some(token_tx) = self.plan_token(roll) {
+            token_tx
+        } else if roll < calls_end && !self.contracts.is_empty() {
             let (to, input, pairs) = self.plan_call();
             (
                 TxKind::Call(to),
@@ -603,6 +669,50 @@ impl Generator {
                 access_list: Vec::new(),
             }),
         }
+    }
+
+    /// A token or NFT tx when `roll` falls in their share (after deployments and calls).
+    fn plan_token(&mut self, roll: u64) -> Option<(TxKind, U256, Bytes, u64)> {
+        let p = &self.params;
+        let calls = u64::from(p.deploy_percent + p.call_percent);
+        let tokens = calls + u64::from(p.token_percent);
+        let nfts = tokens + u64::from(p.nft_percent);
+        if roll < calls || roll >= nfts {
+            return None;
+        }
+        if roll >= tokens {
+            self.stats.mints += 1;
+            return Some((
+                TxKind::Call(NFT_ADDRESS),
+                U256::ZERO,
+                Bytes::copy_from_slice(&contracts::MINT),
+                MINT_GAS,
+            ));
+        }
+        let amount = U256::from(1 + self.rng.next() % 1_000_000_000);
+        let input = if self.rng.percent(80) {
+            self.stats.token_transfers += 1;
+            // A sender, or (fresh_percent of the time) a new holder: a new slot.
+            let to = if self.rng.percent(self.params.fresh_percent) {
+                let n = self.stats.token_transfers;
+                Address::from_slice(
+                    &keccak256([b"chaingen holder ".as_slice(), &n.to_be_bytes()].concat())[12..],
+                )
+            } else {
+                self.sender_addresses[self.rng.below(self.sender_addresses.len())]
+            };
+            contracts::call_data(contracts::TRANSFER, &to, amount)
+        } else {
+            self.stats.approvals += 1;
+            let spender = self.sender_addresses[self.rng.below(self.sender_addresses.len())];
+            contracts::call_data(contracts::APPROVE, &spender, amount)
+        };
+        Some((
+            TxKind::Call(TOKEN_ADDRESS),
+            U256::ZERO,
+            Bytes::from(input),
+            TOKEN_GAS,
+        ))
     }
 
     fn plan_recipient(&mut self) -> Address {

@@ -62,9 +62,16 @@ struct Args {
     /// Share of calls writing contract storage, percent (the rest are transfers).
     #[arg(long, default_value_t = 30)]
     call_percent: u32,
-    /// Share of transfers that create an account, percent.
+    /// Share of transfers that create an account, percent (and of token transfers that
+    /// go to a new holder).
     #[arg(long, default_value_t = 40)]
     fresh_percent: u32,
+    /// Share of ERC-20 token txs (80 % transfers, 20 % approvals), percent.
+    #[arg(long, default_value_t = 0)]
+    token_percent: u32,
+    /// Share of NFT mints, percent.
+    #[arg(long, default_value_t = 0)]
+    nft_percent: u32,
     /// Chain id of the genesis.
     #[arg(long, default_value_t = moat_chaingen::DEFAULT_CHAIN_ID)]
     chain_id: u64,
@@ -103,6 +110,8 @@ fn run(args: &Args) -> Result<(), String> {
         deploy_percent: args.deploy_percent,
         call_percent: args.call_percent,
         fresh_percent: args.fresh_percent,
+        token_percent: args.token_percent,
+        nft_percent: args.nft_percent,
         gas_limit: args.gas_limit,
         genesis_time: args.genesis_time,
         seed: args.seed,
@@ -181,6 +190,12 @@ fn run(args: &Args) -> Result<(), String> {
         "slot writes new {}, overwritten {}, zeroed {}",
         s.slots_new, s.slots_overwritten, s.slots_zeroed
     );
+    if s.token_transfers + s.approvals + s.mints > 0 {
+        println!(
+            "tokens      {} ERC-20 transfers, {} approvals, {} NFT mints",
+            s.token_transfers, s.approvals, s.mints
+        );
+    }
     println!("gas         {:.1} Mgas", s.gas as f64 / 1e6);
     println!("head        #{} {}", head.number, head.hash());
     println!("state root  {}", head.state_root);
