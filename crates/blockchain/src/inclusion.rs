@@ -55,36 +55,38 @@ pub fn appendable(
     mut gas_left: u64,
     account: impl Fn(&Address) -> (u64, U256),
 ) -> Vec<(SignedTransaction, Address)> {
+    // Decoded and recovered once (a list is at most 8 KiB, but passes repeat).
+    let mut candidates: Vec<Option<(SignedTransaction, Address)>> = list
+        .iter()
+        .filter_map(|envelope| SignedTransaction::decode_2718(envelope).ok())
+        .filter(|tx| !skip.contains(&tx.hash()) && tx.tx_type() != moat_common::TxType::Eip4844)
+        .filter_map(|tx| {
+            let sender = tx.recover_sender().ok()?;
+            Some(Some((tx, sender)))
+        })
+        .collect();
     let mut out = Vec::new();
-    let mut seen: HashSet<B256> = HashSet::new();
     let mut state: std::collections::HashMap<Address, (u64, U256)> = Default::default();
     // A tx appended lets the list's next nonce of its sender in: go again until none.
     loop {
         let before = out.len();
-        for envelope in list {
-            let Ok(tx) = SignedTransaction::decode_2718(envelope) else {
+        for slot in candidates.iter_mut() {
+            let Some((tx, sender)) = slot.as_ref() else {
                 continue;
             };
-            let hash = tx.hash();
-            if skip.contains(&hash)
-                || seen.contains(&hash)
-                || tx.tx_type() == moat_common::TxType::Eip4844
-                || tx.tx().gas_limit() > gas_left
-            {
+            if tx.tx().gas_limit() > gas_left {
                 continue;
             }
-            let Ok(sender) = tx.recover_sender() else {
-                continue;
-            };
-            let (nonce, balance) = *state.entry(sender).or_insert_with(|| account(&sender));
+            let (nonce, balance) = *state.entry(*sender).or_insert_with(|| account(sender));
             let cost = tx.tx().max_cost();
             if tx.tx().nonce() != nonce || balance < cost {
                 continue;
             }
             gas_left -= tx.tx().gas_limit();
-            state.insert(sender, (nonce + 1, balance - cost));
-            seen.insert(hash);
-            out.push((tx, sender));
+            state.insert(*sender, (nonce + 1, balance - cost));
+            if let Some(taken) = slot.take() {
+                out.push(taken);
+            }
         }
         if out.len() == before {
             return out;

@@ -172,7 +172,8 @@ fn parse_cell_mask(text: &str) -> Result<moat_common::transaction::CellMask, Str
     alloy_primitives::hex::decode(hex)
         .ok()
         .and_then(|b| <[u8; 16]>::try_from(b).ok())
-        .ok_or_else(|| format!("not a cell bitmap: {text:?} (16 bytes of hex)"))
+        .filter(|m| m.iter().any(|b| *b != 0))
+        .ok_or_else(|| format!("not a cell bitmap: {text:?} (16 bytes of hex, a cell at least)"))
 }
 
 /// A Go-style duration down to microseconds (`200us`, `1ms`, `1.5ms` not: integers
@@ -352,7 +353,7 @@ mod tests {
             vec![0, 127]
         );
         assert_eq!(cli.pool.blob_fetch_probability, 0);
-        for bad in ["0x01", "zz", ""] {
+        for bad in ["0x01", "zz", "", "0x00000000000000000000000000000000"] {
             assert!(parse_cell_mask(bad).is_err(), "{bad}");
         }
         assert!(Cli::try_parse_from(["moat", "--blobpool.fetchprobability", "101"]).is_err());

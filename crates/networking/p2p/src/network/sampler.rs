@@ -28,6 +28,7 @@
 //!
 //! Bounds: at most [`MAX_WAITING`] txs wait for availability (further ones are fetched
 //! whole), and the draws are forgotten after [`PLAN_LIFETIME`] or past [`MAX_PLANS`].
+//! Only an announcement of every cell draws a tx. A custody of no cell samples nothing.
 
 use crate::eth::{ALL_CELLS, CellMask, DATA_CELLS, mask_covers};
 use crate::fetcher::Meta;
@@ -109,7 +110,7 @@ impl Sampler {
 
     /// Whether this node samples at all (a custody of fewer than 64 cells).
     fn samples(&self) -> bool {
-        mask_count(&self.custody) < mask_count(&DATA_CELLS)
+        (1..mask_count(&DATA_CELLS)).contains(&mask_count(&self.custody))
     }
 
     fn draw(&mut self) -> u8 {
@@ -117,7 +118,7 @@ impl Sampler {
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
-        (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u8 % 100
+        ((self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % 100) as u8
     }
 
     /// How `hash`'s blobs are fetched: drawn at its first announcement.
@@ -150,6 +151,9 @@ impl Sampler {
         }
         let plan = match self.plans.get(&hash) {
             Some((plan, _)) => *plan,
+            // Only an announcer of every cell gets a tx drawn (and waiting): one that
+            // holds some cells cannot serve either plan's first fetch.
+            None if mask != ALL_CELLS => return Verdict::Skip,
             None => {
                 self.prune(now);
                 let plan = if self.draw() < self.fetch_percent || self.waiting.len() >= MAX_WAITING
@@ -414,6 +418,32 @@ mod tests {
         assert!(released[1].1.is_empty());
         assert_eq!(s.plan(&a), Plan::Full);
         assert_eq!(s.waiting(), 0);
+    }
+
+    #[test]
+    fn a_partial_announcement_draws_nothing_and_an_empty_custody_samples_nothing() {
+        let mut s = Sampler::new(custody8(), 0, 7);
+        let now = Instant::now();
+        let h = B256::repeat_byte(1);
+        assert_eq!(
+            s.announced(h, peer(1), custody8(), meta(), now),
+            Verdict::Skip
+        );
+        assert_eq!(
+            s.announced(h, peer(1), DATA_CELLS, meta(), now),
+            Verdict::Skip
+        );
+        assert_eq!(s.waiting(), 0);
+        assert_eq!(
+            s.announced(h, peer(1), ALL_CELLS, meta(), now),
+            Verdict::Held
+        );
+        let mut none = Sampler::new([0; 16], 0, 7);
+        assert_eq!(
+            none.announced(h, peer(1), ALL_CELLS, meta(), now),
+            Verdict::Fetch
+        );
+        assert_eq!(none.plan(&h), Plan::Full);
     }
 
     #[test]
