@@ -288,7 +288,7 @@ fn commit_if_full(
     chunk: usize,
 ) -> Result<(), StoreError> {
     if *entries >= chunk {
-        store.commit_relaxed(std::mem::take(batch))?;
+        store.commit_bulk(std::mem::take(batch))?;
         *entries = 0;
     }
     Ok(())
@@ -344,7 +344,7 @@ impl<'s> GenesisStateWriter<'s> {
         if !code.is_empty() && self.code_hashes.insert(code_hash) {
             self.code.put_code(code_hash, code);
             if self.code_hashes.len() >= self.chunk {
-                self.store.commit_relaxed(std::mem::take(&mut self.code))?;
+                self.store.commit_bulk(std::mem::take(&mut self.code))?;
                 self.code_hashes.clear();
             }
         }
@@ -369,7 +369,7 @@ impl<'s> GenesisStateWriter<'s> {
     pub fn finish(self) -> Result<B256, StoreError> {
         let store = self.store;
         let chunk = self.chunk;
-        store.commit_relaxed(self.code)?;
+        store.commit_bulk(self.code)?;
         let mut batch = WriteBatch::new();
         let mut entries = 0usize;
 

@@ -139,6 +139,17 @@ pub struct Store {
     damage: Arc<std::sync::OnceLock<String>>,
 }
 
+/// When a commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durable {
+    /// Synced before the commit returns.
+    Now,
+    /// Within about a second; wakes the flusher.
+    Relaxed,
+    /// Within about a second; does not wake the flusher (a bulk writer's stream).
+    Bulk,
+}
+
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
@@ -520,7 +531,7 @@ impl Store {
             return Ok(());
         }
         let forget = batch.nodes_from_records;
-        self.apply(batch.into_ops(), false, forget)
+        self.apply(batch.into_ops(), Durable::Now, forget)
     }
 
     /// Applies the batch atomically, durable within a second (or 256 such commits):
@@ -534,12 +545,24 @@ impl Store {
             return Ok(());
         }
         let forget = batch.nodes_from_records;
-        self.apply(batch.into_ops(), true, forget)
+        self.apply(batch.into_ops(), Durable::Relaxed, forget)
+    }
+
+    /// [`Store::commit_relaxed`] for a bulk writer (snap sync, building a genesis state):
+    /// the commit does not wake the flusher; the stream is made durable by the
+    /// flusher's second (or every 256th commit), so the syncs do not take the writer
+    /// between every two of its commits.
+    pub fn commit_bulk(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let forget = batch.nodes_from_records;
+        self.apply(batch.into_ops(), Durable::Bulk, forget)
     }
 
     /// Applies `ops` in the backend, then brings the trie-node cache up to date
     /// (`forget`: the nodes written leave it rather than enter it).
-    fn apply(&self, mut ops: Vec<Op>, relaxed: bool, forget: bool) -> Result<(), StoreError> {
+    fn apply(&self, mut ops: Vec<Op>, durable: Durable, forget: bool) -> Result<(), StoreError> {
         if let Some(why) = self.write_failure() {
             return Err(StoreError::WriteFailed(why.to_string()));
         }
@@ -550,10 +573,10 @@ impl Store {
         } else {
             changes
         };
-        let applied = if relaxed {
-            self.backend.apply_with(ops, true)
-        } else {
-            self.backend.apply(ops)
+        let applied = match durable {
+            Durable::Now => self.backend.apply(ops),
+            Durable::Relaxed => self.backend.apply_with(ops, true),
+            Durable::Bulk => self.backend.apply_bulk(ops),
         };
         match &applied {
             Ok(()) => self.nodes.apply(changes),

@@ -126,7 +126,7 @@ fn a_write_the_disk_refused_stops_every_later_write() {
         };
         ops.push(Op::FailDisk);
         assert!(matches!(
-            store.apply(ops, true, false),
+            store.apply(ops, crate::Durable::Relaxed, false),
             Err(StoreError::WriteFailed(_))
         ));
         assert_eq!(store.write_failure(), Some("No space left on device"));

@@ -248,6 +248,16 @@ impl Backend {
         }
     }
 
+    /// A relaxed commit that does not wake the flusher (a bulk writer's).
+    pub(crate) fn apply_bulk(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        match self {
+            Backend::Redb(db) => {
+                db.latched(guarded("writing", || db.apply_waking(ops, true, false)))
+            }
+            Backend::Memory(mem) => mem.apply(ops),
+        }
+    }
+
     pub(crate) fn flush(&self) -> Result<(), StoreError> {
         match self {
             Backend::Redb(db) => db.latched(guarded("flushing", || db.flush())),

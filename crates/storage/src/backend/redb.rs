@@ -269,6 +269,18 @@ impl RedbBackend {
     /// carries a second of others' writes (without a flusher, the one past [`MAX_LAG`]
     /// does: redb writes out the pages of the commits since the last durable one then).
     pub(crate) fn apply(&self, ops: Vec<Op>, relaxed: bool) -> Result<(), StoreError> {
+        self.apply_waking(ops, relaxed, true)
+    }
+
+    /// [`RedbBackend::apply`]; a relaxed commit wakes the flusher only if `wake` (a bulk
+    /// writer's stream of commits is synced by the flusher's second instead, so that
+    /// the syncs do not take the writer between every two of its commits).
+    pub(crate) fn apply_waking(
+        &self,
+        ops: Vec<Op>,
+        relaxed: bool,
+        wake: bool,
+    ) -> Result<(), StoreError> {
         let mut lag = self.writer.lock();
         let flusher = self.flusher.load(std::sync::atomic::Ordering::Relaxed);
         let durable = !relaxed
@@ -341,8 +353,10 @@ impl RedbBackend {
             lag.relaxed += 1;
             // The flusher, if one waits, syncs it at once (and whatever commits come
             // while it does, with the next sync).
-            *self.flush_wanted.lock() = true;
-            self.flush_signal.notify_one();
+            if wake {
+                *self.flush_wanted.lock() = true;
+                self.flush_signal.notify_one();
+            }
         }
         // The batch is committed now; if no fresh snapshot can be taken, dropping the old
         // one makes the next read build it rather than serve pre-commit data.

@@ -109,7 +109,7 @@ pub(super) fn build_all(
     let (built, written) = std::thread::scope(|scope| {
         let writer = scope.spawn(move || -> Result<(), StoreError> {
             for batch in rx {
-                store.commit_relaxed(batch)?;
+                store.commit_bulk(batch)?;
             }
             Ok(())
         });

@@ -136,7 +136,7 @@ impl TrieWriter {
                 let mut busy = Duration::ZERO;
                 for batch in crx {
                     let t = Instant::now();
-                    store2.commit_relaxed(batch)?;
+                    store2.commit_bulk(batch)?;
                     busy += t.elapsed();
                 }
                 Ok(busy)

@@ -308,7 +308,7 @@ impl<S: BlockSource> Run<'_, S> {
         if durable {
             self.chain.store().commit(batch)?;
         } else {
-            self.chain.store().commit_relaxed(batch)?;
+            self.chain.store().commit_bulk(batch)?;
         }
         self.publish(p);
         Ok(())
