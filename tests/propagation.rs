@@ -46,6 +46,36 @@ fn known(http: u16, hash: B256) -> bool {
         .is_some_and(|v| !v["result"].is_null())
 }
 
+/// The `enode://` URL of the node whose RPC is on `http`.
+fn enode_of(http: u16) -> String {
+    let info = rpc(http, "admin_nodeInfo", "[]").unwrap();
+    info["result"]["enode"].as_str().unwrap().to_string()
+}
+
+/// Makes the node on `http` peer with the one on `to`.
+fn add_peer(http: u16, to: u16) {
+    let enode = enode_of(to);
+    let added = rpc(http, "admin_addPeer", &format!(r#"["{enode}"]"#)).unwrap();
+    assert_eq!(added["result"], true, "{added}");
+}
+
+/// A two-blob version-1 tx of the dev chain, sent to the node on `http`.
+fn send_blob_tx(http: u16) -> moat_common::PooledTransaction {
+    let tx = moat_common::testing::blob_tx_on_chain(
+        moat_common::transaction::SidecarVersion::V1,
+        2,
+        0,
+        &signer(1),
+        1337,
+        100_000_000_000,
+        1_000_000_000,
+    );
+    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
+    let sent = rpc(http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+    assert_eq!(sent["result"], format!("{}", tx.hash()), "{sent}");
+    tx
+}
+
 /// `--txpool.private`: the node pools and mines its private sender's tx, and its peer
 /// never hears of it (neither whole, nor announced, nor served), while a public tx sent
 /// at the same moment reaches the peer.
@@ -58,10 +88,7 @@ fn a_private_tx_is_mined_by_its_node_and_never_reaches_a_peer() {
     let _a = dev_peer(a_http, a_p2p, "2", &["--txpool.private", &private_addr]);
     // The peer seals no block of its own during the test.
     let _b = dev_peer(b_http, b_p2p, "3600", &[]);
-    let info = rpc(a_http, "admin_nodeInfo", "[]").unwrap();
-    let enode = info["result"]["enode"].as_str().unwrap().to_string();
-    let added = rpc(b_http, "admin_addPeer", &format!(r#"["{enode}"]"#)).unwrap();
-    assert_eq!(added["result"], true, "{added}");
+    add_peer(b_http, a_http);
     wait_for("the two nodes peered", || {
         let v = rpc(a_http, "net_peerCount", "[]")?;
         (v["result"] == "0x1").then_some(())
@@ -117,7 +144,6 @@ fn a_private_tx_is_mined_by_its_node_and_never_reaches_a_peer() {
 /// sidecar verified once.
 #[test]
 fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
-    use moat_common::transaction::SidecarVersion;
     let (a_http, a_p2p, b_http, b_p2p, b_metrics) = (
         free_port(),
         free_port(),
@@ -133,9 +159,7 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
         "3600",
         &["--dev.osaka", "--metrics", "--metrics.port", &b_metrics_s],
     );
-    let info = rpc(a_http, "admin_nodeInfo", "[]").unwrap();
-    let enode = info["result"]["enode"].as_str().unwrap().to_string();
-    rpc(b_http, "admin_addPeer", &format!(r#"["{enode}"]"#)).unwrap();
+    add_peer(b_http, a_http);
     let peers = wait_for("the two nodes peered", || {
         let v = rpc(b_http, "admin_peers", "[]")?;
         let list = v["result"].as_array()?.clone();
@@ -143,19 +167,7 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
     });
     assert_eq!(peers[0]["protocols"]["eth"]["version"], 73, "{peers:?}");
 
-    let signer = signer(1);
-    let tx = moat_common::testing::blob_tx_on_chain(
-        SidecarVersion::V1,
-        2,
-        0,
-        &signer,
-        1337,
-        100_000_000_000,
-        1_000_000_000,
-    );
-    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
-    let sent = rpc(a_http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
-    assert_eq!(sent["result"], format!("{}", tx.hash()), "{sent}");
+    let tx = send_blob_tx(a_http);
     wait_for("the blob tx at the peer", || {
         known(b_http, tx.hash()).then_some(())
     });
@@ -181,7 +193,6 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
 /// for two blobs), verified once, and never as a whole blob.
 #[test]
 fn a_sampler_pools_a_blob_tx_on_its_custody_cells_once_two_providers_have_it() {
-    use moat_common::transaction::SidecarVersion;
     let ports: Vec<u16> = (0..7).map(|_| free_port()).collect();
     let (a_http, a_p2p, b_http, b_p2p, c_http, c_p2p, c_metrics) = (
         ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6],
@@ -206,32 +217,16 @@ fn a_sampler_pools_a_blob_tx_on_its_custody_cells_once_two_providers_have_it() {
             &c_metrics_s,
         ],
     );
-    let enode = |http: u16| {
-        let info = rpc(http, "admin_nodeInfo", "[]").unwrap();
-        info["result"]["enode"].as_str().unwrap().to_string()
-    };
-    let (a_enode, b_enode) = (enode(a_http), enode(b_http));
-    rpc(b_http, "admin_addPeer", &format!(r#"["{a_enode}"]"#)).unwrap();
-    rpc(c_http, "admin_addPeer", &format!(r#"["{a_enode}"]"#)).unwrap();
-    rpc(c_http, "admin_addPeer", &format!(r#"["{b_enode}"]"#)).unwrap();
+    add_peer(b_http, a_http);
+    add_peer(c_http, a_http);
+    add_peer(c_http, b_http);
     wait_for("C peered with A and B, B with A", || {
         let c = rpc(c_http, "net_peerCount", "[]")?;
         let b = rpc(b_http, "net_peerCount", "[]")?;
         (c["result"] == "0x2" && b["result"] != "0x0").then_some(())
     });
 
-    let tx = moat_common::testing::blob_tx_on_chain(
-        SidecarVersion::V1,
-        2,
-        0,
-        &signer(1),
-        1337,
-        100_000_000_000,
-        1_000_000_000,
-    );
-    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
-    let sent = rpc(a_http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
-    assert_eq!(sent["result"], format!("{}", tx.hash()), "{sent}");
+    let tx = send_blob_tx(a_http);
     wait_for("the blob tx at B", || {
         known(b_http, tx.hash()).then_some(())
     });

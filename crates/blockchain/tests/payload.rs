@@ -17,10 +17,9 @@ mod common;
 
 use common::{HeadState, testdata};
 
-#[tokio::test]
-async fn a_pooled_tx_is_built_into_a_block_the_chain_accepts() {
-    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+/// The conformance chain's first 30 blocks imported on `genesis`, and a pool on its head.
+fn chain_and_pool(genesis: &Genesis) -> (Chain, Pool) {
+    let chain = Chain::init(Store::in_memory(), genesis).unwrap();
     let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
     for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
         assert!(matches!(
@@ -32,13 +31,39 @@ async fn a_pooled_tx_is_built_into_a_block_the_chain_accepts() {
         PoolConfig::new(genesis.config.clone()),
         Arc::new(HeadState(chain.clone())),
     );
+    (chain, pool)
+}
 
-    // A key from the suite's accounts.
+/// The suite's keys (accounts.json), in its order.
+fn suite_signers() -> Vec<Signer> {
     let accounts: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(testdata("accounts.json")).unwrap()).unwrap();
-    let (_, entry) = accounts.as_object().unwrap().iter().next().unwrap();
-    let key: B256 = entry["key"].as_str().unwrap().parse().unwrap();
-    let signer = Signer::from_bytes(&key).unwrap();
+    accounts
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|e| Signer::from_bytes(&e["key"].as_str().unwrap().parse::<B256>().unwrap()).unwrap())
+        .collect()
+}
+
+/// Payload attributes of a block at `timestamp`.
+fn attrs_at(timestamp: u64) -> PayloadAttributes {
+    PayloadAttributes {
+        timestamp,
+        prev_randao: B256::repeat_byte(7),
+        suggested_fee_recipient: Address::repeat_byte(0xfe),
+        withdrawals: Some(Vec::new()),
+        parent_beacon_block_root: Some(B256::repeat_byte(9)),
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_tx_is_built_into_a_block_the_chain_accepts() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let (chain, pool) = chain_and_pool(&genesis);
+
+    // A key from the suite's accounts.
+    let signer = suite_signers().swap_remove(0);
     let nonce = chain
         .store()
         .account(&signer.address())
@@ -60,13 +85,7 @@ async fn a_pooled_tx_is_built_into_a_block_the_chain_accepts() {
         .unwrap();
 
     let head = chain.head_header().unwrap();
-    let attrs = PayloadAttributes {
-        timestamp: head.timestamp + 12,
-        prev_randao: B256::repeat_byte(7),
-        suggested_fee_recipient: Address::repeat_byte(0xfe),
-        withdrawals: Some(Vec::new()),
-        parent_beacon_block_root: Some(B256::repeat_byte(9)),
-    };
+    let attrs = attrs_at(head.timestamp + 12);
     let payloads = PayloadService::new(chain.clone(), pool.clone());
     let id = payloads.start(head.hash(), attrs).unwrap();
     let built = payloads.get(id).await.unwrap();
@@ -111,18 +130,8 @@ async fn a_version_0_sidecar_stays_out_of_an_osaka_payload() {
     let osaka = blocks[29].header.timestamp + 100;
     json["config"]["osakaTime"] = serde_json::json!(osaka);
     let genesis = Genesis::from_json(&json.to_string()).unwrap();
-    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-    for block in blocks.iter().take(30) {
-        chain.import(block).unwrap();
-    }
-    let pool = Pool::new(
-        PoolConfig::new(genesis.config.clone()),
-        Arc::new(HeadState(chain.clone())),
-    );
-    let accounts: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(testdata("accounts.json")).unwrap()).unwrap();
-    let (_, entry) = accounts.as_object().unwrap().iter().nth(1).unwrap();
-    let signer = Signer::from_bytes(&entry["key"].as_str().unwrap().parse().unwrap()).unwrap();
+    let (chain, pool) = chain_and_pool(&genesis);
+    let signer = suite_signers().swap_remove(1);
     let nonce = chain
         .store()
         .account(&signer.address())
@@ -142,13 +151,7 @@ async fn a_version_0_sidecar_stays_out_of_an_osaka_payload() {
         .expect("a version-0 sidecar before Osaka");
 
     let head = chain.head_header().unwrap();
-    let attrs = |timestamp| PayloadAttributes {
-        timestamp,
-        prev_randao: B256::repeat_byte(7),
-        suggested_fee_recipient: Address::repeat_byte(0xfe),
-        withdrawals: Some(Vec::new()),
-        parent_beacon_block_root: Some(B256::repeat_byte(9)),
-    };
+    let attrs = attrs_at;
     let payloads = PayloadService::new(chain.clone(), pool.clone());
     let id = payloads.start(head.hash(), attrs(osaka)).unwrap();
     let at_osaka = payloads.get(id).await.unwrap();
@@ -171,24 +174,8 @@ async fn a_version_0_sidecar_stays_out_of_an_osaka_payload() {
 async fn a_payload_built_with_an_inclusion_list_carries_what_it_can_append() {
     use moat_blockchain::payload::MinerConfig;
     let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
-    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
-        chain.import(block).unwrap();
-    }
-    let pool = Pool::new(
-        PoolConfig::new(genesis.config.clone()),
-        Arc::new(HeadState(chain.clone())),
-    );
-    let accounts: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(testdata("accounts.json")).unwrap()).unwrap();
-    let signers: Vec<Signer> = accounts
-        .as_object()
-        .unwrap()
-        .values()
-        .take(2)
-        .map(|e| Signer::from_bytes(&e["key"].as_str().unwrap().parse::<B256>().unwrap()).unwrap())
-        .collect();
+    let (chain, pool) = chain_and_pool(&genesis);
+    let signers = suite_signers();
     let nonce_of = |s: &Signer| {
         chain
             .store()
@@ -225,13 +212,7 @@ async fn a_payload_built_with_an_inclusion_list_carries_what_it_can_append() {
         .map(|t| t.encoded_2718().into())
         .collect();
     let head = chain.head_header().unwrap();
-    let attrs = PayloadAttributes {
-        timestamp: head.timestamp + 12,
-        prev_randao: B256::repeat_byte(7),
-        suggested_fee_recipient: Address::repeat_byte(0xfe),
-        withdrawals: Some(Vec::new()),
-        parent_beacon_block_root: Some(B256::repeat_byte(9)),
-    };
+    let attrs = attrs_at(head.timestamp + 12);
     let built = chain
         .build_payload_satisfying(&pool, head.hash(), &attrs, &MinerConfig::default(), &list)
         .unwrap();
@@ -264,10 +245,7 @@ async fn a_payload_built_with_an_inclusion_list_carries_what_it_can_append() {
     );
     // The plain block (without b's txs), had it been the one imported, would not have
     // satisfied the first list: checked on a second chain.
-    let chain2 = Chain::init(Store::in_memory(), &genesis).unwrap();
-    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
-        chain2.import(block).unwrap();
-    }
+    let (chain2, _) = chain_and_pool(&genesis);
     chain2.import(&plain.block).unwrap();
     assert_eq!(
         chain2

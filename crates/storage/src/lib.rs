@@ -618,17 +618,6 @@ impl Store {
         self.backend.wait_for_flush(timeout)
     }
 
-    /// Makes the relaxed commits durable once the last durable commit is a second old: a
-    /// relaxed commit is made durable by the next commit after that second, and this
-    /// keeps the promise when no commit comes (a dev chain between blocks, an idle node).
-    /// Called every half second, it bounds the wait to about 1.5 s.
-    pub fn flush_due(&self) -> Result<(), StoreError> {
-        if let Some(why) = self.write_failure() {
-            return Err(StoreError::WriteFailed(why.to_string()));
-        }
-        self.latch(self.backend.flush_due())
-    }
-
     fn raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.backend.get_with(table, key, |v| Ok(v.to_vec()))
     }

@@ -150,12 +150,23 @@ pub fn verify_cell_proofs(
         indices.extend(0..CELLS_PER_EXT_BLOB as u64);
         cell_commitments.extend(std::iter::repeat_n(*commitment, CELLS_PER_EXT_BLOB));
     }
-    let ok = kzg
+    verify_cell_batch(&cell_commitments, &indices, &cells, cell_proofs)
+}
+
+/// One c-kzg cell-proof batch: cell `i` is cell `indices[i]` of the blob committed to by
+/// `commitments[i]`, proven by `proofs[i]` (lengths checked by the callers).
+fn verify_cell_batch(
+    commitments: &[Bytes48],
+    indices: &[u64],
+    cells: &[c_kzg::Cell],
+    proofs: &[Bytes48],
+) -> Result<(), KzgError> {
+    let ok = settings()
         .verify_cell_kzg_proof_batch(
-            as_ckzg_bytes48(&cell_commitments),
-            &indices,
-            &cells,
-            as_ckzg_bytes48(cell_proofs),
+            as_ckzg_bytes48(commitments),
+            indices,
+            cells,
+            as_ckzg_bytes48(proofs),
         )
         .map_err(ckzg_error)?;
     if ok {
@@ -188,19 +199,7 @@ pub fn verify_cells(
         return Ok(());
     }
     let ckzg_cells: Vec<c_kzg::Cell> = cells.iter().map(|c| c_kzg::Cell::new(*c)).collect();
-    let ok = settings()
-        .verify_cell_kzg_proof_batch(
-            as_ckzg_bytes48(commitments),
-            indices,
-            &ckzg_cells,
-            as_ckzg_bytes48(proofs),
-        )
-        .map_err(ckzg_error)?;
-    if ok {
-        Ok(())
-    } else {
-        Err(KzgError::InvalidProof)
-    }
+    verify_cell_batch(commitments, indices, &ckzg_cells, proofs)
 }
 
 /// One transaction's blobs, commitments and proofs, for verifying several at once.

@@ -300,7 +300,7 @@ impl BlobsBundle {
             }
             return indices
                 .iter()
-                .map(|i| Some(s.cells[base + held.binary_search(i).ok()?]))
+                .map(|i| s.cells.get(base + held.binary_search(i).ok()?).copied())
                 .collect();
         }
         let blob = self.blobs.get(blob)?;

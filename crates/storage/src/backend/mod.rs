@@ -265,14 +265,6 @@ impl Backend {
         }
     }
 
-    /// [`Backend::flush`] once the oldest relaxed commit is a second old.
-    pub(crate) fn flush_due(&self) -> Result<(), StoreError> {
-        match self {
-            Backend::Redb(db) => db.latched(guarded("flushing", || db.flush_due())),
-            Backend::Memory(_) => Ok(()),
-        }
-    }
-
     /// Waits until relaxed commits are due to be made durable, at most `timeout`
     /// (see `RedbBackend::wait_for_flush`); in memory, where nothing is synced, waits out
     /// `timeout` and says no.

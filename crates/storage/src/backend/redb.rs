@@ -364,15 +364,6 @@ impl RedbBackend {
         Ok(())
     }
 
-    /// [`RedbBackend::flush`] if a relaxed commit has waited [`MAX_LAG`] or more.
-    pub(crate) fn flush_due(&self) -> Result<(), StoreError> {
-        let due = {
-            let lag = self.writer.lock();
-            lag.relaxed > 0 && lag.durable_at.elapsed() >= MAX_LAG
-        };
-        if due { self.flush() } else { Ok(()) }
-    }
-
     /// Blocks until relaxed commits are due to be made durable, or `timeout` passes:
     /// `true` when the caller should [`RedbBackend::flush`] now (a relaxed commit asked
     /// for it, or relaxed commits have waited [`MAX_LAG`]). The first call makes this

@@ -453,19 +453,25 @@ impl Network {
         }
         let requests = {
             let mut f = self.inner.fetcher.lock();
-            for (hash, from) in released {
-                for (p, meta) in from {
-                    f.announce(p, [(hash, meta)]);
-                }
-            }
+            Self::announce_released_in(&mut f, released);
             f.schedule(now)
         };
         self.send_requests(requests);
     }
 
-    /// The custody sampled blob txs are fetched with.
-    pub fn blob_custody(&self) -> CellMask {
-        self.inner.sampler.lock().custody()
+    /// Hands the sampler's released announcements (after [`Self::still_here`]) to the
+    /// fetcher; returns how many it dropped over its caps.
+    pub(super) fn announce_released_in(
+        f: &mut crate::fetcher::Fetcher,
+        released: Vec<(B256, Vec<(PeerId, Meta)>)>,
+    ) -> usize {
+        let mut dropped = 0;
+        for (hash, from) in released {
+            for (p, meta) in from {
+                dropped += f.announce(p, [(hash, meta)]);
+            }
+        }
+        dropped
     }
 
     /// Cell requests past their time, taken out (the caller hands them to

@@ -192,12 +192,8 @@ impl Network {
         let released = self.still_here(released);
         let requests = {
             let mut f = self.inner.fetcher.lock();
-            let mut dropped = f.announce(peer.info.id, entries);
-            for (hash, from) in released {
-                for (p, meta) in from {
-                    dropped += f.announce(p, [(hash, meta)]);
-                }
-            }
+            let dropped =
+                f.announce(peer.info.id, entries) + Self::announce_released_in(&mut f, released);
             if dropped > 0 {
                 metrics::counter!("moat_p2p_announcements_dropped_total").increment(dropped as u64);
             }
@@ -600,12 +596,9 @@ impl Network {
                 let unsampled = net.still_here(unsampled);
                 let mut f = net.inner.fetcher.lock();
                 Self::forget_cell_requests_in(&mut f, late_cells);
-                for (hash, from) in unsampled {
-                    metrics::counter!("moat_p2p_blob_samples_unavailable_total").increment(1);
-                    for (p, meta) in from {
-                        f.announce(p, [(hash, meta)]);
-                    }
-                }
+                metrics::counter!("moat_p2p_blob_samples_unavailable_total")
+                    .increment(unsampled.len() as u64);
+                Self::announce_released_in(&mut f, unsampled);
                 let late = f.expire(now);
                 if !late.is_empty() {
                     metrics::counter!("moat_p2p_fetch_timeouts_total").increment(late.len() as u64);

@@ -103,11 +103,6 @@ impl Sampler {
         }
     }
 
-    /// The custody: the cells of each blob a sampled tx is fetched with.
-    pub(crate) fn custody(&self) -> CellMask {
-        self.custody
-    }
-
     /// Whether this node samples at all (a custody of fewer than 64 cells).
     fn samples(&self) -> bool {
         (1..mask_count(&DATA_CELLS)).contains(&mask_count(&self.custody))
