@@ -248,6 +248,9 @@ pub struct HeadChange {
     pub added: Vec<Block>,
 }
 
+/// From this many txs a block's senders are recovered on every core.
+pub const PARALLEL_MIN_SENDERS: usize = 64;
+
 /// The canonical chain over a store.
 #[derive(Debug, Clone)]
 pub struct Chain {
@@ -685,25 +688,68 @@ impl Chain {
             .map_err(|e| ChainError::Corrupt(format!("receipts {hash}: {e}")))
     }
 
+    /// The senders of `block`'s txs, from the sender cache or recovered (on every core
+    /// for a block of [`PARALLEL_MIN_SENDERS`] txs or more); the first invalid
+    /// signature, by index, makes the block invalid.
     fn senders_of(&self, block: &Block) -> Result<Vec<Address>, ChainError> {
-        block
-            .transactions
-            .iter()
+        let txs = &block.transactions;
+        let recover = |index: usize| -> Result<Address, ChainError> {
+            let tx = &txs[index];
+            if let Some(sender) = self.senders.as_ref().and_then(|c| c.get(&tx.hash())) {
+                return Ok(sender);
+            }
+            let sender = tx.recover_sender().map_err(|e| ChainError::Invalid {
+                number: block.header.number,
+                hash: block.hash,
+                reason: format!("transaction {index}: invalid signature: {e}"),
+            })?;
+            if let Some(c) = &self.senders {
+                c.insert(tx.hash(), sender);
+            }
+            Ok(sender)
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        if threads < 2 || txs.len() < PARALLEL_MIN_SENDERS {
+            return (0..txs.len()).map(recover).collect();
+        }
+        // Chunks taken in turn by the calling thread and its helpers.
+        const CHUNK: usize = 16;
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let take = || {
+            let mut out = Vec::new();
+            loop {
+                let start = next.fetch_add(CHUNK, std::sync::atomic::Ordering::Relaxed);
+                if start >= txs.len() {
+                    return out;
+                }
+                out.extend((start..(start + CHUNK).min(txs.len())).map(|i| (i, recover(i))));
+            }
+        };
+        let mut found: Vec<Option<Result<Address, ChainError>>> =
+            (0..txs.len()).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads)
+                .filter_map(|_| {
+                    std::thread::Builder::new()
+                        .name("moat-senders".into())
+                        .spawn_scoped(scope, take)
+                        .ok()
+                })
+                .collect();
+            for (i, sender) in take() {
+                found[i] = Some(sender);
+            }
+            for helper in helpers {
+                // A helper that died leaves its txs to the loop below.
+                for (i, sender) in helper.join().unwrap_or_default() {
+                    found[i] = Some(sender);
+                }
+            }
+        });
+        found
+            .into_iter()
             .enumerate()
-            .map(|(index, tx)| {
-                if let Some(sender) = self.senders.as_ref().and_then(|c| c.get(&tx.hash())) {
-                    return Ok(sender);
-                }
-                let sender = tx.recover_sender().map_err(|e| ChainError::Invalid {
-                    number: block.header.number,
-                    hash: block.hash,
-                    reason: format!("transaction {index}: invalid signature: {e}"),
-                })?;
-                if let Some(c) = &self.senders {
-                    c.insert(tx.hash(), sender);
-                }
-                Ok(sender)
-            })
+            .map(|(i, sender)| sender.unwrap_or_else(|| recover(i)))
             .collect()
     }
 

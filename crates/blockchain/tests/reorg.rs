@@ -300,3 +300,37 @@ fn the_stored_tries_follow_the_ethtest_chain_and_its_unwinding() {
     assert_eq!(chain.head().unwrap(), (600, blocks[599].hash));
     assert_tries_match_flat_state(&chain);
 }
+
+/// A block of more txs than `PARALLEL_MIN_SENDERS` has its senders recovered on every
+/// core: a chain that never saw its txs imports it with every sender right.
+#[tokio::test]
+async fn a_block_of_many_txs_recovers_its_senders_on_every_core() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    let blocks = Block::decode_all(&bytes).unwrap();
+    let fresh = || {
+        let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+        for block in blocks.iter().take(30) {
+            chain.import(block).unwrap();
+        }
+        chain
+    };
+    let (builder, importer) = (fresh(), fresh());
+    let x = key();
+    let n = nonce(&builder, x.address());
+    let count = moat_blockchain::chain::PARALLEL_MIN_SENDERS as u64 + 16;
+    let txs: Vec<_> = (0..count)
+        .map(|i| transfer(genesis.config.chain_id, &x, n + i, 0x33, 1))
+        .collect();
+    let block = build(&builder, &txs, 0xaa).await;
+    assert!(matches!(
+        importer.import(&block).unwrap(),
+        ImportOutcome::Imported { .. }
+    ));
+    assert_eq!(nonce(&importer, x.address()), n + count);
+    assert_eq!(
+        balance(&importer, Address::repeat_byte(0x33)),
+        U256::from(count)
+    );
+    assert_eq!(importer.head().unwrap(), (31, block.hash));
+}

@@ -788,6 +788,102 @@ fn a_relaxed_commit_wakes_the_flusher_and_none_syncs_inline_once_one_waits() {
     assert!(!mem.wait_for_flush(std::time::Duration::from_millis(1)));
 }
 
+/// Once a flusher waits, relaxed commits are written behind: read and scanned at once
+/// (merged over the file, a wiped range hiding the file's keys), written before a later
+/// durable commit in the same order, and durable on flush.
+#[test]
+fn relaxed_commits_written_behind_read_at_once_and_land_in_order() {
+    let dir = TempDir::new("behind");
+    let slot = |n: u8| hash(n);
+    let value = |n: u64| U256::from(n);
+    let slots = |store: &Store| -> Vec<(B256, U256)> { store.storage_slots(&addr(1)).unwrap() };
+    let pending = |store: &Store| match &*store.backend {
+        Backend::Redb(db) => db.pending().0,
+        Backend::Memory(_) => 0,
+    };
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        commit(&store, |b| {
+            for n in 1..=3u8 {
+                b.set_account(addr(n), Some(account(n as u64)));
+                b.set_storage(addr(1), slot(n), value(10 * n as u64));
+            }
+        });
+        // Without a flusher a relaxed commit is applied at once.
+        let mut batch = WriteBatch::new();
+        batch.set_account(addr(7), Some(account(7)));
+        store.commit_relaxed(batch).unwrap();
+        assert_eq!(pending(&store), 0);
+        // A flusher waits from now on.
+        assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
+        store.flush().unwrap();
+
+        let mut a = WriteBatch::new();
+        a.set_storage(addr(1), slot(2), value(21))
+            .set_storage(addr(1), slot(4), value(40))
+            .set_account(addr(3), None);
+        store.commit_relaxed(a).unwrap();
+        assert_eq!(pending(&store), 1, "written behind");
+        assert_eq!(store.storage(&addr(1), &slot(2)).unwrap(), value(21));
+        assert_eq!(store.account(&addr(3)).unwrap(), None);
+        assert_eq!(
+            slots(&store),
+            vec![
+                (slot(1), value(10)),
+                (slot(2), value(21)),
+                (slot(3), value(30)),
+                (slot(4), value(40))
+            ]
+        );
+        let mut b = WriteBatch::new();
+        b.wipe_storage(addr(1))
+            .set_storage(addr(1), slot(5), value(50));
+        b.set_account(addr(2), Some(account(22)));
+        store.commit_relaxed(b).unwrap();
+        assert_eq!(pending(&store), 2);
+        assert_eq!(slots(&store), vec![(slot(5), value(50))]);
+        assert_eq!(store.storage(&addr(1), &slot(1)).unwrap(), U256::ZERO);
+        assert_eq!(store.account(&addr(2)).unwrap(), Some(account(22)));
+        // The whole table's scan sees the same.
+        let mut all = Vec::new();
+        store
+            .storage_entries(|address, slot, value| {
+                all.push((address, slot, value));
+                Ok(true)
+            })
+            .unwrap();
+        assert_eq!(all, vec![(addr(1), slot(5), value(50))]);
+
+        // A durable commit writes the waiting ones first.
+        commit(&store, |b| {
+            b.set_storage(addr(1), slot(6), value(60));
+            b.set_account(addr(3), Some(account(33)));
+        });
+        assert_eq!(pending(&store), 0);
+        assert_eq!(
+            slots(&store),
+            vec![(slot(5), value(50)), (slot(6), value(60))]
+        );
+
+        let mut c = WriteBatch::new();
+        c.set_account(addr(4), Some(account(4)));
+        store.commit_relaxed(c).unwrap();
+        assert_eq!(pending(&store), 1);
+        assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
+        store.flush().unwrap();
+        assert_eq!(pending(&store), 0);
+        assert_eq!(store.account(&addr(4)).unwrap(), Some(account(4)));
+    }
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(
+        slots(&store),
+        vec![(slot(5), value(50)), (slot(6), value(60))]
+    );
+    for (n, nonce) in [(1, 1), (2, 22), (3, 33), (4, 4), (7, 7)] {
+        assert_eq!(store.account(&addr(n)).unwrap(), Some(account(nonce)));
+    }
+}
+
 #[test]
 fn trie_node_reads_follow_every_commit_through_the_node_cache() {
     on_both("trie-node-cache", |store| {

@@ -12,7 +12,8 @@
 //!   followed by a forkchoiceUpdated made from it.
 //!
 //! `--skip N` leaves out the first N blocks (the node already holds them), `--warmup N`
-//! sends the next N without measuring them, `--amount N` measures at most N after that.
+//! sends the next N without measuring them, `--amount N` measures at most N after that;
+//! `--interval-ms N` paces the blocks N ms apart (start to start) instead of back to back.
 //!
 //! Prints, over the measured blocks: the status counts, p50/p90/p99/max of newPayload
 //! and of forkchoiceUpdated, gas per second (the blocks' gas over the newPayload time,
@@ -70,6 +71,12 @@ struct Args {
     /// How many of the slowest blocks to list.
     #[arg(long, default_value_t = 10)]
     slowest: usize,
+    /// Sends each newPayload at least this many milliseconds after the previous one
+    /// (0: back to back). A node following a chain gets one block a slot (12 s on
+    /// mainnet) and does its background work (writing the state out, syncing) between
+    /// them; back to back, that work competes with the next block's.
+    #[arg(long, default_value_t = 0)]
+    interval_ms: u64,
 }
 
 /// A kept-alive HTTP/1.1 connection that posts JSON and reads `Content-Length` or
@@ -325,6 +332,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let mut warm = 0u64;
     let mut index = 0u64;
     let mut wall = Duration::ZERO;
+    let mut last_sent: Option<Instant> = None;
     loop {
         let limit_reached = args.amount.is_some_and(|a| measured.len() as u64 >= a);
         if limit_reached {
@@ -349,7 +357,12 @@ fn run(args: &Args) -> Result<bool, String> {
             None => None,
         };
         let counted = warm >= args.warmup;
+        if let Some(last) = last_sent {
+            let due = last + Duration::from_millis(args.interval_ms);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
         let started = Instant::now();
+        last_sent = Some(started);
         let (status, took) = send(&mut client, &secret, &body, false)
             .map_err(|e| format!("newPayload of line {line}: {e}"))?;
         let valid = status == "VALID";

@@ -6,6 +6,7 @@
 //! in-memory backend that tests use behaves exactly like the redb one on disk.
 
 mod memory;
+mod pending;
 mod redb;
 
 pub(crate) use self::memory::MemoryBackend;

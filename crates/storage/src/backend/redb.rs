@@ -8,7 +8,12 @@
 //! A commit is one redb write transaction with immediate durability: redb's
 //! copy-on-write pages and its commit protocol mean a crash leaves the file at the last
 //! committed transaction, so a batch lands entirely or not at all.
+//!
+//! Once a flusher runs, relaxed commits are written behind: each becomes a layer over
+//! the snapshot (`super::pending`), and the flusher writes the waiting layers in one
+//! durable transaction.
 
+use super::pending::{Layer, Lookup, Overlay, Visit, Write};
 use super::{Op, Table, range_bounds};
 use crate::codec::{META_SCHEMA, SCHEMA_VERSION, decode_schema};
 use crate::error::StoreError;
@@ -62,14 +67,26 @@ impl Snapshot {
     }
 }
 
+/// The commits written behind, oldest first.
+type Layers = Arc<Vec<Arc<Layer>>>;
+
+/// What readers see: the file's snapshot and, over it, the commits not yet written
+/// into the file (oldest first).
+struct View {
+    /// `None` only if refreshing after a commit failed; the next read rebuilds it.
+    snapshot: Option<Arc<Snapshot>>,
+    layers: Layers,
+}
+
 pub(crate) struct RedbBackend {
     db: Database,
-    /// Serialises commits together with the snapshot swap that follows each, so the
+    /// Serialises commits together with the view swap that follows each, so the
     /// shared snapshot can never go back to a state older than a returned commit. It
     /// holds when the last durable commit was made and how many relaxed ones followed.
+    /// Only its holder takes layers off the view (from the front); a relaxed commit
+    /// written behind adds one (at the back) without it.
     writer: Mutex<Lag>,
-    /// `None` only if refreshing after a commit failed; the next read rebuilds it.
-    snapshot: RwLock<Option<Arc<Snapshot>>>,
+    view: RwLock<View>,
     /// The page cache's size given to redb.
     cache_bytes: usize,
     /// The first damage a read or write met (a page redb could not make sense of, or a
@@ -94,6 +111,48 @@ pub(crate) struct Lag {
 /// or after this many relaxed commits.
 const MAX_LAG: std::time::Duration = std::time::Duration::from_secs(1);
 const MAX_RELAXED: usize = 256;
+
+/// At most this many commits, or this many bytes of them, wait to be written behind; a
+/// commit past either writes them itself.
+const MAX_LAYERS: usize = 64;
+const MAX_LAYER_BYTES: usize = 512 << 20;
+
+type WriteTable<'t> = ::redb::Table<'t, &'static [u8], &'static [u8]>;
+
+/// `table`'s handle in `txn`, opened at its first write.
+fn opened<'a, 't>(
+    txn: &'t ::redb::WriteTransaction,
+    open: &'a mut [Option<WriteTable<'t>>; Table::COUNT],
+    table: Table,
+) -> Result<&'a mut WriteTable<'t>, StoreError> {
+    Ok(match &mut open[table.index()] {
+        Some(handle) => handle,
+        slot => slot.insert(
+            txn.open_table(definition(table))
+                .map_err(|e| db_err("opening a table to write")(e.into()))?,
+        ),
+    })
+}
+
+fn put(handle: &mut WriteTable<'_>, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+    handle
+        .insert(key, value)
+        .map(drop)
+        .map_err(|e| db_err("writing a value")(e.into()))
+}
+
+fn delete(handle: &mut WriteTable<'_>, key: &[u8]) -> Result<(), StoreError> {
+    handle
+        .remove(key)
+        .map(drop)
+        .map_err(|e| db_err("deleting a value")(e.into()))
+}
+
+fn clear(handle: &mut WriteTable<'_>, start: &[u8], end: Option<&[u8]>) -> Result<(), StoreError> {
+    handle
+        .retain_in::<&[u8], _>(range_bounds(start, end), |_, _| false)
+        .map_err(|e| db_err("deleting a range")(e.into()))
+}
 
 impl RedbBackend {
     /// Latches the first [`StoreError::Corrupt`] of `result` as the file's damage.
@@ -131,7 +190,10 @@ impl RedbBackend {
                 durable_at: std::time::Instant::now(),
                 relaxed: 0,
             }),
-            snapshot: RwLock::new(Some(Arc::new(snapshot))),
+            view: RwLock::new(View {
+                snapshot: Some(Arc::new(snapshot)),
+                layers: Arc::new(Vec::new()),
+            }),
             cache_bytes,
             damage: std::sync::OnceLock::new(),
             flush_wanted: Mutex::new(false),
@@ -208,20 +270,33 @@ impl RedbBackend {
             .map_err(|e| db_err("committing the table setup")(e.into()))
     }
 
-    fn snapshot(&self) -> Result<Arc<Snapshot>, StoreError> {
-        if let Some(snapshot) = self.snapshot.read().as_ref() {
-            return Ok(Arc::clone(snapshot));
+    /// The file's snapshot and the layers written behind over it, taken together.
+    fn view(&self) -> Result<(Arc<Snapshot>, Layers), StoreError> {
+        {
+            let view = self.view.read();
+            if let Some(snapshot) = view.snapshot.as_ref() {
+                return Ok((Arc::clone(snapshot), Arc::clone(&view.layers)));
+            }
         }
         // Holding the writer lock keeps a commit from landing between our read
         // transaction and its installation, which would make it stale.
         let _writer = self.writer.lock();
-        let mut slot = self.snapshot.write();
-        if let Some(snapshot) = slot.as_ref() {
-            return Ok(Arc::clone(snapshot));
+        let mut view = self.view.write();
+        if let Some(snapshot) = view.snapshot.as_ref() {
+            return Ok((Arc::clone(snapshot), Arc::clone(&view.layers)));
         }
         let fresh = Arc::new(Snapshot::begin(&self.db)?);
-        *slot = Some(Arc::clone(&fresh));
-        Ok(fresh)
+        view.snapshot = Some(Arc::clone(&fresh));
+        Ok((fresh, Arc::clone(&view.layers)))
+    }
+
+    /// How many commits wait to be written behind, and their size in bytes.
+    pub(crate) fn pending(&self) -> (usize, usize) {
+        let view = self.view.read();
+        (
+            view.layers.len(),
+            view.layers.iter().map(|layer| layer.bytes).sum(),
+        )
     }
 
     pub(crate) fn get_with<R>(
@@ -230,7 +305,12 @@ impl RedbBackend {
         key: &[u8],
         decode: impl FnOnce(&[u8]) -> Result<R, StoreError>,
     ) -> Result<Option<R>, StoreError> {
-        let snapshot = self.snapshot()?;
+        let (snapshot, layers) = self.view()?;
+        match super::pending::lookup(&layers, table, key) {
+            Some(Lookup::Value(value)) => return decode(value).map(Some),
+            Some(Lookup::Deleted) => return Ok(None),
+            Some(Lookup::Untouched) | None => {}
+        }
         let value = snapshot.tables[table.index()]
             .get(key)
             .map_err(|e| db_err("reading a value")(e.into()))?;
@@ -249,15 +329,21 @@ impl RedbBackend {
         end: Option<&[u8]>,
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let snapshot = self.snapshot()?;
-        let range = snapshot.tables[table.index()]
-            .range::<&[u8]>(range_bounds(start, end))
-            .map_err(|e| db_err("starting a range read")(e.into()))?;
-        for entry in range {
-            let (key, value) = entry.map_err(|e| db_err("reading a range")(e.into()))?;
-            visit(key.value(), value.value())?;
+        let (snapshot, layers) = self.view()?;
+        let file = |visit: &mut Visit<'_>| {
+            let range = snapshot.tables[table.index()]
+                .range::<&[u8]>(range_bounds(start, end))
+                .map_err(|e| db_err("starting a range read")(e.into()))?;
+            for entry in range {
+                let (key, value) = entry.map_err(|e| db_err("reading a range")(e.into()))?;
+                visit(key.value(), value.value())?;
+            }
+            Ok(())
+        };
+        match Overlay::of(&layers, table, start, end) {
+            None => file(&mut visit),
+            Some(overlay) => overlay.merge(file, visit),
         }
-        Ok(())
     }
 
     /// Applies `ops` in one write transaction. Any error returns before `commit`, and a
@@ -281,11 +367,30 @@ impl RedbBackend {
         relaxed: bool,
         wake: bool,
     ) -> Result<(), StoreError> {
-        let mut lag = self.writer.lock();
         let flusher = self.flusher.load(std::sync::atomic::Ordering::Relaxed);
+        if relaxed && wake && flusher && !super::pending::holds_failure(&ops) {
+            let (layers, bytes) = self.pending();
+            // Past the bound the committer writes the waiting layers itself (below):
+            // the flusher has fallen behind, and memory stays bounded.
+            if layers < MAX_LAYERS && bytes < MAX_LAYER_BYTES {
+                let layer = Arc::new(Layer::of(ops));
+                {
+                    let mut view = self.view.write();
+                    let mut layers = Vec::clone(&view.layers);
+                    layers.push(layer);
+                    view.layers = Arc::new(layers);
+                }
+                *self.flush_wanted.lock() = true;
+                self.flush_signal.notify_one();
+                return Ok(());
+            }
+        }
+        let mut lag = self.writer.lock();
         let durable = !relaxed
             || lag.relaxed >= MAX_RELAXED
             || (!flusher && lag.durable_at.elapsed() >= MAX_LAG);
+        // The commits written behind go first, in the same transaction: order is kept.
+        let drained = Arc::clone(&self.view.read().layers);
         let mut txn = self
             .db
             .begin_write()
@@ -298,8 +403,17 @@ impl RedbBackend {
         txn.set_durability(durability)
             .map_err(|e| StoreError::Db(format!("setting durability: {e}")))?;
         {
-            let mut open: [Option<::redb::Table<'_, &'static [u8], &'static [u8]>>; Table::COUNT] =
-                std::array::from_fn(|_| None);
+            let mut open: [Option<WriteTable<'_>>; Table::COUNT] = std::array::from_fn(|_| None);
+            for layer in drained.iter() {
+                layer.write(|table, write| {
+                    let handle = opened(&txn, &mut open, table)?;
+                    match write {
+                        Write::Clear(start, end) => clear(handle, start, end),
+                        Write::Put(key, value) => put(handle, key, value),
+                        Write::Delete(key) => delete(handle, key),
+                    }
+                })?;
+            }
             for op in &ops {
                 let table = match op {
                     Op::Put { table, .. }
@@ -312,31 +426,11 @@ impl RedbBackend {
                         return Err(StoreError::WriteFailed("No space left on device".into()));
                     }
                 };
-                let handle = match &mut open[table.index()] {
-                    Some(handle) => handle,
-                    slot => slot.insert(
-                        txn.open_table(definition(table))
-                            .map_err(|e| db_err("opening a table to write")(e.into()))?,
-                    ),
-                };
+                let handle = opened(&txn, &mut open, table)?;
                 match op {
-                    Op::Put { key, value, .. } => {
-                        handle
-                            .insert(key.as_slice(), value.as_slice())
-                            .map_err(|e| db_err("writing a value")(e.into()))?;
-                    }
-                    Op::Delete { key, .. } => {
-                        handle
-                            .remove(key.as_slice())
-                            .map_err(|e| db_err("deleting a value")(e.into()))?;
-                    }
-                    Op::DeleteRange { start, end, .. } => {
-                        handle
-                            .retain_in::<&[u8], _>(range_bounds(start, end.as_deref()), |_, _| {
-                                false
-                            })
-                            .map_err(|e| db_err("deleting a range")(e.into()))?;
-                    }
+                    Op::Put { key, value, .. } => put(handle, key, value)?,
+                    Op::Delete { key, .. } => delete(handle, key)?,
+                    Op::DeleteRange { start, end, .. } => clear(handle, start, end.as_deref())?,
                     #[cfg(test)]
                     Op::Fail | Op::FailDisk => unreachable!("returned above"),
                 }
@@ -359,8 +453,14 @@ impl RedbBackend {
             }
         }
         // The batch is committed now; if no fresh snapshot can be taken, dropping the old
-        // one makes the next read build it rather than serve pre-commit data.
-        *self.snapshot.write() = Snapshot::begin(&self.db).ok().map(Arc::new);
+        // one makes the next read build it rather than serve pre-commit data. The layers
+        // written leave the view with the same swap.
+        let fresh = Snapshot::begin(&self.db).ok().map(Arc::new);
+        let mut view = self.view.write();
+        view.snapshot = fresh;
+        if !drained.is_empty() {
+            view.layers = Arc::new(view.layers[drained.len()..].to_vec());
+        }
         Ok(())
     }
 
@@ -380,13 +480,17 @@ impl RedbBackend {
             return true;
         }
         drop(wanted);
+        if !self.view.read().layers.is_empty() {
+            return true;
+        }
         let lag = self.writer.lock();
         lag.relaxed > 0 && lag.durable_at.elapsed() >= MAX_LAG
     }
 
-    /// Makes every relaxed commit durable (an empty durable commit).
+    /// Makes every relaxed commit durable (an empty durable commit, which writes the
+    /// layers waiting behind first).
     pub(crate) fn flush(&self) -> Result<(), StoreError> {
-        if self.writer.lock().relaxed == 0 {
+        if self.writer.lock().relaxed == 0 && self.view.read().layers.is_empty() {
             return Ok(());
         }
         self.apply(Vec::new(), false)

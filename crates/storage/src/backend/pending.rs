@@ -1,0 +1,261 @@
+//! Commits accepted but not yet written into the database file: the write-behind layers
+//! of the redb backend.
+//!
+//! Once a flusher thread runs, a relaxed commit (a block's) is not applied on the
+//! caller's thread: its ops become a [`Layer`], put on top of the shared read view at
+//! once, and the flusher writes every waiting layer, in order, in one durable redb
+//! transaction. Readers see the layers over the file's snapshot (newest first), so a
+//! commit is visible the moment it returns, as before; the block's writer only pays for
+//! sorting its ops into the layer, and the pages of several blocks' commits are copied
+//! and written once instead of once a block.
+//!
+//! A layer keeps, per table, the final value of every key its ops touched (`None`: a
+//! delete) and the ranges it deleted. Writing a layer deletes its ranges first, then
+//! puts its keys: the same result as its ops in order, because a key put before a range
+//! delete of the same commit was dropped from the layer by that delete.
+
+use super::{Op, Table};
+use crate::error::StoreError;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+/// A scan's visitor of one entry.
+pub(crate) type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StoreError> + 'a;
+
+/// A range `start..=end` (`end: None`: to the end of the table).
+type Range = (Vec<u8>, Option<Vec<u8>>);
+
+#[derive(Default)]
+struct TableWrites {
+    /// key → its value after the commit; `None`: deleted.
+    entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Ranges deleted, applied before `entries`.
+    cleared: Vec<Range>,
+}
+
+fn in_range(key: &[u8], (start, end): &Range) -> bool {
+    key >= start.as_slice() && end.as_deref().is_none_or(|end| key <= end)
+}
+
+fn overlaps(a: &Range, start: &[u8], end: Option<&[u8]>) -> bool {
+    let a_before_b = a.1.as_deref().is_some_and(|a_end| a_end < start);
+    let b_before_a = end.is_some_and(|b_end| b_end < a.0.as_slice());
+    !a_before_b && !b_before_a
+}
+
+fn bounds<'a>(start: &'a [u8], end: Option<&'a [u8]>) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    super::range_bounds(start, end)
+}
+
+/// One write of a layer, as [`Layer::write`] hands it out.
+pub(crate) enum Write<'a> {
+    Clear(&'a [u8], Option<&'a [u8]>),
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+}
+
+/// Whether `ops` hold a test's injected failure: such a commit is applied directly.
+pub(crate) fn holds_failure(ops: &[Op]) -> bool {
+    #[cfg(test)]
+    return ops.iter().any(|op| matches!(op, Op::Fail | Op::FailDisk));
+    #[cfg(not(test))]
+    {
+        let _ = ops;
+        false
+    }
+}
+
+/// What a layer says of one key.
+pub(crate) enum Lookup<'a> {
+    /// Written by this layer.
+    Value(&'a [u8]),
+    /// Deleted by this layer, alone or in a range.
+    Deleted,
+    /// Not touched: ask the layer below.
+    Untouched,
+}
+
+/// One relaxed commit waiting to be written.
+pub(crate) struct Layer {
+    tables: Vec<TableWrites>,
+    /// The ops' size in bytes, for the bound on what may wait.
+    pub(crate) bytes: usize,
+}
+
+impl Layer {
+    /// The layer of `ops` (a test's injected failures, which only a direct commit
+    /// meets, are left out: see [`holds_failure`]).
+    pub(crate) fn of(ops: Vec<Op>) -> Layer {
+        let mut tables: Vec<TableWrites> =
+            (0..Table::COUNT).map(|_| TableWrites::default()).collect();
+        let mut bytes = 0;
+        for op in ops {
+            match op {
+                Op::Put { table, key, value } => {
+                    bytes += key.len() + value.len();
+                    tables[table.index()].entries.insert(key, Some(value));
+                }
+                Op::Delete { table, key } => {
+                    bytes += key.len();
+                    tables[table.index()].entries.insert(key, None);
+                }
+                Op::DeleteRange { table, start, end } => {
+                    let writes = &mut tables[table.index()];
+                    let doomed: Vec<Vec<u8>> = writes
+                        .entries
+                        .range::<[u8], _>(bounds(&start, end.as_deref()))
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    for key in doomed {
+                        writes.entries.remove(&key);
+                    }
+                    bytes += start.len() + end.as_ref().map_or(0, Vec::len);
+                    writes.cleared.push((start, end));
+                }
+                #[cfg(test)]
+                Op::Fail | Op::FailDisk => {}
+            }
+        }
+        Layer { tables, bytes }
+    }
+
+    pub(crate) fn lookup(&self, table: Table, key: &[u8]) -> Lookup<'_> {
+        let writes = &self.tables[table.index()];
+        match writes.entries.get(key) {
+            Some(Some(value)) => Lookup::Value(value),
+            Some(None) => Lookup::Deleted,
+            None if writes.cleared.iter().any(|r| in_range(key, r)) => Lookup::Deleted,
+            None => Lookup::Untouched,
+        }
+    }
+
+    /// Whether this layer wrote anything in `table` within `start..=end`.
+    fn touches(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
+        let writes = &self.tables[table.index()];
+        writes.cleared.iter().any(|r| overlaps(r, start, end))
+            || writes
+                .entries
+                .range::<[u8], _>(bounds(start, end))
+                .next()
+                .is_some()
+    }
+
+    /// Hands the layer's writes to a transaction, table by table: each deleted range,
+    /// then each key written or deleted, in key order.
+    pub(crate) fn write(
+        &self,
+        mut apply: impl FnMut(Table, Write<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        for table in Table::ALL {
+            let writes = &self.tables[table.index()];
+            for (start, end) in &writes.cleared {
+                apply(table, Write::Clear(start, end.as_deref()))?;
+            }
+            for (key, value) in &writes.entries {
+                apply(
+                    table,
+                    match value {
+                        Some(value) => Write::Put(key, value),
+                        None => Write::Delete(key),
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The value of `key` in `layers` (oldest first): `Some(lookup)` when a layer touched it.
+pub(crate) fn lookup<'a>(
+    layers: &'a [std::sync::Arc<Layer>],
+    table: Table,
+    key: &[u8],
+) -> Option<Lookup<'a>> {
+    layers
+        .iter()
+        .rev()
+        .find_map(|layer| match layer.lookup(table, key) {
+            Lookup::Untouched => None,
+            found => Some(found),
+        })
+}
+
+/// What `layers` (oldest first) put over the file within `start..=end`: the keys they
+/// wrote or deleted, newest value winning, and the ranges they cleared (which hide the
+/// file's keys not written again). `None` when no layer touched the range.
+pub(crate) struct Overlay {
+    entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    cleared: Vec<Range>,
+}
+
+impl Overlay {
+    pub(crate) fn of(
+        layers: &[std::sync::Arc<Layer>],
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Option<Overlay> {
+        if !layers.iter().any(|layer| layer.touches(table, start, end)) {
+            return None;
+        }
+        let mut overlay = Overlay {
+            entries: BTreeMap::new(),
+            cleared: Vec::new(),
+        };
+        for layer in layers {
+            let writes = &layer.tables[table.index()];
+            for range in &writes.cleared {
+                if !overlaps(range, start, end) {
+                    continue;
+                }
+                let doomed: Vec<Vec<u8>> = overlay
+                    .entries
+                    .keys()
+                    .filter(|key| in_range(key, range))
+                    .cloned()
+                    .collect();
+                for key in doomed {
+                    overlay.entries.remove(&key);
+                }
+                overlay.cleared.push(range.clone());
+            }
+            for (key, value) in writes.entries.range::<[u8], _>(bounds(start, end)) {
+                overlay.entries.insert(key.clone(), value.clone());
+            }
+        }
+        Some(overlay)
+    }
+
+    /// Visits, in key order, the file's entries (`file`, itself a scan of `start..=end`
+    /// that calls its visitor in key order) merged with the overlay's.
+    pub(crate) fn merge(
+        &self,
+        file: impl FnOnce(&mut Visit<'_>) -> Result<(), StoreError>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut mine = self.entries.iter().peekable();
+        file(&mut |key, value| {
+            while let Some((k, v)) = mine.next_if(|(k, _)| k.as_slice() < key) {
+                if let Some(v) = v {
+                    visit(k, v)?;
+                }
+            }
+            if let Some((_, v)) = mine.next_if(|(k, _)| k.as_slice() == key) {
+                return match v {
+                    Some(v) => visit(key, v),
+                    None => Ok(()),
+                };
+            }
+            if self.cleared.iter().any(|r| in_range(key, r)) {
+                return Ok(());
+            }
+            visit(key, value)
+        })?;
+        for (k, v) in mine {
+            if let Some(v) = v {
+                visit(k, v)?;
+            }
+        }
+        Ok(())
+    }
+}
