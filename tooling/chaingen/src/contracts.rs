@@ -38,7 +38,16 @@ struct Asm {
 // Opcodes used.
 const STOP: u8 = 0x00;
 const ADD: u8 = 0x01;
+const MUL: u8 = 0x02;
 const SUB: u8 = 0x03;
+const DIV: u8 = 0x04;
+const ISZERO: u8 = 0x15;
+const GAS: u8 = 0x5a;
+const CALL: u8 = 0xf1;
+const LOG1: u8 = 0xa1;
+const DUP4: u8 = 0x83;
+const DUP5: u8 = 0x84;
+const DUP6: u8 = 0x85;
 const LT: u8 = 0x10;
 const EQ: u8 = 0x14;
 const SHR: u8 = 0x1c;
@@ -206,6 +215,82 @@ pub fn nft_runtime() -> Vec<u8> {
     a.push_u8(0).push_u8(0).op(LOG4);
     a.op(STOP);
     a.finish()
+}
+
+fn swap_topic() -> B256 {
+    keccak256(b"Swap(uint256,uint256)")
+}
+
+/// A constant-product pool's runtime. Calldata: `amountIn` (word 0) and the direction
+/// (word 1: 0 sells token 0, 1 sells token 1). Reads both reserves (slots 0 and 1),
+/// pays `out = reserveOut · in / (reserveIn + in)`, writes both reserves and the swap
+/// count (slot 2), logs `Swap`, returns `out`.
+pub fn pool_runtime() -> Vec<u8> {
+    let mut a = Asm::default();
+    a.push_u8(0).op(CALLDATALOAD); // [in]
+    a.push_u8(32).op(CALLDATALOAD); // [in, dir]
+    a.op(DUP1).op(SLOAD); // [in, dir, rin]
+    a.op(DUP2).push_u8(1).op(SUB); // [in, dir, rin, odir = 1 - dir]
+    a.op(DUP1).op(SLOAD); // [in, dir, rin, odir, rout]
+    a.op(DUP5).op(DUP4).op(ADD); // [.., rout, rin + in]
+    a.op(DUP6).op(DUP3).op(MUL); // [.., rout, den, rout · in]
+    a.op(DIV); // [in, dir, rin, odir, rout, out]
+    a.op(DUP1).op(DUP3).op(SUB); // [.., out, rout - out]
+    a.op(DUP4).op(SSTORE); // reserve[odir] = rout - out
+    a.op(DUP6).op(DUP5).op(ADD); // [.., out, rin + in]
+    a.op(DUP6).op(SSTORE); // reserve[dir] = rin + in
+    a.push_u8(2)
+        .op(SLOAD)
+        .push_u8(1)
+        .op(ADD)
+        .push_u8(2)
+        .op(SSTORE); // swaps += 1
+    a.push_u8(0).op(MSTORE); // mem[0..32] = out
+    a.push(swap_topic().as_slice())
+        .push_u8(32)
+        .push_u8(0)
+        .op(LOG1);
+    a.push_u8(32).push_u8(0).op(RETURN);
+    a.finish()
+}
+
+/// The router's runtime. Calldata: pool A, pool B (addresses as words), `amountIn`, the
+/// direction. Adds `amountIn` to the caller's volume (`volume[caller]`, a mapping at slot
+/// 0), swaps it in pool A, then A's output in pool B, and returns B's output; reverts
+/// if either call fails.
+pub fn router_runtime() -> Vec<u8> {
+    let mut a = Asm::default();
+    a.op(CALLER).mapping_slot(0); // [slot]
+    a.op(DUP1).op(SLOAD).push_u8(64).op(CALLDATALOAD).op(ADD); // [slot, volume + in]
+    a.op(SWAP1).op(SSTORE);
+    a.push_u8(64).op(CALLDATALOAD).push_u8(0).op(MSTORE); // mem[0..32] = in
+    a.push_u8(96).op(CALLDATALOAD).push_u8(32).op(MSTORE); // mem[32..64] = dir
+    for pool_word in [0u8, 32] {
+        // CALL(gas, pool, 0, args 0..64, out 0..32): the output becomes the next input.
+        a.push_u8(32).push_u8(0).push_u8(64).push_u8(0).push_u8(0);
+        a.push_u8(pool_word).op(CALLDATALOAD).op(GAS).op(CALL);
+        a.op(ISZERO).push_label("revert").op(JUMPI);
+    }
+    a.push_u8(32).push_u8(0).op(RETURN);
+    a.label("revert").push_u8(0).push_u8(0).op(REVERT);
+    a.finish()
+}
+
+/// Calldata of the router's two-pool swap.
+pub fn swap_data(pool_a: &Address, pool_b: &Address, amount_in: U256, direction: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    for pool in [pool_a, pool_b] {
+        out.extend_from_slice(&[0u8; 12]);
+        out.extend_from_slice(pool.as_slice());
+    }
+    out.extend_from_slice(&amount_in.to_be_bytes::<32>());
+    out.extend_from_slice(&U256::from(direction).to_be_bytes::<32>());
+    out
+}
+
+/// The router's `volume[trader]` slot.
+pub fn volume_slot(trader: &Address) -> B256 {
+    balance_slot(trader)
 }
 
 /// The token's `balanceOf[holder]` slot.

@@ -25,7 +25,15 @@
 //! - with `token_percent`, ERC-20 token txs ([`contracts::token_runtime`], in genesis at
 //!   [`TOKEN_ADDRESS`] with every sender holding tokens): 80 % `transfer`s to a sender or
 //!   to a fresh holder, 20 % `approve`s;
-//! - with `nft_percent`, NFT mints ([`contracts::nft_runtime`], at [`NFT_ADDRESS`]).
+//! - with `nft_percent`, NFT mints ([`contracts::nft_runtime`], at [`NFT_ADDRESS`]);
+//! - with `swap_percent`, AMM swaps through a router ([`contracts::router_runtime`], at
+//!   [`ROUTER_ADDRESS`]) across two of [`AMM_POOLS`] constant-product pools
+//!   ([`contracts::pool_runtime`], at [`amm_pool_address`]): reads and writes in three
+//!   contracts a tx;
+//! - with `calldata_percent`, calldata-heavy txs: `calldata_bytes` random bytes sent to
+//!   a sender (EIP-7623's floor, 40 gas a byte, prices them);
+//! - with `genesis_contract_calls`, the calls also go to the genesis contracts and their
+//!   `genesis_slots` slots (large-storage contracts).
 //!
 //! Nothing is on disk and nothing goes over the network; the caller writes the blocks
 //! (as RLP, and as EXPB's engine API request lines with [`expb_requests`]).
@@ -126,6 +134,24 @@ pub const TOKEN_ADDRESS: Address = Address::new([
 pub const NFT_ADDRESS: Address = Address::new([
     0x70, 0xce, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02,
 ]);
+/// Where the AMM mix's router lives (in genesis).
+pub const ROUTER_ADDRESS: Address = Address::new([
+    0x70, 0xce, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x03,
+]);
+/// The AMM mix's pools, each holding [`POOL_RESERVE`] of both its tokens at genesis.
+pub const AMM_POOLS: u8 = 8;
+const POOL_RESERVE: u128 = 1_000_000_000_000_000_000_000_000;
+const SWAP_GAS: u64 = 250_000;
+
+/// Pool `i` of the AMM mix.
+pub fn amm_pool_address(i: u8) -> Address {
+    let mut a = [0u8; 20];
+    a[..2].copy_from_slice(&[0x70, 0xce]);
+    a[18] = 0x10;
+    a[19] = i;
+    Address::from(a)
+}
+
 /// Tokens every sender holds at genesis.
 const TOKEN_BALANCE: u128 = 1_000_000_000_000_000_000_000_000;
 const TOKEN_GAS: u64 = 80_000;
@@ -179,6 +205,14 @@ pub struct Params {
     pub token_percent: u32,
     /// Share of NFT mints, in percent.
     pub nft_percent: u32,
+    /// Share of AMM swaps (router and two pools), in percent.
+    pub swap_percent: u32,
+    /// Share of calldata-heavy txs, in percent.
+    pub calldata_percent: u32,
+    /// Calldata bytes of each calldata-heavy tx.
+    pub calldata_bytes: usize,
+    /// Whether calls also go to the genesis contracts (and their slots).
+    pub genesis_contract_calls: bool,
 }
 
 impl Default for Params {
@@ -199,6 +233,10 @@ impl Default for Params {
             code_bytes: 0,
             token_percent: 0,
             nft_percent: 0,
+            swap_percent: 0,
+            calldata_percent: 0,
+            calldata_bytes: 4096,
+            genesis_contract_calls: false,
         }
     }
 }
@@ -257,6 +295,29 @@ pub fn genesis(params: &Params, senders: &[Signer]) -> Genesis {
                 storage: BTreeMap::new(),
             },
         );
+    }
+    if params.swap_percent > 0 {
+        alloc.insert(
+            ROUTER_ADDRESS,
+            GenesisAccount {
+                balance: U256::ZERO,
+                nonce: 1,
+                code: Bytes::from(contracts::router_runtime()),
+                storage: BTreeMap::new(),
+            },
+        );
+        let reserve = B256::from(U256::from(POOL_RESERVE));
+        for i in 0..AMM_POOLS {
+            alloc.insert(
+                amm_pool_address(i),
+                GenesisAccount {
+                    balance: U256::ZERO,
+                    nonce: 1,
+                    code: Bytes::from(contracts::pool_runtime()),
+                    storage: [(B256::ZERO, reserve), (B256::with_last_byte(1), reserve)].into(),
+                },
+            );
+        }
     }
     for i in 0..params.genesis_contracts {
         let (address, account) = genesis_contract(i as u64, params.genesis_slots);
@@ -377,6 +438,10 @@ pub struct Stats {
     pub approvals: u64,
     /// NFT mints.
     pub mints: u64,
+    /// AMM swaps.
+    pub swaps: u64,
+    /// Calldata-heavy txs.
+    pub calldata_txs: u64,
 }
 
 /// A deployed storage contract and the slots it holds (as far as the generator knows:
@@ -461,7 +526,12 @@ impl Generator {
         if params.senders == 0 || params.txs_per_block == 0 {
             return Err("need at least one sender and one transaction per block".into());
         }
-        if params.deploy_percent + params.call_percent + params.token_percent + params.nft_percent
+        if params.deploy_percent
+            + params.call_percent
+            + params.token_percent
+            + params.nft_percent
+            + params.swap_percent
+            + params.calldata_percent
             > 100
             || params.fresh_percent > 100
         {
@@ -492,6 +562,18 @@ impl Generator {
             .build()
             .map_err(|e| e.to_string())?;
         let sender_addresses = senders.iter().map(Signer::address).collect();
+        let contracts = if params.genesis_contract_calls {
+            (0..params.genesis_contracts as u64)
+                .map(|i| Contract {
+                    address: genesis_contract(i, 0).0,
+                    slots: (1..=params.genesis_slots as u64)
+                        .map(|s| B256::from(U256::from(s)))
+                        .collect(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Self {
             rng: Rng(params.seed),
             nonces: vec![0; params.senders],
@@ -503,7 +585,7 @@ impl Generator {
             sender_addresses,
             next_sender: 0,
             fresh: Vec::new(),
-            contracts: Vec::new(),
+            contracts,
             deployed: Vec::new(),
             stats: Stats::default(),
             genesis,
@@ -641,6 +723,8 @@ impl Generator {
             }
         } else if let Some(token_tx) = self.plan_token(roll) {
             token_tx
+        } else if let Some(tx) = self.plan_swap_or_calldata(roll) {
+            tx
         } else if roll < calls_end && !self.contracts.is_empty() {
             let (to, input, pairs) = self.plan_call();
             (
@@ -713,6 +797,47 @@ impl Generator {
             Bytes::from(input),
             TOKEN_GAS,
         ))
+    }
+
+    /// A swap or a calldata-heavy tx when `roll` falls in their share (after the tokens').
+    fn plan_swap_or_calldata(&mut self, roll: u64) -> Option<(TxKind, U256, Bytes, u64)> {
+        let p = &self.params;
+        let before = u64::from(p.deploy_percent + p.call_percent + p.token_percent + p.nft_percent);
+        let swaps = before + u64::from(p.swap_percent);
+        let heavy = swaps + u64::from(p.calldata_percent);
+        if roll < before || roll >= heavy {
+            return None;
+        }
+        if roll < swaps {
+            self.stats.swaps += 1;
+            let a = self.rng.below(AMM_POOLS.into()) as u8;
+            let b = (a + 1 + self.rng.below(usize::from(AMM_POOLS) - 1) as u8) % AMM_POOLS;
+            let amount = U256::from(1 + self.rng.next() % 1_000_000_000_000_000_000);
+            let direction = (self.rng.next() % 2) as u8;
+            let input = contracts::swap_data(
+                &amm_pool_address(a),
+                &amm_pool_address(b),
+                amount,
+                direction,
+            );
+            return Some((
+                TxKind::Call(ROUTER_ADDRESS),
+                U256::ZERO,
+                Bytes::from(input),
+                SWAP_GAS,
+            ));
+        }
+        self.stats.calldata_txs += 1;
+        let len = self.params.calldata_bytes;
+        let mut input = Vec::with_capacity(len + 32);
+        while input.len() < len {
+            input.extend_from_slice(self.rng.word().as_slice());
+        }
+        input.truncate(len);
+        let to = self.sender_addresses[self.rng.below(self.sender_addresses.len())];
+        // EIP-7623's floor: 10 gas a token, four tokens a nonzero byte.
+        let gas = TRANSFER_GAS + 40 * len as u64;
+        Some((TxKind::Call(to), U256::ZERO, Bytes::from(input), gas))
     }
 
     fn plan_recipient(&mut self) -> Address {

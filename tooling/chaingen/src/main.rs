@@ -72,6 +72,22 @@ struct Args {
     /// Share of NFT mints, percent.
     #[arg(long, default_value_t = 0)]
     nft_percent: u32,
+    /// Share of AMM swaps (a router calling two of eight constant-product pools), percent.
+    #[arg(long, default_value_t = 0)]
+    swap_percent: u32,
+    /// Share of calldata-heavy txs (`--calldata-bytes` random bytes each), percent.
+    #[arg(long, default_value_t = 0)]
+    calldata_percent: u32,
+    /// Calldata bytes of each calldata-heavy tx.
+    #[arg(long, default_value_t = 4096)]
+    calldata_bytes: usize,
+    /// Large-storage contracts in genesis, called like deployed ones (with
+    /// `--storage-slots` slots each).
+    #[arg(long, default_value_t = 0)]
+    storage_contracts: usize,
+    /// Slots of each `--storage-contracts` contract.
+    #[arg(long, default_value_t = 0)]
+    storage_slots: usize,
     /// Chain id of the genesis.
     #[arg(long, default_value_t = moat_chaingen::DEFAULT_CHAIN_ID)]
     chain_id: u64,
@@ -112,6 +128,12 @@ fn run(args: &Args) -> Result<(), String> {
         fresh_percent: args.fresh_percent,
         token_percent: args.token_percent,
         nft_percent: args.nft_percent,
+        swap_percent: args.swap_percent,
+        calldata_percent: args.calldata_percent,
+        calldata_bytes: args.calldata_bytes,
+        genesis_contracts: args.storage_contracts,
+        genesis_slots: args.storage_slots,
+        genesis_contract_calls: args.storage_contracts > 0,
         gas_limit: args.gas_limit,
         genesis_time: args.genesis_time,
         seed: args.seed,
@@ -194,6 +216,12 @@ fn run(args: &Args) -> Result<(), String> {
         println!(
             "tokens      {} ERC-20 transfers, {} approvals, {} NFT mints",
             s.token_transfers, s.approvals, s.mints
+        );
+    }
+    if s.swaps + s.calldata_txs > 0 {
+        println!(
+            "amm, data   {} swaps, {} calldata-heavy txs",
+            s.swaps, s.calldata_txs
         );
     }
     println!("gas         {:.1} Mgas", s.gas as f64 / 1e6);

@@ -227,3 +227,91 @@ fn the_token_mix_moves_balances_sets_allowances_and_mints() {
     // the token's runtime begins with the selector dispatch).
     assert_eq!(contracts::token_runtime()[0], 0x5f);
 }
+
+/// The AMM mix swaps through the router in two pools a tx (one `Swap` log each, both
+/// reserves written, the product of the reserves never falling), records the trader's
+/// volume in the router; calldata-heavy txs carry their bytes and pay EIP-7623's floor;
+/// with `genesis_contract_calls` the calls write the large genesis contracts' slots.
+#[test]
+fn the_amm_calldata_and_storage_mix_swaps_in_two_pools_and_writes_big_contracts() {
+    use moat_chaingen::{AMM_POOLS, ROUTER_ADDRESS, amm_pool_address, contracts, genesis_contract};
+    let mut g = Generator::new(Params {
+        senders: 20,
+        txs_per_block: 40,
+        deploy_percent: 0,
+        call_percent: 20,
+        swap_percent: 50,
+        calldata_percent: 20,
+        calldata_bytes: 1024,
+        genesis_contracts: 2,
+        genesis_slots: 1000,
+        genesis_contract_calls: true,
+        ..Params::default()
+    })
+    .unwrap();
+    let (mut swap_logs, mut heavy, mut big_calls) = (0, 0, 0);
+    for _ in 0..5 {
+        let block = g.next_block().unwrap();
+        let receipts = g.chain().receipts(&block.hash).unwrap().unwrap();
+        let mut used = 0;
+        for (tx, r) in block.transactions.iter().zip(&receipts) {
+            assert!(r.success);
+            let gas = r.cumulative_gas_used - used;
+            used = r.cumulative_gas_used;
+            let alloy_primitives::TxKind::Call(to) = tx.tx().to() else {
+                continue;
+            };
+            if to == ROUTER_ADDRESS {
+                assert_eq!(r.logs.len(), 2, "a Swap log from each of the two pools");
+                swap_logs += r.logs.len() as u64;
+            } else if tx.tx().input().len() == 1024 {
+                heavy += 1;
+                let zeros = tx.tx().input().iter().filter(|b| **b == 0).count() as u64;
+                let tokens = zeros + 4 * (1024 - zeros);
+                assert_eq!(gas, 21_000 + 10 * tokens, "EIP-7623's floor");
+            } else if to == genesis_contract(0, 0).0 || to == genesis_contract(1, 0).0 {
+                big_calls += 1;
+            }
+        }
+    }
+    let s = g.stats().clone();
+    assert!(s.swaps > 0 && s.calldata_txs > 0 && big_calls > 0, "{s:?}");
+    assert_eq!(swap_logs, 2 * s.swaps);
+    assert_eq!(heavy, s.calldata_txs);
+    let store = g.chain().store();
+    let reserve = U256::from(1_000_000_000_000_000_000_000_000u128);
+    let mut swaps_counted = U256::ZERO;
+    for i in 0..AMM_POOLS {
+        let pool = amm_pool_address(i);
+        let r0 = store.storage(&pool, &B256::ZERO).unwrap();
+        let r1 = store.storage(&pool, &B256::with_last_byte(1)).unwrap();
+        assert!(
+            r0 * r1 >= reserve * reserve,
+            "pool {i}: the product never falls"
+        );
+        swaps_counted += store.storage(&pool, &B256::with_last_byte(2)).unwrap();
+    }
+    assert_eq!(swaps_counted, U256::from(2 * s.swaps));
+    let traded = g
+        .senders()
+        .iter()
+        .filter(|k| {
+            store
+                .storage(&ROUTER_ADDRESS, &contracts::volume_slot(&k.address()))
+                .unwrap()
+                > U256::ZERO
+        })
+        .count();
+    assert!(traded > 0);
+    // A genesis contract's slot 1..=1000 holds i + slot until a call writes it.
+    let written = (0..2u64)
+        .flat_map(|i| (1..=1000u64).map(move |slot| (i, slot)))
+        .filter(|&(i, slot)| {
+            store
+                .storage(&genesis_contract(i, 0).0, &B256::from(U256::from(slot)))
+                .unwrap()
+                != U256::from(i + slot)
+        })
+        .count();
+    assert!(written > 0, "the calls wrote the large contracts' slots");
+}
