@@ -43,6 +43,11 @@ fn overlaps(a: &Range, start: &[u8], end: Option<&[u8]>) -> bool {
     !a_before_b && !b_before_a
 }
 
+/// Whether `start..=end` holds no key (as redb reads it; `BTreeMap::range` would panic).
+fn is_empty(start: &[u8], end: Option<&[u8]>) -> bool {
+    end.is_some_and(|end| end < start)
+}
+
 fn bounds<'a>(start: &'a [u8], end: Option<&'a [u8]>) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
     super::range_bounds(start, end)
 }
@@ -99,6 +104,7 @@ impl Layer {
                     bytes += key.len();
                     tables[table.index()].entries.insert(key, None);
                 }
+                Op::DeleteRange { start, end, .. } if is_empty(&start, end.as_deref()) => {}
                 Op::DeleteRange { table, start, end } => {
                     let writes = &mut tables[table.index()];
                     let doomed: Vec<Vec<u8>> = writes
@@ -131,6 +137,9 @@ impl Layer {
 
     /// Whether this layer wrote anything in `table` within `start..=end`.
     fn touches(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
+        if is_empty(start, end) {
+            return false;
+        }
         let writes = &self.tables[table.index()];
         writes.cleared.iter().any(|r| overlaps(r, start, end))
             || writes
@@ -257,5 +266,77 @@ impl Overlay {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn put(key: &[u8], value: &[u8]) -> Op {
+        Op::Put {
+            table: Table::Storage,
+            key: key.to_vec(),
+            value: value.to_vec(),
+        }
+    }
+
+    fn clear(start: &[u8], end: Option<&[u8]>) -> Op {
+        Op::DeleteRange {
+            table: Table::Storage,
+            start: start.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+        }
+    }
+
+    /// A range delete drops the same commit's earlier puts and hides the file's keys; a
+    /// later put survives it; a reversed range deletes nothing (as in redb), and the
+    /// scan of a reversed range visits nothing, without a panic.
+    #[test]
+    fn a_layer_keeps_its_ops_order_and_reversed_ranges_are_empty() {
+        let layer = Arc::new(Layer::of(vec![
+            put(b"b", b"1"),
+            clear(b"a", Some(b"c")),
+            put(b"c", b"2"),
+            clear(b"z", Some(b"y")),
+        ]));
+        assert!(matches!(
+            layer.lookup(Table::Storage, b"b"),
+            Lookup::Deleted
+        ));
+        assert!(matches!(
+            layer.lookup(Table::Storage, b"c"),
+            Lookup::Value(b"2")
+        ));
+        assert!(matches!(
+            layer.lookup(Table::Storage, b"d"),
+            Lookup::Untouched
+        ));
+        assert!(matches!(
+            layer.lookup(Table::Storage, b"y"),
+            Lookup::Untouched
+        ));
+        let layers = [layer];
+        let file: [(&[u8], &[u8]); 3] = [(b"a", b"f"), (b"c", b"f"), (b"d", b"f")];
+        let overlay = Overlay::of(&layers, Table::Storage, b"", None).expect("touched");
+        let mut seen = Vec::new();
+        overlay
+            .merge(
+                |visit| file.iter().try_for_each(|(k, v)| visit(k, v)),
+                |k, v| {
+                    seen.push((k.to_vec(), v.to_vec()));
+                    Ok(())
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (b"c".to_vec(), b"2".to_vec()),
+                (b"d".to_vec(), b"f".to_vec())
+            ]
+        );
+        assert!(Overlay::of(&layers, Table::Storage, b"z", Some(b"a")).is_none());
     }
 }

@@ -80,11 +80,14 @@ struct View {
 
 pub(crate) struct RedbBackend {
     db: Database,
-    /// Serialises commits together with the view swap that follows each, so the
-    /// shared snapshot can never go back to a state older than a returned commit. It
-    /// holds when the last durable commit was made and how many relaxed ones followed.
-    /// Only its holder takes layers off the view (from the front); a relaxed commit
-    /// written behind adds one (at the back) without it.
+    /// Serialises the file's write transactions together with the view swap that
+    /// follows each, so the shared snapshot can never go back to a state older than a
+    /// returned commit. It holds when the last durable commit was made and how many
+    /// relaxed ones followed. Only its holder takes layers off the view (from the
+    /// front); a relaxed commit written behind adds one (at the back) without it, so a
+    /// commit written behind and a direct one that run at the same time land in either
+    /// order: writers of the same keys serialise above the store (block import holds
+    /// the chain's writer lock for all of its commits).
     writer: Mutex<Lag>,
     view: RwLock<View>,
     /// The page cache's size given to redb.
@@ -369,22 +372,40 @@ impl RedbBackend {
     ) -> Result<(), StoreError> {
         let flusher = self.flusher.load(std::sync::atomic::Ordering::Relaxed);
         if relaxed && wake && flusher && !super::pending::holds_failure(&ops) {
-            let (layers, bytes) = self.pending();
+            let layer = Arc::new(Layer::of(ops));
             // Past the bound the committer writes the waiting layers itself (below):
             // the flusher has fallen behind, and memory stays bounded.
-            if layers < MAX_LAYERS && bytes < MAX_LAYER_BYTES {
-                let layer = Arc::new(Layer::of(ops));
-                {
-                    let mut view = self.view.write();
+            let pushed = {
+                let mut view = self.view.write();
+                let bytes: usize = view.layers.iter().map(|l| l.bytes).sum();
+                let room = view.layers.len() < MAX_LAYERS && bytes + layer.bytes <= MAX_LAYER_BYTES;
+                if room {
                     let mut layers = Vec::clone(&view.layers);
-                    layers.push(layer);
+                    layers.push(Arc::clone(&layer));
                     view.layers = Arc::new(layers);
                 }
+                room
+            };
+            if pushed {
                 *self.flush_wanted.lock() = true;
                 self.flush_signal.notify_one();
                 return Ok(());
             }
+            return self.apply_direct(&[], Some(&layer), relaxed, wake, flusher);
         }
+        self.apply_direct(&ops, None, relaxed, wake, flusher)
+    }
+
+    /// One redb write transaction: the layers waiting behind, then `extra` (a layer that
+    /// found no room), then `ops`, in that order.
+    fn apply_direct(
+        &self,
+        ops: &[Op],
+        extra: Option<&Layer>,
+        relaxed: bool,
+        wake: bool,
+        flusher: bool,
+    ) -> Result<(), StoreError> {
         let mut lag = self.writer.lock();
         let durable = !relaxed
             || lag.relaxed >= MAX_RELAXED
@@ -404,7 +425,7 @@ impl RedbBackend {
             .map_err(|e| StoreError::Db(format!("setting durability: {e}")))?;
         {
             let mut open: [Option<WriteTable<'_>>; Table::COUNT] = std::array::from_fn(|_| None);
-            for layer in drained.iter() {
+            for layer in drained.iter().map(|l| &**l).chain(extra) {
                 layer.write(|table, write| {
                     let handle = opened(&txn, &mut open, table)?;
                     match write {
@@ -414,7 +435,7 @@ impl RedbBackend {
                     }
                 })?;
             }
-            for op in &ops {
+            for op in ops {
                 let table = match op {
                     Op::Put { table, .. }
                     | Op::Delete { table, .. }
@@ -452,14 +473,20 @@ impl RedbBackend {
                 self.flush_signal.notify_one();
             }
         }
-        // The batch is committed now; if no fresh snapshot can be taken, dropping the old
-        // one makes the next read build it rather than serve pre-commit data. The layers
-        // written leave the view with the same swap.
-        let fresh = Snapshot::begin(&self.db).ok().map(Arc::new);
-        let mut view = self.view.write();
-        view.snapshot = fresh;
-        if !drained.is_empty() {
-            view.layers = Arc::new(view.layers[drained.len()..].to_vec());
+        // The batch is committed now: the layers written leave the view and the old
+        // snapshot goes with them before anything else can fail (or panic, on a damaged
+        // page), so that no later commit writes them again and no read serves
+        // pre-commit data; readers meeting no snapshot wait for the writer lock, held
+        // until the fresh one is in.
+        {
+            let mut view = self.view.write();
+            view.snapshot = None;
+            if !drained.is_empty() {
+                view.layers = Arc::new(view.layers[drained.len()..].to_vec());
+            }
+        }
+        if let Ok(fresh) = Snapshot::begin(&self.db) {
+            self.view.write().snapshot = Some(Arc::new(fresh));
         }
         Ok(())
     }
