@@ -27,9 +27,12 @@ pub(crate) enum Trouble {
     Damaged(String),
 }
 
-/// The thread that makes the store's relaxed commits (blocks) durable: woken by each
-/// block's commit, it syncs at once, beside the next block's execution, so that no
-/// block's newPayload carries the sync of the blocks before it (`Store::wait_for_flush`).
+/// The thread that writes the store's relaxed commits (blocks, written behind) into the
+/// database file and makes them durable: woken by each block's commit, it writes every
+/// waiting one in one durable transaction at once, beside the next block's execution,
+/// so that no block's newPayload carries the writes and the sync of the blocks before
+/// it (`Store::wait_for_flush`). Exports `moat_store_pending_commits` (how many waited
+/// when it woke), `moat_store_flush_seconds` and `moat_store_flushes_total`.
 /// A failure is latched like any write's, for [`trouble`] to see.
 pub(crate) struct Flusher {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -45,7 +48,13 @@ impl Flusher {
             .spawn(move || {
                 while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
                     if store.wait_for_flush(Duration::from_millis(250)) {
+                        let (waiting, _) = store.pending_commits();
+                        metrics::gauge!("moat_store_pending_commits").set(waiting as f64);
+                        let started = std::time::Instant::now();
                         let _ = store.flush();
+                        metrics::histogram!("moat_store_flush_seconds")
+                            .record(started.elapsed().as_secs_f64());
+                        metrics::counter!("moat_store_flushes_total").increment(1);
                     }
                 }
             })?;

@@ -20,6 +20,7 @@ const EVENT_COUNTERS: &[&str] = &[
     "moat_engine_invalid_payloads_total",
     "moat_engine_reorgs_total",
     "moat_sync_blocks_imported_total",
+    "moat_store_flushes_total",
 ];
 
 /// Gauges written only on events.
@@ -28,6 +29,7 @@ const EVENT_GAUGES: &[&str] = &[
     "moat_engine_new_payload_gas_per_second",
     "moat_store_damaged",
     "moat_store_write_failed",
+    "moat_store_pending_commits",
 ];
 
 /// Registers the event-driven metrics at zero, and the highest block seen at `head`

@@ -618,6 +618,13 @@ impl Store {
         self.backend.wait_for_flush(timeout)
     }
 
+    /// How many block commits wait to be written into the database file by the flusher
+    /// (written behind: read already), and their size in bytes; (0, 0) without a
+    /// flusher and in memory.
+    pub fn pending_commits(&self) -> (usize, usize) {
+        self.backend.pending()
+    }
+
     fn raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.backend.get_with(table, key, |v| Ok(v.to_vec()))
     }

@@ -797,10 +797,7 @@ fn relaxed_commits_written_behind_read_at_once_and_land_in_order() {
     let slot = |n: u8| hash(n);
     let value = |n: u64| U256::from(n);
     let slots = |store: &Store| -> Vec<(B256, U256)> { store.storage_slots(&addr(1)).unwrap() };
-    let pending = |store: &Store| match &*store.backend {
-        Backend::Redb(db) => db.pending().0,
-        Backend::Memory(_) => 0,
-    };
+    let pending = |store: &Store| store.pending_commits().0;
     {
         let store = Store::open(dir.path(), None).unwrap();
         commit(&store, |b| {

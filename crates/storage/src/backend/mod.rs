@@ -279,6 +279,14 @@ impl Backend {
         }
     }
 
+    /// Commits written behind and waiting, and their bytes ([`crate::Store::pending_commits`]).
+    pub(crate) fn pending(&self) -> (usize, usize) {
+        match self {
+            Backend::Redb(db) => db.pending(),
+            Backend::Memory(_) => (0, 0),
+        }
+    }
+
     /// The database's page cache size; 0 in memory, where there is none.
     pub(crate) fn page_cache_bytes(&self) -> usize {
         match self {
