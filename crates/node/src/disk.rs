@@ -51,7 +51,7 @@ impl Flusher {
                         let (waiting, _) = store.pending_commits();
                         metrics::gauge!("moat_store_pending_commits").set(waiting as f64);
                         let started = std::time::Instant::now();
-                        let _ = store.flush();
+                        let _ = store.flush_round();
                         metrics::histogram!("moat_store_flush_seconds")
                             .record(started.elapsed().as_secs_f64());
                         metrics::counter!("moat_store_flushes_total").increment(1);

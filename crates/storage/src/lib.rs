@@ -602,6 +602,17 @@ impl Store {
         self.latch(self.backend.flush())
     }
 
+    /// For a flusher thread: [`Store::flush`] of the oldest few block commits waiting to
+    /// be written (and every relaxed commit before them), so that a commit waiting for
+    /// room waits for a short round; when more wait, the next [`Store::wait_for_flush`]
+    /// answers at once.
+    pub fn flush_round(&self) -> Result<(), StoreError> {
+        if let Some(why) = self.write_failure() {
+            return Err(StoreError::WriteFailed(why.to_string()));
+        }
+        self.latch(self.backend.flush_round())
+    }
+
     /// For a flusher thread: blocks until a relaxed commit has been made since the last
     /// durable one, or `timeout` passes; `true` when the caller should [`Store::flush`]
     /// now. The sync then runs beside the next block's execution, which needs the

@@ -870,13 +870,27 @@ fn relaxed_commits_written_behind_read_at_once_and_land_in_order() {
         store.flush().unwrap();
         assert_eq!(pending(&store), 0);
         assert_eq!(store.account(&addr(4)).unwrap(), Some(account(4)));
+
+        // A flusher's round writes the oldest eight and asks for another.
+        for n in 10..20u8 {
+            let mut batch = WriteBatch::new();
+            batch.set_account(addr(n), Some(account(n as u64)));
+            store.commit_relaxed(batch).unwrap();
+        }
+        assert_eq!(pending(&store), 10);
+        assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
+        store.flush_round().unwrap();
+        assert_eq!(pending(&store), 2);
+        assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
+        store.flush_round().unwrap();
+        assert_eq!(pending(&store), 0);
     }
     let store = Store::open(dir.path(), None).unwrap();
     assert_eq!(
         slots(&store),
         vec![(slot(5), value(50)), (slot(6), value(60))]
     );
-    for (n, nonce) in [(1, 1), (2, 22), (3, 33), (4, 4), (7, 7)] {
+    for (n, nonce) in [(1, 1), (2, 22), (3, 33), (4, 4), (7, 7), (10, 10), (19, 19)] {
         assert_eq!(store.account(&addr(n)).unwrap(), Some(account(nonce)));
     }
 }

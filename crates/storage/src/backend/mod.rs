@@ -266,6 +266,14 @@ impl Backend {
         }
     }
 
+    /// A flusher's round ([`crate::Store::flush_round`]).
+    pub(crate) fn flush_round(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Redb(db) => db.latched(guarded("flushing", || db.flush_round())),
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
     /// Waits until relaxed commits are due to be made durable, at most `timeout`
     /// (see `RedbBackend::wait_for_flush`); in memory, where nothing is synced, waits out
     /// `timeout` and says no.

@@ -100,6 +100,9 @@ pub(crate) struct RedbBackend {
     /// writer only at its end).
     flush_wanted: Mutex<bool>,
     flush_signal: parking_lot::Condvar,
+    /// Transactions that wrote layers, counted; signalled after each (room was made).
+    rounds: Mutex<u64>,
+    round_done: parking_lot::Condvar,
     /// Whether a flusher runs ([`RedbBackend::wait_for_flush`] was called).
     flusher: std::sync::atomic::AtomicBool,
 }
@@ -117,8 +120,14 @@ const MAX_RELAXED: usize = 256;
 
 /// At most this many commits, or this many bytes of them, wait to be written behind; a
 /// commit past either writes them itself.
-const MAX_LAYERS: usize = 64;
+const MAX_LAYERS: usize = 16;
 const MAX_LAYER_BYTES: usize = 512 << 20;
+/// A flusher's transaction writes at most this many waiting commits, so that a commit
+/// waiting for room waits for a short round rather than for the whole backlog.
+const ROUND_LAYERS: usize = 8;
+/// How long a commit waits for the flusher to make room before it writes the waiting
+/// commits itself.
+const ROOM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 type WriteTable<'t> = ::redb::Table<'t, &'static [u8], &'static [u8]>;
 
@@ -201,6 +210,8 @@ impl RedbBackend {
             damage: std::sync::OnceLock::new(),
             flush_wanted: Mutex::new(false),
             flush_signal: parking_lot::Condvar::new(),
+            rounds: Mutex::new(0),
+            round_done: parking_lot::Condvar::new(),
             flusher: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -373,31 +384,51 @@ impl RedbBackend {
         let flusher = self.flusher.load(std::sync::atomic::Ordering::Relaxed);
         if relaxed && wake && flusher && !super::pending::holds_failure(&ops) {
             let layer = Arc::new(Layer::of(ops));
-            // Past the bound the committer writes the waiting layers itself (below):
-            // the flusher has fallen behind, and memory stays bounded.
-            let pushed = {
-                let mut view = self.view.write();
-                let bytes: usize = view.layers.iter().map(|l| l.bytes).sum();
-                let room = view.layers.len() < MAX_LAYERS && bytes + layer.bytes <= MAX_LAYER_BYTES;
-                if room {
-                    let mut layers = Vec::clone(&view.layers);
-                    layers.push(Arc::clone(&layer));
-                    view.layers = Arc::new(layers);
-                }
-                room
-            };
-            if pushed {
+            // Past the bound the committer waits for the flusher's next round (the
+            // flusher has fallen behind: memory stays bounded, and the importer goes at
+            // the disk's pace); if none comes, it writes the waiting layers itself.
+            loop {
+                let round = *self.rounds.lock();
+                let pushed = {
+                    let mut view = self.view.write();
+                    let bytes: usize = view.layers.iter().map(|l| l.bytes).sum();
+                    let room =
+                        view.layers.len() < MAX_LAYERS && bytes + layer.bytes <= MAX_LAYER_BYTES;
+                    if room {
+                        let mut layers = Vec::clone(&view.layers);
+                        layers.push(Arc::clone(&layer));
+                        view.layers = Arc::new(layers);
+                    }
+                    room
+                };
                 *self.flush_wanted.lock() = true;
                 self.flush_signal.notify_one();
-                return Ok(());
+                if pushed {
+                    return Ok(());
+                }
+                let mut rounds = self.rounds.lock();
+                if *rounds == round {
+                    let _ = self.round_done.wait_for(&mut rounds, ROOM_WAIT);
+                }
+                if *rounds == round {
+                    drop(rounds);
+                    return self.apply_direct(
+                        &[],
+                        Some(&layer),
+                        relaxed,
+                        wake,
+                        flusher,
+                        usize::MAX,
+                    );
+                }
             }
-            return self.apply_direct(&[], Some(&layer), relaxed, wake, flusher);
         }
-        self.apply_direct(&ops, None, relaxed, wake, flusher)
+        self.apply_direct(&ops, None, relaxed, wake, flusher, usize::MAX)
     }
 
-    /// One redb write transaction: the layers waiting behind, then `extra` (a layer that
-    /// found no room), then `ops`, in that order.
+    /// One redb write transaction: the oldest `limit` layers waiting behind, then
+    /// `extra` (a layer that found no room) and `ops`, in that order (`extra` and `ops`
+    /// only with every layer: `limit` is for the flusher's empty rounds).
     fn apply_direct(
         &self,
         ops: &[Op],
@@ -405,13 +436,21 @@ impl RedbBackend {
         relaxed: bool,
         wake: bool,
         flusher: bool,
+        limit: usize,
     ) -> Result<(), StoreError> {
         let mut lag = self.writer.lock();
         let durable = !relaxed
             || lag.relaxed >= MAX_RELAXED
             || (!flusher && lag.durable_at.elapsed() >= MAX_LAG);
         // The commits written behind go first, in the same transaction: order is kept.
-        let drained = Arc::clone(&self.view.read().layers);
+        let drained = {
+            let layers = Arc::clone(&self.view.read().layers);
+            if layers.len() > limit {
+                Arc::new(layers[..limit].to_vec())
+            } else {
+                layers
+            }
+        };
         let mut txn = self
             .db
             .begin_write()
@@ -478,15 +517,25 @@ impl RedbBackend {
         // page), so that no later commit writes them again and no read serves
         // pre-commit data; readers meeting no snapshot wait for the writer lock, held
         // until the fresh one is in.
-        {
+        let left = {
             let mut view = self.view.write();
             view.snapshot = None;
             if !drained.is_empty() {
                 view.layers = Arc::new(view.layers[drained.len()..].to_vec());
             }
-        }
+            view.layers.len()
+        };
         if let Ok(fresh) = Snapshot::begin(&self.db) {
             self.view.write().snapshot = Some(Arc::new(fresh));
+        }
+        if !drained.is_empty() {
+            *self.rounds.lock() += 1;
+            self.round_done.notify_all();
+        }
+        if left > 0 {
+            // More wait: the flusher goes on at once.
+            *self.flush_wanted.lock() = true;
+            self.flush_signal.notify_one();
         }
         Ok(())
     }
@@ -517,10 +566,22 @@ impl RedbBackend {
     /// Makes every relaxed commit durable (an empty durable commit, which writes the
     /// layers waiting behind first).
     pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        self.flush_at_most(usize::MAX)
+    }
+
+    /// A flusher's round: [`RedbBackend::flush`] of the oldest [`ROUND_LAYERS`] layers
+    /// waiting (and every relaxed commit before them); it asks for another round when
+    /// more wait.
+    pub(crate) fn flush_round(&self) -> Result<(), StoreError> {
+        self.flush_at_most(ROUND_LAYERS)
+    }
+
+    fn flush_at_most(&self, limit: usize) -> Result<(), StoreError> {
         if self.writer.lock().relaxed == 0 && self.view.read().layers.is_empty() {
             return Ok(());
         }
-        self.apply(Vec::new(), false)
+        let flusher = self.flusher.load(std::sync::atomic::Ordering::Relaxed);
+        self.apply_direct(&[], None, false, true, flusher, limit)
     }
 
     /// Starts a write, puts `ops` and drops the transaction uncommitted, as a crash
