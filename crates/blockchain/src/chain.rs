@@ -1186,8 +1186,9 @@ impl Chain {
                 batch.put_code(info.code_hash, code);
             }
         }
-        // Durable within a second: one sync a second rather than one a block. A crash
-        // reopens at an earlier head whose state matches it, and the blocks come again.
+        // Relaxed: written behind and synced by the store's flusher beside the next
+        // block. A crash reopens at an earlier head whose state matches it, and the
+        // blocks come again.
         self.store.commit_relaxed(batch)?;
         self.pruned_to(pruned);
         Ok(())

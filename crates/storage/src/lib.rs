@@ -41,6 +41,11 @@
 //! damage found above the store ([`Store::note_damage`]: a trie node whose hash is not
 //! the one its parent names); the node stops on it.
 //!
+//! Block import commits relaxed ([`Store::commit_relaxed`]): once the node's flusher
+//! thread runs, such a commit is written behind (`backend/pending.rs`): a layer over
+//! the read view at once, written into the redb file and synced by the flusher in order,
+//! so that a block's commit does not pay for redb's page writes.
+//!
 //! Trie-node reads go through a bounded read-through cache (`node_cache`) that every
 //! commit brings up to date once the backend has applied it, so it never holds what the
 //! database does not. It holds only nodes that passed their caller's hash check
@@ -536,10 +541,11 @@ impl Store {
 
     /// Applies the batch atomically, durable within a second (or 256 such commits):
     /// readers see it at once; a crash may lose the last second of them, never part of
-    /// one, and reopens at the last durable commit. What block import uses: one sync
-    /// for many blocks instead of one a block, made by a flusher thread
-    /// ([`Store::wait_for_flush`]) when there is one. Dropping the last clone of the
-    /// store, or [`Store::flush`], makes them durable.
+    /// one, and reopens at the last durable commit. What block import uses. With a
+    /// flusher thread ([`Store::wait_for_flush`]) the commit is written behind: it
+    /// returns once the batch is a layer over what readers see, and the flusher writes
+    /// it into the file and syncs it beside the caller's next work. Dropping the last
+    /// clone of the store, or [`Store::flush`], makes them durable.
     pub fn commit_relaxed(&self, batch: WriteBatch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
@@ -596,10 +602,7 @@ impl Store {
 
     /// Makes every relaxed commit durable.
     pub fn flush(&self) -> Result<(), StoreError> {
-        if let Some(why) = self.write_failure() {
-            return Err(StoreError::WriteFailed(why.to_string()));
-        }
-        self.latch(self.backend.flush())
+        self.flush_with(Backend::flush)
     }
 
     /// For a flusher thread: [`Store::flush`] of the oldest few block commits waiting to
@@ -607,10 +610,15 @@ impl Store {
     /// room waits for a short round; when more wait, the next [`Store::wait_for_flush`]
     /// answers at once.
     pub fn flush_round(&self) -> Result<(), StoreError> {
+        self.flush_with(Backend::flush_round)
+    }
+
+    /// `flush` on the backend, unless a write failed before; its failure is latched.
+    fn flush_with(&self, flush: fn(&Backend) -> Result<(), StoreError>) -> Result<(), StoreError> {
         if let Some(why) = self.write_failure() {
             return Err(StoreError::WriteFailed(why.to_string()));
         }
-        self.latch(self.backend.flush_round())
+        self.latch(flush(&self.backend))
     }
 
     /// For a flusher thread: blocks until a relaxed commit has been made since the last

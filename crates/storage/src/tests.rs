@@ -81,6 +81,13 @@ fn commit(store: &Store, fill: impl FnOnce(&mut WriteBatch)) {
     store.commit(batch).expect("commit");
 }
 
+/// A relaxed commit of account `n` (nonce `n`).
+fn commit_relaxed_account(store: &Store, n: u8) {
+    let mut batch = WriteBatch::new();
+    batch.set_account(addr(n), Some(account(n as u64)));
+    store.commit_relaxed(batch).expect("relaxed commit");
+}
+
 #[test]
 fn store_is_send_sync_and_clone() {
     fn check<T: Send + Sync + Clone + 'static>() {}
@@ -728,11 +735,9 @@ fn relaxed_commits_are_visible_at_once_and_durable_on_flush_or_drop() {
     let dir = TempDir::new("relaxed");
     {
         let store = Store::open(dir.path(), None).unwrap();
-        for n in 1..=5u64 {
-            let mut batch = WriteBatch::new();
-            batch.set_account(addr(n as u8), Some(account(n)));
-            store.commit_relaxed(batch).unwrap();
-            assert_eq!(store.account(&addr(n as u8)).unwrap(), Some(account(n)));
+        for n in 1..=5u8 {
+            commit_relaxed_account(&store, n);
+            assert_eq!(store.account(&addr(n)).unwrap(), Some(account(n as u64)));
         }
         store.flush().unwrap();
         let mut batch = WriteBatch::new();
@@ -756,12 +761,7 @@ fn a_relaxed_commit_wakes_the_flusher_and_none_syncs_inline_once_one_waits() {
         let store = Store::open(dir.path(), None).unwrap();
         // Nothing to sync: the flusher waits its time out.
         assert!(!store.wait_for_flush(std::time::Duration::from_millis(10)));
-        let relaxed = |n: u64| {
-            let mut batch = WriteBatch::new();
-            batch.set_account(addr(n as u8), Some(account(n)));
-            store.commit_relaxed(batch).unwrap();
-        };
-        relaxed(1);
+        commit_relaxed_account(&store, 1);
         let woken = std::time::Instant::now();
         assert!(store.wait_for_flush(std::time::Duration::from_secs(30)));
         assert!(
@@ -772,7 +772,7 @@ fn a_relaxed_commit_wakes_the_flusher_and_none_syncs_inline_once_one_waits() {
         assert!(!store.wait_for_flush(std::time::Duration::from_millis(10)));
         // Past a second since the last sync: still left to the flusher.
         std::thread::sleep(std::time::Duration::from_millis(1_100));
-        relaxed(2);
+        commit_relaxed_account(&store, 2);
         assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
         store.flush().unwrap();
     }
@@ -807,9 +807,7 @@ fn relaxed_commits_written_behind_read_at_once_and_land_in_order() {
             }
         });
         // Without a flusher a relaxed commit is applied at once.
-        let mut batch = WriteBatch::new();
-        batch.set_account(addr(7), Some(account(7)));
-        store.commit_relaxed(batch).unwrap();
+        commit_relaxed_account(&store, 7);
         assert_eq!(pending(&store), 0);
         // A flusher waits from now on.
         assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
@@ -862,9 +860,7 @@ fn relaxed_commits_written_behind_read_at_once_and_land_in_order() {
             vec![(slot(5), value(50)), (slot(6), value(60))]
         );
 
-        let mut c = WriteBatch::new();
-        c.set_account(addr(4), Some(account(4)));
-        store.commit_relaxed(c).unwrap();
+        commit_relaxed_account(&store, 4);
         assert_eq!(pending(&store), 1);
         assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
         store.flush().unwrap();
@@ -873,9 +869,7 @@ fn relaxed_commits_written_behind_read_at_once_and_land_in_order() {
 
         // A flusher's round writes the oldest eight and asks for another.
         for n in 10..20u8 {
-            let mut batch = WriteBatch::new();
-            batch.set_account(addr(n), Some(account(n as u64)));
-            store.commit_relaxed(batch).unwrap();
+            commit_relaxed_account(&store, n);
         }
         assert_eq!(pending(&store), 10);
         assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));

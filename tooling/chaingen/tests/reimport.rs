@@ -199,15 +199,9 @@ fn the_token_mix_moves_balances_sets_allowances_and_mints() {
     );
     // Token: the senders' balances moved off the genesis amount, and nothing was minted.
     let genesis_balance = U256::from(1_000_000_000_000_000_000_000_000u128);
-    let moved = g
-        .senders()
+    let moved = senders_slots(&g, TOKEN_ADDRESS, contracts::balance_slot)
         .iter()
-        .filter(|k| {
-            store
-                .storage(&TOKEN_ADDRESS, &contracts::balance_slot(&k.address()))
-                .unwrap()
-                != genesis_balance
-        })
+        .filter(|v| **v != genesis_balance)
         .count();
     assert!(moved > 0);
     // Some allowance was set by an approve.
@@ -226,6 +220,23 @@ fn the_token_mix_moves_balances_sets_allowances_and_mints() {
     // A call to neither function reverts (not generated; checked on the code's shape:
     // the token's runtime begins with the selector dispatch).
     assert_eq!(contracts::token_runtime()[0], 0x5f);
+}
+
+/// Each sender's value in `contract`'s slot `slot_of(sender)`, on the generator's head.
+fn senders_slots(
+    g: &Generator,
+    contract: alloy_primitives::Address,
+    slot_of: fn(&alloy_primitives::Address) -> B256,
+) -> Vec<U256> {
+    g.senders()
+        .iter()
+        .map(|k| {
+            g.chain()
+                .store()
+                .storage(&contract, &slot_of(&k.address()))
+                .unwrap()
+        })
+        .collect()
 }
 
 /// The AMM mix swaps through the router in two pools a tx (one `Swap` log each, both
@@ -292,15 +303,9 @@ fn the_amm_calldata_and_storage_mix_swaps_in_two_pools_and_writes_big_contracts(
         swaps_counted += store.storage(&pool, &B256::with_last_byte(2)).unwrap();
     }
     assert_eq!(swaps_counted, U256::from(2 * s.swaps));
-    let traded = g
-        .senders()
+    let traded = senders_slots(&g, ROUTER_ADDRESS, contracts::volume_slot)
         .iter()
-        .filter(|k| {
-            store
-                .storage(&ROUTER_ADDRESS, &contracts::volume_slot(&k.address()))
-                .unwrap()
-                > U256::ZERO
-        })
+        .filter(|v| **v > U256::ZERO)
         .count();
     assert!(traded > 0);
     // A genesis contract's slot 1..=1000 holds i + slot until a call writes it.
