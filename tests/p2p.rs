@@ -148,12 +148,14 @@ fn launch(args: &[&str], http: u16, auth: u16) -> Node {
     let node = Node::start(args);
     wait_for("the RPC server", || rpc(http, "eth_chainId", "[]"));
     let secret = moat_rpc::engine::parse_jwt_secret(SECRET_HEX).unwrap();
-    let auth_header = format!(
-        "Authorization: Bearer {}\r\n",
-        moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now())
-    );
     let fcu = std::fs::read_to_string(testdata("headfcu.json")).unwrap();
-    let (_, response) = post(auth, &auth_header, &fcu).expect("the engine answers");
+    let (_, response) = wait_for("the engine API", || {
+        let auth_header = format!(
+            "Authorization: Bearer {}\r\n",
+            moat_rpc::engine::make_token(&secret, moat_rpc::engine::unix_now())
+        );
+        post(auth, &auth_header, &fcu)
+    });
     assert_eq!(
         response["result"]["payloadStatus"]["status"], "VALID",
         "{response}"

@@ -474,17 +474,6 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
             ..RpcConfig::default()
         },
     );
-    let rpc = moat_rpc::start(rpc_config, ctx.clone())
-        .await
-        .map_err(|e| e.to_string())?;
-    match rpc.http_addr() {
-        Some(addr) => tracing::info!(%addr, "HTTP JSON-RPC listening"),
-        None => tracing::info!("HTTP JSON-RPC off (give --http to serve it)"),
-    }
-    if let Some(ws) = rpc.ws_addr() {
-        tracing::info!(addr = %ws, "WebSocket JSON-RPC listening");
-    }
-
     let secret = jwt_secret(&args, &datadir)?;
     let miner = args.pool.miner_config(args.dev)?;
     let payloads = PayloadService::new(chain.clone(), pool.clone()).with_miner(miner.clone());
@@ -511,6 +500,19 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(addr = %engine.local_addr(), "engine API listening");
+    // The public RPC opens after the engine API: a script (or a test) that waits for the
+    // RPC to answer finds the engine port bound too.
+    let rpc = moat_rpc::start(rpc_config, ctx.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    match rpc.http_addr() {
+        Some(addr) => tracing::info!(%addr, "HTTP JSON-RPC listening"),
+        None => tracing::info!("HTTP JSON-RPC off (give --http to serve it)"),
+    }
+    if let Some(ws) = rpc.ws_addr() {
+        tracing::info!(addr = %ws, "WebSocket JSON-RPC listening");
+    }
+
     // Each head the pool has followed (from the consensus client, the syncer or dev
     // mode) reaches newHeads subscribers and the peers.
     let mut heads = maintainer.subscribe();
