@@ -258,6 +258,9 @@ pub struct Chain {
     config: ChainConfig,
     genesis_hash: B256,
     senders: Option<SenderCache>,
+    /// Whether block import reads a block's state on a second thread ahead of its
+    /// execution ([`vm::execute_block_prewarmed`]).
+    prewarm: bool,
     /// Serialises the writers of the chain (import, side blocks, head changes): the
     /// engine API and the syncer may import at the same moment, and each import reads
     /// the head it extends before it commits.
@@ -519,6 +522,7 @@ impl Chain {
             config: genesis.config.clone(),
             genesis_hash: hash,
             senders: None,
+            prewarm: true,
             writer: Default::default(),
             td_cache: Default::default(),
             undo_window: UndoWindow::default(),
@@ -618,6 +622,13 @@ impl Chain {
     /// Reads senders from (and records them in) the pool's sender cache.
     pub fn with_sender_cache(mut self, cache: SenderCache) -> Self {
         self.senders = Some(cache);
+        self
+    }
+
+    /// Whether block import runs a prewarm thread beside each block's execution (on by
+    /// default; it does nothing on one core).
+    pub fn with_prewarm(mut self, on: bool) -> Self {
+        self.prewarm = on;
         self
     }
 
@@ -1064,12 +1075,22 @@ impl Chain {
         senders: &[Address],
     ) -> Result<(vm::ExecutedBlock, crate::state_root::StateUpdate), ChainError> {
         let (number, hash) = (block.header.number, block.hash);
-        let executed = vm::execute_block(
-            &self.config,
-            block,
-            senders,
-            &StateAtBlock::head(self.store.clone()),
-        )
+        let state = StateAtBlock::head(self.store.clone());
+        let executed = if self.prewarm {
+            vm::execute_block_prewarmed(&self.config, block, senders, &state).map(
+                |(executed, stats)| {
+                    if stats.ran {
+                        metrics::counter!("moat_block_prewarm_reads_total", "from" => "warm")
+                            .increment(stats.warm_reads);
+                        metrics::counter!("moat_block_prewarm_reads_total", "from" => "store")
+                            .increment(stats.cold_reads);
+                    }
+                    executed
+                },
+            )
+        } else {
+            vm::execute_block(&self.config, block, senders, &state)
+        }
         .map_err(|e| match e {
             VmError::State(s) => ChainError::State(s),
             other => ChainError::Invalid {

@@ -98,6 +98,10 @@ pub(crate) struct NodeArgs {
     /// subtries and their accounts' storage tries split among them); 0: one per core.
     #[arg(long = "state-root-workers", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=16))]
     pub state_root_workers: u16,
+    /// Executes each block without the thread that reads its state ahead of the
+    /// transactions (prewarming, on by default where there are two cores or more).
+    #[arg(long = "engine.disable-prewarming")]
+    pub disable_prewarming: bool,
     /// Most gas an eth_call or eth_estimateGas may use (0: the block gas limit).
     #[arg(long = "rpc.gascap", default_value_t = moat_rpc::DEFAULT_GAS_CAP)]
     pub rpc_gascap: u64,
@@ -373,7 +377,11 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
             crate::chain_cmd::open_chain_in(store.clone(), &network, &datadir)
         }
     }
-    .map(|chain| chain.with_undo_window(args.ops.undo_window()))
+    .map(|chain| {
+        chain
+            .with_undo_window(args.ops.undo_window())
+            .with_prewarm(!args.disable_prewarming)
+    })
     .map_err(|e| {
         if store.damage().is_some() || e.contains("corrupt") {
             format!(

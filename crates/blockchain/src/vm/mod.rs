@@ -30,6 +30,9 @@
 //! [`StateReader`] computes (`state_root_with`). Constantinople's EIP-1283 (dropped by
 //! Petersburg) has no revm spec: Constantinople blocks run with Petersburg's rules, which
 //! differ only on chains that schedule the two forks apart.
+//!
+//! Block import runs [`execute_block_prewarmed`]: the same execution with a second thread
+//! reading the block's pre-state ahead of it ([`prewarm`]).
 
 mod call;
 mod changes;
@@ -37,6 +40,7 @@ mod db;
 mod env;
 pub mod geth_words;
 mod overrides;
+mod prewarm;
 pub mod simulate;
 mod system;
 #[cfg(test)]
@@ -56,6 +60,7 @@ use std::collections::BTreeMap;
 
 pub use call::{CallOutcome, CallRequest, call, call_gas_cap, create_access_list, estimate_gas};
 pub use overrides::{AccountOverride, OverriddenState, OverrideError};
+pub use prewarm::{PREWARM_GAS, PREWARM_MIN_TXS, PrewarmStats, execute_block_prewarmed};
 pub use system::{
     BEACON_ROOTS_ADDRESS, CONSOLIDATION_REQUEST_ADDRESS, DEPOSIT_EVENT_TOPIC,
     HISTORY_STORAGE_ADDRESS, WITHDRAWAL_REQUEST_ADDRESS,
@@ -197,6 +202,18 @@ pub fn execute_block(
     senders: &[Address],
     state: &dyn StateReader,
 ) -> Result<ExecutedBlock, VmError> {
+    execute(config, block, senders, state, None)
+}
+
+/// [`execute_block`], telling `progress` the index of each transaction as it starts
+/// (the prewarm thread runs ahead of it).
+fn execute(
+    config: &ChainConfig,
+    block: &Block,
+    senders: &[Address],
+    state: &dyn StateReader,
+    progress: Option<&std::sync::atomic::AtomicUsize>,
+) -> Result<ExecutedBlock, VmError> {
     let header = &block.header;
     if senders.len() != block.transactions.len() {
         return Err(VmError::InvalidBlock(format!(
@@ -220,6 +237,9 @@ pub fn execute_block(
     let mut cumulative_gas: u64 = 0;
     let mut blob_gas_used: u64 = 0;
     for (index, (tx, sender)) in block.transactions.iter().zip(senders).enumerate() {
+        if let Some(progress) = progress {
+            progress.store(index, std::sync::atomic::Ordering::Release);
+        }
         // revm checks a tx against the block gas limit alone; what earlier txs used is
         // ours to subtract (geth's "gas limit reached").
         let available = header.gas_limit.saturating_sub(cumulative_gas);

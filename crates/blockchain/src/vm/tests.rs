@@ -550,3 +550,120 @@ fn osaka_caps_transaction_gas() {
         "{err:?}"
     );
 }
+
+/// A state whose reads count, to tell the prewarm thread's reads from the executor's.
+struct Counted<'a> {
+    inner: &'a MemState,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl StateReader for Counted<'_> {
+    fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.account(address)
+    }
+    fn storage(&self, address: &Address, slot: &B256) -> Result<U256, VmError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.storage(address, slot)
+    }
+    fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError> {
+        self.inner.code(code_hash)
+    }
+    fn block_hash(&self, number: u64) -> Result<B256, VmError> {
+        self.inner.block_hash(number)
+    }
+}
+
+#[test]
+fn a_prewarmed_block_executes_as_the_plain_one_whatever_the_runs_ahead_read() {
+    // A counter every tx bumps (slot 0) and a per-caller counter (slot = caller): each
+    // tx reads what the txs before it wrote, which the prewarm thread's runs (each alone
+    // on the pre-state) never see. Senders send several txs each, so their runs past the
+    // first carry nonces the pre-state does not have.
+    let runtime = [
+        0x60, 0x00, 0x54, 0x60, 0x01, 0x01, 0x60, 0x00, 0x55, // slot0 += 1
+        0x33, 0x54, 0x60, 0x01, 0x01, 0x33, 0x55, 0x00, // slot[caller] += 1
+    ];
+    let counter = Address::repeat_byte(0xcc);
+    let signers: Vec<Signer> = (10..16).map(Signer::from_seed).collect();
+    let mut state = MemState::default();
+    state.deploy(counter, &runtime);
+    // Prague's request contracts, so the block runs whole.
+    state.deploy(WITHDRAWAL_REQUEST_ADDRESS, &[0x00]);
+    state.deploy(CONSOLIDATION_REQUEST_ADDRESS, &[0x00]);
+    state
+        .storage
+        .insert((counter, B256::ZERO), U256::from(1000));
+    for s in &signers {
+        state.fund(s.address(), ETH);
+    }
+    let (mut txs, mut senders) = (Vec::new(), Vec::new());
+    for round in 0..6u64 {
+        for (i, s) in signers.iter().enumerate() {
+            let tx = if (round + i as u64).is_multiple_of(3) {
+                let to = Address::repeat_byte(0x40 + i as u8);
+                call(s, round, TxKind::Call(to), 1_000 + round, vec![], 21_000)
+            } else {
+                call(s, round, TxKind::Call(counter), 0, vec![], 100_000)
+            };
+            txs.push(tx);
+            senders.push(s.address());
+        }
+    }
+    assert!(txs.len() >= PREWARM_MIN_TXS);
+    let config = ChainConfig::all_forks_at_genesis(CHAIN_ID, Fork::Prague);
+    let block = block(Fork::Prague, txs, Some(vec![]));
+    let plain = execute_block(&config, &block, &senders, &state).unwrap();
+    let counted = Counted {
+        inner: &state,
+        reads: 0.into(),
+    };
+    let (warmed, stats) = execute_block_prewarmed(&config, &block, &senders, &counted).unwrap();
+    assert_eq!(warmed, plain);
+    assert!(warmed.receipts.iter().all(|r| r.success));
+    let slot0 = change(&warmed, counter)
+        .storage
+        .iter()
+        .find(|(k, _)| *k == B256::ZERO)
+        .map(|(_, v)| *v);
+    let bumps = warmed.receipts.len() - signers.len() * 2;
+    assert_eq!(slot0, Some(U256::from(1000 + bumps)));
+    assert!(stats.ran);
+    // Each value was read from the state once, by whichever thread came first: the
+    // executor's reads the cache answered are the prewarm thread's.
+    let reads = counted.reads.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(stats.cold_reads <= reads, "{stats:?} {reads}");
+    assert!(stats.warm_reads + stats.cold_reads > 0, "{stats:?}");
+}
+
+#[test]
+fn a_prewarmed_block_reports_the_readers_failure() {
+    struct Failing;
+    impl StateReader for Failing {
+        fn account(&self, _: &Address) -> Result<Option<AccountInfo>, VmError> {
+            Err(VmError::State("disk on fire".into()))
+        }
+        fn storage(&self, _: &Address, _: &B256) -> Result<U256, VmError> {
+            Err(VmError::State("disk on fire".into()))
+        }
+        fn code(&self, _: &B256) -> Result<Option<Bytes>, VmError> {
+            Ok(None)
+        }
+        fn block_hash(&self, _: u64) -> Result<B256, VmError> {
+            Ok(B256::ZERO)
+        }
+    }
+    let signer = Signer::from_seed(3);
+    let txs: Vec<_> = (0..PREWARM_MIN_TXS as u64)
+        .map(|n| call(&signer, n, TxKind::Call(Address::ZERO), 1, vec![], 21_000))
+        .collect();
+    let senders = vec![signer.address(); txs.len()];
+    let config = ChainConfig::all_forks_at_genesis(CHAIN_ID, Fork::Shanghai);
+    let block = block(Fork::Shanghai, txs, Some(vec![]));
+    match execute_block_prewarmed(&config, &block, &senders, &Failing) {
+        Err(VmError::State(msg)) => assert!(msg.contains("disk on fire"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
