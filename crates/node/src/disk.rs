@@ -33,7 +33,9 @@ pub(crate) enum Trouble {
 /// so that no block's newPayload carries the writes and the sync of the blocks before
 /// it (`Store::wait_for_flush`). Exports `moat_store_pending_commits` (how many waited
 /// when it woke), `moat_store_flush_seconds` and `moat_store_flushes_total`.
-/// A failure is latched like any write's, for [`trouble`] to see.
+/// A failure of the disk or damage is latched like any write's, for [`trouble`] to see;
+/// any other failure is retried each round, logged once a streak and counted in
+/// `moat_store_flush_failures_total`.
 pub(crate) struct Flusher {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -46,15 +48,35 @@ impl Flusher {
         let thread = std::thread::Builder::new()
             .name("moat-flusher".into())
             .spawn(move || {
+                // Failures in a row: the first of a streak is logged, and its end.
+                let mut failing = 0u64;
                 while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
                     if store.wait_for_flush(Duration::from_millis(250)) {
                         let (waiting, _) = store.pending_commits();
                         metrics::gauge!("moat_store_pending_commits").set(waiting as f64);
                         let started = std::time::Instant::now();
-                        let _ = store.flush_round();
+                        let flushed = store.flush_round();
                         metrics::histogram!("moat_store_flush_seconds")
                             .record(started.elapsed().as_secs_f64());
                         metrics::counter!("moat_store_flushes_total").increment(1);
+                        match flushed {
+                            // A disk failure or damage is latched: `trouble` reports it.
+                            Err(e) if store.write_failure().is_none() => {
+                                metrics::counter!("moat_store_flush_failures_total")
+                                    .increment(1);
+                                if failing == 0 {
+                                    tracing::error!(error = %e, waiting, "writing blocks into the database failed; retrying each round");
+                                }
+                                failing += 1;
+                            }
+                            Err(_) => {}
+                            Ok(()) => {
+                                if failing > 0 {
+                                    tracing::warn!(failed_rounds = failing, "blocks written into the database again");
+                                }
+                                failing = 0;
+                            }
+                        }
                     }
                 }
             })?;

@@ -21,6 +21,7 @@ const EVENT_COUNTERS: &[&str] = &[
     "moat_engine_reorgs_total",
     "moat_sync_blocks_imported_total",
     "moat_store_flushes_total",
+    "moat_store_flush_failures_total",
 ];
 
 /// Gauges written only on events.
