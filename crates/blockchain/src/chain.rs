@@ -259,7 +259,8 @@ pub struct Chain {
     genesis_hash: B256,
     senders: Option<SenderCache>,
     /// Whether block import reads a block's state on a second thread ahead of its
-    /// execution ([`vm::execute_block_prewarmed`]).
+    /// execution ([`vm::execute_block_prewarmed`]), when no earlier block waits to be
+    /// written into the database file.
     prewarm: bool,
     /// Serialises the writers of the chain (import, side blocks, head changes): the
     /// engine API and the syncer may import at the same moment, and each import reads
@@ -1076,7 +1077,9 @@ impl Chain {
     ) -> Result<(vm::ExecutedBlock, crate::state_root::StateUpdate), ChainError> {
         let (number, hash) = (block.header.number, block.hash);
         let state = StateAtBlock::head(self.store.clone());
-        let executed = if self.prewarm {
+        // The second core is the flusher's while earlier blocks wait to be written
+        // (blocks coming back to back): a prewarm thread would only slow both down.
+        let executed = if self.prewarm && self.store.pending_commits().0 == 0 {
             vm::execute_block_prewarmed(&self.config, block, senders, &state).map(
                 |(executed, stats)| {
                     if stats.ran {
