@@ -569,6 +569,8 @@ impl StateReader for Counted<'_> {
         self.inner.storage(address, slot)
     }
     fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.code(code_hash)
     }
     fn block_hash(&self, number: u64) -> Result<B256, VmError> {
