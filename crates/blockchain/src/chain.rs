@@ -720,9 +720,7 @@ impl Chain {
             }
             Ok(sender)
         };
-        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let threads = *CORES
-            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)));
+        let threads = crate::cores().min(8);
         if threads < 2 || txs.len() < PARALLEL_MIN_SENDERS {
             return (0..txs.len()).map(recover).collect();
         }

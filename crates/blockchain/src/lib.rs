@@ -24,3 +24,10 @@ pub mod state_root;
 pub mod undo;
 pub mod verify;
 pub mod vm;
+
+/// The cores this process may use (`available_parallelism`, read once; 1 if unknown):
+/// what sender recovery, the prewarm thread and the state root size their helpers by.
+pub(crate) fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}

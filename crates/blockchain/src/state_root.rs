@@ -294,7 +294,7 @@ pub fn set_state_root_workers(n: usize) {
 /// The threads a block's state root uses (the calling thread included).
 pub fn state_root_workers() -> usize {
     match WORKERS.load(Ordering::Relaxed) {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => crate::cores(),
         n => n,
     }
     .clamp(1, 16)

@@ -121,16 +121,12 @@ pub struct PrewarmStats {
     pub warm_reads: u64,
     /// The executor's reads that went to the store.
     pub cold_reads: u64,
-    /// Transactions the prewarm thread ran ahead of the executor.
-    pub runs: u64,
 }
 
 /// Whether a block is worth a prewarm thread: enough transactions, a second core, and
 /// a fork whose receipts do not need a state root after each transaction.
 fn worth_prewarming(config: &ChainConfig, block: &Block) -> bool {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    cores >= 2
+    crate::cores() >= 2
         && block.transactions.len() >= PREWARM_MIN_TXS
         && crate::premerge::block_fork(config, &block.header) >= Fork::Byzantium
 }
@@ -153,12 +149,11 @@ pub fn execute_block_prewarmed(
     let ahead = WarmReader::new(state, &warm);
     let progress = AtomicUsize::new(0);
     let done = AtomicBool::new(false);
-    let runs = AtomicU64::new(0);
     let executed = std::thread::scope(|scope| {
         let helper = std::thread::Builder::new()
             .name("moat-prewarm".into())
             .spawn_scoped(scope, || {
-                run_ahead(config, block, senders, &ahead, &progress, &done, &runs)
+                run_ahead(config, block, senders, &ahead, &progress, &done)
             });
         /// Tells the prewarm thread to stop however the executor leaves (an error, a
         /// panic), so the scope's join never waits for more than one run.
@@ -184,7 +179,6 @@ pub fn execute_block_prewarmed(
             ran: true,
             warm_reads: main.hits.load(Ordering::Relaxed),
             cold_reads: main.misses.load(Ordering::Relaxed),
-            runs: runs.load(Ordering::Relaxed),
         },
     ))
 }
@@ -198,7 +192,6 @@ fn run_ahead(
     reader: &WarmReader<'_>,
     progress: &AtomicUsize,
     done: &AtomicBool,
-    runs: &AtomicU64,
 ) {
     let stopped = || done.load(Ordering::Acquire);
     // Read errors are the executor's to meet and report: here they only end the warming.
@@ -251,7 +244,6 @@ fn run_ahead(
         // The outcome is thrown away; a run revm refuses (a balance an earlier tx
         // spends) read what it read before refusing.
         let _ = evm.transact(tx_env);
-        runs.fetch_add(1, Ordering::Relaxed);
         next += 1;
     }
 }

@@ -632,7 +632,7 @@ fn a_prewarmed_block_executes_as_the_plain_one_whatever_the_runs_ahead_read() {
         .map(|(_, v)| *v);
     let bumps = warmed.receipts.len() - signers.len() * 2;
     assert_eq!(slot0, Some(U256::from(1000 + bumps)));
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::cores();
     assert_eq!(stats.ran, cores >= 2, "one core: no prewarm thread");
     // Each value was read from the state once, by whichever thread came first: the
     // executor's reads the cache answered are the prewarm thread's.
