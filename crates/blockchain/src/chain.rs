@@ -30,6 +30,7 @@ use moat_mempool::maintain::CanonHead;
 use moat_storage::{ChainMeta, Store, StoreError, TxLocation, WriteBatch};
 use sha2::{Digest, Sha256};
 use std::path::Path;
+use std::time::Instant;
 
 mod dev;
 mod finality;
@@ -1028,10 +1029,14 @@ impl Chain {
         })?;
         self.check_pow_rules(block, &parent)?;
 
+        let started = Instant::now();
         let senders = self.senders_of(block)?;
+        import_phase("senders", started);
         match self.execute_on_head(block, &senders) {
             Ok((executed, update)) => {
+                let started = Instant::now();
                 self.commit_executed(block, &executed.receipts, executed.changes, update)?;
+                import_phase("commit", started);
                 Ok(ImportOutcome::Imported {
                     number,
                     hash,
@@ -1075,6 +1080,7 @@ impl Chain {
     ) -> Result<(vm::ExecutedBlock, crate::state_root::StateUpdate), ChainError> {
         let (number, hash) = (block.header.number, block.hash);
         let state = StateAtBlock::head(self.store.clone());
+        let started = Instant::now();
         // The second core is the flusher's while earlier blocks wait to be written
         // (blocks coming back to back): a prewarm thread would only slow both down.
         let executed = if self.prewarm && self.store.pending_commits().0 == 0 {
@@ -1146,13 +1152,16 @@ impl Chain {
                 return mismatch(ExecutionMismatch::RequestsHash { expected, found });
             }
         }
+        import_phase("execute", started);
         // Under the writer lock no commit moves the trie under this read: a node that
         // does not hash to what its parent names is damage in the file.
+        let started = Instant::now();
         let update = state_update(&self.store, &executed.changes).inspect_err(|e| {
             if let StoreError::Corrupt(why) = e {
                 self.note_damage(why);
             }
         })?;
+        import_phase("root", started);
         if update.root != h.state_root {
             return mismatch(ExecutionMismatch::StateRoot {
                 expected: update.root,
@@ -1215,4 +1224,13 @@ impl Chain {
         self.pruned_to(pruned);
         Ok(())
     }
+}
+
+/// Records how long one phase of a block's import took, in
+/// `moat_block_import_seconds{phase}`: `senders` (recovered or read from the cache),
+/// `execute` (the txs, with receipts and bloom checked), `root` (the state trie updated and
+/// hashed) and `commit` (the block and its state handed to the store). An import that
+/// fails records the phases it finished.
+fn import_phase(phase: &'static str, started: Instant) {
+    metrics::histogram!("moat_block_import_seconds", "phase" => phase).record(started.elapsed());
 }

@@ -22,6 +22,7 @@ const EVENT_COUNTERS: &[&str] = &[
     "moat_sync_blocks_imported_total",
     "moat_store_flushes_total",
     "moat_store_flush_failures_total",
+    "moat_block_prewarm_reads_total",
 ];
 
 /// Gauges written only on events.

@@ -359,6 +359,12 @@ async fn run_async(args: NodeArgs, shutdown: crate::shutdown::Shutdown) -> Resul
                 ),
                 crate::ops_flags::NEW_PAYLOAD_BUCKETS,
             )
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full("moat_block_import_seconds".into()),
+                    crate::ops_flags::NEW_PAYLOAD_BUCKETS,
+                )
+            })
             .map_err(|e| format!("metrics buckets: {e}"))?;
         install_metrics(builder).map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
         tracing::info!(%addr, "Prometheus metrics listening");

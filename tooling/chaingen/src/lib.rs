@@ -13,7 +13,8 @@
 //!
 //! The transactions, all EIP-1559, chosen with a seeded PRNG (same parameters, same chain):
 //! - transfers of up to 0.001 ether, to a fresh address (a new account) or to one that
-//!   exists (a sender or an earlier fresh address);
+//!   exists (a sender, an earlier fresh address or, with `holders`, one of the funded
+//!   keyless accounts that make the state large, [`holder_address`]);
 //! - deployments of [`STORE_INITCODE`], whose constructor writes two slots (slot 0 =
 //!   TIMESTAMP, slot 1 = CALLER) and whose runtime writes every (key, value) pair of its
 //!   calldata: `SSTORE(CALLDATALOAD(i), CALLDATALOAD(i + 32))` for i = 0, 64, …
@@ -213,6 +214,9 @@ pub struct Params {
     pub calldata_bytes: usize,
     /// Whether calls also go to the genesis contracts (and their slots).
     pub genesis_contract_calls: bool,
+    /// Funded accounts without keys ([`holder_address`]), there only to make the state
+    /// large: transfers to an existing account may go to one of them.
+    pub holders: usize,
 }
 
 impl Default for Params {
@@ -237,6 +241,7 @@ impl Default for Params {
             calldata_percent: 0,
             calldata_bytes: 4096,
             genesis_contract_calls: false,
+            holders: 0,
         }
     }
 }
@@ -246,6 +251,18 @@ impl Default for Params {
 pub fn sender_keys(n: usize) -> Vec<Signer> {
     (0..n as u64).map(Signer::from_seed).collect()
 }
+
+/// Holder number `i`: keccak256("chaingen holder " ‖ i as 8 bytes big-endian)[12..], a
+/// funded account nobody holds the key of.
+pub fn holder_address(i: u64) -> Address {
+    let mut material = [0u8; 24];
+    material[..16].copy_from_slice(b"chaingen holder ");
+    material[16..].copy_from_slice(&i.to_be_bytes());
+    Address::from_slice(&keccak256(material)[12..])
+}
+
+/// Balance of every holder at genesis: one ether.
+const HOLDER_BALANCE: u128 = 1_000_000_000_000_000_000;
 
 /// The genesis: every fork through Prague active at block 0 (terminal total difficulty
 /// 0, difficulty 0), the four system contracts Prague block execution calls, and the
@@ -260,6 +277,15 @@ pub fn genesis(params: &Params, senders: &[Signer]) -> Genesis {
             s.address(),
             GenesisAccount {
                 balance: U256::from(SENDER_BALANCE),
+                ..Default::default()
+            },
+        );
+    }
+    for i in 0..params.holders as u64 {
+        alloc.insert(
+            holder_address(i),
+            GenesisAccount {
+                balance: U256::from(HOLDER_BALANCE),
                 ..Default::default()
             },
         );
@@ -850,11 +876,14 @@ impl Generator {
             self.fresh.push(a);
             return a;
         }
-        let known = self.sender_addresses.len() + self.fresh.len();
+        let known = self.sender_addresses.len() + self.fresh.len() + self.params.holders;
         let i = self.rng.below(known);
         match i.checked_sub(self.sender_addresses.len()) {
             None => self.sender_addresses[i],
-            Some(j) => self.fresh[j],
+            Some(j) => match j.checked_sub(self.fresh.len()) {
+                None => self.fresh[j],
+                Some(k) => holder_address(k as u64),
+            },
         }
     }
 

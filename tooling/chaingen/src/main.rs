@@ -88,6 +88,10 @@ struct Args {
     /// Slots of each `--storage-contracts` contract.
     #[arg(long, default_value_t = 0)]
     storage_slots: usize,
+    /// Funded accounts without keys in genesis, to make the state large (transfers to an
+    /// existing account may go to them).
+    #[arg(long, default_value_t = 0)]
+    holders: usize,
     /// Chain id of the genesis.
     #[arg(long, default_value_t = moat_chaingen::DEFAULT_CHAIN_ID)]
     chain_id: u64,
@@ -113,9 +117,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// Streams `value` to `path` as pretty JSON (a genesis of millions of accounts is never
+/// held as one string).
 fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let failed = |e: &dyn std::fmt::Display| format!("cannot write {}: {e}", path.display());
+    let file = File::create(path).map_err(|e| failed(&e))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    serde_json::to_writer_pretty(&mut out, value).map_err(|e| failed(&e))?;
+    out.write_all(b"\n").map_err(|e| failed(&e))?;
+    out.flush().map_err(|e| failed(&e))
 }
 
 fn run(args: &Args) -> Result<(), String> {
@@ -134,6 +144,7 @@ fn run(args: &Args) -> Result<(), String> {
         genesis_contracts: args.storage_contracts,
         genesis_slots: args.storage_slots,
         genesis_contract_calls: args.storage_contracts > 0,
+        holders: args.holders,
         gas_limit: args.gas_limit,
         genesis_time: args.genesis_time,
         seed: args.seed,

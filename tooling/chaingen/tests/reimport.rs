@@ -320,3 +320,34 @@ fn the_amm_calldata_and_storage_mix_swaps_in_two_pools_and_writes_big_contracts(
         .count();
     assert!(written > 0, "the calls wrote the large contracts' slots");
 }
+
+/// With `holders`, the genesis funds that many keyless accounts and transfers to existing
+/// accounts reach some of them: a large state the blocks really read.
+#[test]
+fn holders_are_funded_at_genesis_and_receive_transfers() {
+    let mut g = Generator::new(Params {
+        senders: 10,
+        txs_per_block: 40,
+        deploy_percent: 0,
+        call_percent: 0,
+        fresh_percent: 0,
+        holders: 50,
+        ..Params::default()
+    })
+    .unwrap();
+    for _ in 0..3 {
+        g.next_block().unwrap();
+    }
+    let one_ether = U256::from(1_000_000_000_000_000_000u128);
+    let store = g.chain().store();
+    let balances: Vec<U256> = (0..50)
+        .map(|i| {
+            let address = moat_chaingen::holder_address(i);
+            assert_eq!(g.genesis().alloc[&address].balance, one_ether);
+            store.account(&address).unwrap().expect("funded").balance
+        })
+        .collect();
+    let paid = balances.iter().filter(|b| **b > one_ether).count();
+    // 120 transfers to 60 known accounts, 50 of them holders.
+    assert!(paid > 10, "{balances:?}");
+}
