@@ -148,19 +148,31 @@ impl Layer {
                 .next()
                 .is_some()
     }
+}
 
-    /// Hands the layer's writes to a transaction, table by table: each deleted range,
-    /// then each key written or deleted, in key order.
-    pub(crate) fn write(
-        &self,
-        mut apply: impl FnMut(Table, Write<'_>) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
+/// Hands `layers`' writes (oldest first) to one transaction, layer after layer and in
+/// each table by table: each deleted range, then each key written or deleted, in key
+/// order; a key a later layer writes or deletes again is skipped in the earlier one
+/// (what it would write is overwritten in the same transaction: the trie's upper nodes,
+/// a busy contract's account and slots come once in a round rather than once a block).
+pub(crate) fn write_layers(
+    layers: &[&Layer],
+    mut apply: impl FnMut(Table, Write<'_>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    for (i, layer) in layers.iter().enumerate() {
+        let later = &layers[i + 1..];
         for table in Table::ALL {
-            let writes = &self.tables[table.index()];
+            let writes = &layer.tables[table.index()];
             for (start, end) in &writes.cleared {
                 apply(table, Write::Clear(start, end.as_deref()))?;
             }
             for (key, value) in &writes.entries {
+                if later
+                    .iter()
+                    .any(|l| l.tables[table.index()].entries.contains_key(key))
+                {
+                    continue;
+                }
                 apply(
                     table,
                     match value {
@@ -170,8 +182,8 @@ impl Layer {
                 )?;
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// The value of `key` in `layers` (oldest first): `Some(lookup)` when a layer touched it.
@@ -338,5 +350,74 @@ mod tests {
             ]
         );
         assert!(Overlay::of(&layers, Table::Storage, b"z", Some(b"a")).is_none());
+    }
+
+    /// A file (a sorted map) after `layers` are written into it by [`write_layers`], and
+    /// the number of writes handed out.
+    fn written(layers: &[&Layer], file: &[(&[u8], &[u8])]) -> (Vec<(Vec<u8>, Vec<u8>)>, usize) {
+        let mut map: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+            file.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        let mut writes = 0;
+        write_layers(layers, |_, write| {
+            writes += 1;
+            match write {
+                Write::Clear(start, end) => map.retain(|k, _| {
+                    !(k.as_slice() >= start && end.is_none_or(|e| k.as_slice() <= e))
+                }),
+                Write::Put(k, v) => {
+                    map.insert(k.to_vec(), v.to_vec());
+                }
+                Write::Delete(k) => {
+                    map.remove(k);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        (map.into_iter().collect(), writes)
+    }
+
+    /// Layers written in one round give the file they give written one by one, and a
+    /// key a later layer writes or deletes again is handed out once.
+    #[test]
+    fn a_round_skips_writes_a_later_layer_overwrites_and_ends_the_same() {
+        let del = |key: &[u8]| Op::Delete {
+            table: Table::Storage,
+            key: key.to_vec(),
+        };
+        let first = Layer::of(vec![put(b"a", b"1"), put(b"b", b"1"), put(b"c", b"1")]);
+        let second = Layer::of(vec![
+            put(b"a", b"2"),
+            del(b"b"),
+            clear(b"c", Some(b"d")),
+            put(b"e", b"2"),
+        ]);
+        let third = Layer::of(vec![put(b"b", b"3"), put(b"a", b"3")]);
+        let file: [(&[u8], &[u8]); 2] = [(b"d", b"f"), (b"z", b"f")];
+        let (together, writes) = written(&[&first, &second, &third], &file);
+        let mut apart = file
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect::<Vec<_>>();
+        for layer in [&first, &second, &third] {
+            let flat: Vec<(&[u8], &[u8])> = apart
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            apart = written(&[layer], &flat).0;
+        }
+        assert_eq!(together, apart);
+        assert_eq!(
+            together,
+            vec![
+                (b"a".to_vec(), b"3".to_vec()),
+                (b"b".to_vec(), b"3".to_vec()),
+                (b"e".to_vec(), b"2".to_vec()),
+                (b"z".to_vec(), b"f".to_vec()),
+            ]
+        );
+        // c (first), the clear (second), e (second), a and b (third): the first and
+        // second layers' a and b are overwritten within the round.
+        assert_eq!(writes, 5);
     }
 }

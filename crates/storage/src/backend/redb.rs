@@ -464,16 +464,15 @@ impl RedbBackend {
             .map_err(|e| StoreError::Db(format!("setting durability: {e}")))?;
         {
             let mut open: [Option<WriteTable<'_>>; Table::COUNT] = std::array::from_fn(|_| None);
-            for layer in drained.iter().map(|l| &**l).chain(extra) {
-                layer.write(|table, write| {
-                    let handle = opened(&txn, &mut open, table)?;
-                    match write {
-                        Write::Clear(start, end) => clear(handle, start, end),
-                        Write::Put(key, value) => put(handle, key, value),
-                        Write::Delete(key) => delete(handle, key),
-                    }
-                })?;
-            }
+            let layers: Vec<&Layer> = drained.iter().map(|l| &**l).chain(extra).collect();
+            super::pending::write_layers(&layers, |table, write| {
+                let handle = opened(&txn, &mut open, table)?;
+                match write {
+                    Write::Clear(start, end) => clear(handle, start, end),
+                    Write::Put(key, value) => put(handle, key, value),
+                    Write::Delete(key) => delete(handle, key),
+                }
+            })?;
             for op in ops {
                 let table = match op {
                     Op::Put { table, .. }
