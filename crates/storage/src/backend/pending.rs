@@ -352,9 +352,12 @@ mod tests {
         assert!(Overlay::of(&layers, Table::Storage, b"z", Some(b"a")).is_none());
     }
 
+    /// A file's content: (key, value) in key order.
+    type File = Vec<(Vec<u8>, Vec<u8>)>;
+
     /// A file (a sorted map) after `layers` are written into it by [`write_layers`], and
     /// the number of writes handed out.
-    fn written(layers: &[&Layer], file: &[(&[u8], &[u8])]) -> (Vec<(Vec<u8>, Vec<u8>)>, usize) {
+    fn written(layers: &[&Layer], file: &[(&[u8], &[u8])]) -> (File, usize) {
         let mut map: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
             file.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
         let mut writes = 0;
