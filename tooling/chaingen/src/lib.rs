@@ -255,8 +255,14 @@ pub fn sender_keys(n: usize) -> Vec<Signer> {
 /// Holder number `i`: keccak256("chaingen holder " ‖ i as 8 bytes big-endian)[12..], a
 /// funded account nobody holds the key of.
 pub fn holder_address(i: u64) -> Address {
+    tagged_address(b"chaingen holder ", i)
+}
+
+/// keccak256(`tag` ‖ `i` as 8 bytes big-endian)[12..]: an address of a numbered series
+/// (holders, fresh recipients) nobody holds the key of.
+fn tagged_address(tag: &[u8; 16], i: u64) -> Address {
     let mut material = [0u8; 24];
-    material[..16].copy_from_slice(b"chaingen holder ");
+    material[..16].copy_from_slice(tag);
     material[16..].copy_from_slice(&i.to_be_bytes());
     Address::from_slice(&keccak256(material)[12..])
 }
@@ -869,10 +875,7 @@ impl Generator {
     fn plan_recipient(&mut self) -> Address {
         if self.rng.percent(self.params.fresh_percent) {
             self.stats.fresh_transfers += 1;
-            let mut material = [0u8; 24];
-            material[..16].copy_from_slice(b"chaingen fresh  ");
-            material[16..].copy_from_slice(&(self.fresh.len() as u64).to_be_bytes());
-            let a = Address::from_slice(&keccak256(material)[12..]);
+            let a = tagged_address(b"chaingen fresh  ", self.fresh.len() as u64);
             self.fresh.push(a);
             return a;
         }
