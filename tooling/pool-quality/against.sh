@@ -1,8 +1,8 @@
 #!/bin/bash
-# One seed of moat-pool-quality against a fresh moat or geth node:
-#   tooling/pool-quality/against.sh moat|geth SEED [--blobs] [--senders N]
+# One seed of moat-pool-quality against a fresh moat, geth or reth node:
+#   tooling/pool-quality/against.sh moat|geth|reth SEED [--blobs] [--senders N]
 # Run from the repository root after `cargo build --release -p moat -p moat-pool-quality`
-# (GETH=path/to/geth for geth). The node runs on the tool's genesis in a fresh datadir
+# (GETH=path/to/geth for geth, RETH=path/to/reth for reth). The node runs on the tool's genesis in a fresh datadir
 # under $WORK (default /tmp/pool-quality), loopback only, discovery off; the tool sends the
 # local part of the stream over RPC and the remote part over RLPx from its peers, then
 # builds one payload. The datadir is removed afterwards; the tool's output stays there.
@@ -15,6 +15,7 @@ for a in "$@"; do [ "$a" = "--blobs" ] && MODE=blobs; EXTRA+=("$a"); done
 TOOL=${TOOL:-./target/release/moat-pool-quality}
 MOAT=${MOAT:-./target/release/moat}
 GETH=${GETH:-geth}
+RETH=${RETH:-reth}
 WORK=${WORK:-/tmp/pool-quality}
 D=$WORK/$NODE-$MODE-$SEED; rm -rf "$D"; mkdir -p "$D"
 G=$WORK/genesis-$MODE.json
@@ -27,6 +28,12 @@ if [ "$NODE" = geth ]; then
   "$GETH" --datadir "$D/db" --http --http.addr 127.0.0.1 --http.port $HTTP --http.api eth,txpool,admin \
     --authrpc.addr 127.0.0.1 --authrpc.port $AUTH --authrpc.jwtsecret "$JWT" --port $P2P --nodiscover \
     --nat none --maxpeers 20 --ipcdisable --syncmode full "${NODE_EXTRA[@]}" > "$D/node.log" 2>&1 &
+elif [ "$NODE" = reth ]; then
+  "$RETH" init --datadir "$D/db" --chain "$G" > "$D/init.log" 2>&1
+  "$RETH" node --datadir "$D/db" --chain "$G" --http --http.addr 127.0.0.1 --http.port $HTTP \
+    --http.api eth,txpool,admin --authrpc.addr 127.0.0.1 --authrpc.port $AUTH \
+    --authrpc.jwtsecret "$JWT" --port $P2P --addr 127.0.0.1 --disable-discovery --nat none \
+    --max-outbound-peers 0 --max-inbound-peers 20 --ipcdisable "${NODE_EXTRA[@]}" > "$D/node.log" 2>&1 &
 else
   "$MOAT" init --datadir "$D/db" --network "$G" > "$D/init.log" 2>&1
   "$MOAT" --datadir "$D/db" --network "$G" --http --http.addr 127.0.0.1 --http.port $HTTP \

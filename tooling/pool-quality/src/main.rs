@@ -9,7 +9,7 @@
 //!     [--enode enode://…@127.0.0.1:30303]
 //! ```
 //!
-//! Against an external node (moat or geth started on the written genesis, fresh datadir),
+//! Against an external node (moat, geth or reth started on the written genesis, fresh datadir),
 //! the local part of the stream goes over `eth_sendRawTransaction`; with `--enode` the
 //! remote part goes over RLPx/eth from [`PEERS`] peer identities (plain txs in
 //! `Transactions` messages, blob txs announced and served on request, as the protocol
