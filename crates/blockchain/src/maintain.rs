@@ -149,13 +149,7 @@ impl CanonChain for Chain {
 
     fn changed_accounts(&self, block: &Block) -> Option<Vec<Address>> {
         let record = self.store().undo(&block.hash).ok()??;
-        let undo = Undo::decode(&record).ok()?;
-        Some(
-            undo.accounts
-                .into_iter()
-                .map(|(address, _)| address)
-                .collect(),
-        )
+        Undo::decode_addresses(&record).ok()
     }
 
     fn keep_blob_txs(&self, block: &Block, pool: &Pool) {

@@ -134,9 +134,13 @@ impl Undo {
 
     /// The record as the store keeps it (RLP); [`Undo::decode`] reads it back.
     pub fn encode(&self) -> Vec<u8> {
-        let mut accounts = Vec::new();
+        // Each section is sized up front (a record is megabytes on a busy block: growing
+        // it by doubling copied it over and over), and one scratch buffer takes each item
+        // in turn.
+        let mut item = Vec::with_capacity(128);
+        let mut accounts = Vec::with_capacity(self.accounts.len() * 120);
         for (address, account) in &self.accounts {
-            let mut item = Vec::new();
+            item.clear();
             address.encode(&mut item);
             match account {
                 None => false.encode(&mut item),
@@ -150,9 +154,9 @@ impl Undo {
             }
             rlp::encode_list_payload(&item, &mut accounts);
         }
-        let mut slots = Vec::new();
+        let mut slots = Vec::with_capacity(self.slots.len() * 96);
         for (address, slot, value) in &self.slots {
-            let mut item = Vec::new();
+            item.clear();
             address.encode(&mut item);
             slot.encode(&mut item);
             value.encode(&mut item);
@@ -160,21 +164,26 @@ impl Undo {
         }
         let mut wiped = Vec::new();
         for (address, list) in &self.wiped {
-            let mut pairs = Vec::new();
+            let mut pairs = Vec::with_capacity(list.len() * 72);
             for (slot, value) in list {
-                let mut pair = Vec::new();
-                slot.encode(&mut pair);
-                value.encode(&mut pair);
-                rlp::encode_list_payload(&pair, &mut pairs);
+                item.clear();
+                slot.encode(&mut item);
+                value.encode(&mut item);
+                rlp::encode_list_payload(&item, &mut pairs);
             }
-            let mut item = Vec::new();
+            item.clear();
             address.encode(&mut item);
             rlp::encode_list_payload(&pairs, &mut item);
             rlp::encode_list_payload(&item, &mut wiped);
         }
-        let mut trie = Vec::new();
+        let trie_bytes: usize = self
+            .trie
+            .iter()
+            .map(|(_, path, old)| 48 + path.len() + old.as_ref().map_or(0, Vec::len))
+            .sum();
+        let mut trie = Vec::with_capacity(trie_bytes);
         for (owner, path, old) in &self.trie {
-            let mut item = Vec::new();
+            item.clear();
             owner.encode(&mut item);
             path.as_slice().encode(&mut item);
             match old {
@@ -188,27 +197,45 @@ impl Undo {
         }
         let mut wiped_tries = Vec::new();
         for (owner, nodes) in &self.wiped_tries {
-            let mut pairs = Vec::new();
+            let node_bytes: usize = nodes.iter().map(|(p, n)| 12 + p.len() + n.len()).sum();
+            let mut pairs = Vec::with_capacity(node_bytes);
             for (path, node) in nodes {
-                let mut pair = Vec::new();
-                path.as_slice().encode(&mut pair);
-                node.as_slice().encode(&mut pair);
-                rlp::encode_list_payload(&pair, &mut pairs);
+                item.clear();
+                path.as_slice().encode(&mut item);
+                node.as_slice().encode(&mut item);
+                rlp::encode_list_payload(&item, &mut pairs);
             }
-            let mut item = Vec::new();
-            owner.encode(&mut item);
-            rlp::encode_list_payload(&pairs, &mut item);
-            rlp::encode_list_payload(&item, &mut wiped_tries);
+            let mut entry = Vec::with_capacity(pairs.len() + 48);
+            owner.encode(&mut entry);
+            rlp::encode_list_payload(&pairs, &mut entry);
+            rlp::encode_list_payload(&entry, &mut wiped_tries);
         }
-        let mut payload = Vec::new();
-        rlp::encode_list_payload(&accounts, &mut payload);
-        rlp::encode_list_payload(&slots, &mut payload);
-        rlp::encode_list_payload(&wiped, &mut payload);
-        rlp::encode_list_payload(&trie, &mut payload);
-        rlp::encode_list_payload(&wiped_tries, &mut payload);
-        let mut out = Vec::with_capacity(payload.len() + 9);
-        rlp::encode_list_payload(&payload, &mut out);
+        let sections = [&accounts, &slots, &wiped, &trie, &wiped_tries];
+        let payload_len: usize = sections.iter().map(|s| rlp::list_length(s.len())).sum();
+        let mut out = Vec::with_capacity(rlp::list_length(payload_len));
+        alloy_rlp::Header {
+            list: true,
+            payload_length: payload_len,
+        }
+        .encode(&mut out);
+        for section in sections {
+            rlp::encode_list_payload(section, &mut out);
+        }
+        debug_assert_eq!(out.len(), rlp::list_length(payload_len));
         out
+    }
+
+    /// The accounts a record [`Undo::encode`] wrote names (every account its block
+    /// wrote), read without decoding the rest: the slots and trie nodes that follow are
+    /// most of a busy block's record.
+    pub fn decode_addresses(mut bytes: &[u8]) -> Result<Vec<Address>, RlpError> {
+        let mut f = rlp::list(&mut bytes, "undo")?;
+        let mut accounts = f.list("undo accounts")?;
+        let mut out = Vec::new();
+        while !accounts.is_empty() {
+            out.push(accounts.list("undo account")?.address("address")?);
+        }
+        Ok(out)
     }
 
     /// Reads a record [`Undo::encode`] wrote.
@@ -343,6 +370,25 @@ mod tests {
             wiped_tries: vec![(B256::repeat_byte(4), vec![(vec![5], vec![0xc0])])],
         };
         assert_eq!(Undo::decode(&undo.encode()).unwrap(), undo);
+        // A busy block's record: megabytes, items and sections past the short headers.
+        let big = Undo {
+            trie: (0..3000u32)
+                .map(|i| {
+                    let node = (i % 7 != 0).then(|| vec![i as u8; 40 + (i as usize % 500)]);
+                    (B256::repeat_byte(i as u8), i.to_be_bytes().to_vec(), node)
+                })
+                .collect(),
+            wiped_tries: vec![(
+                B256::repeat_byte(9),
+                (0..500u32)
+                    .map(|i| (i.to_be_bytes().to_vec(), vec![0xaa; 70]))
+                    .collect(),
+            )],
+            ..undo
+        };
+        assert_eq!(Undo::decode(&big.encode()).unwrap(), big);
+        let addresses: Vec<Address> = big.accounts.iter().map(|(a, _)| *a).collect();
+        assert_eq!(Undo::decode_addresses(&big.encode()).unwrap(), addresses);
         assert_eq!(
             Undo::decode(&Undo::default().encode()).unwrap(),
             Undo::default()

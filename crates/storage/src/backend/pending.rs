@@ -16,7 +16,8 @@
 
 use super::{Op, Table};
 use crate::error::StoreError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::hash::BuildHasher;
 use std::ops::Bound;
 
 /// A scan's visitor of one entry.
@@ -29,8 +30,20 @@ type Range = (Vec<u8>, Option<Vec<u8>>);
 struct TableWrites {
     /// key → its value after the commit; `None`: deleted.
     entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The [`key_hash`] of every key of `entries` (and of keys a later range delete of
+    /// the commit dropped from it): a read that misses here skips the ordered map, so a
+    /// read past many waiting layers costs a hash probe each rather than a tree search.
+    hashes: HashSet<u64, KeyHasher>,
     /// Ranges deleted, applied before `entries`.
     cleared: Vec<Range>,
+}
+
+/// The hasher of [`TableWrites::hashes`]: fixed, so one key's hash serves every layer.
+type KeyHasher = foldhash::fast::FixedState;
+
+/// A key's hash, computed once per read and probed in each layer.
+fn key_hash(key: &[u8]) -> u64 {
+    KeyHasher::default().hash_one(key)
 }
 
 fn in_range(key: &[u8], (start, end): &Range) -> bool {
@@ -98,11 +111,15 @@ impl Layer {
             match op {
                 Op::Put { table, key, value } => {
                     bytes += key.len() + value.len();
-                    tables[table.index()].entries.insert(key, Some(value));
+                    let writes = &mut tables[table.index()];
+                    writes.hashes.insert(key_hash(&key));
+                    writes.entries.insert(key, Some(value));
                 }
                 Op::Delete { table, key } => {
                     bytes += key.len();
-                    tables[table.index()].entries.insert(key, None);
+                    let writes = &mut tables[table.index()];
+                    writes.hashes.insert(key_hash(&key));
+                    writes.entries.insert(key, None);
                 }
                 Op::DeleteRange { start, end, .. } if is_empty(&start, end.as_deref()) => {}
                 Op::DeleteRange { table, start, end } => {
@@ -125,9 +142,15 @@ impl Layer {
         Layer { tables, bytes }
     }
 
-    pub(crate) fn lookup(&self, table: Table, key: &[u8]) -> Lookup<'_> {
+    /// What this layer says of `key`, whose [`key_hash`] is `hash`.
+    fn lookup(&self, table: Table, key: &[u8], hash: u64) -> Lookup<'_> {
         let writes = &self.tables[table.index()];
-        match writes.entries.get(key) {
+        let written = if writes.hashes.contains(&hash) {
+            writes.entries.get(key)
+        } else {
+            None
+        };
+        match written {
             Some(Some(value)) => Lookup::Value(value),
             Some(None) => Lookup::Deleted,
             None if writes.cleared.iter().any(|r| in_range(key, r)) => Lookup::Deleted,
@@ -167,11 +190,15 @@ pub(crate) fn write_layers(
                 apply(table, Write::Clear(start, end.as_deref()))?;
             }
             for (key, value) in &writes.entries {
-                if later
-                    .iter()
-                    .any(|l| l.tables[table.index()].entries.contains_key(key))
-                {
-                    continue;
+                if !later.is_empty() {
+                    let hash = key_hash(key);
+                    let again = later.iter().any(|l| {
+                        let writes = &l.tables[table.index()];
+                        writes.hashes.contains(&hash) && writes.entries.contains_key(key)
+                    });
+                    if again {
+                        continue;
+                    }
                 }
                 apply(
                     table,
@@ -192,10 +219,11 @@ pub(crate) fn lookup<'a>(
     table: Table,
     key: &[u8],
 ) -> Option<Lookup<'a>> {
+    let hash = key_hash(key);
     layers
         .iter()
         .rev()
-        .find_map(|layer| match layer.lookup(table, key) {
+        .find_map(|layer| match layer.lookup(table, key, hash) {
             Lookup::Untouched => None,
             found => Some(found),
         })
@@ -314,19 +342,19 @@ mod tests {
             clear(b"z", Some(b"y")),
         ]));
         assert!(matches!(
-            layer.lookup(Table::Storage, b"b"),
+            layer.lookup(Table::Storage, b"b", key_hash(b"b")),
             Lookup::Deleted
         ));
         assert!(matches!(
-            layer.lookup(Table::Storage, b"c"),
+            layer.lookup(Table::Storage, b"c", key_hash(b"c")),
             Lookup::Value(b"2")
         ));
         assert!(matches!(
-            layer.lookup(Table::Storage, b"d"),
+            layer.lookup(Table::Storage, b"d", key_hash(b"d")),
             Lookup::Untouched
         ));
         assert!(matches!(
-            layer.lookup(Table::Storage, b"y"),
+            layer.lookup(Table::Storage, b"y", key_hash(b"y")),
             Lookup::Untouched
         ));
         let layers = [layer];
