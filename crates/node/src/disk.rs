@@ -32,7 +32,9 @@ pub(crate) enum Trouble {
 /// waiting one in one durable transaction at once, beside the next block's execution,
 /// so that no block's newPayload carries the writes and the sync of the blocks before
 /// it (`Store::wait_for_flush`). Exports `moat_store_pending_commits` (how many waited
-/// when it woke), `moat_store_flush_seconds` and `moat_store_flushes_total`.
+/// when it woke), `moat_store_flush_seconds`, `moat_store_flushes_total`, and the block
+/// commits held back to its pace (`moat_store_slowed_commits_total`,
+/// `moat_store_commit_slowdown_milliseconds_total`).
 /// A failure of the disk or damage is latched like any write's, for [`trouble`] to see;
 /// any other failure is retried each round, logged once a streak and counted in
 /// `moat_store_flush_failures_total`.
@@ -59,6 +61,10 @@ impl Flusher {
                         metrics::histogram!("moat_store_flush_seconds")
                             .record(started.elapsed().as_secs_f64());
                         metrics::counter!("moat_store_flushes_total").increment(1);
+                        let (slowed, held) = store.slowed_commits();
+                        metrics::counter!("moat_store_slowed_commits_total").absolute(slowed);
+                        metrics::counter!("moat_store_commit_slowdown_milliseconds_total")
+                            .absolute(held.as_millis() as u64);
                         match flushed {
                             // A disk failure or damage is latched: `trouble` reports it.
                             Err(e) if store.write_failure().is_none() => {

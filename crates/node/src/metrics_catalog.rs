@@ -22,6 +22,8 @@ const EVENT_COUNTERS: &[&str] = &[
     "moat_sync_blocks_imported_total",
     "moat_store_flushes_total",
     "moat_store_flush_failures_total",
+    "moat_store_slowed_commits_total",
+    "moat_store_commit_slowdown_milliseconds_total",
     "moat_block_prewarm_reads_total",
 ];
 

@@ -644,6 +644,15 @@ impl Store {
         self.backend.pending()
     }
 
+    /// Block commits held back to the flusher's pace so far, and the time they were held
+    /// in all: past half the commits that may wait, a commit written behind returns no
+    /// sooner than the flusher's time per commit after the one before, so that blocks
+    /// faster than the disk go at its pace evenly rather than filling the queue and
+    /// waiting a whole round for room.
+    pub fn slowed_commits(&self) -> (u64, std::time::Duration) {
+        self.backend.slowed()
+    }
+
     fn raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.backend.get_with(table, key, |v| Ok(v.to_vec()))
     }

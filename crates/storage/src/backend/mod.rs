@@ -295,6 +295,15 @@ impl Backend {
         }
     }
 
+    /// Commits held to the flusher's pace, and for how long in all
+    /// ([`crate::Store::slowed_commits`]).
+    pub(crate) fn slowed(&self) -> (u64, std::time::Duration) {
+        match self {
+            Backend::Redb(db) => db.slowed(),
+            Backend::Memory(_) => (0, std::time::Duration::ZERO),
+        }
+    }
+
     /// The database's page cache size; 0 in memory, where there is none.
     pub(crate) fn page_cache_bytes(&self) -> usize {
         match self {

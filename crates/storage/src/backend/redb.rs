@@ -105,6 +105,21 @@ pub(crate) struct RedbBackend {
     round_done: parking_lot::Condvar,
     /// Whether a flusher runs ([`RedbBackend::wait_for_flush`] was called).
     flusher: std::sync::atomic::AtomicBool,
+    /// The flusher's pace, and the commits slowed to it ([`slowdown`]).
+    pace: Mutex<Pace>,
+}
+
+/// How fast the flusher writes commits, and how the commits written behind are slowed
+/// to that speed once many wait.
+#[derive(Default)]
+struct Pace {
+    /// A round's time per commit it wrote (a moving average of the last rounds).
+    per_layer: std::time::Duration,
+    /// When the last commit written behind returned.
+    last: Option<std::time::Instant>,
+    /// Commits slowed, and the time they were held in all.
+    slowed: u64,
+    slowed_for: std::time::Duration,
 }
 
 /// How far the file lags behind the last commit.
@@ -128,6 +143,33 @@ const ROUND_LAYERS: usize = 8;
 /// How long a commit waits for the flusher to make room before it writes the waiting
 /// commits itself.
 const ROOM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Past this many commits waiting, a commit written behind returns no sooner than the
+/// flusher's time per commit after the one before ([`slowdown`]).
+const SOFT_LAYERS: usize = MAX_LAYERS * 3 / 4;
+/// The longest a commit is held by [`slowdown`].
+const MAX_SLOWDOWN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long to hold a commit written behind that leaves `waiting` commits for the
+/// flusher, `since_last` after the previous one returned, when a round takes
+/// `per_layer` per commit it writes. Up to [`SOFT_LAYERS`] waiting, not at all; past
+/// it, until the commits come no faster than the flusher writes them, and slower the
+/// fuller the queue (up to twice the flusher's time at [`MAX_LAYERS`]), so that a stream
+/// of blocks faster than the disk settles at the disk's pace a block at a time rather
+/// than filling the queue and stopping for a whole round (a write stall's slowdown
+/// before its stop); never more than [`MAX_SLOWDOWN`].
+fn slowdown(
+    waiting: usize,
+    per_layer: std::time::Duration,
+    since_last: std::time::Duration,
+) -> std::time::Duration {
+    if waiting <= SOFT_LAYERS {
+        return std::time::Duration::ZERO;
+    }
+    let span = (MAX_LAYERS - SOFT_LAYERS) as u32;
+    let over = (waiting - SOFT_LAYERS).min(MAX_LAYERS - SOFT_LAYERS) as u32;
+    let gap = per_layer * (span + over) / span;
+    gap.saturating_sub(since_last).min(MAX_SLOWDOWN)
+}
 
 type WriteTable<'t> = ::redb::Table<'t, &'static [u8], &'static [u8]>;
 
@@ -213,6 +255,7 @@ impl RedbBackend {
             rounds: Mutex::new(0),
             round_done: parking_lot::Condvar::new(),
             flusher: std::sync::atomic::AtomicBool::new(false),
+            pace: Mutex::new(Pace::default()),
         })
     }
 
@@ -399,11 +442,12 @@ impl RedbBackend {
                         layers.push(Arc::clone(&layer));
                         view.layers = Arc::new(layers);
                     }
-                    room
+                    room.then_some(view.layers.len())
                 };
                 *self.flush_wanted.lock() = true;
                 self.flush_signal.notify_one();
-                if pushed {
+                if let Some(waiting) = pushed {
+                    self.keep_pace(waiting);
                     return Ok(());
                 }
                 let mut rounds = self.rounds.lock();
@@ -426,6 +470,32 @@ impl RedbBackend {
         self.apply_direct(&ops, None, relaxed, wake, flusher, usize::MAX)
     }
 
+    /// Holds a commit written behind that left `waiting` commits for the flusher as
+    /// [`slowdown`] says, and counts it.
+    fn keep_pace(&self, waiting: usize) {
+        let now = std::time::Instant::now();
+        let mut pace = self.pace.lock();
+        let since_last = pace.last.map_or(std::time::Duration::MAX, |last| {
+            now.saturating_duration_since(last)
+        });
+        let hold = slowdown(waiting, pace.per_layer, since_last);
+        pace.last = Some(now + hold);
+        if !hold.is_zero() {
+            pace.slowed += 1;
+            pace.slowed_for += hold;
+        }
+        drop(pace);
+        if !hold.is_zero() {
+            std::thread::sleep(hold);
+        }
+    }
+
+    /// Commits held to the flusher's pace so far, and the time they were held in all.
+    pub(crate) fn slowed(&self) -> (u64, std::time::Duration) {
+        let pace = self.pace.lock();
+        (pace.slowed, pace.slowed_for)
+    }
+
     /// One redb write transaction: the oldest `limit` layers waiting behind, then
     /// `extra` (a layer that found no room) and `ops`, in that order (`extra` and `ops`
     /// only with every layer: `limit` is for the flusher's empty rounds).
@@ -439,6 +509,7 @@ impl RedbBackend {
         limit: usize,
     ) -> Result<(), StoreError> {
         let mut lag = self.writer.lock();
+        let started = std::time::Instant::now();
         let durable = !relaxed
             || lag.relaxed >= MAX_RELAXED
             || (!flusher && lag.durable_at.elapsed() >= MAX_LAG);
@@ -528,6 +599,14 @@ impl RedbBackend {
             self.view.write().snapshot = Some(Arc::new(fresh));
         }
         if !drained.is_empty() {
+            let per_layer = started.elapsed() / drained.len() as u32;
+            let mut pace = self.pace.lock();
+            pace.per_layer = if pace.per_layer.is_zero() {
+                per_layer
+            } else {
+                (pace.per_layer * 3 + per_layer) / 4
+            };
+            drop(pace);
             *self.rounds.lock() += 1;
             self.round_done.notify_all();
         }
@@ -612,5 +691,40 @@ impl Drop for RedbBackend {
         // Nothing to report to at this point: a failure leaves the file at its last
         // durable commit, which the next open reads.
         let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Up to half the queue a commit is never held; past it, a commit is held until the
+    /// flusher's time per commit (more the fuller the queue, up to twice it) has passed
+    /// since the one before, and never longer than the cap.
+    #[test]
+    fn commits_are_held_to_the_flushers_pace_only_past_half_the_queue() {
+        let ms = Duration::from_millis;
+        let per = ms(150);
+        for waiting in 0..=SOFT_LAYERS {
+            assert_eq!(slowdown(waiting, per, ms(0)), Duration::ZERO);
+        }
+        // Just past half: about the flusher's time, less what the block took itself.
+        let first = slowdown(SOFT_LAYERS + 1, per, ms(0));
+        assert!(first > per && first < ms(170), "{first:?}");
+        assert_eq!(slowdown(SOFT_LAYERS + 1, per, ms(100)), first - ms(100));
+        // A block slower than the flusher is not held.
+        assert_eq!(slowdown(SOFT_LAYERS + 1, per, ms(400)), Duration::ZERO);
+        // Fuller, longer; at the bound twice the flusher's time.
+        assert!(slowdown(SOFT_LAYERS + 4, per, ms(0)) > first);
+        assert_eq!(slowdown(MAX_LAYERS, per, ms(0)), ms(300));
+        assert_eq!(slowdown(MAX_LAYERS + 5, per, ms(0)), ms(300));
+        // Never past the cap, however slow the disk.
+        assert_eq!(
+            slowdown(MAX_LAYERS, Duration::from_secs(5), ms(0)),
+            MAX_SLOWDOWN
+        );
+        // The first commit (no previous one) is not held.
+        assert_eq!(slowdown(MAX_LAYERS, per, Duration::MAX), Duration::ZERO);
     }
 }
