@@ -1230,7 +1230,8 @@ impl Chain {
 /// `moat_block_import_seconds{phase}`: `senders` (recovered or read from the cache),
 /// `execute` (the txs, with receipts and bloom checked), `root` (the state trie updated and
 /// hashed) and `commit` (the block and its state handed to the store). An import that
-/// fails records the phases it finished.
+/// fails records the phases it finished. (The engine API records a fifth, `pool`:
+/// newPayload's wait for the pool's upkeep.)
 fn import_phase(phase: &'static str, started: Instant) {
     metrics::histogram!("moat_block_import_seconds", "phase" => phase).record(started.elapsed());
 }

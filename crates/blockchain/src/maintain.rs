@@ -202,6 +202,14 @@ fn keep_blob_txs(chain: &Chain, pool: &Pool, block: &Block) {
             .canonical_hash(n)
             .ok()
             .flatten()
+            // A block that used no blob gas holds no blob tx: its body is not read.
+            .filter(|h| {
+                chain
+                    .header(h)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|h| h.blob_gas_used.is_some_and(|used| used > 0))
+            })
             .and_then(|h| chain.block(&h).ok().flatten());
         for tx in expired.iter().flat_map(|b| &b.transactions) {
             if tx.tx_type() == TxType::Eip4844 {

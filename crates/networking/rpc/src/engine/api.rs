@@ -425,7 +425,10 @@ async fn new_payload(
         .map_err(join_err)??;
     if executed {
         // Answered once the pool has dropped what the block mined.
+        let waited = std::time::Instant::now();
         ctx.maintainer.caught_up().await;
+        metrics::histogram!("moat_block_import_seconds", "phase" => "pool")
+            .record(waited.elapsed());
     }
     record_new_payload(&status, executed, gas_used, started.elapsed());
     Ok(status.json())
