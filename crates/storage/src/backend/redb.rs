@@ -153,7 +153,7 @@ const MAX_SLOWDOWN: std::time::Duration = std::time::Duration::from_millis(500);
 /// flusher, `since_last` after the previous one returned, when a round takes
 /// `per_layer` per commit it writes. Up to [`SOFT_LAYERS`] waiting, not at all; past
 /// it, until the commits come no faster than the flusher writes them, and slower the
-/// fuller the queue (up to twice the flusher's time at [`MAX_LAYERS`]), so that a stream
+/// fuller the queue (up to 1.5 times the flusher's time at [`MAX_LAYERS`]), so that a stream
 /// of blocks faster than the disk settles at the disk's pace a block at a time rather
 /// than filling the queue and stopping for a whole round (a write stall's slowdown
 /// before its stop); never more than [`MAX_SLOWDOWN`].
@@ -167,7 +167,7 @@ fn slowdown(
     }
     let span = (MAX_LAYERS - SOFT_LAYERS) as u32;
     let over = (waiting - SOFT_LAYERS).min(MAX_LAYERS - SOFT_LAYERS) as u32;
-    let gap = per_layer * (span + over) / span;
+    let gap = per_layer * (2 * span + over) / (2 * span);
     gap.saturating_sub(since_last).min(MAX_SLOWDOWN)
 }
 
@@ -700,8 +700,8 @@ mod tests {
     use std::time::Duration;
 
     /// Up to three quarters of the queue a commit is never held; past it, a commit is
-    /// held until the flusher's time per commit (more the fuller the queue, up to twice
-    /// it) has passed since the one before, and never longer than the cap.
+    /// held until the flusher's time per commit (more the fuller the queue, up to 1.5
+    /// times it) has passed since the one before, and never longer than the cap.
     #[test]
     fn commits_are_held_to_the_flushers_pace_only_past_three_quarters_of_the_queue() {
         let ms = Duration::from_millis;
@@ -717,10 +717,10 @@ mod tests {
         assert_eq!(slowdown(SOFT_LAYERS + 1, per, ms(100)), first - ms(100));
         // A block slower than the flusher is not held.
         assert_eq!(slowdown(SOFT_LAYERS + 1, per, ms(400)), Duration::ZERO);
-        // Fuller, longer; at the bound twice the flusher's time.
+        // Fuller, longer; at the bound 1.5 times the flusher's time.
         assert!(slowdown(SOFT_LAYERS + 4, per, ms(0)) > first);
-        assert_eq!(slowdown(MAX_LAYERS, per, ms(0)), ms(300));
-        assert_eq!(slowdown(MAX_LAYERS + 5, per, ms(0)), ms(300));
+        assert_eq!(slowdown(MAX_LAYERS, per, ms(0)), ms(225));
+        assert_eq!(slowdown(MAX_LAYERS + 5, per, ms(0)), ms(225));
         // Never past the cap, however slow the disk.
         assert_eq!(
             slowdown(MAX_LAYERS, Duration::from_secs(5), ms(0)),
