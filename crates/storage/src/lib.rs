@@ -44,7 +44,9 @@
 //! Block import commits relaxed ([`Store::commit_relaxed`]): once the node's flusher
 //! thread runs, such a commit is written behind (`backend/pending.rs`): a layer over
 //! the read view at once, written into the redb file and synced by the flusher in order,
-//! so that a block's commit does not pay for redb's page writes.
+//! so that a block's commit does not pay for redb's page writes. When blocks come faster
+//! than the flusher writes them, commits past three quarters of the queue are held to
+//! its pace ([`Store::slowed_commits`]) rather than stopping when the queue is full.
 //!
 //! Trie-node reads go through a bounded read-through cache (`node_cache`) that every
 //! commit brings up to date once the backend has applied it, so it never holds what the
@@ -645,10 +647,10 @@ impl Store {
     }
 
     /// Block commits held back to the flusher's pace so far, and the time they were held
-    /// in all: past half the commits that may wait, a commit written behind returns no
-    /// sooner than the flusher's time per commit after the one before, so that blocks
-    /// faster than the disk go at its pace evenly rather than filling the queue and
-    /// waiting a whole round for room.
+    /// in all: past three quarters of the commits that may wait, a commit written behind
+    /// returns no sooner than the flusher's time per commit after the one before, so
+    /// that blocks faster than the disk go at its pace evenly rather than filling the
+    /// queue and waiting a whole round for room.
     pub fn slowed_commits(&self) -> (u64, std::time::Duration) {
         self.backend.slowed()
     }
