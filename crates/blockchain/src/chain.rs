@@ -3,8 +3,10 @@
 //!
 //! ```text
 //!  Block ─▶ header rules (parent, number, time, gas limit, base fee, blob gas)
-//!        ─▶ body roots (transactions, withdrawals) ─▶ senders (cache, else ECDSA)
+//!        ─▶ body roots (transactions, withdrawals)
 //!        ─▶ vm::execute_block ─▶ gas, receipts root, bloom, requests hash, state root
+//!             ▲ each tx's sender as it runs (cache, else ECDSA on helper threads
+//!               ahead of it: `chain/senders.rs`)
 //!        ─▶ one WriteBatch: header, body, receipts, indices, accounts, storage, code, head
 //! ```
 //!
@@ -21,7 +23,7 @@ pub use crate::state_root::{AccountUpdates, state_root_after};
 use crate::state_root::{build_tries, state_update};
 use crate::undo::{Undo, UndoWindow};
 use crate::vm::{self, VmError};
-use alloy_primitives::{Address, B256, Bloom, Bytes, U256};
+use alloy_primitives::{B256, Bloom, Bytes, U256};
 use moat_common::block::{Block, Header};
 use moat_common::config::{AllocEntries, ChainConfig, Fork, Genesis, GenesisAccount};
 use moat_common::receipt::{self, Receipt};
@@ -34,6 +36,7 @@ use std::time::Instant;
 
 mod dev;
 mod finality;
+mod senders;
 mod undo_window;
 pub use dev::StateEdit;
 pub use finality::Mark;
@@ -249,7 +252,7 @@ pub struct HeadChange {
     pub added: Vec<Block>,
 }
 
-/// From this many txs a block's senders are recovered on every core.
+/// From this many txs a block's senders are recovered on every core, beside its execution.
 pub const PARALLEL_MIN_SENDERS: usize = 64;
 
 /// The canonical chain over a store.
@@ -281,6 +284,20 @@ pub struct Chain {
     sidecar_cursor: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The canonical head, published after each move ([`Chain::subscribe_heads`]).
     heads: std::sync::Arc<tokio::sync::watch::Sender<CanonHead>>,
+    /// The block imported last, with the accounts it wrote, for the pool's upkeep that
+    /// follows each import ([`Chain::just_imported`]): read back from the store it costs
+    /// decoding a whole body and copying out the block's undo record.
+    just_imported: std::sync::Arc<parking_lot::Mutex<Option<std::sync::Arc<JustImported>>>>,
+}
+
+/// A block as its import left it: immutable under its hash, so safe to hand out for as
+/// long as it is the last one imported.
+#[derive(Debug)]
+pub struct JustImported {
+    /// The block.
+    pub block: Block,
+    /// The accounts it wrote, as its undo record lists them.
+    pub changed: Vec<alloy_primitives::Address>,
 }
 
 /// Publishes the store's head when dropped: the chain's entry points that move the head
@@ -531,7 +548,17 @@ impl Chain {
             undo_tail: std::sync::Arc::new(undo_window::UNKNOWN.into()),
             undo_pin: std::sync::Arc::new(u64::MAX.into()),
             sidecar_cursor: std::sync::Arc::new(undo_window::UNKNOWN.into()),
+            just_imported: Default::default(),
         })
+    }
+
+    /// Block `hash` and the accounts it wrote, if it is the block imported last.
+    pub fn just_imported(&self, hash: &B256) -> Option<std::sync::Arc<JustImported>> {
+        self.just_imported
+            .lock()
+            .as_ref()
+            .filter(|j| j.block.hash == *hash)
+            .cloned()
     }
 
     /// The canonical head after each move: a block imported, a reorg, a rewind, a head a
@@ -699,71 +726,6 @@ impl Chain {
         receipt::decode_receipts(&rlp)
             .map(Some)
             .map_err(|e| ChainError::Corrupt(format!("receipts {hash}: {e}")))
-    }
-
-    /// The senders of `block`'s txs, from the sender cache or recovered (on every core
-    /// for a block of [`PARALLEL_MIN_SENDERS`] txs or more); the first invalid
-    /// signature, by index, makes the block invalid.
-    fn senders_of(&self, block: &Block) -> Result<Vec<Address>, ChainError> {
-        let txs = &block.transactions;
-        let recover = |index: usize| -> Result<Address, ChainError> {
-            let tx = &txs[index];
-            if let Some(sender) = self.senders.as_ref().and_then(|c| c.get(&tx.hash())) {
-                return Ok(sender);
-            }
-            let sender = tx.recover_sender().map_err(|e| ChainError::Invalid {
-                number: block.header.number,
-                hash: block.hash,
-                reason: format!("transaction {index}: invalid signature: {e}"),
-            })?;
-            if let Some(c) = &self.senders {
-                c.insert(tx.hash(), sender);
-            }
-            Ok(sender)
-        };
-        let threads = crate::cores().min(8);
-        if threads < 2 || txs.len() < PARALLEL_MIN_SENDERS {
-            return (0..txs.len()).map(recover).collect();
-        }
-        // Chunks taken in turn by the calling thread and its helpers.
-        const CHUNK: usize = 16;
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let take = || {
-            let mut out = Vec::new();
-            loop {
-                let start = next.fetch_add(CHUNK, std::sync::atomic::Ordering::Relaxed);
-                if start >= txs.len() {
-                    return out;
-                }
-                out.extend((start..(start + CHUNK).min(txs.len())).map(|i| (i, recover(i))));
-            }
-        };
-        let mut found: Vec<Option<Result<Address, ChainError>>> =
-            (0..txs.len()).map(|_| None).collect();
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads)
-                .filter_map(|_| {
-                    std::thread::Builder::new()
-                        .name("moat-senders".into())
-                        .spawn_scoped(scope, take)
-                        .ok()
-                })
-                .collect();
-            for (i, sender) in take() {
-                found[i] = Some(sender);
-            }
-            for helper in helpers {
-                // A helper that died leaves its txs to the loop below.
-                for (i, sender) in helper.join().unwrap_or_default() {
-                    found[i] = Some(sender);
-                }
-            }
-        });
-        found
-            .into_iter()
-            .enumerate()
-            .map(|(i, sender)| sender.unwrap_or_else(|| recover(i)))
-            .collect()
     }
 
     /// Whether `hash` is on the canonical chain.
@@ -1029,34 +991,38 @@ impl Chain {
         })?;
         self.check_pow_rules(block, &parent)?;
 
-        let started = Instant::now();
-        let senders = self.senders_of(block)?;
-        import_phase("senders", started);
-        match self.execute_on_head(block, &senders) {
-            Ok((executed, update)) => {
-                let started = Instant::now();
-                self.commit_executed(block, &executed.receipts, executed.changes, update)?;
-                import_phase("commit", started);
-                Ok(ImportOutcome::Imported {
-                    number,
-                    hash,
-                    gas_used: executed.gas_used,
-                })
+        // The second core is the flusher's while earlier blocks wait to be written
+        // (blocks coming back to back): a prewarm thread would only slow both down.
+        let prewarm = self.prewarm && self.store.pending_commits().0 == 0;
+        self.with_senders(block, prewarm, |senders| {
+            let executed = self.execute_on_head(block, senders, prewarm);
+            import_phase_took("senders", senders.waited());
+            match executed {
+                Ok((executed, update)) => {
+                    let started = Instant::now();
+                    self.commit_executed(block, &executed.receipts, executed.changes, update)?;
+                    import_phase("commit", started);
+                    Ok(ImportOutcome::Imported {
+                        number,
+                        hash,
+                        gas_used: executed.gas_used,
+                    })
+                }
+                Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
+                    // Before a block is called invalid, the flat state it was executed on
+                    // is checked against the state trie: a rotted value there is damage in
+                    // the file, not a fault of the block.
+                    crate::verify::confirm_flat_reads(&self.config, &self.store, block, senders)
+                        .inspect_err(|e| {
+                            if let ChainError::Store(StoreError::Corrupt(why)) = e {
+                                self.note_damage(why);
+                            }
+                        })?;
+                    Err(e)
+                }
+                Err(e) => Err(e),
             }
-            Err(e @ (ChainError::Mismatch { .. } | ChainError::Invalid { .. })) => {
-                // Before a block is called invalid, the flat state it was executed on is
-                // checked against the state trie: a rotted value there is damage in the
-                // file, not a fault of the block.
-                crate::verify::confirm_flat_reads(&self.config, &self.store, block, &senders)
-                    .inspect_err(|e| {
-                        if let ChainError::Store(StoreError::Corrupt(why)) = e {
-                            self.note_damage(why);
-                        }
-                    })?;
-                Err(e)
-            }
-            Err(e) => Err(e),
-        }
+        })
     }
 
     /// Records damage met under the writer lock, unless a snap sync is under way: its
@@ -1076,14 +1042,13 @@ impl Chain {
     fn execute_on_head(
         &self,
         block: &Block,
-        senders: &[Address],
+        senders: &senders::Recovering<'_>,
+        prewarm: bool,
     ) -> Result<(vm::ExecutedBlock, crate::state_root::StateUpdate), ChainError> {
         let (number, hash) = (block.header.number, block.hash);
         let state = StateAtBlock::head(self.store.clone());
         let started = Instant::now();
-        // The second core is the flusher's while earlier blocks wait to be written
-        // (blocks coming back to back): a prewarm thread would only slow both down.
-        let executed = if self.prewarm && self.store.pending_commits().0 == 0 {
+        let executed = if prewarm {
             vm::execute_block_prewarmed(&self.config, block, senders, &state).map(
                 |(executed, stats)| {
                     if stats.ran {
@@ -1096,7 +1061,7 @@ impl Chain {
                 },
             )
         } else {
-            vm::execute_block(&self.config, block, senders, &state)
+            vm::execute_block_with(&self.config, block, senders, &state)
         }
         .map_err(|e| match e {
             VmError::State(s) => ChainError::State(s),
@@ -1152,7 +1117,11 @@ impl Chain {
                 return mismatch(ExecutionMismatch::RequestsHash { expected, found });
             }
         }
-        import_phase("execute", started);
+        // The txs' run, less the executor's wait for their senders (its own phase).
+        import_phase_took(
+            "execute",
+            started.elapsed().saturating_sub(senders.waited()),
+        );
         // Under the writer lock no commit moves the trie under this read: a node that
         // does not hash to what its parent names is damage in the file.
         let started = Instant::now();
@@ -1182,6 +1151,7 @@ impl Chain {
     ) -> Result<(), ChainError> {
         let (number, hash, h) = (block.header.number, block.hash, &block.header);
         let mut batch = WriteBatch::new();
+        let changed = update.undo.accounts.iter().map(|(a, _)| *a).collect();
         batch.put_undo(hash, update.undo.encode());
         update.write_trie(&mut batch);
         // The records that leave the window with this block (and, after a finality
@@ -1222,16 +1192,26 @@ impl Chain {
         // blocks come again.
         self.store.commit_relaxed(batch)?;
         self.pruned_to(pruned);
+        *self.just_imported.lock() = Some(std::sync::Arc::new(JustImported {
+            block: block.clone(),
+            changed,
+        }));
         Ok(())
     }
 }
 
 /// Records how long one phase of a block's import took, in
-/// `moat_block_import_seconds{phase}`: `senders` (recovered or read from the cache),
-/// `execute` (the txs, with receipts and bloom checked), `root` (the state trie updated and
+/// `moat_block_import_seconds{phase}`: `senders` (the executor's wait for the senders,
+/// recovered beside it or read from the cache), `execute` (the txs, with receipts and
+/// bloom checked, less that wait), `root` (the state trie updated and
 /// hashed) and `commit` (the block and its state handed to the store). An import that
 /// fails records the phases it finished. (The engine API records a fifth, `pool`:
 /// newPayload's wait for the pool's upkeep.)
 fn import_phase(phase: &'static str, started: Instant) {
-    metrics::histogram!("moat_block_import_seconds", "phase" => phase).record(started.elapsed());
+    import_phase_took(phase, started.elapsed());
+}
+
+/// [`import_phase`] for a phase that took `took`.
+fn import_phase_took(phase: &'static str, took: std::time::Duration) {
+    metrics::histogram!("moat_block_import_seconds", "phase" => phase).record(took);
 }

@@ -135,6 +135,9 @@ impl CanonChain for Chain {
     }
 
     fn block(&self, hash: &B256) -> Option<Block> {
+        if let Some(just) = self.just_imported(hash) {
+            return Some(just.block.clone());
+        }
         Chain::block(self, hash).ok().flatten()
     }
 
@@ -148,6 +151,9 @@ impl CanonChain for Chain {
     }
 
     fn changed_accounts(&self, block: &Block) -> Option<Vec<Address>> {
+        if let Some(just) = self.just_imported(&block.hash) {
+            return Some(just.changed.clone());
+        }
         let record = self.store().undo(&block.hash).ok()??;
         Undo::decode_addresses(&record).ok()
     }

@@ -672,7 +672,7 @@ pub fn confirm_flat_reads(
     config: &ChainConfig,
     store: &Store,
     block: &Block,
-    senders: &[Address],
+    senders: &dyn vm::Senders,
 ) -> Result<(), ChainError> {
     let Some(root) = head_state_root(store)? else {
         return Ok(());
@@ -684,7 +684,7 @@ pub fn confirm_flat_reads(
         slots: Mutex::default(),
     };
     // The outcome is known to be a failure; what matters is what it read.
-    let _ = vm::execute_block(config, block, senders, &recording);
+    let _ = vm::execute_block_with(config, block, senders, &recording);
     let source = StoreNodes(store);
     let corrupt = |e: moat_trie::TrieError| ChainError::Store(StoreError::Corrupt(e.to_string()));
     if root != EMPTY_ROOT_HASH {

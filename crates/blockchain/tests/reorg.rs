@@ -334,3 +334,102 @@ async fn a_block_of_many_txs_recovers_its_senders_on_every_core() {
     );
     assert_eq!(importer.head().unwrap(), (31, block.hash));
 }
+
+/// Senders are recovered while the block runs: a signature that does not recover, deep in
+/// a block of many txs, makes the block invalid at that tx, and the chain stays where it
+/// was (the same block with the tx intact imports afterwards).
+#[tokio::test]
+async fn a_bad_signature_deep_in_a_big_block_makes_it_invalid_at_that_tx() {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    let blocks = Block::decode_all(&bytes).unwrap();
+    let fresh = || {
+        let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+        for block in blocks.iter().take(30) {
+            chain.import(block).unwrap();
+        }
+        chain
+    };
+    let (builder, importer) = (fresh(), fresh());
+    let x = key();
+    let n = nonce(&builder, x.address());
+    let count = moat_blockchain::chain::PARALLEL_MIN_SENDERS as u64 + 16;
+    let txs: Vec<_> = (0..count)
+        .map(|i| transfer(genesis.config.chain_id, &x, n + i, 0x33, 1))
+        .collect();
+    let good = build(&builder, &txs, 0xaa).await;
+    let bad_index = count as usize - 10;
+    let mut bad = good.clone();
+    let tx = &bad.transactions[bad_index];
+    let mut signature = *tx.signature();
+    signature.r = U256::ZERO;
+    bad.transactions[bad_index] = SignedTransaction::new(tx.tx().clone(), signature);
+    bad.header.transactions_root = bad.transactions_root();
+    bad.hash = bad.header.hash();
+
+    match importer.import(&bad) {
+        Err(ChainError::Invalid { reason, hash, .. }) => {
+            assert_eq!(hash, bad.hash);
+            assert!(
+                reason.contains(&format!("transaction {bad_index} "))
+                    && reason.contains("invalid signature"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected an invalid block, got {other:?}"),
+    }
+    assert_eq!(importer.head().unwrap(), (30, blocks[29].hash));
+    assert_eq!(nonce(&importer, x.address()), n);
+    assert!(matches!(
+        importer.import(&good).unwrap(),
+        ImportOutcome::Imported { .. }
+    ));
+    assert_eq!(nonce(&importer, x.address()), n + count);
+}
+
+/// The pool's upkeep after an import is handed the block and the accounts it wrote from
+/// memory: exactly what the store holds for it (the body, the undo record's accounts),
+/// and once another block is imported, the store's copy again.
+#[tokio::test]
+async fn the_pool_s_upkeep_gets_the_imported_block_as_stored() {
+    use moat_mempool::maintain::CanonChain;
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
+        chain.import(block).unwrap();
+    }
+    let x = key();
+    let n = nonce(&chain, x.address());
+    let txs: Vec<_> = (0..3)
+        .map(|i| transfer(genesis.config.chain_id, &x, n + i, 0x50 + i as u8, 7))
+        .collect();
+    let block = build(&chain, &txs, 0xaa).await;
+    chain.import(&block).unwrap();
+    let stored_changes = || {
+        moat_blockchain::undo::Undo::decode_addresses(
+            &chain.store().undo(&block.hash).unwrap().unwrap(),
+        )
+        .unwrap()
+    };
+    let just = chain
+        .just_imported(&block.hash)
+        .expect("the block imported last");
+    assert_eq!(just.block, chain.block(&block.hash).unwrap().unwrap());
+    assert_eq!(just.changed, stored_changes());
+    assert!(just.changed.contains(&x.address()));
+    assert_eq!(CanonChain::block(&chain, &block.hash), Some(block.clone()));
+    assert_eq!(
+        CanonChain::changed_accounts(&chain, &block),
+        Some(stored_changes())
+    );
+
+    let next = build(&chain, &[], 0xbb).await;
+    chain.import(&next).unwrap();
+    assert!(chain.just_imported(&block.hash).is_none());
+    assert_eq!(CanonChain::block(&chain, &block.hash), Some(block.clone()));
+    assert_eq!(
+        CanonChain::changed_accounts(&chain, &block),
+        Some(stored_changes())
+    );
+}

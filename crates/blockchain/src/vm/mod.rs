@@ -191,6 +191,40 @@ fn evm_error(err: EVMError<impl std::fmt::Display>, tx_index: Option<usize>) -> 
     }
 }
 
+/// Where execution finds each transaction's sender: a slice of them recovered before,
+/// or a source that recovers them while the block executes (block import's, which asks
+/// for tx `i`'s sender only when tx `i` runs, so that recovery overlaps execution).
+pub trait Senders: Sync {
+    /// How many senders there are (one per transaction).
+    fn count(&self) -> usize;
+    /// The sender of transaction `index`, or why it has none (a signature that does not
+    /// recover: the block is invalid).
+    fn sender(&self, index: usize) -> Result<Address, VmError>;
+}
+
+impl Senders for &[Address] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn sender(&self, index: usize) -> Result<Address, VmError> {
+        self.get(index).copied().ok_or(VmError::InvalidTransaction {
+            index,
+            reason: "no sender".into(),
+        })
+    }
+}
+
+impl Senders for Vec<Address> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn sender(&self, index: usize) -> Result<Address, VmError> {
+        self.as_slice().sender(index)
+    }
+}
+
 /// Executes `block` on the pre-state. `senders[i]` is the recovered sender of tx i (the
 /// caller has them, usually from the pool's sender cache).
 ///
@@ -202,6 +236,17 @@ pub fn execute_block(
     senders: &[Address],
     state: &dyn StateReader,
 ) -> Result<ExecutedBlock, VmError> {
+    execute(config, block, &senders, state, None)
+}
+
+/// [`execute_block`] with the senders from any [`Senders`]: tx `i`'s is asked for as
+/// tx `i` starts, so the first one that does not recover ends the block there.
+pub fn execute_block_with(
+    config: &ChainConfig,
+    block: &Block,
+    senders: &dyn Senders,
+    state: &dyn StateReader,
+) -> Result<ExecutedBlock, VmError> {
     execute(config, block, senders, state, None)
 }
 
@@ -210,15 +255,15 @@ pub fn execute_block(
 fn execute(
     config: &ChainConfig,
     block: &Block,
-    senders: &[Address],
+    senders: &dyn Senders,
     state: &dyn StateReader,
     progress: Option<&std::sync::atomic::AtomicUsize>,
 ) -> Result<ExecutedBlock, VmError> {
     let header = &block.header;
-    if senders.len() != block.transactions.len() {
+    if senders.count() != block.transactions.len() {
         return Err(VmError::InvalidBlock(format!(
             "{} senders given for {} transactions",
-            senders.len(),
+            senders.count(),
             block.transactions.len()
         )));
     }
@@ -236,10 +281,11 @@ fn execute(
     let mut receipts = Vec::with_capacity(block.transactions.len());
     let mut cumulative_gas: u64 = 0;
     let mut blob_gas_used: u64 = 0;
-    for (index, (tx, sender)) in block.transactions.iter().zip(senders).enumerate() {
+    for (index, tx) in block.transactions.iter().enumerate() {
         if let Some(progress) = progress {
             progress.store(index, std::sync::atomic::Ordering::Release);
         }
+        let sender = senders.sender(index)?;
         // revm checks a tx against the block gas limit alone; what earlier txs used is
         // ours to subtract (geth's "gas limit reached").
         let available = header.gas_limit.saturating_sub(cumulative_gas);
@@ -254,7 +300,7 @@ fn execute(
             });
         }
         let result = evm
-            .transact_commit(env::tx_env(tx, *sender))
+            .transact_commit(env::tx_env(tx, sender))
             .map_err(|e| evm_error(e, Some(index)))?;
         cumulative_gas = cumulative_gas
             .checked_add(result.tx_gas_used())

@@ -137,11 +137,11 @@ fn worth_prewarming(config: &ChainConfig, block: &Block) -> bool {
 pub fn execute_block_prewarmed(
     config: &ChainConfig,
     block: &Block,
-    senders: &[Address],
+    senders: &dyn super::Senders,
     state: &(dyn StateReader + Sync),
 ) -> Result<(ExecutedBlock, PrewarmStats), VmError> {
-    if !worth_prewarming(config, block) || senders.len() != block.transactions.len() {
-        return super::execute_block(config, block, senders, state)
+    if !worth_prewarming(config, block) || senders.count() != block.transactions.len() {
+        return super::execute_block_with(config, block, senders, state)
             .map(|executed| (executed, PrewarmStats::default()));
     }
     let warm = Warm::default();
@@ -188,17 +188,24 @@ pub fn execute_block_prewarmed(
 fn run_ahead(
     config: &ChainConfig,
     block: &Block,
-    senders: &[Address],
+    senders: &dyn super::Senders,
     reader: &WarmReader<'_>,
     progress: &AtomicUsize,
     done: &AtomicBool,
 ) {
     let stopped = || done.load(Ordering::Acquire);
     // Read errors are the executor's to meet and report: here they only end the warming.
-    for (tx, sender) in block.transactions.iter().zip(senders) {
+    // Asking for a sender the executor has not reached recovers it here, ahead of the
+    // executor (a source that recovers while the block runs); one that does not recover
+    // ends the warming.
+    for (index, tx) in block.transactions.iter().enumerate() {
         if stopped() {
             return;
         }
+        let Ok(sender) = senders.sender(index) else {
+            return;
+        };
+        let sender = &sender;
         let t = tx.tx();
         let read = || -> Result<(), VmError> {
             reader.account(sender)?;
@@ -236,10 +243,13 @@ fn run_ahead(
             return;
         }
         next = next.max(progress.load(Ordering::Acquire) + 1);
-        let (Some(tx), Some(sender)) = (block.transactions.get(next), senders.get(next)) else {
+        let Some(tx) = block.transactions.get(next) else {
             return;
         };
-        let mut tx_env = env::tx_env(tx, *sender);
+        let Ok(sender) = senders.sender(next) else {
+            return;
+        };
+        let mut tx_env = env::tx_env(tx, sender);
         tx_env.gas_limit = tx_env.gas_limit.min(PREWARM_GAS);
         // The outcome is thrown away; a run revm refuses (a balance an earlier tx
         // spends) read what it read before refusing.
