@@ -993,7 +993,10 @@ impl Chain {
 
         // The second core is the flusher's while earlier blocks wait to be written
         // (blocks coming back to back): a prewarm thread would only slow both down.
-        let prewarm = self.prewarm && self.store.pending_commits().0 == 0;
+        // (Without one, the senders' helpers have every core but the executor's.)
+        let prewarm = self.prewarm
+            && self.store.pending_commits().0 == 0
+            && vm::worth_prewarming(&self.config, block);
         self.with_senders(block, prewarm, |senders| {
             let executed = self.execute_on_head(block, senders, prewarm);
             import_phase_took("senders", senders.waited());

@@ -60,6 +60,7 @@ use std::collections::BTreeMap;
 
 pub use call::{CallOutcome, CallRequest, call, call_gas_cap, create_access_list, estimate_gas};
 pub use overrides::{AccountOverride, OverriddenState, OverrideError};
+pub(crate) use prewarm::worth_prewarming;
 pub use prewarm::{PREWARM_GAS, PREWARM_MIN_TXS, PrewarmStats, execute_block_prewarmed};
 pub use system::{
     BEACON_ROOTS_ADDRESS, CONSOLIDATION_REQUEST_ADDRESS, DEPOSIT_EVENT_TOPIC,

@@ -125,7 +125,7 @@ pub struct PrewarmStats {
 
 /// Whether a block is worth a prewarm thread: enough transactions, a second core, and
 /// a fork whose receipts do not need a state root after each transaction.
-fn worth_prewarming(config: &ChainConfig, block: &Block) -> bool {
+pub(crate) fn worth_prewarming(config: &ChainConfig, block: &Block) -> bool {
     crate::cores() >= 2
         && block.transactions.len() >= PREWARM_MIN_TXS
         && crate::premerge::block_fork(config, &block.header) >= Fork::Byzantium
