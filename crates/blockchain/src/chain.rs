@@ -277,6 +277,9 @@ pub struct Chain {
     undo_window: UndoWindow,
     /// The oldest block whose undo record is kept, as last seen (checked before use).
     undo_tail: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The tail this chain's own pruning left: the block after the records it deleted
+    /// from the bottom of the run, which so holds one itself (the run has no gaps).
+    undo_tail_pruned: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// While `set_head` runs: its fork point, above which no record is pruned (the old
     /// branch may have to be put back); `u64::MAX` otherwise. Under the writer lock.
     undo_pin: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -546,6 +549,7 @@ impl Chain {
             td_cache: Default::default(),
             undo_window: UndoWindow::default(),
             undo_tail: std::sync::Arc::new(undo_window::UNKNOWN.into()),
+            undo_tail_pruned: std::sync::Arc::new(undo_window::UNKNOWN.into()),
             undo_pin: std::sync::Arc::new(u64::MAX.into()),
             sidecar_cursor: std::sync::Arc::new(undo_window::UNKNOWN.into()),
             just_imported: Default::default(),

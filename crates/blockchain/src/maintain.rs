@@ -141,6 +141,10 @@ impl CanonChain for Chain {
         Chain::block(self, hash).ok().flatten()
     }
 
+    fn block_number(&self, hash: &B256) -> Option<u64> {
+        self.store().block_number(hash).ok().flatten()
+    }
+
     fn reorg_floor(&self) -> u64 {
         // Unreadable: no walk back (the pool takes the new head alone).
         self.undo_floor().unwrap_or(u64::MAX)

@@ -433,3 +433,51 @@ async fn the_pool_s_upkeep_gets_the_imported_block_as_stored() {
         Some(stored_changes())
     );
 }
+
+/// The pool's catch-up: after an import it finds the pool's head canonical by its number
+/// and takes the new block's txs as mined; after a reorg it walks back over the undone
+/// block and gives its txs back.
+#[tokio::test]
+async fn the_pool_s_catch_up_follows_an_import_and_then_a_reorg() {
+    use moat_mempool::maintain::{CanonHead, catch_up};
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
+    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
+    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
+        chain.import(block).unwrap();
+    }
+    let pool = Pool::new(
+        PoolConfig::new(chain.config().clone()),
+        Arc::new(HeadState(chain.clone())),
+    );
+    let x = key();
+    let tx_a = transfer(
+        genesis.config.chain_id,
+        &x,
+        nonce(&chain, x.address()),
+        0x11,
+        5,
+    );
+    let parent = chain.head_header().unwrap().hash();
+    let a1 = build(&chain, std::slice::from_ref(&tx_a), 0xaa).await;
+    let b1 = build(&chain, &[], 0xbb).await;
+    chain.import(&a1).unwrap();
+
+    let head = |seq, block: &Block| CanonHead {
+        seq,
+        number: block.header.number,
+        hash: block.hash,
+    };
+    let update = catch_up(&chain, &pool, parent, head(1, &a1)).unwrap();
+    assert_eq!(update.mined, vec![tx_a.hash()]);
+    assert!(update.reorged.is_empty());
+
+    chain.store_side_block(&b1).unwrap();
+    chain.set_head(b1.hash).unwrap();
+    let update = catch_up(&chain, &pool, a1.hash, head(2, &b1)).unwrap();
+    assert!(update.mined.is_empty());
+    assert_eq!(
+        update.reorged.iter().map(|t| t.hash()).collect::<Vec<_>>(),
+        vec![tx_a.hash()]
+    );
+}

@@ -58,6 +58,10 @@ pub trait CanonChain: Send + Sync + 'static {
     fn canonical_hash(&self, number: u64) -> Option<B256>;
     /// A stored block, canonical or not.
     fn block(&self, hash: &B256) -> Option<Block>;
+    /// The number of stored block `hash`, canonical or not (without reading its body).
+    fn block_number(&self, hash: &B256) -> Option<u64> {
+        self.block(hash).map(|block| block.header.number)
+    }
     /// The oldest block a reorg can have taken off the chain: below it, every stored block
     /// is canonical, so the walk back from an undone head stops there.
     fn reorg_floor(&self) -> u64;
@@ -169,22 +173,26 @@ pub fn catch_up(
     let head = chain.block(&to.hash)?;
     // Walk back from the pool's head until the canonical chain: the blocks passed were
     // undone. The walk stops at the reorg floor (no reorg reaches below it) and at a block
-    // the store does not hold (the pool's head from before a snap sync).
-    let floor = chain.reorg_floor();
+    // the store does not hold (the pool's head from before a snap sync). A canonical
+    // block ends it by its number alone (the usual case, the pool's head the new head's
+    // parent): no body is read, and the floor is asked for only once a block was undone.
+    let mut floor = None;
     let mut removed = Vec::new();
     let mut at = from;
     let fork = loop {
-        let Some(block) = chain.block(&at) else {
+        let Some(n) = chain.block_number(&at) else {
             break None;
         };
-        let n = block.header.number;
         if chain.canonical_hash(n) == Some(at) {
             break Some(n);
         }
-        if n <= floor {
+        if n <= *floor.get_or_insert_with(|| chain.reorg_floor()) {
             removed.clear();
             break None;
         }
+        let Some(block) = chain.block(&at) else {
+            break None;
+        };
         at = block.header.parent_hash;
         removed.push(block);
     };

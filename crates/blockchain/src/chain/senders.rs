@@ -2,11 +2,12 @@
 //!
 //! Recovering a sender (ECDSA) costs about twice what executing an average transaction
 //! does, so a 60M-gas block of a thousand txs spent a fifth of its import recovering
-//! them all before its first tx ran. [`Recovering`] hands them to the executor as it reaches each
-//! tx instead: helper threads take chunks of txs in order from the front, and the
-//! executor, when the sender it needs is not there yet, takes the next chunk nobody has
-//! taken (work it would wait for anyway), or, once every chunk is taken, recovers that
-//! one sender itself. The sender cache (the pool's) is read first and filled, as before.
+//! them all before its first tx ran. [`Recovering`] hands them to the executor as it
+//! reaches each tx instead: helper threads take chunks of txs in order from the front,
+//! and the executor, when the sender it needs is not there yet, takes the next chunk
+//! nobody has taken (work it would wait for anyway), or, once every chunk is taken,
+//! recovers that one sender itself. The sender cache (the pool's) is read first and
+//! filled, as before.
 //!
 //! ```text
 //!  helpers:   [0..8)  [16..24)  [32..40) …        each chunk once, in order

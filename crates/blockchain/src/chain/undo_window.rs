@@ -22,7 +22,9 @@
 //! The records form one run from the oldest kept (the tail) to the head: a block's record
 //! is written with it, unwinding deletes from the top and pruning from the bottom (after
 //! a snap sync the run starts above the pivot). The tail is remembered in memory, checked
-//! against the store before each use, and otherwise found by bisection.
+//! against the store before each use (the block below it holds no record, and the tail
+//! holds one: known without reading it when this chain's pruning left it there, as a
+//! record is some MB at 60M gas), and otherwise found by bisection.
 
 use super::{Chain, ChainError};
 use crate::undo::UndoWindow;
@@ -108,10 +110,11 @@ impl Chain {
     /// The oldest block of the run of records that ends at `head` (`head + 1`: none).
     fn undo_tail(&self, head: u64) -> Result<u64, ChainError> {
         let hint = self.undo_tail.load(Ordering::Relaxed);
+        let pruned_here = hint == self.undo_tail_pruned.load(Ordering::Relaxed);
         if hint != UNKNOWN
             && (1..=head + 1).contains(&hint)
             && (hint == 1 || !self.has_record(hint - 1)?)
-            && (hint > head || self.has_record(hint)?)
+            && (hint > head || pruned_here || self.has_record(hint)?)
         {
             return Ok(hint);
         }
@@ -166,6 +169,7 @@ impl Chain {
     /// Remembers the tail [`Chain::prune_undo`] gave, its batch committed.
     pub(super) fn pruned_to(&self, tail: Option<u64>) {
         if let Some(tail) = tail {
+            self.undo_tail_pruned.store(tail, Ordering::Relaxed);
             self.undo_tail.store(tail, Ordering::Relaxed);
         }
     }
