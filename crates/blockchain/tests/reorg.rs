@@ -79,11 +79,7 @@ fn transfer(chain_id: u64, signer: &Signer, nonce: u64, to: u8, value: u64) -> P
 #[tokio::test]
 async fn the_chain_switches_branches_and_its_state_follows() {
     let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
-    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
-        chain.import(block).unwrap();
-    }
+    let chain = chain_at_30(&genesis);
     let id = genesis.config.chain_id;
     let x = key();
     let n = nonce(&chain, x.address());
@@ -301,28 +297,37 @@ fn the_stored_tries_follow_the_ethtest_chain_and_its_unwinding() {
     assert_tries_match_flat_state(&chain);
 }
 
-/// A block of more txs than `PARALLEL_MIN_SENDERS` has its senders recovered on every
-/// core: a chain that never saw its txs imports it with every sender right.
-#[tokio::test]
-async fn a_block_of_many_txs_recovers_its_senders_on_every_core() {
-    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+/// A chain on the conformance chain's first 30 blocks.
+fn chain_at_30(genesis: &Genesis) -> Chain {
+    let chain = Chain::init(Store::in_memory(), genesis).unwrap();
     let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
-    let blocks = Block::decode_all(&bytes).unwrap();
-    let fresh = || {
-        let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-        for block in blocks.iter().take(30) {
-            chain.import(block).unwrap();
-        }
-        chain
-    };
-    let (builder, importer) = (fresh(), fresh());
+    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
+        chain.import(block).unwrap();
+    }
+    chain
+}
+
+/// A block of `PARALLEL_MIN_SENDERS` + 16 transfers of 1 wei to 0x33..33 from `key()`,
+/// built on #30 by another chain; a chain at #30 that never saw its txs; the sender's
+/// nonce before the block, and the count.
+async fn a_big_block_and_a_chain_that_never_saw_its_txs() -> (Block, Chain, u64, u64) {
+    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
+    let (builder, importer) = (chain_at_30(&genesis), chain_at_30(&genesis));
     let x = key();
     let n = nonce(&builder, x.address());
     let count = moat_blockchain::chain::PARALLEL_MIN_SENDERS as u64 + 16;
     let txs: Vec<_> = (0..count)
         .map(|i| transfer(genesis.config.chain_id, &x, n + i, 0x33, 1))
         .collect();
-    let block = build(&builder, &txs, 0xaa).await;
+    (build(&builder, &txs, 0xaa).await, importer, n, count)
+}
+
+/// A block of more txs than `PARALLEL_MIN_SENDERS` has its senders recovered on every
+/// core: a chain that never saw its txs imports it with every sender right.
+#[tokio::test]
+async fn a_block_of_many_txs_recovers_its_senders_on_every_core() {
+    let (block, importer, n, count) = a_big_block_and_a_chain_that_never_saw_its_txs().await;
+    let x = key();
     assert!(matches!(
         importer.import(&block).unwrap(),
         ImportOutcome::Imported { .. }
@@ -340,24 +345,10 @@ async fn a_block_of_many_txs_recovers_its_senders_on_every_core() {
 /// was (the same block with the tx intact imports afterwards).
 #[tokio::test]
 async fn a_bad_signature_deep_in_a_big_block_makes_it_invalid_at_that_tx() {
-    let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
-    let blocks = Block::decode_all(&bytes).unwrap();
-    let fresh = || {
-        let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-        for block in blocks.iter().take(30) {
-            chain.import(block).unwrap();
-        }
-        chain
-    };
-    let (builder, importer) = (fresh(), fresh());
+    let (good, importer, n, count) = a_big_block_and_a_chain_that_never_saw_its_txs().await;
     let x = key();
-    let n = nonce(&builder, x.address());
-    let count = moat_blockchain::chain::PARALLEL_MIN_SENDERS as u64 + 16;
-    let txs: Vec<_> = (0..count)
-        .map(|i| transfer(genesis.config.chain_id, &x, n + i, 0x33, 1))
-        .collect();
-    let good = build(&builder, &txs, 0xaa).await;
+    let at_30 = importer.head().unwrap();
+    assert_eq!(at_30.0, 30);
     let bad_index = count as usize - 10;
     let mut bad = good.clone();
     let tx = &bad.transactions[bad_index];
@@ -378,7 +369,7 @@ async fn a_bad_signature_deep_in_a_big_block_makes_it_invalid_at_that_tx() {
         }
         other => panic!("expected an invalid block, got {other:?}"),
     }
-    assert_eq!(importer.head().unwrap(), (30, blocks[29].hash));
+    assert_eq!(importer.head().unwrap(), at_30);
     assert_eq!(nonce(&importer, x.address()), n);
     assert!(matches!(
         importer.import(&good).unwrap(),
@@ -394,11 +385,7 @@ async fn a_bad_signature_deep_in_a_big_block_makes_it_invalid_at_that_tx() {
 async fn the_pool_s_upkeep_gets_the_imported_block_as_stored() {
     use moat_mempool::maintain::CanonChain;
     let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
-    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
-        chain.import(block).unwrap();
-    }
+    let chain = chain_at_30(&genesis);
     let x = key();
     let n = nonce(&chain, x.address());
     let txs: Vec<_> = (0..3)
@@ -441,11 +428,7 @@ async fn the_pool_s_upkeep_gets_the_imported_block_as_stored() {
 async fn the_pool_s_catch_up_follows_an_import_and_then_a_reorg() {
     use moat_mempool::maintain::{CanonHead, catch_up};
     let genesis = Genesis::from_file(&testdata("genesis.json")).unwrap();
-    let chain = Chain::init(Store::in_memory(), &genesis).unwrap();
-    let bytes = std::fs::read(testdata("chain.rlp")).unwrap();
-    for block in Block::decode_all(&bytes).unwrap().iter().take(30) {
-        chain.import(block).unwrap();
-    }
+    let chain = chain_at_30(&genesis);
     let pool = Pool::new(
         PoolConfig::new(chain.config().clone()),
         Arc::new(HeadState(chain.clone())),
