@@ -138,11 +138,11 @@ const MAX_RELAXED: usize = 256;
 
 /// At most this many commits, or this many bytes of them, wait to be written behind; a
 /// commit past either writes them itself.
-const MAX_LAYERS: usize = 16;
+const MAX_LAYERS: usize = 32;
 const MAX_LAYER_BYTES: usize = 512 << 20;
 /// A flusher's transaction writes at most this many waiting commits, so that a commit
 /// waiting for room waits for a short round rather than for the whole backlog.
-const ROUND_LAYERS: usize = 8;
+const ROUND_LAYERS: usize = 16;
 /// How long a commit waits for the flusher to make room before it writes the waiting
 /// commits itself.
 const ROOM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
