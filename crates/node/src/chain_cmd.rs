@@ -16,8 +16,8 @@ pub(crate) struct NetworkArgs {
     /// Where the database lives.
     #[arg(long)]
     datadir: PathBuf,
-    /// Megabytes of memory for the database's page cache (geth's flag).
-    #[arg(long, default_value_t = 1024)]
+    /// Megabytes of memory for the database's page cache (geth's flag and default).
+    #[arg(long, default_value_t = 4096)]
     cache: usize,
 }
 

@@ -88,11 +88,12 @@ pub(crate) struct NodeArgs {
     pub rpc: crate::rpc_flags::RpcArgs,
     #[command(flatten)]
     pub ops: crate::ops_flags::OpsArgs,
-    /// Megabytes of memory for the database (geth's flag): a quarter caches trie nodes,
-    /// the rest is the database's page cache. The node's other caches are bounded by
-    /// count: sender recoveries (131,072), hashed trie keys (327,680), recent failures
-    /// (65,536).
-    #[arg(long, default_value_t = 1024)]
+    /// Megabytes of memory for the database (geth's flag, and geth's default): a quarter
+    /// caches trie nodes, the rest is the database's page cache; both fill as the state
+    /// is read, so a small state never reaches the bound. The node's other caches are
+    /// bounded by count: sender recoveries (131,072), hashed trie keys (327,680), recent
+    /// failures (65,536).
+    #[arg(long, default_value_t = 4096)]
     pub cache: usize,
     /// Threads that compute a block's state root (the account trie's 16 top-level
     /// subtries and their accounts' storage tries split among them); 0: one per core.
