@@ -16,8 +16,9 @@ pub(crate) struct NetworkArgs {
     /// Where the database lives.
     #[arg(long)]
     datadir: PathBuf,
-    /// Megabytes of memory for the database's page cache (geth's flag and default).
-    #[arg(long, default_value_t = 4096)]
+    /// Megabytes of memory for the database, split as the node's `--cache` (geth's flag
+    /// and default).
+    #[arg(long, default_value_t = moat_storage::DEFAULT_CACHE_BYTES >> 20)]
     cache: usize,
 }
 

@@ -93,7 +93,7 @@ pub(crate) struct NodeArgs {
     /// is read, so a small state never reaches the bound. The node's other caches are
     /// bounded by count: sender recoveries (131,072), hashed trie keys (327,680), recent
     /// failures (65,536).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = moat_storage::DEFAULT_CACHE_BYTES >> 20)]
     pub cache: usize,
     /// Threads that compute a block's state root (the account trie's 16 top-level
     /// subtries and their accounts' storage tries split among them); 0: one per core.

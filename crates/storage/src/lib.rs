@@ -120,8 +120,10 @@ pub struct TxLocation {
     pub index: u64,
 }
 
-/// The database page cache when none is given: 1 GiB, as geth's default `--cache`.
-pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+/// The memory for the database's caches when none is given (the node's `--cache`
+/// default): 4 GiB, as geth's default `--cache`. Both caches fill only as the state is
+/// read, so a small state never reaches it.
+pub const DEFAULT_CACHE_BYTES: usize = 4 << 30;
 
 /// The trie-node cache of an in-memory store (tests, tools).
 const IN_MEMORY_NODE_CACHE_BYTES: u64 = 64 << 20;
