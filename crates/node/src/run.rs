@@ -240,6 +240,16 @@ pub(crate) fn run(mut args: NodeArgs) -> ExitCode {
         }
         _ => None,
     };
+    // The KZG trusted setup (seconds of point decoding and precomputation) is loaded
+    // beside the datadir's opening, as go-ethereum initialises its KZG library at start,
+    // rather than by the first blob tx a peer sends (which would wait for it).
+    let _ = std::thread::Builder::new()
+        .name("moat-kzg-setup".into())
+        .spawn(|| {
+            let started = std::time::Instant::now();
+            moat_crypto::kzg::warm_up();
+            tracing::debug!(took = ?started.elapsed(), "KZG trusted setup loaded");
+        });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
