@@ -146,66 +146,49 @@ impl Undo {
             }
             .encode(out)
         };
-        let account_len = |account: &Option<Account>| match account {
-            None => false.length(),
-            Some(a) => {
-                true.length()
-                    + a.nonce.length()
-                    + a.balance.length()
-                    + a.code_hash.length()
-                    + a.storage_root.length()
-            }
+        // Each item's payload length, used for its own header and for its section's.
+        let account_item = |(address, account): &(Address, Option<Account>)| {
+            address.length()
+                + match account {
+                    None => false.length(),
+                    Some(a) => {
+                        true.length()
+                            + a.nonce.length()
+                            + a.balance.length()
+                            + a.code_hash.length()
+                            + a.storage_root.length()
+                    }
+                }
         };
-        let node_len = |old: &Option<Vec<u8>>| match old {
-            None => false.length(),
-            Some(node) => true.length() + node.as_slice().length(),
+        let slot_item = |(address, slot, value): &(Address, B256, U256)| {
+            address.length() + slot.length() + value.length()
         };
-        let pairs_len = |list: &[(B256, U256)]| -> usize {
-            list.iter()
-                .map(|(slot, value)| rlp::list_length(slot.length() + value.length()))
-                .sum()
+        let pair_item = |(slot, value): &(B256, U256)| slot.length() + value.length();
+        let node_pair_item =
+            |(path, node): &TrieNode| path.as_slice().length() + node.as_slice().length();
+        let trie_item = |(owner, path, old): &(B256, Vec<u8>, Option<Vec<u8>>)| {
+            owner.length()
+                + path.as_slice().length()
+                + match old {
+                    None => false.length(),
+                    Some(node) => true.length() + node.as_slice().length(),
+                }
         };
-        let nodes_len = |nodes: &[TrieNode]| -> usize {
-            nodes
-                .iter()
-                .map(|(path, node)| {
-                    rlp::list_length(path.as_slice().length() + node.as_slice().length())
-                })
-                .sum()
+        // A list's payload: its items, each with its header.
+        fn payload<T>(items: &[T], item: impl Fn(&T) -> usize) -> usize {
+            items.iter().map(|x| rlp::list_length(item(x))).sum()
+        }
+        let wiped_item = |(address, list): &(Address, Vec<(B256, U256)>)| {
+            address.length() + rlp::list_length(payload(list, pair_item))
         };
-        let accounts: usize = self
-            .accounts
-            .iter()
-            .map(|(address, account)| rlp::list_length(address.length() + account_len(account)))
-            .sum();
-        let slots: usize = self
-            .slots
-            .iter()
-            .map(|(address, slot, value)| {
-                rlp::list_length(address.length() + slot.length() + value.length())
-            })
-            .sum();
-        let wiped: usize = self
-            .wiped
-            .iter()
-            .map(|(address, list)| {
-                rlp::list_length(address.length() + rlp::list_length(pairs_len(list)))
-            })
-            .sum();
-        let trie: usize = self
-            .trie
-            .iter()
-            .map(|(owner, path, old)| {
-                rlp::list_length(owner.length() + path.as_slice().length() + node_len(old))
-            })
-            .sum();
-        let wiped_tries: usize = self
-            .wiped_tries
-            .iter()
-            .map(|(owner, nodes)| {
-                rlp::list_length(owner.length() + rlp::list_length(nodes_len(nodes)))
-            })
-            .sum();
+        let wiped_trie_item = |(owner, nodes): &(B256, Vec<TrieNode>)| {
+            owner.length() + rlp::list_length(payload(nodes, node_pair_item))
+        };
+        let accounts = payload(&self.accounts, account_item);
+        let slots = payload(&self.slots, slot_item);
+        let wiped = payload(&self.wiped, wiped_item);
+        let trie = payload(&self.trie, trie_item);
+        let wiped_tries = payload(&self.wiped_tries, wiped_trie_item);
         let payload_len: usize = [accounts, slots, wiped, trie, wiped_tries]
             .into_iter()
             .map(rlp::list_length)
@@ -214,8 +197,8 @@ impl Undo {
         header(&mut out, payload_len);
 
         header(&mut out, accounts);
-        for (address, account) in &self.accounts {
-            header(&mut out, address.length() + account_len(account));
+        for entry @ (address, account) in &self.accounts {
+            header(&mut out, account_item(entry));
             address.encode(&mut out);
             match account {
                 None => false.encode(&mut out),
@@ -229,30 +212,26 @@ impl Undo {
             }
         }
         header(&mut out, slots);
-        for (address, slot, value) in &self.slots {
-            header(&mut out, address.length() + slot.length() + value.length());
+        for entry @ (address, slot, value) in &self.slots {
+            header(&mut out, slot_item(entry));
             address.encode(&mut out);
             slot.encode(&mut out);
             value.encode(&mut out);
         }
         header(&mut out, wiped);
-        for (address, list) in &self.wiped {
-            let pairs = pairs_len(list);
-            header(&mut out, address.length() + rlp::list_length(pairs));
+        for entry @ (address, list) in &self.wiped {
+            header(&mut out, wiped_item(entry));
             address.encode(&mut out);
-            header(&mut out, pairs);
-            for (slot, value) in list {
-                header(&mut out, slot.length() + value.length());
+            header(&mut out, payload(list, pair_item));
+            for pair @ (slot, value) in list {
+                header(&mut out, pair_item(pair));
                 slot.encode(&mut out);
                 value.encode(&mut out);
             }
         }
         header(&mut out, trie);
-        for (owner, path, old) in &self.trie {
-            header(
-                &mut out,
-                owner.length() + path.as_slice().length() + node_len(old),
-            );
+        for entry @ (owner, path, old) in &self.trie {
+            header(&mut out, trie_item(entry));
             owner.encode(&mut out);
             path.as_slice().encode(&mut out);
             match old {
@@ -264,16 +243,12 @@ impl Undo {
             }
         }
         header(&mut out, wiped_tries);
-        for (owner, nodes) in &self.wiped_tries {
-            let pairs = nodes_len(nodes);
-            header(&mut out, owner.length() + rlp::list_length(pairs));
+        for entry @ (owner, nodes) in &self.wiped_tries {
+            header(&mut out, wiped_trie_item(entry));
             owner.encode(&mut out);
-            header(&mut out, pairs);
-            for (path, node) in nodes {
-                header(
-                    &mut out,
-                    path.as_slice().length() + node.as_slice().length(),
-                );
+            header(&mut out, payload(nodes, node_pair_item));
+            for pair @ (path, node) in nodes {
+                header(&mut out, node_pair_item(pair));
                 path.as_slice().encode(&mut out);
                 node.as_slice().encode(&mut out);
             }
