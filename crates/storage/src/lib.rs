@@ -548,8 +548,11 @@ impl Store {
     /// one, and reopens at the last durable commit. What block import uses. With a
     /// flusher thread ([`Store::wait_for_flush`]) the commit is written behind: it
     /// returns once the batch is a layer over what readers see, and the flusher writes
-    /// it into the file and syncs it beside the caller's next work. Dropping the last
-    /// clone of the store, or [`Store::flush`], makes them durable.
+    /// it into the file and syncs it beside the caller's next work; while commits come
+    /// faster than the disk takes them (blocks back to back, as in a sync), what a crash
+    /// may lose is the commits still waiting for the flusher: at most 128 of them (or
+    /// 1 GiB). Dropping the last clone of the store, or [`Store::flush`], makes them
+    /// durable.
     pub fn commit_relaxed(&self, batch: WriteBatch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());

@@ -867,11 +867,11 @@ fn relaxed_commits_written_behind_read_at_once_and_land_in_order() {
         assert_eq!(pending(&store), 0);
         assert_eq!(store.account(&addr(4)).unwrap(), Some(account(4)));
 
-        // A flusher's round writes the oldest sixteen and asks for another.
-        for n in 10..30u8 {
+        // A flusher's round writes the oldest sixty-four and asks for another.
+        for n in 10..78u8 {
             commit_relaxed_account(&store, n);
         }
-        assert_eq!(pending(&store), 20);
+        assert_eq!(pending(&store), 68);
         assert!(store.wait_for_flush(std::time::Duration::from_millis(10)));
         store.flush_round().unwrap();
         assert_eq!(pending(&store), 4);

@@ -42,7 +42,7 @@ struct TableWrites {
 type KeyHasher = foldhash::fast::FixedState;
 
 /// A key's hash, computed once per read and probed in each layer.
-fn key_hash(key: &[u8]) -> u64 {
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
     KeyHasher::default().hash_one(key)
 }
 
@@ -143,7 +143,7 @@ impl Layer {
     }
 
     /// What this layer says of `key`, whose [`key_hash`] is `hash`.
-    fn lookup(&self, table: Table, key: &[u8], hash: u64) -> Lookup<'_> {
+    pub(crate) fn lookup(&self, table: Table, key: &[u8], hash: u64) -> Lookup<'_> {
         let writes = &self.tables[table.index()];
         let written = if writes.hashes.contains(&hash) {
             writes.entries.get(key)
@@ -175,30 +175,45 @@ impl Layer {
 
 /// Hands `layers`' writes (oldest first) to one transaction, layer after layer and in
 /// each table by table: each deleted range, then each key written or deleted, in key
-/// order; a key a later layer writes or deletes again is skipped in the earlier one
-/// (what it would write is overwritten in the same transaction: the trie's upper nodes,
-/// a busy contract's account and slots come once in a round rather than once a block).
+/// order; a key a later layer of the round writes or deletes again is skipped in the
+/// earlier one (what it would write is overwritten in the same transaction: the trie's
+/// upper nodes, a busy contract's account and slots come once in a round rather than
+/// once a block). Which layer of the round touches a key last is looked up in one map
+/// built for the round, so a round of many layers costs one probe a key, not one a layer.
 pub(crate) fn write_layers(
     layers: &[&Layer],
     mut apply: impl FnMut(Table, Write<'_>) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
+    let mut last: std::collections::HashMap<u64, usize, KeyHasher> =
+        std::collections::HashMap::with_hasher(KeyHasher::default());
+    if layers.len() > 1 {
+        for (i, layer) in layers.iter().enumerate() {
+            for table in Table::ALL {
+                for hash in &layer.tables[table.index()].hashes {
+                    last.insert(slot(table, *hash), i);
+                }
+            }
+        }
+    }
     for (i, layer) in layers.iter().enumerate() {
-        let later = &layers[i + 1..];
         for table in Table::ALL {
             let writes = &layer.tables[table.index()];
             for (start, end) in &writes.cleared {
                 apply(table, Write::Clear(start, end.as_deref()))?;
             }
             for (key, value) in &writes.entries {
-                if !later.is_empty() {
-                    let hash = key_hash(key);
-                    let again = later.iter().any(|l| {
-                        let writes = &l.tables[table.index()];
-                        writes.hashes.contains(&hash) && writes.entries.contains_key(key)
-                    });
-                    if again {
-                        continue;
+                let again = match last.get(&slot(table, key_hash(key))) {
+                    Some(&j) if j > i => {
+                        // Another key of the same hash may be what layer `j` touched.
+                        layers[j].tables[table.index()].entries.contains_key(key)
+                            || layers[i + 1..j]
+                                .iter()
+                                .any(|l| l.tables[table.index()].entries.contains_key(key))
                     }
+                    _ => false,
+                };
+                if again {
+                    continue;
                 }
                 apply(
                     table,
@@ -211,6 +226,120 @@ pub(crate) fn write_layers(
         }
     }
     Ok(())
+}
+
+/// A key's hash within its table: the key of [`Directory`] and of a round's map.
+fn slot(table: Table, hash: u64) -> u64 {
+    hash ^ (table.index() as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Which waiting layer touched each key last, so that a read past many waiting layers
+/// costs one hash probe rather than one a layer (a flusher behind by a hundred blocks
+/// would otherwise make every state read of the block being executed probe a hundred
+/// sets). It is kept beside the layers it describes and changed with them, under the
+/// same lock: layer `i` of the waiting ones (oldest first) is number `first + i`.
+#[derive(Default)]
+pub(crate) struct Directory {
+    /// The number of the oldest waiting layer.
+    first: u64,
+    /// [`slot`] → the number of the newest layer that wrote or deleted a key of that
+    /// hash. An entry older than `first` is stale (its layer is in the file now, and no
+    /// waiting one touched the key since) and reads as absent; the flusher removes them
+    /// after each round ([`Directory::forget`]).
+    newest: std::collections::HashMap<u64, u64, KeyHasher>,
+    /// Every waiting layer's deleted ranges, with its number: rare (a storage wipe).
+    cleared: Vec<(u64, Table, Range)>,
+}
+
+impl Directory {
+    /// Records `layer`, pushed on top of the `waiting` layers.
+    pub(crate) fn pushed(&mut self, layer: &Layer, waiting: usize) {
+        let number = self.first + waiting as u64;
+        for table in Table::ALL {
+            let writes = &layer.tables[table.index()];
+            for hash in &writes.hashes {
+                self.newest.insert(slot(table, *hash), number);
+            }
+            for range in &writes.cleared {
+                self.cleared.push((number, table, range.clone()));
+            }
+        }
+    }
+
+    /// The oldest `count` layers were written into the file: they are no longer waiting.
+    pub(crate) fn drained(&mut self, count: usize) {
+        self.first += count as u64;
+        let first = self.first;
+        self.cleared.retain(|(number, ..)| *number >= first);
+    }
+
+    /// Removes the entries of `layer` (once waiting as number `number`, written since)
+    /// that no newer layer took over.
+    pub(crate) fn forget(&mut self, layer: &Layer, number: u64) {
+        for table in Table::ALL {
+            for hash in &layer.tables[table.index()].hashes {
+                let slot = slot(table, *hash);
+                if self.newest.get(&slot) == Some(&number) {
+                    self.newest.remove(&slot);
+                }
+            }
+        }
+    }
+
+    /// The number the oldest waiting layer has.
+    pub(crate) fn first(&self) -> u64 {
+        self.first
+    }
+
+    /// What the waiting `layers` (oldest first, the ones this directory describes) say
+    /// of `key`: the layer that wrote it last, `Err(())` when it is deleted, `Ok(None)`
+    /// when none touched it.
+    pub(crate) fn find<'a>(
+        &self,
+        layers: &'a [std::sync::Arc<Layer>],
+        table: Table,
+        key: &[u8],
+        hash: u64,
+    ) -> Result<Option<&'a std::sync::Arc<Layer>>, ()> {
+        let number = self
+            .newest
+            .get(&slot(table, hash))
+            .copied()
+            .filter(|number| *number >= self.first);
+        let found = match number {
+            Some(number) => {
+                let layer = layers.get((number - self.first) as usize);
+                match layer.map(|layer| (layer, layer.lookup(table, key, hash))) {
+                    Some((_, Lookup::Deleted)) => return Err(()),
+                    Some((layer, Lookup::Value(_))) => Some((number, layer)),
+                    // Another key of the same hash: ask every layer, newest first.
+                    Some((_, Lookup::Untouched)) | None => {
+                        let newest = layers
+                            .iter()
+                            .rev()
+                            .map(|l| (l, l.lookup(table, key, hash)))
+                            .find(|(_, found)| !matches!(found, Lookup::Untouched));
+                        return match newest {
+                            Some((_, Lookup::Deleted)) => Err(()),
+                            Some((l, _)) => Ok(Some(l)),
+                            None => Ok(None),
+                        };
+                    }
+                }
+            }
+            None => None,
+        };
+        // A range a newer layer deleted hides it (the layer's own ranges were applied
+        // before its keys, which `Layer::lookup` already weighed).
+        let after = found.as_ref().map(|(number, _)| *number);
+        let hidden = self.cleared.iter().any(|(number, t, range)| {
+            *t == table && after.is_none_or(|after| *number > after) && in_range(key, range)
+        });
+        if hidden {
+            return Err(());
+        }
+        Ok(found.map(|(_, layer)| layer))
+    }
 }
 
 /// The value of `key` in `layers` (oldest first): `Some(lookup)` when a layer touched it.
@@ -450,5 +579,111 @@ mod tests {
         // c (first), the clear (second), e (second), a and b (third): the first and
         // second layers' a and b are overwritten within the round.
         assert_eq!(writes, 5);
+    }
+
+    /// The directory answers every read as asking each waiting layer newest first
+    /// would, while layers are pushed, written (drained and forgotten) and overwrite
+    /// and delete each other's keys and ranges; an entry pointing at a layer that did
+    /// not touch the key (another key of its hash) is answered by asking every layer.
+    /// And a round of many layers leaves the file as writing each layer in turn would.
+    #[test]
+    fn the_directory_reads_as_the_layers_do_and_rounds_write_what_they_would_in_turn() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let key = |n: u64| vec![b'k', n as u8];
+        let mut layers: Vec<Arc<Layer>> = Vec::new();
+        let mut directory = Directory::default();
+        // What the file holds once every layer so far is written in turn.
+        let mut file: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
+        let mut in_file = 0;
+        for round in 0..400u64 {
+            let ops: Vec<Op> = (0..1 + next(6))
+                .map(|_| match next(10) {
+                    0 => {
+                        let a = next(40);
+                        clear(&key(a), Some(&key(a + next(4))))
+                    }
+                    1 | 2 => Op::Delete {
+                        table: Table::Storage,
+                        key: key(next(40)),
+                    },
+                    _ => put(&key(next(40)), &round.to_be_bytes()),
+                })
+                .collect();
+            let layer = Arc::new(Layer::of(ops));
+            directory.pushed(&layer, layers.len());
+            layers.push(layer);
+            if next(5) == 0 {
+                // A round writes the oldest few.
+                let count = 1 + next(layers.len() as u64) as usize;
+                let round: Vec<&Layer> = layers[..count].iter().map(|l| &**l).collect();
+                // Each layer of the round written alone, in turn.
+                let mut naive = file.clone();
+                for layer in &round {
+                    let pairs: Vec<(Vec<u8>, Vec<u8>)> = naive.into_iter().collect();
+                    let pairs: Vec<(&[u8], &[u8])> = pairs
+                        .iter()
+                        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                        .collect();
+                    naive = written(&[layer], &pairs).0.into_iter().collect();
+                }
+                let naive: Vec<(Vec<u8>, Vec<u8>)> = naive.into_iter().collect();
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> = file.clone().into_iter().collect();
+                let pairs: Vec<(&[u8], &[u8])> = pairs
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                    .collect();
+                let (together, _) = written(&round, &pairs);
+                assert_eq!(together, naive, "round ending at layer {}", in_file + count);
+                file = together.into_iter().collect();
+                let first = directory.first();
+                let gone: Vec<Arc<Layer>> = layers.drain(..count).collect();
+                directory.drained(count);
+                in_file += count;
+                for (i, layer) in gone.iter().enumerate() {
+                    if next(2) == 0 {
+                        directory.forget(layer, first + i as u64);
+                    }
+                }
+            }
+            if next(7) == 0 && !layers.is_empty() {
+                // Another key of the same hash, written later: the entry points at a
+                // newer layer that did not touch this key.
+                let k = key(next(40));
+                let slot = slot(Table::Storage, key_hash(&k));
+                let newest = directory.first() + layers.len() as u64 - 1;
+                let number = directory
+                    .newest
+                    .get(&slot)
+                    .map_or(directory.first(), |n| (*n).max(directory.first()));
+                directory
+                    .newest
+                    .insert(slot, number + next(newest - number + 1));
+            }
+            for n in 0..44 {
+                let k = key(n);
+                let plain = match lookup(&layers, Table::Storage, &k) {
+                    Some(Lookup::Value(v)) => Some(Some(v.to_vec())),
+                    Some(Lookup::Deleted) => Some(None),
+                    Some(Lookup::Untouched) | None => None,
+                };
+                let found = match directory.find(&layers, Table::Storage, &k, key_hash(&k)) {
+                    Err(()) => Some(None),
+                    Ok(Some(layer)) => match layer.lookup(Table::Storage, &k, key_hash(&k)) {
+                        Lookup::Value(v) => Some(Some(v.to_vec())),
+                        other => {
+                            panic!("the found layer says {}", matches!(other, Lookup::Deleted))
+                        }
+                    },
+                    Ok(None) => None,
+                };
+                assert_eq!(found, plain, "key {n} after layer {round}");
+            }
+        }
     }
 }

@@ -13,7 +13,7 @@
 //! the snapshot (`super::pending`), and the flusher writes the waiting layers in one
 //! durable transaction.
 
-use super::pending::{Layer, Lookup, Overlay, Visit, Write};
+use super::pending::{Directory, Layer, Lookup, Overlay, Visit, Write, key_hash};
 use super::{Op, Table, range_bounds};
 use crate::codec::{META_SCHEMA, SCHEMA_VERSION, decode_schema};
 use crate::error::StoreError;
@@ -76,6 +76,9 @@ struct View {
     /// `None` only if refreshing after a commit failed; the next read rebuilds it.
     snapshot: Option<Arc<Snapshot>>,
     layers: Layers,
+    /// Which of `layers` touched each key last: changed with `layers`, under the same
+    /// lock.
+    directory: Directory,
 }
 
 pub(crate) struct RedbBackend {
@@ -137,12 +140,18 @@ const MAX_LAG: std::time::Duration = std::time::Duration::from_secs(1);
 const MAX_RELAXED: usize = 256;
 
 /// At most this many commits, or this many bytes of them, wait to be written behind; a
-/// commit past either writes them itself.
-const MAX_LAYERS: usize = 32;
-const MAX_LAYER_BYTES: usize = 512 << 20;
-/// A flusher's transaction writes at most this many waiting commits, so that a commit
-/// waiting for room waits for a short round rather than for the whole backlog.
-const ROUND_LAYERS: usize = 16;
+/// commit past either writes them itself. Reads past them cost one probe of the
+/// [`Directory`] however many wait.
+const MAX_LAYERS: usize = 128;
+const MAX_LAYER_BYTES: usize = 1 << 30;
+/// A flusher's transaction writes at most this many waiting commits. A round takes what
+/// waits, so rounds grow only while commits come faster than the file takes them; the
+/// larger the round the fewer pages a commit costs (each page of the file a round
+/// changes is copied and written once however many of its commits change it: the
+/// trie's upper nodes, and a random key's page more often the more keys a round has),
+/// and that is what lets a file of tens of millions of keys keep up with blocks that
+/// come back to back.
+const ROUND_LAYERS: usize = 64;
 /// How long a commit waits for the flusher to make room before it writes the waiting
 /// commits itself.
 const ROOM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -250,6 +259,7 @@ impl RedbBackend {
             view: RwLock::new(View {
                 snapshot: Some(Arc::new(snapshot)),
                 layers: Arc::new(Vec::new()),
+                directory: Directory::default(),
             }),
             cache_bytes,
             damage: std::sync::OnceLock::new(),
@@ -370,12 +380,38 @@ impl RedbBackend {
         key: &[u8],
         decode: impl FnOnce(&[u8]) -> Result<R, StoreError>,
     ) -> Result<Option<R>, StoreError> {
-        let (snapshot, layers) = self.view()?;
-        match super::pending::lookup(&layers, table, key) {
-            Some(Lookup::Value(value)) => return decode(value).map(Some),
-            Some(Lookup::Deleted) => return Ok(None),
-            Some(Lookup::Untouched) | None => {}
-        }
+        let hash = key_hash(key);
+        // One probe of the directory, under the view's lock, finds the layer that wrote
+        // the key last (and the snapshot below them, taken together with it).
+        let found = {
+            let view = self.view.read();
+            view.snapshot.as_ref().map(|snapshot| {
+                let found = view
+                    .directory
+                    .find(&view.layers, table, key, hash)
+                    .map(|layer| layer.cloned());
+                (Arc::clone(snapshot), found)
+            })
+        };
+        let snapshot = match found {
+            Some((_, Err(()))) => return Ok(None),
+            Some((_, Ok(Some(layer)))) => {
+                return match layer.lookup(table, key, hash) {
+                    Lookup::Value(value) => decode(value).map(Some),
+                    Lookup::Deleted | Lookup::Untouched => Ok(None),
+                };
+            }
+            Some((snapshot, Ok(None))) => snapshot,
+            None => {
+                let (snapshot, layers) = self.view()?;
+                match super::pending::lookup(&layers, table, key) {
+                    Some(Lookup::Value(value)) => return decode(value).map(Some),
+                    Some(Lookup::Deleted) => return Ok(None),
+                    Some(Lookup::Untouched) | None => {}
+                }
+                snapshot
+            }
+        };
         let value = snapshot.tables[table.index()]
             .get(key)
             .map_err(|e| db_err("reading a value")(e.into()))?;
@@ -446,11 +482,18 @@ impl RedbBackend {
                     let room =
                         view.layers.len() < MAX_LAYERS && bytes + layer.bytes <= MAX_LAYER_BYTES;
                     if room {
+                        let waiting = view.layers.len();
+                        view.directory.pushed(&layer, waiting);
                         let mut layers = Vec::clone(&view.layers);
                         layers.push(Arc::clone(&layer));
                         view.layers = Arc::new(layers);
                     }
-                    room.then_some(view.layers.len())
+                    // How full the queue is, in commits or in bytes, whichever is further.
+                    room.then_some(
+                        view.layers
+                            .len()
+                            .max((bytes + layer.bytes) / (MAX_LAYER_BYTES / MAX_LAYERS)),
+                    )
                 };
                 *self.flush_wanted.lock() = true;
                 self.flush_signal.notify_one();
@@ -599,14 +642,22 @@ impl RedbBackend {
         // fail, the view is left without one and the next reader builds it under the
         // writer lock.
         let fresh = Snapshot::begin(&self.db).ok().map(Arc::new);
-        let left = {
+        let (left, first) = {
             let mut view = self.view.write();
             view.snapshot = fresh;
+            let first = view.directory.first();
             if !drained.is_empty() {
                 view.layers = Arc::new(view.layers[drained.len()..].to_vec());
+                view.directory.drained(drained.len());
             }
-            view.layers.len()
+            (view.layers.len(), first)
         };
+        // The written layers' entries in the directory are stale now (they read as
+        // absent); they are removed a layer at a time, so that readers wait for one
+        // layer's removal at most.
+        for (i, layer) in drained.iter().enumerate() {
+            self.view.write().directory.forget(layer, first + i as u64);
+        }
         if !drained.is_empty() {
             let per_layer = started.elapsed() / drained.len() as u32;
             let mut pace = self.pace.lock();
