@@ -996,13 +996,13 @@ impl Chain {
         self.check_pow_rules(block, &parent)?;
 
         // The second core is the flusher's while earlier blocks wait to be written
-        // (blocks coming back to back): a prewarm thread would only slow both down.
-        // (Without one, the senders' helpers have every core but the executor's.)
-        let prewarm = self.prewarm
-            && self.store.pending_commits().0 == 0
-            && vm::worth_prewarming(&self.config, block);
-        self.with_senders(block, prewarm, |senders| {
-            let executed = self.execute_on_head(block, senders, prewarm);
+        // (blocks coming back to back): a prewarm thread running ahead would only slow
+        // both down. (Without one, the senders' helpers have every core but the
+        // executor's.) The trie thread, which mostly waits for the disk, runs either way.
+        let warming = self.prewarm && vm::worth_prewarming(&self.config, block);
+        let ahead = warming && self.store.pending_commits().0 == 0;
+        self.with_senders(block, ahead, |senders| {
+            let executed = self.execute_on_head(block, senders, warming.then_some(ahead));
             import_phase_took("senders", senders.waited());
             match executed {
                 Ok((executed, update)) => {
@@ -1045,25 +1045,24 @@ impl Chain {
     }
 
     /// Executes `block` on the head's state and checks what it gives against its
-    /// header: the receipts, state changes and the state update to commit.
+    /// header: the receipts, state changes and the state update to commit. `prewarm`:
+    /// with the trie thread beside it, and (`Some(true)`) the thread running ahead.
     fn execute_on_head(
         &self,
         block: &Block,
         senders: &senders::Recovering<'_>,
-        prewarm: bool,
+        prewarm: Option<bool>,
     ) -> Result<(vm::ExecutedBlock, crate::state_root::StateUpdate), ChainError> {
         let (number, hash) = (block.header.number, block.hash);
         let state = StateAtBlock::head(self.store.clone());
         let started = Instant::now();
-        let executed = if prewarm {
-            vm::execute_block_prewarmed(&self.config, block, senders, &state).map(
+        let executed = if let Some(ahead) = prewarm {
+            vm::execute_block_prewarmed(&self.config, block, senders, &state, ahead).map(
                 |(executed, stats)| {
-                    if stats.ran {
-                        metrics::counter!("moat_block_prewarm_reads_total", "from" => "warm")
-                            .increment(stats.warm_reads);
-                        metrics::counter!("moat_block_prewarm_reads_total", "from" => "store")
-                            .increment(stats.cold_reads);
-                    }
+                    metrics::counter!("moat_block_prewarm_reads_total", "from" => "warm")
+                        .increment(stats.warm_reads);
+                    metrics::counter!("moat_block_prewarm_reads_total", "from" => "store")
+                        .increment(stats.cold_reads);
                     executed
                 },
             )

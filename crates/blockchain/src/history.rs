@@ -257,6 +257,14 @@ impl StateReader for StateAtBlock {
         self.root_over_overlay(changes).map(Some).map_err(state_err)
     }
 
+    fn warm_trie_path(&self, address: &Address, slot: Option<&B256>) {
+        // An older state's tries are read through its overlay, which a warmed cache of
+        // the head's nodes would not serve.
+        if self.overlay.is_none() {
+            crate::state_root::warm_path(&self.store, address, slot);
+        }
+    }
+
     fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {
         Ok(StateAtBlock::account(self, address)
             .map_err(state_err)?

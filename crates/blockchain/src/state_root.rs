@@ -61,6 +61,20 @@ pub fn hashed_address(address: &Address) -> B256 {
     remembered_keccak(&CACHE, address)
 }
 
+/// Reads the nodes on the path to `address` in the account trie and, with `slot`, on
+/// the path to it in the account's storage trie, checking each against its parent as the
+/// state root does, so that the store's node cache holds them when the root is computed
+/// (as go-ethereum's trie prefetcher does beside execution). Errors are left for the
+/// state root to meet.
+pub fn warm_path(store: &Store, address: &Address, slot: Option<&B256>) {
+    let nodes = StoreNodes(store);
+    let owner = hashed_address(address);
+    match slot {
+        None => drop(moat_trie::proof(&nodes, &ACCOUNT_TRIE, &owner)),
+        Some(slot) => drop(moat_trie::proof(&nodes, &owner, &hashed_slot(slot))),
+    }
+}
+
 /// The store as the trie's node source.
 pub struct StoreNodes<'a>(pub &'a Store);
 

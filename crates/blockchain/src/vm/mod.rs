@@ -84,6 +84,11 @@ pub trait StateReader {
     fn state_root_with(&self, _changes: &[AccountChange]) -> Result<Option<B256>, VmError> {
         Ok(None)
     }
+    /// Reads the trie nodes on the path to `address`'s account, and with `slot` those on
+    /// the path to that slot in its storage trie, so that the state root after the block
+    /// finds them in memory; what it finds is thrown away and a failure is ignored (the
+    /// state root meets it). A reader without tries does nothing.
+    fn warm_trie_path(&self, _address: &Address, _slot: Option<&B256>) {}
 }
 
 /// An account as the state trie holds it, minus the storage root.

@@ -8,6 +8,12 @@
 //! the outcomes away. What it leaves behind is the accounts, slots and code it read, in
 //! a cache both threads read through ([`Warm`]).
 //!
+//! A third thread, `moat-trie-warm`, takes every account and slot either thread had to
+//! read from the store, in that order, and reads the trie nodes on its path
+//! ([`StateReader::warm_trie_path`]): the state root computed after the block then finds
+//! them in the store's node cache instead of reading them from the disk one by one (at
+//! ten million accounts most of a path's lower nodes are not in memory).
+//!
 //! Only pre-state values enter that cache: both threads read the parent's state through
 //! it, and the executor's own writes stay in revm's `State` above it. So the executor
 //! reads exactly the values it would have read from the store; the cost of finding them
@@ -21,6 +27,8 @@
 //!             then tx1' ─ tx2' ─ … (skips what the executor ◀┘ executor's, discards it)
 //!                  ╲      ╲
 //!                   Warm: accounts, slots, code of the pre-state ◀── executor reads
+//!                     │ first reads from the store, in order
+//!  trie-warm:         └▶ the trie nodes on their paths ─▶ the store's node cache
 //! ```
 
 use super::{AccountChange, AccountInfo, ExecutedBlock, StateReader, VmError, db, env};
@@ -48,6 +56,17 @@ struct Warm {
     accounts: Mutex<HashMap<Address, Option<AccountInfo>>>,
     slots: Mutex<HashMap<(Address, B256), U256>>,
     code: Mutex<HashMap<B256, Option<Bytes>>>,
+    /// The accounts and slots read from the store, in the order they were first read,
+    /// for the trie thread to read their trie paths ([`StateReader::warm_trie_path`]).
+    paths: Mutex<std::collections::VecDeque<(Address, Option<B256>)>>,
+    more: parking_lot::Condvar,
+}
+
+impl Warm {
+    fn read_from_store(&self, address: &Address, slot: Option<&B256>) {
+        self.paths.lock().push_back((*address, slot.copied()));
+        self.more.notify_one();
+    }
 }
 
 /// A thread's reader: the cache first, then the store (what it finds goes in the
@@ -89,12 +108,14 @@ impl<'a> WarmReader<'a> {
 impl StateReader for WarmReader<'_> {
     fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {
         self.through(&self.warm.accounts, *address, || {
+            self.warm.read_from_store(address, None);
             self.state.account(address)
         })
     }
 
     fn storage(&self, address: &Address, slot: &B256) -> Result<U256, VmError> {
         self.through(&self.warm.slots, (*address, *slot), || {
+            self.warm.read_from_store(address, Some(slot));
             self.state.storage(address, slot)
         })
     }
@@ -115,7 +136,7 @@ impl StateReader for WarmReader<'_> {
 /// What the prewarm thread did for a block, for the node's metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PrewarmStats {
-    /// Whether a prewarm thread ran beside the executor.
+    /// Whether a prewarm thread ran ahead of the executor (speculative runs).
     pub ran: bool,
     /// The executor's reads the cache answered.
     pub warm_reads: u64,
@@ -133,12 +154,16 @@ pub(crate) fn worth_prewarming(config: &ChainConfig, block: &Block) -> bool {
 
 /// [`super::execute_block`] with a prewarm thread beside it (see the module's overview);
 /// the same result, block for block. Blocks that are not worth one
-/// ([`PREWARM_MIN_TXS`], one core) run without.
+/// ([`PREWARM_MIN_TXS`], one core) run without. `ahead: false` leaves out the prewarm
+/// thread's speculative runs (the second core is busy elsewhere): it only reads every
+/// transaction's sender, recipient, code and access list, and the trie thread their
+/// paths, reads that mostly wait for the disk.
 pub fn execute_block_prewarmed(
     config: &ChainConfig,
     block: &Block,
     senders: &dyn super::Senders,
     state: &(dyn StateReader + Sync),
+    ahead: bool,
 ) -> Result<(ExecutedBlock, PrewarmStats), VmError> {
     if !worth_prewarming(config, block) || senders.count() != block.transactions.len() {
         return super::execute_block_with(config, block, senders, state)
@@ -146,6 +171,7 @@ pub fn execute_block_prewarmed(
     }
     let warm = Warm::default();
     let main = WarmReader::new(state, &warm);
+    let runs_ahead = ahead;
     let ahead = WarmReader::new(state, &warm);
     let progress = AtomicUsize::new(0);
     let done = AtomicBool::new(false);
@@ -153,17 +179,22 @@ pub fn execute_block_prewarmed(
         let helper = std::thread::Builder::new()
             .name("moat-prewarm".into())
             .spawn_scoped(scope, || {
-                run_ahead(config, block, senders, &ahead, &progress, &done)
+                run_ahead(config, block, senders, &ahead, &progress, &done, runs_ahead)
             });
-        /// Tells the prewarm thread to stop however the executor leaves (an error, a
+        let paths = std::thread::Builder::new()
+            .name("moat-trie-warm".into())
+            .spawn_scoped(scope, || warm_trie_paths(state, &warm, &done));
+        /// Tells the prewarm threads to stop however the executor leaves (an error, a
         /// panic), so the scope's join never waits for more than one run.
-        struct Stop<'a>(&'a AtomicBool);
+        struct Stop<'a>(&'a AtomicBool, &'a Warm);
         impl Drop for Stop<'_> {
             fn drop(&mut self) {
                 self.0.store(true, Ordering::Release);
+                let _queue = self.1.paths.lock();
+                self.1.more.notify_all();
             }
         }
-        let _stop = Stop(&done);
+        let _stop = Stop(&done, &warm);
         let executed = super::execute(config, block, senders, &main, Some(&progress));
         drop(_stop);
         if let Ok(helper) = helper {
@@ -171,20 +202,44 @@ pub fn execute_block_prewarmed(
             // stands on the executor's reads.
             let _ = helper.join();
         }
+        if let Ok(paths) = paths {
+            let _ = paths.join();
+        }
         executed
     })?;
     Ok((
         executed,
         PrewarmStats {
-            ran: true,
+            ran: runs_ahead,
             warm_reads: main.hits.load(Ordering::Relaxed),
             cold_reads: main.misses.load(Ordering::Relaxed),
         },
     ))
 }
 
-/// The prewarm thread: the cheap reads for every transaction, then speculative runs of
-/// the transactions past the executor's, until the executor is done.
+/// The trie thread: reads the trie paths of the accounts and slots the block reads from
+/// the store, in the order they were first read, until the executor is done (what is
+/// left then, the state root reads itself).
+fn warm_trie_paths(state: &(dyn StateReader + Sync), warm: &Warm, done: &AtomicBool) {
+    loop {
+        let next = {
+            let mut queue = warm.paths.lock();
+            loop {
+                if done.load(Ordering::Acquire) {
+                    return;
+                }
+                if let Some(next) = queue.pop_front() {
+                    break next;
+                }
+                warm.more.wait(&mut queue);
+            }
+        };
+        state.warm_trie_path(&next.0, next.1.as_ref());
+    }
+}
+
+/// The prewarm thread: the cheap reads for every transaction, then (`speculate`)
+/// speculative runs of the transactions past the executor's, until the executor is done.
 fn run_ahead(
     config: &ChainConfig,
     block: &Block,
@@ -192,6 +247,7 @@ fn run_ahead(
     reader: &WarmReader<'_>,
     progress: &AtomicUsize,
     done: &AtomicBool,
+    speculate: bool,
 ) {
     let stopped = || done.load(Ordering::Acquire);
     // Read errors are the executor's to meet and report: here they only end the warming.
@@ -226,6 +282,9 @@ fn run_ahead(
         if read().is_err() {
             return;
         }
+    }
+    if !speculate {
+        return;
     }
 
     let fork = crate::premerge::block_fork(config, &block.header);

@@ -551,22 +551,41 @@ fn osaka_caps_transaction_gas() {
     );
 }
 
-/// A state whose reads count, to tell the prewarm thread's reads from the executor's.
+/// A state whose reads count, to tell the prewarm thread's reads from the executor's,
+/// and which keeps what was read and whose trie paths the trie thread asked for.
 struct Counted<'a> {
     inner: &'a MemState,
     reads: std::sync::atomic::AtomicU64,
+    read: parking_lot::Mutex<std::collections::HashSet<(Address, Option<B256>)>>,
+    paths: parking_lot::Mutex<Vec<(Address, Option<B256>)>>,
+}
+
+impl<'a> Counted<'a> {
+    fn new(inner: &'a MemState) -> Self {
+        Counted {
+            inner,
+            reads: 0.into(),
+            read: Default::default(),
+            paths: Default::default(),
+        }
+    }
 }
 
 impl StateReader for Counted<'_> {
     fn account(&self, address: &Address) -> Result<Option<AccountInfo>, VmError> {
         self.reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.read.lock().insert((*address, None));
         self.inner.account(address)
     }
     fn storage(&self, address: &Address, slot: &B256) -> Result<U256, VmError> {
         self.reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.read.lock().insert((*address, Some(*slot)));
         self.inner.storage(address, slot)
+    }
+    fn warm_trie_path(&self, address: &Address, slot: Option<&B256>) {
+        self.paths.lock().push((*address, slot.copied()));
     }
     fn code(&self, code_hash: &B256) -> Result<Option<Bytes>, VmError> {
         self.reads
@@ -618,11 +637,9 @@ fn a_prewarmed_block_executes_as_the_plain_one_whatever_the_runs_ahead_read() {
     let config = ChainConfig::all_forks_at_genesis(CHAIN_ID, Fork::Prague);
     let block = block(Fork::Prague, txs, Some(vec![]));
     let plain = execute_block(&config, &block, &senders, &state).unwrap();
-    let counted = Counted {
-        inner: &state,
-        reads: 0.into(),
-    };
-    let (warmed, stats) = execute_block_prewarmed(&config, &block, &senders, &counted).unwrap();
+    let counted = Counted::new(&state);
+    let (warmed, stats) =
+        execute_block_prewarmed(&config, &block, &senders, &counted, true).unwrap();
     assert_eq!(warmed, plain);
     assert!(warmed.receipts.iter().all(|r| r.success));
     let slot0 = change(&warmed, counter)
@@ -639,6 +656,18 @@ fn a_prewarmed_block_executes_as_the_plain_one_whatever_the_runs_ahead_read() {
     let reads = counted.reads.load(std::sync::atomic::Ordering::Relaxed);
     assert!(stats.cold_reads <= reads, "{stats:?} {reads}");
     assert!(stats.warm_reads + stats.cold_reads > 0, "{stats:?}");
+
+    // Without the speculative runs (earlier blocks wait for the flusher): the prewarm
+    // thread's reads and the trie thread beside the executor give the same result; the
+    // trie thread asks for the trie paths of what was read from the state only.
+    let counted = Counted::new(&state);
+    let (warmed, stats) =
+        execute_block_prewarmed(&config, &block, &senders, &counted, false).unwrap();
+    assert_eq!(warmed, plain);
+    assert!(!stats.ran, "{stats:?}");
+    let read = counted.read.lock();
+    let paths = counted.paths.lock();
+    assert!(paths.iter().all(|p| read.contains(p)), "{paths:?}");
 }
 
 #[test]
@@ -665,7 +694,7 @@ fn a_prewarmed_block_reports_the_readers_failure() {
     let senders = vec![signer.address(); txs.len()];
     let config = ChainConfig::all_forks_at_genesis(CHAIN_ID, Fork::Shanghai);
     let block = block(Fork::Shanghai, txs, Some(vec![]));
-    match execute_block_prewarmed(&config, &block, &senders, &Failing) {
+    match execute_block_prewarmed(&config, &block, &senders, &Failing, true) {
         Err(VmError::State(msg)) => assert!(msg.contains("disk on fire"), "{msg}"),
         other => panic!("{other:?}"),
     }
