@@ -154,7 +154,7 @@ pub(crate) fn worth_prewarming(config: &ChainConfig, block: &Block) -> bool {
 
 /// [`super::execute_block`] with a prewarm thread beside it (see the module's overview);
 /// the same result, block for block. Blocks that are not worth one
-/// ([`PREWARM_MIN_TXS`], one core) run without. `ahead: false` leaves out the prewarm
+/// ([`PREWARM_MIN_TXS`], one core) run without. `speculate: false` leaves out the prewarm
 /// thread's speculative runs (the second core is busy elsewhere): it only reads every
 /// transaction's sender, recipient, code and access list, and the trie thread their
 /// paths, reads that mostly wait for the disk.
@@ -163,7 +163,7 @@ pub fn execute_block_prewarmed(
     block: &Block,
     senders: &dyn super::Senders,
     state: &(dyn StateReader + Sync),
-    ahead: bool,
+    speculate: bool,
 ) -> Result<(ExecutedBlock, PrewarmStats), VmError> {
     if !worth_prewarming(config, block) || senders.count() != block.transactions.len() {
         return super::execute_block_with(config, block, senders, state)
@@ -171,7 +171,6 @@ pub fn execute_block_prewarmed(
     }
     let warm = Warm::default();
     let main = WarmReader::new(state, &warm);
-    let runs_ahead = ahead;
     let ahead = WarmReader::new(state, &warm);
     let progress = AtomicUsize::new(0);
     let done = AtomicBool::new(false);
@@ -179,7 +178,7 @@ pub fn execute_block_prewarmed(
         let helper = std::thread::Builder::new()
             .name("moat-prewarm".into())
             .spawn_scoped(scope, || {
-                run_ahead(config, block, senders, &ahead, &progress, &done, runs_ahead)
+                run_ahead(config, block, senders, &ahead, &progress, &done, speculate)
             });
         let paths = std::thread::Builder::new()
             .name("moat-trie-warm".into())
@@ -210,7 +209,7 @@ pub fn execute_block_prewarmed(
     Ok((
         executed,
         PrewarmStats {
-            ran: runs_ahead,
+            ran: speculate,
             warm_reads: main.hits.load(Ordering::Relaxed),
             cold_reads: main.misses.load(Ordering::Relaxed),
         },

@@ -314,12 +314,7 @@ impl Directory {
                     Some((layer, Lookup::Value(_))) => Some((number, layer)),
                     // Another key of the same hash: ask every layer, newest first.
                     Some((_, Lookup::Untouched)) | None => {
-                        let newest = layers
-                            .iter()
-                            .rev()
-                            .map(|l| (l, l.lookup(table, key, hash)))
-                            .find(|(_, found)| !matches!(found, Lookup::Untouched));
-                        return match newest {
+                        return match newest(layers, table, key, hash) {
                             Some((_, Lookup::Deleted)) => Err(()),
                             Some((l, _)) => Ok(Some(l)),
                             None => Ok(None),
@@ -348,14 +343,22 @@ pub(crate) fn lookup<'a>(
     table: Table,
     key: &[u8],
 ) -> Option<Lookup<'a>> {
-    let hash = key_hash(key);
+    newest(layers, table, key, key_hash(key)).map(|(_, found)| found)
+}
+
+/// The newest of `layers` (oldest first) that touched `key` (whose [`key_hash`] is
+/// `hash`), with what it says of it.
+fn newest<'a>(
+    layers: &'a [std::sync::Arc<Layer>],
+    table: Table,
+    key: &[u8],
+    hash: u64,
+) -> Option<(&'a std::sync::Arc<Layer>, Lookup<'a>)> {
     layers
         .iter()
         .rev()
-        .find_map(|layer| match layer.lookup(table, key, hash) {
-            Lookup::Untouched => None,
-            found => Some(found),
-        })
+        .map(|layer| (layer, layer.lookup(table, key, hash)))
+        .find(|(_, found)| !matches!(found, Lookup::Untouched))
 }
 
 /// What `layers` (oldest first) put over the file within `start..=end`: the keys they
