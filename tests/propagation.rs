@@ -380,20 +380,24 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
                 .map(|c| alloy_primitives::Bytes::copy_from_slice(&c))
                 .collect()
         };
-    // Serves `tx`'s body when asked, then answers GetCells with `cells`.
-    async fn serve(
-        client: &mut Client,
-        tx: &moat_common::transaction::PooledTransaction,
-        cells: Option<Vec<alloy_primitives::Bytes>>,
-        wait: Duration,
-    ) {
-        let id = client
+    // Waits until `client` is asked for a tx body; the request's id.
+    async fn asked_for_body(client: &mut Client, wait: Duration) -> u64 {
+        client
             .wait_for(wait, |m| match m {
                 EthMessage::GetPooledTransactions { request_id, .. } => Some(*request_id),
                 _ => None,
             })
             .await
-            .expect("asked for the body");
+            .expect("asked for the body")
+    }
+    // Serves `tx`'s body under request `id`, then answers GetCells with `cells`.
+    async fn serve(
+        client: &mut Client,
+        id: u64,
+        tx: &moat_common::transaction::PooledTransaction,
+        cells: Option<Vec<alloy_primitives::Bytes>>,
+        wait: Duration,
+    ) {
         client
             .send(&EthMessage::PooledTransactions {
                 request_id: id,
@@ -431,15 +435,18 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
     let mut bad = peer(1).await;
     let mut honest = peer(2).await;
     let mut liar = peer(3).await;
+    // The honest peer announces only once the bad one has been asked: which announcer
+    // is asked first is then not a race between two sessions on a loaded machine.
     bad.send(&announce(&tx)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let id = asked_for_body(&mut bad, wait).await;
     honest.send(&announce(&tx)).await.unwrap();
-    serve(&mut bad, &tx, Some(data_cells(&other)), wait).await;
+    serve(&mut bad, id, &tx, Some(data_cells(&other)), wait).await;
     assert!(
         bad.wait_disconnect(wait).await.is_some(),
         "bad cells drop the peer"
     );
-    serve(&mut honest, &tx, Some(data_cells(&tx)), wait).await;
+    let id = asked_for_body(&mut honest, wait).await;
+    serve(&mut honest, id, &tx, Some(data_cells(&tx)), wait).await;
     wait_for("the blob tx pooled", || {
         moat.call("eth_getTransactionByHash", &format!(r#"["{}"]"#, tx.hash()))
             .is_object()
@@ -454,7 +461,8 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
     // of its Cells: dropped.
     let next = blob_tx(1, 2);
     liar.send(&announce(&next)).await.unwrap();
-    serve(&mut liar, &next, None, wait).await;
+    let id = asked_for_body(&mut liar, wait).await;
+    serve(&mut liar, id, &next, None, wait).await;
     assert!(
         liar.wait_disconnect(wait).await.is_some(),
         "cells it cannot serve drop the peer"
