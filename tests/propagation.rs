@@ -603,24 +603,41 @@ async fn a_peer_whose_tx_is_mined_is_credited() {
             .is_object()
             .then_some(())
     });
-    // A block with it, built, imported and made the head over the engine API.
-    let head = format!("{}", net.genesis.header().hash());
-    let payload = net.moat.build_block(&head, net.genesis.timestamp + 12);
-    assert_eq!(payload["transactions"].as_array().map(Vec::len), Some(1));
     let giver_id = common::enode(7, 0)
         .trim_start_matches("enode://")
         .split('@')
         .next()
         .unwrap()
         .to_string();
+    let giver_of = |peers: &serde_json::Value| -> Option<serde_json::Value> {
+        peers
+            .as_array()?
+            .iter()
+            .find(|p| p["enode"].as_str().is_some_and(|e| e.contains(&giver_id)))
+            .cloned()
+    };
+    // The admission is charged to the peer after its delivery is recorded: once it
+    // shows, a block with the tx finds its deliverer (the pool shows it a moment before).
+    wait_for("the giver's admission charged", || {
+        let giver = giver_of(&net.moat.call("admin_peers", "[]"))?;
+        (giver["admission"]["txsAdmitted"].as_u64()? > 0).then_some(())
+    });
+    // A block with it, built, imported and made the head over the engine API. Its time
+    // is after the delivery (a tx delivered at or after its block's time credits no
+    // one), however long a loaded machine took to start the node and deliver it.
+    let head = format!("{}", net.genesis.header().hash());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let payload = net
+        .moat
+        .build_block(&head, (net.genesis.timestamp + 12).max(now + 1));
+    assert_eq!(payload["transactions"].as_array().map(Vec::len), Some(1));
     let credited = wait_for("the giver credited", || {
         let peers = net.moat.call("admin_peers", "[]");
-        let list = peers.as_array()?.clone();
-        let giver = list
-            .iter()
-            .find(|p| p["enode"].as_str().is_some_and(|e| e.contains(&giver_id)))?;
-        let included = giver["delivered"]["included"].as_f64()?;
-        (included > 0.0).then_some(list)
+        let included = giver_of(&peers)?["delivered"]["included"].as_f64()?;
+        (included > 0.0).then(|| peers.as_array().cloned().unwrap_or_default())
     });
     let idle = credited
         .iter()
