@@ -188,9 +188,11 @@ fn a_blob_tx_crosses_eth_72_as_a_body_and_its_cells() {
 
 /// EIP-8070's sampler between three moat nodes (Osaka dev chains): A and B hold blobs
 /// whole (providers), C keeps 8 cells of each blob (`--blobpool.custody`) and fetches no
-/// blob tx whole (`--blobpool.fetchprobability 0`). A blob tx sent to A reaches B whole;
-/// once both announced it with every cell, C pools it with its custody's cells only (16
-/// for two blobs), verified once, and never as a whole blob.
+/// blob tx whole (`--blobpool.fetchprobability 0`). A blob tx sent to A and to B over RPC
+/// is announced by both with every cell, and C pools it with its custody's cells only (16
+/// for two blobs), verified once, and never as a whole blob. (Sent to both, not left to
+/// travel from A to B: C waits 2 s for a second provider, and on a loaded machine B's
+/// fetch and verification took longer.)
 #[test]
 fn a_sampler_pools_a_blob_tx_on_its_custody_cells_once_two_providers_have_it() {
     let ports: Vec<u16> = (0..7).map(|_| free_port()).collect();
@@ -227,6 +229,16 @@ fn a_sampler_pools_a_blob_tx_on_its_custody_cells_once_two_providers_have_it() {
     });
 
     let tx = send_blob_tx(a_http);
+    // The same tx to B (unless A's announcement got it there first).
+    let raw = alloy_primitives::hex::encode_prefixed(tx.encoded_2718());
+    let sent = rpc(b_http, "eth_sendRawTransaction", &format!(r#"["{raw}"]"#)).unwrap();
+    assert!(
+        sent["result"] == format!("{}", tx.hash())
+            || sent["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("known")),
+        "{sent}"
+    );
     wait_for("the blob tx at B", || {
         known(b_http, tx.hash()).then_some(())
     });
