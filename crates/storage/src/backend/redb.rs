@@ -119,13 +119,36 @@ pub(crate) struct RedbBackend {
 /// to that speed once many wait.
 #[derive(Default)]
 struct Pace {
-    /// A round's time per commit it wrote (a moving average of the last rounds).
+    /// The flusher's time per commit written: the moving averages of its rounds' time
+    /// and of the commits they wrote, divided ([`Pace::wrote`]).
     per_layer: std::time::Duration,
+    /// Those moving averages, in seconds and in commits.
+    round_secs: f64,
+    round_layers: f64,
     /// When the last commit written behind returned.
     last: Option<std::time::Instant>,
     /// Commits slowed, and the time they were held in all.
     slowed: u64,
     slowed_for: std::time::Duration,
+}
+
+impl Pace {
+    /// A round took `took` to write `layers` commits. The time per commit is the
+    /// average round's time over the average round's commits, not the average of each
+    /// round's time per commit: a round's cost is mostly per page it changes, and a
+    /// round of a few commits costs several times more per commit than one of 64, so an
+    /// average of per-commit figures would hold commits to the small rounds' pace just
+    /// when the queue is long and the rounds are large.
+    fn wrote(&mut self, took: std::time::Duration, layers: usize) {
+        let (secs, layers) = (took.as_secs_f64(), layers as f64);
+        if self.round_layers == 0.0 {
+            (self.round_secs, self.round_layers) = (secs, layers);
+        } else {
+            self.round_secs = (self.round_secs * 3.0 + secs) / 4.0;
+            self.round_layers = (self.round_layers * 3.0 + layers) / 4.0;
+        }
+        self.per_layer = std::time::Duration::from_secs_f64(self.round_secs / self.round_layers);
+    }
 }
 
 /// How far the file lags behind the last commit.
@@ -659,14 +682,7 @@ impl RedbBackend {
             self.view.write().directory.forget(layer, first + i as u64);
         }
         if !drained.is_empty() {
-            let per_layer = started.elapsed() / drained.len() as u32;
-            let mut pace = self.pace.lock();
-            pace.per_layer = if pace.per_layer.is_zero() {
-                per_layer
-            } else {
-                (pace.per_layer * 3 + per_layer) / 4
-            };
-            drop(pace);
+            self.pace.lock().wrote(started.elapsed(), drained.len());
             *self.rounds.lock() += 1;
             self.round_done.notify_all();
         }
@@ -811,6 +827,24 @@ mod tests {
             0
         );
         assert_eq!(backend.pending().0, 0);
+    }
+
+    /// The flusher's time per commit is the recent rounds' time over their commits: a
+    /// large round after small ones pulls it towards the large round's pace, which is
+    /// the pace of a long queue.
+    #[test]
+    fn the_flushers_pace_weighs_rounds_by_the_commits_they_wrote() {
+        let ms = Duration::from_millis;
+        let mut pace = Pace::default();
+        pace.wrote(ms(400), 2);
+        assert_eq!(pace.per_layer, ms(200));
+        // Three small rounds at 200 ms a commit, then one of 64 commits at 60 ms each.
+        pace.wrote(ms(400), 2);
+        pace.wrote(ms(400), 2);
+        pace.wrote(ms(3840), 64);
+        // An average of per-commit figures would say 165 ms; the rounds' time over
+        // their commits: (300 + 960) ms over (1.5 + 16) commits.
+        assert_eq!(pace.per_layer, ms(72));
     }
 
     /// Up to three quarters of the queue a commit is never held; past it, a commit is
