@@ -447,16 +447,17 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
     let mut bad = peer(1).await;
     let mut honest = peer(2).await;
     let mut liar = peer(3).await;
-    // The honest peer announces only once the bad one has been asked: which announcer
-    // is asked first is then not a race between two sessions on a loaded machine.
+    // The honest peer announces once the bad one is dropped: which announcer is asked
+    // first is then not a race between two sessions on a loaded machine, and the bad
+    // cells must not have made the tx itself unwelcome.
     bad.send(&announce(&tx)).await.unwrap();
     let id = asked_for_body(&mut bad, wait).await;
-    honest.send(&announce(&tx)).await.unwrap();
     serve(&mut bad, id, &tx, Some(data_cells(&other)), wait).await;
     assert!(
         bad.wait_disconnect(wait).await.is_some(),
         "bad cells drop the peer"
     );
+    honest.send(&announce(&tx)).await.unwrap();
     let id = asked_for_body(&mut honest, wait).await;
     serve(&mut honest, id, &tx, Some(data_cells(&tx)), wait).await;
     wait_for("the blob tx pooled", || {
