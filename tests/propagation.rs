@@ -639,10 +639,7 @@ async fn a_peer_whose_tx_is_mined_is_credited() {
     // is after the delivery (a tx delivered at or after its block's time credits no
     // one), however long a loaded machine took to start the node and deliver it.
     let head = format!("{}", net.genesis.header().hash());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = moat_rpc::engine::unix_now();
     let payload = net
         .moat
         .build_block(&head, (net.genesis.timestamp + 12).max(now + 1));

@@ -119,10 +119,8 @@ pub(crate) struct RedbBackend {
 /// to that speed once many wait.
 #[derive(Default)]
 struct Pace {
-    /// The flusher's time per commit written: the moving averages of its rounds' time
-    /// and of the commits they wrote, divided ([`Pace::wrote`]).
-    per_layer: std::time::Duration,
-    /// Those moving averages, in seconds and in commits.
+    /// Moving averages of the flusher's rounds' time, in seconds, and of the commits
+    /// they wrote ([`Pace::wrote`], [`Pace::per_layer`]).
     round_secs: f64,
     round_layers: f64,
     /// When the last commit written behind returned.
@@ -147,7 +145,14 @@ impl Pace {
             self.round_secs = (self.round_secs * 3.0 + secs) / 4.0;
             self.round_layers = (self.round_layers * 3.0 + layers) / 4.0;
         }
-        self.per_layer = std::time::Duration::from_secs_f64(self.round_secs / self.round_layers);
+    }
+
+    /// The flusher's time per commit written: zero before its first round.
+    fn per_layer(&self) -> std::time::Duration {
+        if self.round_layers == 0.0 {
+            return std::time::Duration::ZERO;
+        }
+        std::time::Duration::from_secs_f64(self.round_secs / self.round_layers)
     }
 }
 
@@ -552,7 +557,7 @@ impl RedbBackend {
         let since_last = pace.last.map_or(std::time::Duration::MAX, |last| {
             now.saturating_duration_since(last)
         });
-        let hold = slowdown(waiting, pace.per_layer, since_last);
+        let hold = slowdown(waiting, pace.per_layer(), since_last);
         pace.last = Some(now + hold);
         if !hold.is_zero() {
             pace.slowed += 1;
@@ -837,14 +842,14 @@ mod tests {
         let ms = Duration::from_millis;
         let mut pace = Pace::default();
         pace.wrote(ms(400), 2);
-        assert_eq!(pace.per_layer, ms(200));
+        assert_eq!(pace.per_layer(), ms(200));
         // Three small rounds at 200 ms a commit, then one of 64 commits at 60 ms each.
         pace.wrote(ms(400), 2);
         pace.wrote(ms(400), 2);
         pace.wrote(ms(3840), 64);
         // An average of per-commit figures would say 165 ms; the rounds' time over
         // their commits: (300 + 960) ms over (1.5 + 16) commits.
-        assert_eq!(pace.per_layer, ms(72));
+        assert_eq!(pace.per_layer(), ms(72));
     }
 
     /// Up to three quarters of the queue a commit is never held; past it, a commit is
