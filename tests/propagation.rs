@@ -447,6 +447,8 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
     let mut bad = peer(1).await;
     let mut honest = peer(2).await;
     let mut liar = peer(3).await;
+    let mut late_bad = peer(4).await;
+    let mut latecomer = peer(5).await;
     // The honest peer announces once the bad one is dropped: which announcer is asked
     // first is then not a race between two sessions on a loaded machine, and the bad
     // cells must not have made the tx itself unwelcome.
@@ -487,6 +489,37 @@ async fn eth_72_peers_with_bad_or_missing_cells_are_dropped_and_the_tx_comes_fro
         )
         .is_null()
     );
+
+    // An announcer that comes while a delivery's cells are being verified (the tx is
+    // being admitted) is kept as the tx's next announcer: once those cells fail, it is
+    // asked. Six blobs' cell proofs take tens of milliseconds to check; the announcement
+    // goes out once the node's KZG count shows the check started (if the machine is
+    // slow to show it, the announcement comes after the fault, which must work too).
+    let six = blob_tx(1, 6);
+    let wrong = blob_tx(2, 6);
+    late_bad.send(&announce(&six)).await.unwrap();
+    let id = asked_for_body(&mut late_bad, wait).await;
+    serve(&mut late_bad, id, &six, Some(data_cells(&wrong)), wait).await;
+    let started = std::time::Instant::now();
+    while common::metric(metrics_port, "moat_pool_kzg_verifications_total") < Some(3.0) {
+        assert!(started.elapsed() < wait, "the bad cells were never checked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    latecomer.send(&announce(&six)).await.unwrap();
+    assert!(
+        late_bad.wait_disconnect(wait).await.is_some(),
+        "bad cells drop the peer"
+    );
+    let id = asked_for_body(&mut latecomer, wait).await;
+    serve(&mut latecomer, id, &six, Some(data_cells(&six)), wait).await;
+    wait_for("the six-blob tx pooled", || {
+        moat.call(
+            "eth_getTransactionByHash",
+            &format!(r#"["{}"]"#, six.hash()),
+        )
+        .is_object()
+        .then_some(())
+    });
 }
 
 /// eth/73 (EIP-8077): an announcement names each tx's sender and nonce, so the node

@@ -1191,9 +1191,12 @@ impl Pool {
 
     /// Known to the pool or being admitted: what the fetcher must not request again.
     pub fn is_known_or_importing(&self, hash: &B256) -> bool {
-        self.contains(hash)
-            || self.inner.in_flight.contains(hash)
-            || self.inner.gapped.lock().contains(hash)
+        self.contains(hash) || self.is_importing(hash)
+    }
+
+    /// Not pooled yet but on its way: being admitted, or held until its nonce gap fills.
+    pub fn is_importing(&self, hash: &B256) -> bool {
+        self.inner.in_flight.contains(hash) || self.inner.gapped.lock().contains(hash)
     }
 
     /// The subpool of the pooled transaction with this hash.

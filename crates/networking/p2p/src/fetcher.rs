@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! announce(peer, hashes) ──▶ unknown to the pool? ──▶ hash waits, with its announcers
+//!                           (one being admitted from a delivery and still tracked here
+//!                           gains the announcer too: it is asked if that delivery fails)
 //! schedule()            ──▶ per idle peer: ≤256 hashes / ≤128 KiB it announced ─▶ request
 //! deliver(peer, reply)  ──▶ subsequence of the request? type and size as announced?
 //!                           yes: hand to admission (hash "importing")   no: peer fault

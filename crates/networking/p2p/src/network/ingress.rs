@@ -3,7 +3,7 @@
 //! what was asked, and each peer's admission worker, which admits in chunks charged to
 //! the peer's CPU budget and applies the pool's verdicts to the peer.
 
-use crate::eth::{Announcement, EthMessage};
+use crate::eth::{ALL_CELLS, Announcement, EthMessage};
 use crate::fetcher::{Delivered, DeliveryError, FetchRequest, Meta};
 use crate::p2p::DisconnectReason;
 use alloy_primitives::{B256, Bytes};
@@ -145,13 +145,33 @@ impl Network {
             .flatten()
             .map(|r| super::cells::max_body_without_blobs(r.max_blobs_per_tx));
         let mut entries = Vec::with_capacity(a.len());
+        // Hashes being admitted from another peer's delivery: this peer is kept as their
+        // next announcer while the fetcher still tracks them, so that if the delivery
+        // fails (bad cells, a bad sidecar) the tx is asked for again from it.
+        let mut alternates = Vec::new();
         let with_origins = peer.framing.version >= crate::eth::ETH73;
         for (i, ((hash, ty), size)) in a.hashes.iter().zip(&a.types).zip(&a.sizes).enumerate() {
             let blob = *ty == TxType::Eip4844 as u8;
             if blob && max_body.is_some_and(|m| *size as usize > m) {
                 continue;
             }
-            if pool.is_known_or_importing(hash) {
+            if pool.contains(hash) {
+                continue;
+            }
+            if pool.is_importing(hash) {
+                // On eth/72 only an announcer of every cell can serve whatever the tx
+                // is fetched with (its data cells, or a sampler's custody).
+                if !(blob && eth72 && mask != ALL_CELLS) {
+                    let origin = with_origins.then(|| a.origins.get(i).copied()).flatten();
+                    alternates.push((
+                        *hash,
+                        Meta {
+                            ty: *ty,
+                            size: *size,
+                            origin,
+                        },
+                    ));
+                }
                 continue;
             }
             // eth/73: a tx its sender's state rules out is not fetched at all.
@@ -192,8 +212,12 @@ impl Network {
         let released = self.still_here(released);
         let requests = {
             let mut f = self.inner.fetcher.lock();
-            let dropped =
-                f.announce(peer.info.id, entries) + Self::announce_released_in(&mut f, released);
+            let alternates: Vec<_> = alternates
+                .into_iter()
+                .filter(|(hash, _)| f.contains(hash))
+                .collect();
+            let dropped = f.announce(peer.info.id, entries.into_iter().chain(alternates))
+                + Self::announce_released_in(&mut f, released);
             if dropped > 0 {
                 metrics::counter!("moat_p2p_announcements_dropped_total").increment(dropped as u64);
             }
