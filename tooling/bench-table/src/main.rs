@@ -4,6 +4,8 @@
 //! The first rows measure physical references on this machine in the same run (raw
 //! libsecp256k1 recovery, keccak of 200 bytes, c-kzg batch verification); targets are
 //! ratios to them where the work is the same, so a noisy or slow machine moves both sides.
+//! A memory reference (random reads over 8 MiB) is measured right before the walk over a
+//! 10k-tx pool, the row the regression gate reads against it (`check::Scale::Memory`).
 //! `--quick` shortens every measurement (the whole table in well under two minutes).
 //!
 //! The last rows are the state-root update of one block on synthetic states (see
@@ -51,7 +53,12 @@ fn measure<T>(budget: &Budget, mut f: impl FnMut() -> T) -> f64 {
 
 enum Target {
     Reference,
+    /// A reference for memory latency (see `check::Scale::Memory`).
+    MemoryReference,
     Report,
+    /// Reported, and read against the memory reference by the gate: a walk over a
+    /// large pool, bound by memory latency.
+    ReportMemory,
     /// At most this many nanoseconds.
     AtMostNs(f64),
     /// At most this multiple of a reference row's figure.
@@ -85,7 +92,9 @@ fn print(rows: &[Row]) -> bool {
         let (fig, unit) = format_figure(r.ns);
         let (target, ok) = match &r.target {
             Target::Reference => ("reference".to_string(), "-".to_string()),
+            Target::MemoryReference => ("reference (memory)".to_string(), "-".to_string()),
             Target::Report => ("report".to_string(), "-".to_string()),
+            Target::ReportMemory => ("report (memory-bound)".to_string(), "-".to_string()),
             Target::AtMostNs(max) => {
                 let (t, u) = format_figure(*max);
                 let ok = r.ns <= *max;
@@ -110,6 +119,35 @@ fn print(rows: &[Row]) -> bool {
         );
     }
     all_ok
+}
+
+/// Nanoseconds per dependent read at random over 8 MiB (one cycle through a shuffled
+/// index): memory latency as a walk over a 10k-tx pool meets it, its nodes scattered
+/// beyond the private caches.
+fn random_reads_ns(budget: &Budget) -> f64 {
+    const SLOTS: usize = 2 << 20; // u32 each: 8 MiB
+    const STEPS: usize = 1 << 16;
+    // A fixed xorshift shuffle: the same cycle every run.
+    let mut order: Vec<u32> = (0..SLOTS as u32).collect();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in (1..SLOTS).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let mut next = vec![0u32; SLOTS];
+    for i in 0..SLOTS {
+        next[order[i] as usize] = order[(i + 1) % SLOTS];
+    }
+    let mut at = 0u32;
+    let per_walk = measure(budget, || {
+        for _ in 0..STEPS {
+            at = next[at as usize];
+        }
+        black_box(at)
+    });
+    per_walk / STEPS as f64
 }
 
 /// One recovery's inputs: compact signature, recovery id, digest.
@@ -316,12 +354,20 @@ fn pool_rows(quick: bool, rows: &mut Vec<Row>, validate_v0_ns: f64) {
         target: Target::AtMostNs(1_000.0),
     });
 
+    // The memory reference right before the rows it scales: the cache this machine gets
+    // on a shared host moves from minute to minute.
+    let reads = random_reads_ns(&budget);
+    rows.push(Row {
+        name: "ref: random reads, 8 MiB",
+        ns: reads,
+        target: Target::MemoryReference,
+    });
     let pending = b::pending_pool(1_000, 10);
     let best = measure(&budget, || b::iterate_best(&pending));
     rows.push(Row {
         name: "pool: best-tx iteration, 10k",
         ns: best,
-        target: Target::Report,
+        target: Target::ReportMemory,
     });
     let runs = if quick { 3 } else { 10 };
     let mut heads: Vec<Duration> = (0..runs)
@@ -402,7 +448,14 @@ fn figures_of(rows: &[Row]) -> Vec<check::Figure> {
         .map(|r| check::Figure {
             name: r.name.to_string(),
             ns: r.ns,
-            reference: matches!(r.target, Target::Reference),
+            reference: matches!(r.target, Target::Reference | Target::MemoryReference),
+            scale: match r.target {
+                Target::MemoryReference | Target::ReportMemory => check::Scale::Memory,
+                Target::Reference
+                | Target::Report
+                | Target::AtMostNs(_)
+                | Target::AtMostTimes(..) => check::Scale::Cpu,
+            },
         })
         .collect()
 }
@@ -624,9 +677,10 @@ fn report_check(path: &str, quick: bool, figures: Vec<check::Figure>) -> std::pr
             return std::process::ExitCode::FAILURE;
         }
     };
-    let (factor, mut compared) = check::compare(&baseline, &figures);
+    let (factors, mut compared) = check::compare(&baseline, &figures);
     println!(
-        "\nagainst {path}: this machine runs the reference rows at {factor:.2}x the baseline's time"
+        "\nagainst {path}: this machine runs the reference rows at {:.2}x the baseline's time, the memory reference at {:.2}x",
+        factors.cpu, factors.memory
     );
     for attempt in 2..=check::ATTEMPTS {
         let failing: Vec<&str> = compared
@@ -643,8 +697,11 @@ fn report_check(path: &str, quick: bool, figures: Vec<check::Figure>) -> std::pr
             check::ATTEMPTS
         );
         let again = figures_of(&measure_table(quick));
-        let (factor, next) = check::compare(&baseline, &again);
-        println!("attempt {attempt}: the reference rows at {factor:.2}x the baseline's time");
+        let (factors, next) = check::compare(&baseline, &again);
+        println!(
+            "attempt {attempt}: the reference rows at {:.2}x the baseline's time, the memory reference at {:.2}x",
+            factors.cpu, factors.memory
+        );
         compared = check::best_of(compared, next);
     }
     let mut failed = false;
