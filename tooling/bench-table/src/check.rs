@@ -8,12 +8,12 @@
 //! by that factor. At [`WARN`] a row is reported; at [`FAIL`] the check fails, naming the
 //! row, the baseline and today's figure.
 //!
-//! Rows that walk a large pool are bound by memory latency, not by the core: on a shared
-//! host the last-level cache left to this machine moves them 2–4× while the compute
-//! references hold still. They are marked [`Scale::Memory`] and divided by the memory
-//! factor instead: the ratio of the memory reference rows (random dependent reads over a
-//! buffer the size of such a pool), measured beside them. A baseline without a memory
-//! reference falls back to the compute factor.
+//! Rows that work over a large pool are bound by memory latency, not by the core: on a
+//! shared host the last-level cache left to this machine moves them 2–4× while the
+//! compute references hold still. They are marked [`Scale::Memory`] and divided by the
+//! memory factor instead: the ratio of the memory reference rows (random dependent reads
+//! over a buffer the size of such a pool), measured in the same run. A baseline without
+//! a memory reference falls back to the compute factor.
 //!
 //! A row at [`FAIL`] is measured again before it fails the check: the table runs up to
 //! [`ATTEMPTS`] times, and a row fails only if it is at [`FAIL`] in every attempt
