@@ -95,11 +95,12 @@ pub(crate) fn to_json(figures: &[Figure]) -> Value {
     json!({
         "rows": figures
             .iter()
-            .map(|f| match f.scale {
-                Scale::Cpu => json!({"name": f.name, "ns": f.ns, "reference": f.reference}),
-                Scale::Memory => {
-                    json!({"name": f.name, "ns": f.ns, "reference": f.reference, "memory": true})
+            .map(|f| {
+                let mut row = json!({"name": f.name, "ns": f.ns, "reference": f.reference});
+                if f.scale == Scale::Memory {
+                    row["memory"] = json!(true);
                 }
+                row
             })
             .collect::<Vec<_>>(),
     })

@@ -79,6 +79,17 @@ struct Row {
     target: Target,
 }
 
+impl Row {
+    /// What the regression gate reads this row against.
+    fn scale(&self) -> check::Scale {
+        if matches!(self.target, Target::MemoryReference) || MEMORY_BOUND.contains(&self.name) {
+            check::Scale::Memory
+        } else {
+            check::Scale::Cpu
+        }
+    }
+}
+
 fn format_figure(ns: f64) -> (String, &'static str) {
     if ns >= 1e6 {
         (format!("{:.2}", ns / 1e6), "ms")
@@ -120,10 +131,9 @@ fn print(rows: &[Row]) -> bool {
                 )
             }
         };
-        let target = if MEMORY_BOUND.contains(&r.name) {
-            format!("{target} (memory-bound)")
-        } else {
-            target
+        let target = match (&r.target, r.scale()) {
+            (Target::MemoryReference, _) | (_, check::Scale::Cpu) => target,
+            (_, check::Scale::Memory) => format!("{target} (memory-bound)"),
         };
         println!(
             "{:<34} | {:>10} | {:<4} | {:<26} | {}",
@@ -461,12 +471,7 @@ fn figures_of(rows: &[Row]) -> Vec<check::Figure> {
             name: r.name.to_string(),
             ns: r.ns,
             reference: matches!(r.target, Target::Reference | Target::MemoryReference),
-            scale: if matches!(r.target, Target::MemoryReference) || MEMORY_BOUND.contains(&r.name)
-            {
-                check::Scale::Memory
-            } else {
-                check::Scale::Cpu
-            },
+            scale: r.scale(),
         })
         .collect()
 }

@@ -158,40 +158,27 @@ impl Network {
             if pool.contains(hash) {
                 continue;
             }
+            let meta = Meta {
+                ty: *ty,
+                size: *size,
+                origin: with_origins.then(|| a.origins.get(i).copied()).flatten(),
+            };
             if pool.is_importing(hash) {
                 // On eth/72 only an announcer of every cell can serve whatever the tx
                 // is fetched with (its data cells, or a sampler's custody).
                 if !(blob && eth72 && mask != ALL_CELLS) {
-                    let origin = with_origins.then(|| a.origins.get(i).copied()).flatten();
-                    alternates.push((
-                        *hash,
-                        Meta {
-                            ty: *ty,
-                            size: *size,
-                            origin,
-                        },
-                    ));
+                    alternates.push((*hash, meta));
                 }
                 continue;
             }
             // eth/73: a tx its sender's state rules out is not fetched at all.
-            let origin = if with_origins {
-                a.origins.get(i).copied()
-            } else {
-                None
-            };
-            if let Some((sender, nonce)) = origin
+            if let Some((sender, nonce)) = meta.origin
                 && let Some(why) = pool.hopeless(&sender, nonce)
             {
                 metrics::counter!("moat_p2p_announcements_hopeless_total", "reason" => why)
                     .increment(1);
                 continue;
             }
-            let meta = Meta {
-                ty: *ty,
-                size: *size,
-                origin,
-            };
             if blob && eth72 {
                 let verdict =
                     self.inner
