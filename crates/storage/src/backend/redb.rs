@@ -546,7 +546,17 @@ impl RedbBackend {
                 }
             }
         }
-        self.apply_direct(&ops, None, relaxed, wake, flusher, usize::MAX)
+        if super::pending::holds_failure(&ops) {
+            return self.apply_direct(&ops, None, relaxed, wake, flusher, usize::MAX);
+        }
+        // Written as a layer is: each table's keys in key order. A batch's writes come
+        // in the order its builder made them (a trie builder's nodes children first,
+        // so a parent lands before keys already written); written as they come, each
+        // such write splits a full page, and a genesis state's trie-node table ended
+        // up in pages half empty (1.29M pages for 20M nodes at 10M accounts, against
+        // 0.74M written in key order), with twice the pages to read and to write.
+        let layer = Layer::of(ops);
+        self.apply_direct(&[], Some(&layer), relaxed, wake, flusher, usize::MAX)
     }
 
     /// Holds a commit written behind that left `waiting` commits for the flusher as
@@ -779,6 +789,51 @@ impl Drop for RedbBackend {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// The leaf pages of `table` in the file.
+    fn leaf_pages(backend: &RedbBackend, table: Table) -> u64 {
+        use ::redb::ReadableTableMetadata;
+        let txn = backend.db.begin_read().unwrap();
+        txn.open_table(definition(table))
+            .unwrap()
+            .stats()
+            .unwrap()
+            .leaf_pages()
+    }
+
+    /// A batch whose keys come in any order (a trie builder hands out children before
+    /// their parent, whose key sorts first) is written in key order, so its pages are
+    /// as full as those of the same keys written in order: a genesis state's or a
+    /// snap sync's trie nodes take no more pages to read and to write than they need.
+    #[test]
+    fn a_batch_is_written_in_key_order_whatever_order_it_came_in() {
+        let dir = crate::tests::TempDir::new("order");
+        std::fs::create_dir_all(dir.path()).unwrap();
+        let backend = RedbBackend::open(&dir.path().join("db.redb"), dir.path(), 1 << 24).unwrap();
+        let puts = |table: Table, order: &mut dyn Iterator<Item = u32>| -> Vec<Op> {
+            order
+                .map(|n| Op::Put {
+                    table,
+                    key: [n.to_be_bytes().as_slice(), &[7u8; 36]].concat(),
+                    value: vec![n as u8; 100],
+                })
+                .collect()
+        };
+        let n = 20_000u32;
+        backend
+            .apply(puts(Table::Accounts, &mut (0..n)), false)
+            .unwrap();
+        backend
+            .apply(puts(Table::TrieNodes, &mut (0..n).rev()), false)
+            .unwrap();
+        let in_order = leaf_pages(&backend, Table::Accounts);
+        let reversed = leaf_pages(&backend, Table::TrieNodes);
+        assert!(in_order > 500, "{in_order} pages");
+        assert!(
+            reversed * 10 <= in_order * 11,
+            "{reversed} pages for keys written last first, {in_order} in order"
+        );
+    }
 
     /// While the flusher writes round after round, a reader always finds a snapshot in
     /// the view (a reader meeting none waits for the writer lock, which the flusher can
