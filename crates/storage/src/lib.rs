@@ -64,7 +64,7 @@ mod warm;
 #[cfg(test)]
 mod tests;
 
-pub use backend::in_guarded_read;
+pub use backend::{TablePages, in_guarded_read};
 pub use batch::WriteBatch;
 /// The trie-node table's key layout: what [`Store::trie_node_entries_from`] scans in order.
 pub use codec::{trie_node_key, trie_node_path, trie_owner_bounds};
@@ -642,6 +642,12 @@ impl Store {
             return false;
         }
         self.backend.wait_for_flush(timeout)
+    }
+
+    /// How each table lies in the database file, by its name (commits still written
+    /// behind are not counted); none in memory.
+    pub fn table_pages(&self) -> Result<Vec<(&'static str, TablePages)>, StoreError> {
+        self.backend.table_pages()
     }
 
     /// How many block commits wait to be written into the database file by the flusher

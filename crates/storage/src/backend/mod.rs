@@ -184,7 +184,35 @@ pub(crate) fn guarded<R>(
     })
 }
 
+/// How one table lies in the database file ([`crate::Store::table_pages`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TablePages {
+    /// Entries in the file (commits still written behind are not counted).
+    pub entries: u64,
+    /// Leaf pages of its tree: what a read of a random key finds one of, and what a
+    /// write of one copies.
+    pub leaf_pages: u64,
+    /// The bytes of its keys and values.
+    pub stored_bytes: u64,
+    /// Bytes of its pages holding nothing: a table written out of key order leaves
+    /// pages split in halves.
+    pub fragmented_bytes: u64,
+}
+
 impl Backend {
+    /// How each table lies in the database file; none in memory.
+    pub(crate) fn table_pages(&self) -> Result<Vec<(&'static str, TablePages)>, StoreError> {
+        match self {
+            Backend::Redb(db) => db.latched(guarded("reading a table's pages", || {
+                Table::ALL
+                    .iter()
+                    .map(|&table| Ok((table.name(), db.table_pages(table)?)))
+                    .collect()
+            })),
+            Backend::Memory(_) => Ok(Vec::new()),
+        }
+    }
+
     /// Looks `key` up and hands its value to `decode` while it is still borrowed.
     pub(crate) fn get_with<R>(
         &self,

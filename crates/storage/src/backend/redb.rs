@@ -446,6 +446,24 @@ impl RedbBackend {
         value.map(|guard| decode(guard.value())).transpose()
     }
 
+    /// How `table` lies in the file's newest snapshot.
+    pub(crate) fn table_pages(&self, table: Table) -> Result<super::TablePages, StoreError> {
+        use ::redb::ReadableTableMetadata;
+        let (snapshot, _) = self.view()?;
+        let handle = &snapshot.tables[table.index()];
+        let stats = handle
+            .stats()
+            .map_err(|e| db_err("reading a table's pages")(e.into()))?;
+        Ok(super::TablePages {
+            entries: handle
+                .len()
+                .map_err(|e| db_err("counting a table")(e.into()))?,
+            leaf_pages: stats.leaf_pages(),
+            stored_bytes: stats.stored_bytes(),
+            fragmented_bytes: stats.fragmented_bytes(),
+        })
+    }
+
     /// The page cache's size given to redb.
     pub(crate) fn cache_bytes(&self) -> usize {
         self.cache_bytes
@@ -790,17 +808,6 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// The leaf pages of `table` in the file.
-    fn leaf_pages(backend: &RedbBackend, table: Table) -> u64 {
-        use ::redb::ReadableTableMetadata;
-        let txn = backend.db.begin_read().unwrap();
-        txn.open_table(definition(table))
-            .unwrap()
-            .stats()
-            .unwrap()
-            .leaf_pages()
-    }
-
     /// A batch whose keys come in any order (a trie builder hands out children before
     /// their parent, whose key sorts first) is written in key order, so its pages are
     /// as full as those of the same keys written in order: a genesis state's or a
@@ -826,8 +833,8 @@ mod tests {
         backend
             .apply(puts(Table::TrieNodes, &mut (0..n).rev()), false)
             .unwrap();
-        let in_order = leaf_pages(&backend, Table::Accounts);
-        let reversed = leaf_pages(&backend, Table::TrieNodes);
+        let in_order = backend.table_pages(Table::Accounts).unwrap().leaf_pages;
+        let reversed = backend.table_pages(Table::TrieNodes).unwrap().leaf_pages;
         assert!(in_order > 500, "{in_order} pages");
         assert!(
             reversed * 10 <= in_order * 11,
