@@ -70,6 +70,22 @@ fn a_rotted_datadir_is_reported_by_verify_and_stops_the_node() {
         "{out}"
     );
 
+    // The same datadir's tables, as `moat db inspect` prints them.
+    let inspect = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .args(["db", "inspect", "--datadir"])
+        .arg(datadir)
+        .output()
+        .expect("moat runs");
+    let out = text(&inspect);
+    assert_eq!(inspect.status.code(), Some(0), "{out}");
+    let accounts = out
+        .lines()
+        .find(|l| l.starts_with("accounts "))
+        .unwrap_or_else(|| panic!("no accounts row: {out}"));
+    assert_eq!(accounts.split_whitespace().nth(1), Some("194"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("trie_nodes ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("total ")), "{out}");
+
     let file = datadir.join(moat_storage::DB_FILE);
     let intact = std::fs::read(&file).unwrap();
     rot(&file, 0x9e37_79b9_7f4a_7c15, 200);

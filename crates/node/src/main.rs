@@ -60,6 +60,10 @@ enum DbCommand {
     /// the flat state, the canonical chain, code, the journal. Exit 1 when something is
     /// wrong (each problem is printed), 2 when it cannot be read.
     Verify(db_cmd::VerifyArgs),
+    /// How each table of a stopped node's datadir lies in its database file (geth's
+    /// `db inspect`): entries, leaf pages, bytes stored, and bytes of its pages left
+    /// empty (a table written out of key order leaves pages half empty).
+    Inspect(db_cmd::InspectArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         Some(Command::Init(args)) => chain_cmd::init(&args),
         Some(Command::Import(args)) => chain_cmd::import(&args),
         Some(Command::Db(DbCommand::Verify(args))) => db_cmd::verify_cmd(&args),
+        Some(Command::Db(DbCommand::Inspect(args))) => db_cmd::inspect_cmd(&args),
     }
 }
 
