@@ -569,10 +569,10 @@ impl RedbBackend {
         }
         // Written as a layer is: each table's keys in key order. A batch's writes come
         // in the order its builder made them (a trie builder's nodes children first,
-        // so a parent lands before keys already written); written as they come, each
-        // such write splits a full page, and a genesis state's trie-node table ended
-        // up in pages half empty (1.29M pages for 20M nodes at 10M accounts, against
-        // 0.74M written in key order), with twice the pages to read and to write.
+        // so a parent lands before keys already written), and redb splits a full page
+        // in halves for a key that lands between keys already written. Half-empty
+        // pages are twice the pages to read and to write (the genesis writer's order
+        // matters as much: moat_blockchain::genesis_state).
         let layer = Layer::of(ops);
         self.apply_direct(&[], Some(&layer), relaxed, wake, flusher, usize::MAX)
     }
