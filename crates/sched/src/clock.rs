@@ -24,9 +24,16 @@ mod tests {
 
     #[test]
     fn the_thread_clock_counts_work_not_sleep() {
-        let t0 = thread_cpu_ns();
-        std::thread::sleep(Duration::from_millis(30));
-        let slept = thread_cpu_ns() - t0;
+        // The least of three sleeps: a busy host can charge an interrupt's time to
+        // whichever thread it lands on (3.7 ms once, during a CI run with disk I/O).
+        let slept = (0..3)
+            .map(|_| {
+                let t0 = thread_cpu_ns();
+                std::thread::sleep(Duration::from_millis(30));
+                thread_cpu_ns() - t0
+            })
+            .min()
+            .unwrap_or(0);
         let t1 = thread_cpu_ns();
         let mut x = [0u8; 32];
         for _ in 0..20_000 {
