@@ -242,6 +242,17 @@ fn read_trie<'a>(c: &mut Cursor<'a>) -> Result<TrieEntry<'a>, StoreError> {
     Ok(TrieEntry { owner, leaf, nodes })
 }
 
+/// A trie bucket's records, by owner.
+fn trie_bucket(raw: &[u8]) -> Result<Vec<TrieEntry<'_>>, StoreError> {
+    let mut c = Cursor { rest: raw };
+    let mut bucket = Vec::new();
+    while !c.rest.is_empty() {
+        bucket.push(read_trie(&mut c)?);
+    }
+    bucket.sort_unstable_by_key(|e| e.owner);
+    Ok(bucket)
+}
+
 /// Takes a state account by account; [`GenesisStateWriter::finish`] writes it and gives
 /// its root.
 pub struct GenesisStateWriter<'s> {
@@ -420,13 +431,7 @@ impl<'s> GenesisStateWriter<'s> {
         // nodes at 10M accounts, against 0.74M written in key order).
         let mut builder = SortedBuilder::new();
         self.leaves.drain(|raw| {
-            let mut c = Cursor { rest: &raw };
-            let mut bucket = Vec::new();
-            while !c.rest.is_empty() {
-                bucket.push(read_trie(&mut c)?);
-            }
-            bucket.sort_unstable_by_key(|e| e.owner);
-            for e in bucket {
+            for e in trie_bucket(&raw)? {
                 builder.push(&e.owner, e.leaf.to_vec()).map_err(|_| {
                     StoreError::Corrupt(format!(
                         "an account is given twice in the genesis allocation (hashed {})",
@@ -448,13 +453,7 @@ impl<'s> GenesisStateWriter<'s> {
             batch.set_trie_node(ACCOUNT_TRIE, path, Some(rlp));
         }
         self.storage_nodes.drain(|raw| {
-            let mut c = Cursor { rest: &raw };
-            let mut bucket = Vec::new();
-            while !c.rest.is_empty() {
-                bucket.push(read_trie(&mut c)?);
-            }
-            bucket.sort_unstable_by_key(|e| e.owner);
-            for e in bucket {
+            for e in trie_bucket(&raw)? {
                 entries += e.nodes.len();
                 for (path, rlp) in e.nodes {
                     batch.set_trie_node(e.owner, path.to_vec(), Some(rlp.to_vec()));

@@ -127,12 +127,7 @@ fn inspect_table(tables: &[(&str, moat_storage::TablePages)]) -> String {
         "{:<16} {:>12} {:>11} {:>12} {:>12} {:>7}\n",
         "table", "entries", "leaf pages", "stored MB", "unused MB", "unused"
     );
-    let mut total = moat_storage::TablePages {
-        entries: 0,
-        leaf_pages: 0,
-        stored_bytes: 0,
-        fragmented_bytes: 0,
-    };
+    let mut total = moat_storage::TablePages::default();
     let mut row = |name: &str, t: &moat_storage::TablePages| {
         let pages_bytes = t.stored_bytes + t.fragmented_bytes;
         let unused = if pages_bytes == 0 {
@@ -174,12 +169,7 @@ mod tests {
             stored_bytes: 4096,
             fragmented_bytes: 4096,
         };
-        let empty = TablePages {
-            entries: 0,
-            leaf_pages: 0,
-            stored_bytes: 0,
-            fragmented_bytes: 0,
-        };
+        let empty = TablePages::default();
         let out = inspect_table(&[("trie_nodes", half), ("journal", empty)]);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3, "{out}");

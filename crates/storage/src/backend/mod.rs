@@ -185,7 +185,7 @@ pub(crate) fn guarded<R>(
 }
 
 /// How one table lies in the database file ([`crate::Store::table_pages`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TablePages {
     /// Entries in the file (commits still written behind are not counted).
     pub entries: u64,
